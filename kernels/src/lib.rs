@@ -1,0 +1,1 @@
+//! msl device kernels (being built).

@@ -1,0 +1,314 @@
+//! The host tensor: a shape and shared, immutable, contiguous row-major storage.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::cpu::map_slice;
+use crate::error::KernelError;
+
+/// The element types msl tensors can hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DType {
+    F32,
+    F64,
+    I32,
+    Bool,
+}
+
+impl DType {
+    /// The spelling msl uses in source code and messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F64 => "f64",
+            DType::I32 => "i32",
+            DType::Bool => "bool",
+        }
+    }
+
+    /// True for `f32` and `f64`.
+    pub fn is_float(self) -> bool {
+        matches!(self, DType::F32 | DType::F64)
+    }
+
+    /// The size of one element in bytes, as stored in files.
+    pub fn size_in_bytes(self) -> usize {
+        match self {
+            DType::F32 | DType::I32 => 4,
+            DType::F64 => 8,
+            DType::Bool => 1,
+        }
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Shared, immutable host storage. Cloning only bumps a reference count.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Storage {
+    F32(Arc<Vec<f32>>),
+    F64(Arc<Vec<f64>>),
+    I32(Arc<Vec<i32>>),
+    Bool(Arc<Vec<bool>>),
+}
+
+impl Storage {
+    /// The element type of this storage.
+    pub fn dtype(&self) -> DType {
+        match self {
+            Storage::F32(_) => DType::F32,
+            Storage::F64(_) => DType::F64,
+            Storage::I32(_) => DType::I32,
+            Storage::Bool(_) => DType::Bool,
+        }
+    }
+
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        match self {
+            Storage::F32(v) => v.len(),
+            Storage::F64(v) => v.len(),
+            Storage::I32(v) => v.len(),
+            Storage::Bool(v) => v.len(),
+        }
+    }
+
+    /// True when the storage holds no element.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A Rust type that can be a tensor element. Generic kernels are written once over this trait.
+pub trait Element: Copy + Send + Sync + PartialEq + PartialOrd + fmt::Debug + Default + 'static {
+    /// The dtype of tensors holding this element type.
+    const DTYPE: DType;
+    /// The elements of `s`, when `s` holds this type.
+    fn slice(s: &Storage) -> Option<&[Self]>;
+    /// Wraps a vector into storage.
+    fn into_storage(v: Vec<Self>) -> Storage;
+    /// The value as an `f64` (bool gives 1 or 0).
+    fn to_f64(self) -> f64;
+    /// The value from an `f64`: integers truncate toward zero (saturating), bool is `v != 0`.
+    fn from_f64(v: f64) -> Self;
+    /// The additive identity.
+    fn zero() -> Self;
+    /// The multiplicative identity.
+    fn one() -> Self;
+}
+
+macro_rules! impl_element {
+    ($t:ty, $variant:ident, $zero:expr, $one:expr, $to:expr, $from:expr) => {
+        impl Element for $t {
+            const DTYPE: DType = DType::$variant;
+            fn slice(s: &Storage) -> Option<&[Self]> {
+                match s {
+                    Storage::$variant(v) => Some(v.as_slice()),
+                    _ => None,
+                }
+            }
+            fn into_storage(v: Vec<Self>) -> Storage {
+                Storage::$variant(Arc::new(v))
+            }
+            fn to_f64(self) -> f64 {
+                let f: fn($t) -> f64 = $to;
+                f(self)
+            }
+            fn from_f64(v: f64) -> Self {
+                let f: fn(f64) -> $t = $from;
+                f(v)
+            }
+            fn zero() -> Self {
+                $zero
+            }
+            fn one() -> Self {
+                $one
+            }
+        }
+    };
+}
+
+impl_element!(f32, F32, 0.0, 1.0, |x| x as f64, |v| v as f32);
+impl_element!(f64, F64, 0.0, 1.0, |x| x, |v| v);
+impl_element!(i32, I32, 0, 1, |x| x as f64, |v| v as i32);
+impl_element!(bool, Bool, false, true, |x| if x { 1.0 } else { 0.0 }, |v| v != 0.0);
+
+/// A host tensor: always contiguous and row-major. `Clone` is cheap (the storage is shared).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tensor {
+    shape: Vec<usize>,
+    storage: Storage,
+}
+
+impl Tensor {
+    /// Builds a tensor from a shape and storage whose length must be the product of the shape.
+    pub fn new(shape: Vec<usize>, storage: Storage) -> Result<Tensor, KernelError> {
+        let need = checked_numel(&shape)?;
+        if need != storage.len() {
+            return Err(KernelError::DataLength {
+                shape,
+                len: storage.len(),
+            });
+        }
+        Ok(Tensor { shape, storage })
+    }
+
+    /// Builds a tensor from a typed vector, checking its length against the shape.
+    pub fn from_vec<T: Element>(shape: Vec<usize>, data: Vec<T>) -> Result<Tensor, KernelError> {
+        Tensor::new(shape, T::into_storage(data))
+    }
+
+    /// Builds a tensor whose length the caller has already checked.
+    pub(crate) fn from_parts<T: Element>(shape: Vec<usize>, data: Vec<T>) -> Tensor {
+        debug_assert_eq!(shape.iter().product::<usize>(), data.len());
+        Tensor {
+            shape,
+            storage: T::into_storage(data),
+        }
+    }
+
+    pub fn from_f32(shape: Vec<usize>, data: Vec<f32>) -> Result<Tensor, KernelError> {
+        Tensor::from_vec(shape, data)
+    }
+    pub fn from_f64(shape: Vec<usize>, data: Vec<f64>) -> Result<Tensor, KernelError> {
+        Tensor::from_vec(shape, data)
+    }
+    pub fn from_i32(shape: Vec<usize>, data: Vec<i32>) -> Result<Tensor, KernelError> {
+        Tensor::from_vec(shape, data)
+    }
+    pub fn from_bool(shape: Vec<usize>, data: Vec<bool>) -> Result<Tensor, KernelError> {
+        Tensor::from_vec(shape, data)
+    }
+
+    pub fn scalar_f32(v: f32) -> Tensor {
+        Tensor::from_parts(vec![], vec![v])
+    }
+    pub fn scalar_f64(v: f64) -> Tensor {
+        Tensor::from_parts(vec![], vec![v])
+    }
+    pub fn scalar_i32(v: i32) -> Tensor {
+        Tensor::from_parts(vec![], vec![v])
+    }
+    pub fn scalar_bool(v: bool) -> Tensor {
+        Tensor::from_parts(vec![], vec![v])
+    }
+
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    pub fn dtype(&self) -> DType {
+        self.storage.dtype()
+    }
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        self.storage.len()
+    }
+    /// True when the tensor has no element (some dimension is 0).
+    pub fn is_empty(&self) -> bool {
+        self.storage.is_empty()
+    }
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+    pub fn storage(&self) -> &Storage {
+        &self.storage
+    }
+
+    /// The elements when the tensor holds `T`.
+    pub fn data<T: Element>(&self) -> Option<&[T]> {
+        T::slice(&self.storage)
+    }
+    pub fn as_f32(&self) -> Option<&[f32]> {
+        self.data()
+    }
+    pub fn as_f64(&self) -> Option<&[f64]> {
+        self.data()
+    }
+    pub fn as_i32(&self) -> Option<&[i32]> {
+        self.data()
+    }
+    pub fn as_bool(&self) -> Option<&[bool]> {
+        self.data()
+    }
+
+    /// The same elements under another shape with the same number of elements (no copy).
+    pub fn with_shape(&self, shape: Vec<usize>) -> Result<Tensor, KernelError> {
+        Tensor::new(shape, self.storage.clone())
+    }
+
+    /// Every element as an `f64`, whatever the dtype (bool gives 1 or 0).
+    pub fn to_f64_vec(&self) -> Vec<f64> {
+        match &self.storage {
+            Storage::F32(v) => v.iter().map(|&x| x as f64).collect(),
+            Storage::F64(v) => v.to_vec(),
+            Storage::I32(v) => v.iter().map(|&x| x as f64).collect(),
+            Storage::Bool(v) => v.iter().map(|&x| if x { 1.0 } else { 0.0 }).collect(),
+        }
+    }
+
+    /// The single element as an `f64` when the tensor holds exactly one.
+    pub fn scalar_value_f64(&self) -> Option<f64> {
+        if self.len() != 1 {
+            return None;
+        }
+        Some(match &self.storage {
+            Storage::F32(v) => v[0] as f64,
+            Storage::F64(v) => v[0],
+            Storage::I32(v) => v[0] as f64,
+            Storage::Bool(v) => {
+                if v[0] {
+                    1.0
+                } else {
+                    0.0
+                }
+            }
+        })
+    }
+
+    /// Converts the elements to another dtype. Floats to `i32` truncate toward zero like
+    /// NumPy's `astype` (out-of-range values saturate and NaN gives 0, where NumPy's result is
+    /// unspecified); bool converts to 1 or 0; numbers convert to bool as `x != 0`.
+    pub fn cast(&self, to: DType) -> Tensor {
+        if self.dtype() == to {
+            return self.clone();
+        }
+        let shape = self.shape.clone();
+        let storage = match (&self.storage, to) {
+            (Storage::F32(v), DType::F64) => Storage::F64(Arc::new(map_slice(v, |x| x as f64))),
+            (Storage::F32(v), DType::I32) => Storage::I32(Arc::new(map_slice(v, |x| x as i32))),
+            (Storage::F32(v), DType::Bool) => Storage::Bool(Arc::new(map_slice(v, |x| x != 0.0))),
+            (Storage::F64(v), DType::F32) => Storage::F32(Arc::new(map_slice(v, |x| x as f32))),
+            (Storage::F64(v), DType::I32) => Storage::I32(Arc::new(map_slice(v, |x| x as i32))),
+            (Storage::F64(v), DType::Bool) => Storage::Bool(Arc::new(map_slice(v, |x| x != 0.0))),
+            (Storage::I32(v), DType::F32) => Storage::F32(Arc::new(map_slice(v, |x| x as f32))),
+            (Storage::I32(v), DType::F64) => Storage::F64(Arc::new(map_slice(v, |x| x as f64))),
+            (Storage::I32(v), DType::Bool) => Storage::Bool(Arc::new(map_slice(v, |x| x != 0))),
+            (Storage::Bool(v), DType::F32) => {
+                Storage::F32(Arc::new(map_slice(v, |x| u8::from(x) as f32)))
+            }
+            (Storage::Bool(v), DType::F64) => {
+                Storage::F64(Arc::new(map_slice(v, |x| u8::from(x) as f64)))
+            }
+            (Storage::Bool(v), DType::I32) => Storage::I32(Arc::new(map_slice(v, i32::from))),
+            (s, _) => s.clone(),
+        };
+        Tensor { shape, storage }
+    }
+}
+
+/// The number of elements of a shape, or an error when the product overflows `usize`.
+pub fn checked_numel(shape: &[usize]) -> Result<usize, KernelError> {
+    shape
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| {
+            KernelError::Invalid(format!(
+                "shape {} has too many elements",
+                crate::error::shape_string(shape)
+            ))
+        })
+}

@@ -1,0 +1,7 @@
+//! The msl language: front end (lexer, parser, modules, shape checker), typed IR and interpreter.
+//!
+//! This crate knows nothing of Cranelift, the LSP, MPI or CUDA; later stages consume its typed IR.
+
+pub mod diag;
+pub mod source;
+pub mod syntax;
