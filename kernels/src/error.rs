@@ -21,7 +21,11 @@ pub enum KernelError {
     /// Integer division or remainder by zero.
     DivisionByZero,
     /// An index (in a slice, gather, scatter or one-hot) falls outside its axis.
-    IndexOutOfRange { index: i64, axis: usize, size: usize },
+    IndexOutOfRange {
+        index: i64,
+        axis: usize,
+        size: usize,
+    },
     /// An axis argument is not smaller than the rank of the tensor.
     AxisOutOfRange {
         op: &'static str,

@@ -1,1 +1,34 @@
-//! msl device kernels (being built).
+//! msl's kernels: host tensors, the device trait and its CPU implementation, counter-based
+//! random numbers, tensor file I/O and value formatting.
+//!
+//! The `ops` functions are the reference numerics of msl: the interpreter evaluates every
+//! primitive through them, and other devices are checked against them. They are pure
+//! functions from tensors to tensors that return a [`KernelError`] instead of panicking.
+
+mod cpu;
+pub mod device;
+pub mod error;
+pub mod format;
+pub mod io;
+pub mod rng;
+pub mod tensor;
+
+pub use device::{CpuDevice, Device, DeviceTensor, KernelId, KernelParams};
+pub use error::KernelError;
+pub use tensor::{DType, Element, Storage, Tensor};
+
+/// Every CPU kernel, as pure functions over [`Tensor`].
+pub mod ops {
+    pub use crate::cpu::broadcast_shapes;
+    pub use crate::cpu::einsum::einsum;
+    pub use crate::cpu::elementwise::{binary, unary, where_, BinaryOp, UnaryOp};
+    pub use crate::cpu::index::{gather, one_hot, scatter_add, slice, slice_update_add, SliceSpec};
+    pub use crate::cpu::matmul::{matmul, matmul_t};
+    pub use crate::cpu::reduce::{
+        argmax, argmin, cumsum, log_softmax, logsumexp, reduce, softmax, ReduceOp,
+    };
+    pub use crate::cpu::shape::{
+        arange, broadcast_to, concat, expand_dims, eye, full, ones, permute, reshape, squeeze,
+        stack, sum_to_shape, transpose, zeros,
+    };
+}

@@ -84,7 +84,9 @@ impl Storage {
 }
 
 /// A Rust type that can be a tensor element. Generic kernels are written once over this trait.
-pub trait Element: Copy + Send + Sync + PartialEq + PartialOrd + fmt::Debug + Default + 'static {
+pub trait Element:
+    Copy + Send + Sync + PartialEq + PartialOrd + fmt::Debug + Default + 'static
+{
     /// The dtype of tensors holding this element type.
     const DTYPE: DType;
     /// The elements of `s`, when `s` holds this type.
@@ -135,7 +137,14 @@ macro_rules! impl_element {
 impl_element!(f32, F32, 0.0, 1.0, |x| x as f64, |v| v as f32);
 impl_element!(f64, F64, 0.0, 1.0, |x| x, |v| v);
 impl_element!(i32, I32, 0, 1, |x| x as f64, |v| v as i32);
-impl_element!(bool, Bool, false, true, |x| if x { 1.0 } else { 0.0 }, |v| v != 0.0);
+impl_element!(
+    bool,
+    Bool,
+    false,
+    true,
+    |x| if x { 1.0 } else { 0.0 },
+    |v| v != 0.0
+);
 
 /// A host tensor: always contiguous and row-major. `Clone` is cheap (the storage is shared).
 #[derive(Clone, Debug, PartialEq)]

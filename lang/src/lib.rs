@@ -2,6 +2,9 @@
 //!
 //! This crate knows nothing of Cranelift, the LSP, MPI or CUDA; later stages consume its typed IR.
 
+pub mod check;
 pub mod diag;
+pub mod ir;
 pub mod source;
 pub mod syntax;
+pub mod types;

@@ -10,6 +10,7 @@ pub mod einsum;
 pub mod elementwise;
 pub mod index;
 pub mod matmul;
+pub(crate) mod num;
 pub mod reduce;
 pub mod shape;
 
@@ -48,7 +49,10 @@ where
 {
     debug_assert_eq!(a.len(), b.len());
     if a.len() >= PAR_MIN {
-        a.par_iter().zip(b.par_iter()).map(|(&x, &y)| f(x, y)).collect()
+        a.par_iter()
+            .zip(b.par_iter())
+            .map(|(&x, &y)| f(x, y))
+            .collect()
     } else {
         a.iter().zip(b.iter()).map(|(&x, &y)| f(x, y)).collect()
     }
@@ -83,8 +87,16 @@ pub fn broadcast_shapes(
     let rank = a.len().max(b.len());
     let mut out = vec![0; rank];
     for i in 0..rank {
-        let da = if i + a.len() >= rank { a[i + a.len() - rank] } else { 1 };
-        let db = if i + b.len() >= rank { b[i + b.len() - rank] } else { 1 };
+        let da = if i + a.len() >= rank {
+            a[i + a.len() - rank]
+        } else {
+            1
+        };
+        let db = if i + b.len() >= rank {
+            b[i + b.len() - rank]
+        } else {
+            1
+        };
         out[i] = if da == db || db == 1 {
             da
         } else if da == 1 {
@@ -182,6 +194,31 @@ impl Plan {
             }
         }
         off
+    }
+
+    /// Calls `f(offsets)` for the first element of every row, in order, on this thread.
+    pub(crate) fn for_each_row<F: FnMut([usize; MAX_OPERANDS])>(&self, mut f: F) {
+        if self.row_len == 0 {
+            return;
+        }
+        let mut idx = vec![0usize; self.outer.len()];
+        let mut off = [0usize; MAX_OPERANDS];
+        for _ in 0..self.rows {
+            f(off);
+            for d in (0..self.outer.len()).rev() {
+                idx[d] += 1;
+                for (k, o) in off.iter_mut().enumerate() {
+                    *o += self.outer_strides[d][k];
+                }
+                if idx[d] < self.outer[d] {
+                    break;
+                }
+                for (k, o) in off.iter_mut().enumerate() {
+                    *o -= self.outer[d] * self.outer_strides[d][k];
+                }
+                idx[d] = 0;
+            }
+        }
     }
 
     /// Calls `f(row_out, offsets)` for every row, where `row_out` is the matching row of the

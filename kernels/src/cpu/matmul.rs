@@ -1,0 +1,252 @@
+//! Matrix products with NumPy `matmul` semantics; f32/f64 go through the `gemm` crate.
+
+use rayon::prelude::*;
+
+use crate::cpu::{broadcast_shapes, broadcast_strides, PAR_MIN};
+use crate::error::KernelError;
+use crate::tensor::{DType, Storage, Tensor};
+
+/// Products with at least this many multiply-adds use all rayon threads inside `gemm`.
+const GEMM_PAR_MIN: usize = 64 * 64 * 64;
+
+/// `numpy.matmul(a, b)`: 1-D operands are promoted to matrices and the added dimension is
+/// removed from the result; leading (batch) dimensions broadcast. Both operands must share a
+/// numeric dtype.
+pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor, KernelError> {
+    if a.rank() == 0 || b.rank() == 0 {
+        return Err(KernelError::Invalid(
+            "matmul: operands must have at least one dimension (use mul for scalars)".into(),
+        ));
+    }
+    let a2 = if a.rank() == 1 {
+        a.with_shape(vec![1, a.len()])?
+    } else {
+        a.clone()
+    };
+    let b2 = if b.rank() == 1 {
+        b.with_shape(vec![b.len(), 1])?
+    } else {
+        b.clone()
+    };
+    let out = matmul_t(&a2, &b2, false, false).map_err(|e| match e {
+        KernelError::ShapeMismatch { .. } => KernelError::ShapeMismatch {
+            op: "matmul",
+            lhs: a.shape().to_vec(),
+            rhs: b.shape().to_vec(),
+        },
+        other => other,
+    })?;
+    let mut shape = out.shape().to_vec();
+    if b.rank() == 1 {
+        shape.pop();
+    }
+    if a.rank() == 1 {
+        let r = shape.len();
+        shape.remove(r - 1 - usize::from(b.rank() != 1));
+    }
+    out.with_shape(shape)
+}
+
+/// `op(a) @ op(b)` for operands of rank at least 2, where `op` swaps the last two axes when
+/// its flag is set. The transposes are read through strides, never copied, which is what the
+/// gradients of a product need (`g @ wᵀ`, `xᵀ @ g`). Batch dimensions broadcast.
+pub fn matmul_t(
+    a: &Tensor,
+    b: &Tensor,
+    transpose_a: bool,
+    transpose_b: bool,
+) -> Result<Tensor, KernelError> {
+    if a.dtype() != b.dtype() {
+        return Err(KernelError::DTypeMismatch {
+            op: "matmul",
+            expected: format!("operands of one element type ({})", a.dtype()),
+            found: b.dtype().to_string(),
+        });
+    }
+    if a.rank() < 2 || b.rank() < 2 {
+        return Err(KernelError::Invalid(
+            "matmul_t: operands must have at least two dimensions".into(),
+        ));
+    }
+    let mismatch = || KernelError::ShapeMismatch {
+        op: "matmul",
+        lhs: a.shape().to_vec(),
+        rhs: b.shape().to_vec(),
+    };
+    let (ra, rb) = (a.rank(), b.rank());
+    let (ar, ac) = (a.shape()[ra - 2], a.shape()[ra - 1]);
+    let (br, bc) = (b.shape()[rb - 2], b.shape()[rb - 1]);
+    let (m, k) = if transpose_a { (ac, ar) } else { (ar, ac) };
+    let (k2, n) = if transpose_b { (bc, br) } else { (br, bc) };
+    if k != k2 {
+        return Err(mismatch());
+    }
+    let batch_a = &a.shape()[..ra - 2];
+    let batch_b = &b.shape()[..rb - 2];
+    let batch = broadcast_shapes("matmul", batch_a, batch_b).map_err(|_| mismatch())?;
+    let nb: usize = batch.iter().product();
+    // Offsets of each batch's matrices, in units of whole matrices.
+    let sa = broadcast_strides(batch_a, &batch);
+    let sb = broadcast_strides(batch_b, &batch);
+    let offsets: Vec<(usize, usize)> = (0..nb)
+        .map(|mut i| {
+            let (mut oa, mut ob) = (0, 0);
+            for d in (0..batch.len()).rev() {
+                let j = i % batch[d];
+                i /= batch[d];
+                oa += j * sa[d];
+                ob += j * sb[d];
+            }
+            (oa * m * k, ob * k * n)
+        })
+        .collect();
+    let mut shape = batch.clone();
+    shape.push(m);
+    shape.push(n);
+    let geo = Geometry {
+        m,
+        n,
+        k,
+        // Row and column strides of op(a) and op(b).
+        a_rs: if transpose_a { 1 } else { k },
+        a_cs: if transpose_a { m } else { 1 },
+        b_rs: if transpose_b { 1 } else { n },
+        b_cs: if transpose_b { k } else { 1 },
+    };
+    match (a.storage(), b.storage()) {
+        (Storage::F32(x), Storage::F32(y)) => Ok(Tensor::from_parts(
+            shape,
+            gemm_batched(x, y, &offsets, &geo),
+        )),
+        (Storage::F64(x), Storage::F64(y)) => Ok(Tensor::from_parts(
+            shape,
+            gemm_batched(x, y, &offsets, &geo),
+        )),
+        (Storage::I32(x), Storage::I32(y)) => {
+            Ok(Tensor::from_parts(shape, int_batched(x, y, &offsets, &geo)))
+        }
+        _ => Err(KernelError::dtype(
+            "matmul",
+            "a numeric tensor",
+            DType::Bool,
+        )),
+    }
+}
+
+/// Sizes of one product and the element strides of its operands.
+struct Geometry {
+    m: usize,
+    n: usize,
+    k: usize,
+    a_rs: usize,
+    a_cs: usize,
+    b_rs: usize,
+    b_cs: usize,
+}
+
+/// Element types `gemm` multiplies.
+trait GemmElement: Copy + Default + Send + Sync + 'static {
+    fn zero() -> Self;
+    fn one() -> Self;
+}
+impl GemmElement for f32 {
+    fn zero() -> Self {
+        0.0
+    }
+    fn one() -> Self {
+        1.0
+    }
+}
+impl GemmElement for f64 {
+    fn zero() -> Self {
+        0.0
+    }
+    fn one() -> Self {
+        1.0
+    }
+}
+
+fn gemm_batched<T: GemmElement>(
+    x: &[T],
+    y: &[T],
+    offsets: &[(usize, usize)],
+    g: &Geometry,
+) -> Vec<T> {
+    let mn = g.m * g.n;
+    let mut out = vec![T::zero(); offsets.len() * mn];
+    if mn == 0 || g.k == 0 {
+        return out;
+    }
+    let work = g.m * g.n * g.k;
+    if work >= GEMM_PAR_MIN || offsets.len() == 1 || work * offsets.len() < PAR_MIN {
+        let par = if work >= GEMM_PAR_MIN {
+            gemm::Parallelism::Rayon(0)
+        } else {
+            gemm::Parallelism::None
+        };
+        for (dst, &(oa, ob)) in out.chunks_mut(mn).zip(offsets) {
+            gemm_one(dst, &x[oa..], &y[ob..], g, par);
+        }
+    } else {
+        // Many small products: one product per task.
+        out.par_chunks_mut(mn)
+            .zip(offsets.par_iter())
+            .for_each(|(dst, &(oa, ob))| {
+                gemm_one(dst, &x[oa..], &y[ob..], g, gemm::Parallelism::None)
+            });
+    }
+    out
+}
+
+/// `dst = a @ b` for one `m×k` by `k×n` product with the strides in `g`.
+fn gemm_one<T: GemmElement>(dst: &mut [T], a: &[T], b: &[T], g: &Geometry, par: gemm::Parallelism) {
+    let last_a = (g.m - 1) * g.a_rs + (g.k - 1) * g.a_cs;
+    let last_b = (g.k - 1) * g.b_rs + (g.n - 1) * g.b_cs;
+    assert!(dst.len() >= g.m * g.n && a.len() > last_a && b.len() > last_b);
+    // SAFETY: the assertion above shows that every element gemm reads or writes (rows and
+    // columns within m, n, k at the given strides) lies inside the three slices, and `dst`
+    // does not alias the inputs because it is a separate, exclusively borrowed allocation.
+    unsafe {
+        gemm::gemm(
+            g.m,
+            g.n,
+            g.k,
+            dst.as_mut_ptr(),
+            1,
+            g.n as isize,
+            false,
+            a.as_ptr(),
+            g.a_cs as isize,
+            g.a_rs as isize,
+            b.as_ptr(),
+            g.b_cs as isize,
+            g.b_rs as isize,
+            T::zero(),
+            T::one(),
+            false,
+            false,
+            false,
+            par,
+        );
+    }
+}
+
+fn int_batched(x: &[i32], y: &[i32], offsets: &[(usize, usize)], g: &Geometry) -> Vec<i32> {
+    let mn = g.m * g.n;
+    let mut out = vec![0i32; offsets.len() * mn];
+    if mn == 0 {
+        return out;
+    }
+    for (dst, &(oa, ob)) in out.chunks_mut(mn).zip(offsets) {
+        for i in 0..g.m {
+            let row = &mut dst[i * g.n..(i + 1) * g.n];
+            for p in 0..g.k {
+                let av = x[oa + i * g.a_rs + p * g.a_cs];
+                for (j, o) in row.iter_mut().enumerate() {
+                    *o = o.wrapping_add(av.wrapping_mul(y[ob + p * g.b_rs + j * g.b_cs]));
+                }
+            }
+        }
+    }
+    out
+}

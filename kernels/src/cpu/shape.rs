@@ -1,0 +1,296 @@
+//! Shape kernels (reshape, permute, concat, broadcast, squeeze, ...) and tensor constructors.
+
+use rayon::prelude::*;
+
+use crate::cpu::reduce::{reduce, ReduceOp};
+use crate::cpu::{
+    broadcast_shapes, broadcast_strides, check_axis, contiguous_strides, dispatch, same_dtype,
+    strided_copy, PAR_MIN,
+};
+use crate::error::KernelError;
+use crate::tensor::{checked_numel, DType, Element, Tensor};
+
+/// The same elements under a new shape with the same number of elements (no copy).
+pub fn reshape(x: &Tensor, shape: &[usize]) -> Result<Tensor, KernelError> {
+    if checked_numel(shape)? != x.len() {
+        return Err(KernelError::ShapeMismatch {
+            op: "reshape",
+            lhs: x.shape().to_vec(),
+            rhs: shape.to_vec(),
+        });
+    }
+    x.with_shape(shape.to_vec())
+}
+
+/// Reverses all axes (NumPy's `.T`).
+pub fn transpose(x: &Tensor) -> Tensor {
+    let perm: Vec<usize> = (0..x.rank()).rev().collect();
+    permute(x, &perm).expect("a reversal is a valid permutation")
+}
+
+/// `numpy.transpose(x, perm)`: axis `i` of the result is axis `perm[i]` of `x`.
+pub fn permute(x: &Tensor, perm: &[usize]) -> Result<Tensor, KernelError> {
+    let rank = x.rank();
+    let mut seen = vec![false; rank];
+    let valid = perm.len() == rank
+        && perm
+            .iter()
+            .all(|&p| p < rank && !std::mem::replace(&mut seen[p], true));
+    if !valid {
+        return Err(KernelError::Invalid(format!(
+            "permute: {perm:?} is not a permutation of the {rank} axes of a tensor of shape {}",
+            crate::error::shape_string(x.shape())
+        )));
+    }
+    let shape: Vec<usize> = perm.iter().map(|&p| x.shape()[p]).collect();
+    if perm.iter().enumerate().all(|(i, &p)| i == p) {
+        return Ok(x.clone());
+    }
+    // Swapping the last two axes (which covers every 2-D transpose) uses cache-sized tiles.
+    let last_two_swapped = rank >= 2
+        && perm[rank - 2] == rank - 1
+        && perm[rank - 1] == rank - 2
+        && perm[..rank - 2].iter().enumerate().all(|(i, &p)| i == p);
+    if last_two_swapped {
+        let (r, c) = (x.shape()[rank - 2], x.shape()[rank - 1]);
+        return Ok(dispatch!(x, v => Tensor::from_parts(shape, transpose_tiles(v, r, c))));
+    }
+    let own = contiguous_strides(x.shape());
+    let strides: Vec<usize> = perm.iter().map(|&p| own[p]).collect();
+    Ok(dispatch!(x, v => Tensor::from_parts(shape.clone(), strided_copy(v, 0, &shape, &strides))))
+}
+
+/// Transposes each of the row-major `r×c` matrices that make up `src`, 32×32 tiles at a time.
+fn transpose_tiles<T: Element>(src: &[T], r: usize, c: usize) -> Vec<T> {
+    const TILE: usize = 32;
+    let mut out = vec![T::default(); src.len()];
+    if src.is_empty() {
+        return out;
+    }
+    // One task transposes a band of TILE source columns (= TILE output rows) of one matrix.
+    let band = TILE * r;
+    let work = |mat: usize, col0: usize, dst: &mut [T]| {
+        let s = &src[mat * r * c..(mat + 1) * r * c];
+        let cols = dst.len() / r;
+        for i0 in (0..r).step_by(TILE) {
+            let i1 = (i0 + TILE).min(r);
+            for j in 0..cols {
+                let drow = &mut dst[j * r..(j + 1) * r];
+                for i in i0..i1 {
+                    drow[i] = s[i * c + col0 + j];
+                }
+            }
+        }
+    };
+    let bands_per_mat = c.div_ceil(TILE);
+    let run = |(t, dst): (usize, &mut [T])| {
+        let mat = t / bands_per_mat;
+        work(mat, (t % bands_per_mat) * TILE, dst)
+    };
+    // Output chunks of one band each; the last band of every matrix may be narrower, so split
+    // per matrix first.
+    if src.len() >= PAR_MIN {
+        out.par_chunks_mut(r * c).enumerate().for_each(|(mat, m)| {
+            m.par_chunks_mut(band)
+                .enumerate()
+                .for_each(|(b, dst)| run((mat * bands_per_mat + b, dst)));
+        });
+    } else {
+        for (mat, m) in out.chunks_mut(r * c).enumerate() {
+            for (b, dst) in m.chunks_mut(band).enumerate() {
+                run((mat * bands_per_mat + b, dst));
+            }
+        }
+    }
+    out
+}
+
+/// Joins tensors of one dtype along an existing axis; the other dimensions must agree.
+pub fn concat(xs: &[Tensor], axis: usize) -> Result<Tensor, KernelError> {
+    let first = xs
+        .first()
+        .ok_or_else(|| KernelError::Invalid("concat: needs at least one tensor".into()))?;
+    check_axis("concat", axis, first.rank())?;
+    let refs: Vec<&Tensor> = xs.iter().collect();
+    same_dtype("concat", &refs)?;
+    for x in &xs[1..] {
+        let agree = x.rank() == first.rank()
+            && (0..first.rank()).all(|d| d == axis || x.shape()[d] == first.shape()[d]);
+        if !agree {
+            return Err(KernelError::ShapeMismatch {
+                op: "concat",
+                lhs: first.shape().to_vec(),
+                rhs: x.shape().to_vec(),
+            });
+        }
+    }
+    let outer: usize = first.shape()[..axis].iter().product();
+    let inner: usize = first.shape()[axis + 1..].iter().product();
+    let mut shape = first.shape().to_vec();
+    shape[axis] = xs.iter().map(|x| x.shape()[axis]).sum();
+    fn join<T: Element>(xs: &[Tensor], axis: usize, outer: usize, inner: usize) -> Vec<T> {
+        let parts: Vec<(&[T], usize)> = xs
+            .iter()
+            .map(|x| {
+                (
+                    x.data::<T>().expect("dtypes checked"),
+                    x.shape()[axis] * inner,
+                )
+            })
+            .collect();
+        let total: usize = parts.iter().map(|p| p.0.len()).sum();
+        let mut out = Vec::with_capacity(total);
+        for o in 0..outer {
+            for &(data, w) in &parts {
+                out.extend_from_slice(&data[o * w..(o + 1) * w]);
+            }
+        }
+        out
+    }
+    Ok(match first.dtype() {
+        DType::F32 => Tensor::from_parts(shape, join::<f32>(xs, axis, outer, inner)),
+        DType::F64 => Tensor::from_parts(shape, join::<f64>(xs, axis, outer, inner)),
+        DType::I32 => Tensor::from_parts(shape, join::<i32>(xs, axis, outer, inner)),
+        DType::Bool => Tensor::from_parts(shape, join::<bool>(xs, axis, outer, inner)),
+    })
+}
+
+/// Joins tensors of one shape and dtype along a new axis `axis` (at most their rank).
+pub fn stack(xs: &[Tensor], axis: usize) -> Result<Tensor, KernelError> {
+    let first = xs
+        .first()
+        .ok_or_else(|| KernelError::Invalid("stack: needs at least one tensor".into()))?;
+    for x in &xs[1..] {
+        if x.shape() != first.shape() {
+            return Err(KernelError::ShapeMismatch {
+                op: "stack",
+                lhs: first.shape().to_vec(),
+                rhs: x.shape().to_vec(),
+            });
+        }
+    }
+    let expanded: Vec<Tensor> = xs
+        .iter()
+        .map(|x| expand_dims(x, axis))
+        .collect::<Result<_, _>>()?;
+    concat(&expanded, axis)
+}
+
+/// Inserts a size-1 axis at position `axis` (at most the rank).
+pub fn expand_dims(x: &Tensor, axis: usize) -> Result<Tensor, KernelError> {
+    check_axis("expand_dims", axis, x.rank() + 1)?;
+    let mut shape = x.shape().to_vec();
+    shape.insert(axis, 1);
+    x.with_shape(shape)
+}
+
+/// Removes the size-1 axis `axis`, or every size-1 axis when `None`.
+pub fn squeeze(x: &Tensor, axis: Option<usize>) -> Result<Tensor, KernelError> {
+    let shape: Vec<usize> = match axis {
+        None => x.shape().iter().copied().filter(|&d| d != 1).collect(),
+        Some(a) => {
+            check_axis("squeeze", a, x.rank())?;
+            if x.shape()[a] != 1 {
+                return Err(KernelError::Invalid(format!(
+                    "squeeze: axis {a} has size {}, not 1",
+                    x.shape()[a]
+                )));
+            }
+            let mut s = x.shape().to_vec();
+            s.remove(a);
+            s
+        }
+    };
+    x.with_shape(shape)
+}
+
+/// Materialises `x` broadcast to `shape` (NumPy rules).
+pub fn broadcast_to(x: &Tensor, shape: &[usize]) -> Result<Tensor, KernelError> {
+    if x.shape() == shape {
+        return Ok(x.clone());
+    }
+    let mismatch = || KernelError::ShapeMismatch {
+        op: "broadcast_to",
+        lhs: x.shape().to_vec(),
+        rhs: shape.to_vec(),
+    };
+    if x.rank() > shape.len() || broadcast_shapes("broadcast_to", x.shape(), shape)? != shape {
+        return Err(mismatch());
+    }
+    let strides = broadcast_strides(x.shape(), shape);
+    Ok(dispatch!(x, v => Tensor::from_parts(shape.to_vec(), strided_copy(v, 0, shape, &strides))))
+}
+
+/// The reverse of broadcasting: sums `x` over the dimensions that broadcasting `shape` to
+/// `x.shape()` would have added or stretched. This is the gradient of `broadcast_to`.
+pub fn sum_to_shape(x: &Tensor, shape: &[usize]) -> Result<Tensor, KernelError> {
+    if x.shape() == shape {
+        return Ok(x.clone());
+    }
+    let mismatch = || KernelError::ShapeMismatch {
+        op: "sum_to_shape",
+        lhs: x.shape().to_vec(),
+        rhs: shape.to_vec(),
+    };
+    if shape.len() > x.rank() {
+        return Err(mismatch());
+    }
+    let lead = x.rank() - shape.len();
+    for (i, &t) in shape.iter().enumerate() {
+        let d = x.shape()[lead + i];
+        if d != t && t != 1 {
+            return Err(mismatch());
+        }
+    }
+    let mut cur = x.clone();
+    if lead > 0 {
+        let lead_n: usize = x.shape()[..lead].iter().product();
+        let mut s = vec![lead_n];
+        s.extend_from_slice(&x.shape()[lead..]);
+        cur = reduce(ReduceOp::Sum, &cur.with_shape(s)?, Some(0), false)?;
+    }
+    for (i, &t) in shape.iter().enumerate() {
+        if t == 1 && cur.shape()[i] != 1 {
+            cur = reduce(ReduceOp::Sum, &cur, Some(i), true)?;
+        }
+    }
+    cur.with_shape(shape.to_vec())
+}
+
+/// A tensor of `shape` with every element `v` (converted like [`Element::from_f64`]).
+pub fn full(dtype: DType, shape: &[usize], v: f64) -> Tensor {
+    fn fill<T: Element>(shape: &[usize], v: f64) -> Tensor {
+        let n = shape.iter().product();
+        Tensor::from_parts(shape.to_vec(), vec![T::from_f64(v); n])
+    }
+    match dtype {
+        DType::F32 => fill::<f32>(shape, v),
+        DType::F64 => fill::<f64>(shape, v),
+        DType::I32 => fill::<i32>(shape, v),
+        DType::Bool => fill::<bool>(shape, v),
+    }
+}
+
+/// A tensor of zeros (false for bool).
+pub fn zeros(dtype: DType, shape: &[usize]) -> Tensor {
+    full(dtype, shape, 0.0)
+}
+
+/// A tensor of ones (true for bool).
+pub fn ones(dtype: DType, shape: &[usize]) -> Tensor {
+    full(dtype, shape, 1.0)
+}
+
+/// `[0, 1, ..., n-1]` in the given dtype (bool: `[false, true, true, ...]`).
+pub fn arange(n: usize, dtype: DType) -> Tensor {
+    Tensor::from_parts(vec![n], (0..n).map(|i| i as f64).collect::<Vec<f64>>()).cast(dtype)
+}
+
+/// The `n×n` identity matrix.
+pub fn eye(n: usize, dtype: DType) -> Tensor {
+    let mut v = vec![0.0f64; n * n];
+    for i in 0..n {
+        v[i * n + i] = 1.0;
+    }
+    Tensor::from_parts(vec![n, n], v).cast(dtype)
+}

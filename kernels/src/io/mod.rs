@@ -1,0 +1,120 @@
+//! Loading and saving tensors: `.npy`, `.npz`, `.safetensors` and numeric `.csv`.
+//!
+//! Every error names the file. No file content, however corrupt, makes a loader panic.
+
+pub mod csv;
+pub mod npy;
+pub mod npz;
+pub mod safetensors;
+
+use std::path::Path;
+
+use crate::error::KernelError;
+use crate::tensor::{Storage, Tensor};
+
+/// The lower-case extension of `path`, or an error naming the supported ones.
+fn extension(path: &Path) -> Result<String, KernelError> {
+    path.extension()
+        .and_then(|e| e.to_str())
+        .map(|e| e.to_ascii_lowercase())
+        .ok_or_else(|| {
+            KernelError::io(
+                path,
+                "unknown file type (expected .npy, .npz, .safetensors or .csv)",
+            )
+        })
+}
+
+/// Loads one tensor, choosing the format by extension: `.npy`; `.npz` with `entry` naming an
+/// array (optional when the archive holds one); `.safetensors` with `entry` naming a tensor
+/// (optional when the file holds one); `.csv` as an f64 `[rows, cols]` tensor.
+pub fn load(path: &Path, entry: Option<&str>) -> Result<Tensor, KernelError> {
+    let ext = extension(path)?;
+    if entry.is_some() && matches!(ext.as_str(), "npy" | "csv") {
+        return Err(KernelError::io(
+            path,
+            format!("a .{ext} file holds one array, so it has no entry names"),
+        ));
+    }
+    match ext.as_str() {
+        "npy" => npy::read_npy(path),
+        "npz" => npz::read_npz(path, entry),
+        "safetensors" => safetensors::read_safetensors_entry(path, entry),
+        "csv" => csv::read_csv(path),
+        other => Err(KernelError::io(
+            path,
+            format!("unknown file type '.{other}' (expected .npy, .npz, .safetensors or .csv)"),
+        )),
+    }
+}
+
+/// Every tensor of a `.safetensors` file with its name, in file order.
+pub fn load_all_safetensors(path: &Path) -> Result<Vec<(String, Tensor)>, KernelError> {
+    safetensors::read_safetensors(path)
+}
+
+/// Every array of a `.npz` archive with its name, in archive order.
+pub fn load_all_npz(path: &Path) -> Result<Vec<(String, Tensor)>, KernelError> {
+    npz::read_all_npz(path)
+}
+
+/// Saves one tensor, choosing the format by extension: `.npy`; `.npz` and `.safetensors`
+/// (one array named `"value"`); `.csv` (rank at most 2).
+pub fn save(path: &Path, t: &Tensor) -> Result<(), KernelError> {
+    match extension(path)?.as_str() {
+        "npy" => npy::write_npy(path, t),
+        "npz" => npz::write_npz(path, &[("value".to_string(), t.clone())]),
+        "safetensors" => safetensors::write_safetensors(path, &[("value".to_string(), t.clone())]),
+        "csv" => csv::write_csv(path, t),
+        other => Err(KernelError::io(
+            path,
+            format!("unknown file type '.{other}' (expected .npy, .npz, .safetensors or .csv)"),
+        )),
+    }
+}
+
+/// Saves named tensors, in the given order, as a `.safetensors` file that the Python
+/// `safetensors` package loads.
+pub fn save_safetensors(path: &Path, named: &[(String, Tensor)]) -> Result<(), KernelError> {
+    safetensors::write_safetensors(path, named)
+}
+
+/// Saves named tensors as an uncompressed `.npz` archive.
+pub fn save_npz(path: &Path, named: &[(String, Tensor)]) -> Result<(), KernelError> {
+    npz::write_npz(path, named)
+}
+
+/// Appends the elements of `t` as little-endian bytes (bool as one byte 0 or 1).
+pub(crate) fn push_le_data(out: &mut Vec<u8>, t: &Tensor) {
+    match t.storage() {
+        Storage::F32(v) => v
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        Storage::F64(v) => v
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        Storage::I32(v) => v
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        Storage::Bool(v) => out.extend(v.iter().map(|&b| u8::from(b))),
+    }
+}
+
+/// Widens an IEEE half-precision value to f32 exactly.
+pub(crate) fn f16_to_f32(h: u16) -> f32 {
+    let sign = ((h >> 15) as u32) << 31;
+    let exp = ((h >> 10) & 0x1f) as u32;
+    let man = (h & 0x3ff) as u32;
+    let magnitude = match exp {
+        0 => (man as f32) * f32::from_bits(0x3380_0000), // man × 2^-24 (zero and subnormals)
+        31 => {
+            if man == 0 {
+                f32::INFINITY
+            } else {
+                f32::NAN
+            }
+        }
+        _ => f32::from_bits(((exp + 112) << 23) | (man << 13)),
+    };
+    f32::from_bits(magnitude.to_bits() | sign)
+}

@@ -1,0 +1,199 @@
+//! `.safetensors` files: parsed and validated by the `safetensors` crate, written by hand so
+//! that tensors keep the order the caller gives.
+
+use std::path::Path;
+
+use safetensors::tensor::{Dtype, SafeTensors};
+
+use crate::error::KernelError;
+use crate::tensor::{DType, Tensor};
+
+/// Reads every tensor of a `.safetensors` file, in file (offset) order.
+pub fn read_safetensors(path: &Path) -> Result<Vec<(String, Tensor)>, KernelError> {
+    let bytes =
+        std::fs::read(path).map_err(|e| KernelError::io(path, format!("cannot read: {e}")))?;
+    parse_safetensors(&bytes, &path.display().to_string(), |_| true)
+}
+
+/// Reads one tensor of a `.safetensors` file: the one named `entry`, or the only one when
+/// `entry` is `None`. Other tensors are not decoded. Errors list the names the file holds.
+pub fn read_safetensors_entry(path: &Path, entry: Option<&str>) -> Result<Tensor, KernelError> {
+    let bytes =
+        std::fs::read(path).map_err(|e| KernelError::io(path, format!("cannot read: {e}")))?;
+    let name = path.display().to_string();
+    let names = parse_safetensors(&bytes, &name, |_| false)?;
+    let names: Vec<String> = names.into_iter().map(|(n, _)| n).collect();
+    let wanted = match entry {
+        Some(e) if names.iter().any(|n| n == e) => e.to_string(),
+        Some(e) => {
+            return Err(KernelError::io(
+                path,
+                format!(
+                    "no tensor named '{e}' (the file holds: {})",
+                    names.join(", ")
+                ),
+            ))
+        }
+        None => match names.len() {
+            0 => return Err(KernelError::io(path, "the file holds no tensors")),
+            1 => names[0].clone(),
+            _ => {
+                return Err(KernelError::io(
+                    path,
+                    format!(
+                        "the file holds several tensors ({}); name the one to load",
+                        names.join(", ")
+                    ),
+                ))
+            }
+        },
+    };
+    let all = parse_safetensors(&bytes, &name, |n| n == wanted)?;
+    let found = all.into_iter().find(|(n, _)| *n == wanted);
+    found
+        .map(|(_, t)| t)
+        .ok_or_else(|| KernelError::io(path, format!("no tensor named '{wanted}'")))
+}
+
+/// Parses the bytes of a `.safetensors` file; `name` is used in error messages. Tensors for
+/// which `decode_it` is false are listed with an empty placeholder instead of being decoded.
+pub fn parse_safetensors(
+    bytes: &[u8],
+    name: &str,
+    decode_it: impl Fn(&str) -> bool,
+) -> Result<Vec<(String, Tensor)>, KernelError> {
+    let err = |m: String| KernelError::Io {
+        path: name.to_string(),
+        message: m,
+    };
+    let (header_len, meta) = SafeTensors::read_metadata(bytes)
+        .map_err(|e| err(format!("not a valid .safetensors file ({e})")))?;
+    let data_start = 8usize.saturating_add(header_len);
+    let data = bytes
+        .get(data_start..)
+        .ok_or_else(|| err("truncated: the file ends inside its header".into()))?;
+    let mut out = Vec::new();
+    for key in meta.offset_keys() {
+        if !decode_it(&key) {
+            out.push((key, Tensor::scalar_bool(false)));
+            continue;
+        }
+        let info = meta
+            .info(&key)
+            .ok_or_else(|| err(format!("tensor '{key}' has no entry")))?;
+        let (start, end) = info.data_offsets;
+        let raw = data.get(start..end).ok_or_else(|| {
+            err(format!(
+                "truncated: the data of tensor '{key}' lies past the end of the file"
+            ))
+        })?;
+        let t = decode(info.dtype, &info.shape, raw)
+            .map_err(|m| err(format!("tensor '{key}': {m}")))?;
+        out.push((key, t));
+    }
+    Ok(out)
+}
+
+fn decode(dtype: Dtype, shape: &[usize], raw: &[u8]) -> Result<Tensor, String> {
+    let shape = shape.to_vec();
+    let mk = |t: Result<Tensor, KernelError>| t.map_err(|e| e.to_string());
+    macro_rules! le {
+        ($n:expr, $f:expr) => {
+            raw.chunks_exact($n)
+                .map(|c| $f(c.try_into().expect("chunk size")))
+        };
+    }
+    let ints = |vals: Vec<i64>| -> Result<Tensor, String> {
+        let v = vals
+            .into_iter()
+            .enumerate()
+            .map(|(i, x)| {
+                i32::try_from(x).map_err(|_| format!("element {i} ({x}) does not fit in i32"))
+            })
+            .collect::<Result<Vec<i32>, String>>()?;
+        mk(Tensor::from_vec(shape.clone(), v))
+    };
+    match dtype {
+        Dtype::F32 => mk(Tensor::from_vec(shape.clone(), le!(4, f32::from_le_bytes).collect::<Vec<f32>>())),
+        Dtype::F64 => mk(Tensor::from_vec(shape.clone(), le!(8, f64::from_le_bytes).collect::<Vec<f64>>())),
+        Dtype::F16 => mk(Tensor::from_vec(
+            shape.clone(),
+            le!(2, u16::from_le_bytes).map(super::f16_to_f32).collect::<Vec<f32>>(),
+        )),
+        Dtype::BF16 => mk(Tensor::from_vec(
+            shape.clone(),
+            le!(2, u16::from_le_bytes).map(|h| f32::from_bits((h as u32) << 16)).collect::<Vec<f32>>(),
+        )),
+        Dtype::I32 => mk(Tensor::from_vec(shape.clone(), le!(4, i32::from_le_bytes).collect::<Vec<i32>>())),
+        Dtype::I64 => ints(le!(8, i64::from_le_bytes).collect()),
+        Dtype::I16 => ints(le!(2, i16::from_le_bytes).map(i64::from).collect()),
+        Dtype::I8 => ints(raw.iter().map(|&b| b as i8 as i64).collect()),
+        Dtype::U8 => ints(raw.iter().map(|&b| b as i64).collect()),
+        Dtype::U16 => ints(le!(2, u16::from_le_bytes).map(i64::from).collect()),
+        Dtype::U32 => ints(le!(4, u32::from_le_bytes).map(i64::from).collect()),
+        Dtype::BOOL => mk(Tensor::from_vec(shape.clone(), raw.iter().map(|&b| b != 0).collect::<Vec<bool>>())),
+        other => Err(format!(
+            "unsupported dtype {other:?} (msl reads F32, F64, F16, BF16, I64, I32, I16, I8, U8, U16, U32 and BOOL)"
+        )),
+    }
+}
+
+/// Writes named tensors, in the given order, as a `.safetensors` file with
+/// `"__metadata__": {"format": "pt"}`. Names must be distinct.
+pub fn write_safetensors(path: &Path, named: &[(String, Tensor)]) -> Result<(), KernelError> {
+    let bytes = safetensors_bytes(named).map_err(|m| KernelError::io(path, m))?;
+    std::fs::write(path, bytes).map_err(|e| KernelError::io(path, format!("cannot write: {e}")))
+}
+
+/// The bytes of a `.safetensors` file holding `named`.
+pub fn safetensors_bytes(named: &[(String, Tensor)]) -> Result<Vec<u8>, String> {
+    let mut header = String::from("{\"__metadata__\":{\"format\":\"pt\"}");
+    let mut offset = 0usize;
+    for (i, (name, t)) in named.iter().enumerate() {
+        if name == "__metadata__" || named[..i].iter().any(|(n, _)| n == name) {
+            return Err(format!("cannot save two tensors named '{name}'"));
+        }
+        let dtype = match t.dtype() {
+            DType::F32 => "F32",
+            DType::F64 => "F64",
+            DType::I32 => "I32",
+            DType::Bool => "BOOL",
+        };
+        let size = t.len() * t.dtype().size_in_bytes();
+        let dims: Vec<String> = t.shape().iter().map(|d| d.to_string()).collect();
+        header.push_str(&format!(
+            ",{}:{{\"dtype\":\"{dtype}\",\"shape\":[{}],\"data_offsets\":[{offset},{}]}}",
+            json_string(name),
+            dims.join(","),
+            offset + size
+        ));
+        offset += size;
+    }
+    header.push('}');
+    while header.len() % 8 != 0 {
+        header.push(' ');
+    }
+    let mut out = Vec::with_capacity(8 + header.len() + offset);
+    out.extend_from_slice(&(header.len() as u64).to_le_bytes());
+    out.extend_from_slice(header.as_bytes());
+    for (_, t) in named {
+        super::push_le_data(&mut out, t);
+    }
+    Ok(out)
+}
+
+/// A JSON string literal for `s`.
+fn json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}

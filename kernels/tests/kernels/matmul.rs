@@ -1,0 +1,166 @@
+//! Matrix products: NumPy matmul semantics, batch broadcasting, and gemm against a naive loop.
+
+use kernels::ops;
+use kernels::{KernelError, Tensor};
+
+use crate::{check, lcg, t32, t64, ti};
+
+/// A naive triple loop in f64 over row-major `[m, k]` and `[k, n]`.
+fn naive(a: &[f64], b: &[f64], m: usize, k: usize, n: usize) -> Vec<f64> {
+    let mut c = vec![0.0; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            c[i * n + j] = (0..k).map(|p| a[i * k + p] * b[p * n + j]).sum();
+        }
+    }
+    c
+}
+
+// Reference values computed once with NumPy 2.4:
+//   A = np.arange(12.).reshape(2,1,2,3) - 5; B = np.arange(18.).reshape(3,3,2) % 7 - 3
+//   (A @ B).shape == (2,3,2,2); v = [1,-2,3]: v @ B[0], A[0,0] @ v, v @ v, v @ B (shape (3,2))
+fn ab() -> (Tensor, Tensor) {
+    let a: Vec<f64> = (0..12).map(|i| i as f64 - 5.0).collect();
+    let b: Vec<f64> = (0..18).map(|i| (i % 7) as f64 - 3.0).collect();
+    (t64(&[2, 1, 2, 3], &a), t64(&[3, 3, 2], &b))
+}
+
+#[test]
+fn batch_dimensions_broadcast_like_numpy() {
+    let (a, b) = ab();
+    let c = ops::matmul(&a, &b).unwrap();
+    let want = [
+        16.0, 4.0, 7.0, 4.0, -7.0, 16.0, -4.0, 7.0, 5.0, -7.0, -1.0, -4.0, -2.0, 4.0, -11.0, 4.0,
+        -1.0, -2.0, 2.0, -11.0, -7.0, -1.0, -13.0, 2.0,
+    ];
+    check(&c, &[2, 3, 2, 2], &want, 0.0);
+}
+
+#[test]
+fn one_dimensional_operands_are_promoted_and_squeezed() {
+    let (a, b) = ab();
+    let v = t64(&[3], &[1.0, -2.0, 3.0]);
+    let b0 = ops::slice(&b, &[ops::SliceSpec::Index(0)]).unwrap();
+    check(&ops::matmul(&v, &b0).unwrap(), &[2], &[2.0, 4.0], 0.0);
+    let a00 = ops::slice(&a, &[ops::SliceSpec::Index(0), ops::SliceSpec::Index(0)]).unwrap();
+    check(&ops::matmul(&a00, &v).unwrap(), &[2], &[-6.0, 0.0], 0.0);
+    check(&ops::matmul(&v, &v).unwrap(), &[], &[14.0], 0.0);
+    check(
+        &ops::matmul(&v, &b).unwrap(),
+        &[3, 2],
+        &[2.0, 4.0, 7.0, 2.0, 5.0, 7.0],
+        0.0,
+    );
+    // A 1-D right operand against a batch: [2,1,2,3] @ [3] -> [2,1,2].
+    assert_eq!(ops::matmul(&a, &v).unwrap().shape(), &[2, 1, 2]);
+}
+
+#[test]
+fn f32_gemm_matches_a_naive_loop() {
+    let (m, k, n) = (300, 200, 100);
+    let a = lcg(m * k, 1);
+    let b = lcg(k * n, 2);
+    let a32: Vec<f32> = a.iter().map(|&x| x as f32).collect();
+    let b32: Vec<f32> = b.iter().map(|&x| x as f32).collect();
+    // The reference uses the f32-rounded inputs, accumulated in f64.
+    let want = naive(
+        &a32.iter().map(|&x| x as f64).collect::<Vec<_>>(),
+        &b32.iter().map(|&x| x as f64).collect::<Vec<_>>(),
+        m,
+        k,
+        n,
+    );
+    let c = ops::matmul(&t32(&[m, k], &a32), &t32(&[k, n], &b32)).unwrap();
+    assert_eq!(c.shape(), &[m, n]);
+    let got = c.to_f64_vec();
+    let scale = want.iter().fold(0.0f64, |s, x| s.max(x.abs()));
+    for (g, w) in got.iter().zip(&want) {
+        assert!((g - w).abs() <= 1e-4 * scale.max(1.0), "got {g}, want {w}");
+    }
+}
+
+#[test]
+fn f64_gemm_is_exact_on_small_integers_and_close_on_random_data() {
+    let (m, k, n) = (70, 90, 50);
+    let a: Vec<f64> = (0..m * k).map(|i| ((i * 7) % 13) as f64 - 6.0).collect();
+    let b: Vec<f64> = (0..k * n).map(|i| ((i * 5) % 11) as f64 - 5.0).collect();
+    let c = ops::matmul(&t64(&[m, k], &a), &t64(&[k, n], &b)).unwrap();
+    check(&c, &[m, n], &naive(&a, &b, m, k, n), 0.0);
+    let (m, k, n) = (129, 65, 97);
+    let a = lcg(m * k, 3);
+    let b = lcg(k * n, 4);
+    let c = ops::matmul(&t64(&[m, k], &a), &t64(&[k, n], &b)).unwrap();
+    check(&c, &[m, n], &naive(&a, &b, m, k, n), 1e-12);
+}
+
+#[test]
+fn many_small_products_run_per_batch() {
+    let (nb, m, k, n) = (256, 8, 16, 8);
+    let a = lcg(nb * m * k, 5);
+    let b = lcg(nb * k * n, 6);
+    let c = ops::matmul(&t64(&[nb, m, k], &a), &t64(&[nb, k, n], &b)).unwrap();
+    let mut want = Vec::new();
+    for i in 0..nb {
+        want.extend(naive(
+            &a[i * m * k..(i + 1) * m * k],
+            &b[i * k * n..(i + 1) * k * n],
+            m,
+            k,
+            n,
+        ));
+    }
+    check(&c, &[nb, m, n], &want, 1e-12);
+}
+
+#[test]
+fn transposed_products_read_operands_through_strides() {
+    let (m, k, n) = (33, 17, 21);
+    let a = t64(&[k, m], &lcg(k * m, 8));
+    let b = t64(&[n, k], &lcg(n * k, 9));
+    let at = ops::transpose(&a);
+    let bt = ops::transpose(&b);
+    let want = ops::matmul(&at, &bt).unwrap();
+    assert_eq!(ops::matmul_t(&a, &b, true, true).unwrap(), want);
+    let got = ops::matmul_t(&at, &b, false, true).unwrap();
+    check(&got, &[m, n], &want.to_f64_vec(), 1e-14);
+    let got = ops::matmul_t(&a, &bt, true, false).unwrap();
+    check(&got, &[m, n], &want.to_f64_vec(), 1e-14);
+}
+
+#[test]
+fn integer_products_and_degenerate_sizes() {
+    let a = ti(&[2, 3], &[1, 2, 3, 4, 5, 6]);
+    let b = ti(&[3, 2], &[7, 8, 9, 10, 11, 12]);
+    assert_eq!(
+        ops::matmul(&a, &b).unwrap().as_i32().unwrap(),
+        &[58, 64, 139, 154]
+    );
+    let z = ops::matmul(&t32(&[2, 0], &[]), &t32(&[0, 3], &[])).unwrap();
+    check(&z, &[2, 3], &[0.0; 6], 0.0);
+    assert_eq!(
+        ops::matmul(&t32(&[0, 4], &[]), &t32(&[4, 3], &[0.0; 12]))
+            .unwrap()
+            .shape(),
+        &[0, 3]
+    );
+}
+
+#[test]
+fn mismatched_products_are_errors() {
+    let a = t32(&[2, 3], &[0.0; 6]);
+    let b = t32(&[2, 3], &[0.0; 6]);
+    assert_eq!(
+        ops::matmul(&a, &b).unwrap_err().to_string(),
+        "matmul: shapes [2, 3] and [2, 3] are incompatible"
+    );
+    let c = t32(&[4, 3, 2], &[0.0; 24]);
+    let d = t32(&[5, 2, 2], &[0.0; 20]);
+    assert!(matches!(
+        ops::matmul(&c, &d),
+        Err(KernelError::ShapeMismatch { .. })
+    ));
+    assert!(ops::matmul(&Tensor::scalar_f32(1.0), &a).is_err());
+    let p = Tensor::from_bool(vec![1, 1], vec![true]).unwrap();
+    assert!(ops::matmul(&p, &p).is_err());
+    assert!(ops::matmul(&a, &ti(&[3, 1], &[1, 2, 3])).is_err());
+}

@@ -1,0 +1,1359 @@
+//! Shape rules of the builtins (LANGUAGE.md §6), one arm per primitive, and the special forms
+//! `init`, `grad`, `value_and_grad`, `jvp`, `vjp`, `vmap` and the conversions `f32(x)` ….
+
+use super::call::lit_i32;
+use super::expr::{mk, FnCx};
+use super::Checker;
+use crate::diag::{Code, Diagnostic};
+use crate::ir::{self, Attrs, ExprKind, Prim};
+use crate::source::Span;
+use crate::syntax::ast;
+use crate::types::unify::broadcast;
+use crate::types::{Dim, Elem, ElemTy, FnTy, ShapeItem, Type};
+
+/// Arguments of a builtin after checking: positional values and named ones (unchecked).
+struct Args<'a> {
+    pos: Vec<(&'a ast::Expr, Span)>,
+    named: Vec<(&'a ast::Ident, &'a ast::Expr)>,
+}
+
+fn split(args: &[ast::Arg]) -> Args<'_> {
+    let mut pos = Vec::new();
+    let mut named = Vec::new();
+    for a in args {
+        match &a.name {
+            None => pos.push((&a.value, a.value.span)),
+            Some(n) => named.push((n, &a.value)),
+        }
+    }
+    Args { pos, named }
+}
+
+impl Checker {
+    /// Named arguments a builtin accepts; anything else is `E0212`.
+    fn check_named(&mut self, name: &str, a: &Args, allowed: &[&str]) {
+        for (n, _) in &a.named {
+            if !allowed.contains(&n.name.as_str()) {
+                let mut d = Diagnostic::error(Code::E0212, n.span, format!("`{name}` has no argument `{}`", n.name))
+                    .label("unknown argument name");
+                d = match super::suggest(&n.name, allowed.iter().copied()) {
+                    Some(s) => d.with_help(format!("did you mean `{s}`?")),
+                    None if allowed.is_empty() => d.with_help(format!("`{name}` takes no named arguments")),
+                    None => d.with_help(format!("its named arguments are {}", allowed.join(", "))),
+                };
+                self.error(d);
+            }
+        }
+    }
+
+    fn named<'a>(&self, a: &Args<'a>, n: &str) -> Option<&'a ast::Expr> {
+        a.named.iter().find(|(i, _)| i.name == n).map(|(_, e)| *e)
+    }
+
+    fn arity(&mut self, name: &str, a: &Args, min: usize, max: usize, span: Span) -> bool {
+        let n = a.pos.len();
+        if n < min || n > max {
+            let want = if min == max { format!("{min}") } else if max == usize::MAX { format!("at least {min}") } else { format!("{min} to {max}") };
+            self.error(
+                Diagnostic::error(Code::E0312, span, format!("`{name}` takes {want} arguments, found {n}"))
+                    .label("wrong number of arguments"),
+            );
+            return false;
+        }
+        true
+    }
+
+    /// A compile-time integer (an axis): a literal, possibly negative.
+    fn const_int(&mut self, cx: &FnCx, e: &ast::Expr, what: &str) -> Option<i64> {
+        match self.static_dim(cx, e).and_then(|d| d.as_const()) {
+            Some(v) => Some(v),
+            None => {
+                self.error(
+                    Diagnostic::error(Code::E0323, e.span, format!("{what} must be an integer known at compile time"))
+                        .label("not a constant"),
+                );
+                None
+            }
+        }
+    }
+
+    fn const_bool(&mut self, e: &ast::Expr, what: &str) -> Option<bool> {
+        match e.kind {
+            ast::ExprKind::Bool(b) => Some(b),
+            _ => {
+                self.error(Diagnostic::error(Code::E0323, e.span, format!("{what} must be `true` or `false`")));
+                None
+            }
+        }
+    }
+
+    /// Normalises an axis (negative counts from the end) for a rank, or reports `E0309`.
+    fn axis(&mut self, ax: i64, rank: usize, span: Span, ty: &Type) -> Option<usize> {
+        let r = rank as i64;
+        if ax >= r || ax < -r {
+            let ts = self.ty_str(ty);
+            self.error(
+                Diagnostic::error(Code::E0309, span, format!("axis {ax} is out of range for a tensor of rank {rank} ({ts})"))
+                    .label(format!("valid axes are {} to {}", -r, r - 1)),
+            );
+            return None;
+        }
+        Some(if ax < 0 { (ax + r) as usize } else { ax as usize })
+    }
+
+    fn tensor_of<'t>(&mut self, v: &'t ir::Expr, span: Span, what: &str) -> Option<(Elem, &'t Vec<ShapeItem>)> {
+        match &v.ty {
+            Type::Tensor(e, s) => Some((*e, s)),
+            Type::Error => None,
+            t => {
+                let ts = self.ty_str(t);
+                self.error(Diagnostic::error(Code::E0304, span, format!("{what} needs a tensor, found {ts}")).label(ts));
+                None
+            }
+        }
+    }
+
+    fn fixed_dims(&mut self, s: &[ShapeItem], span: Span, what: &str) -> Option<Vec<Dim>> {
+        let mut out = Vec::new();
+        for i in s {
+            match i {
+                ShapeItem::Dim(d) => out.push(d.clone()),
+                ShapeItem::Rest(_) => {
+                    self.error(Diagnostic::error(Code::E0305, span, format!("{what} needs a tensor of known rank, not one with a `..` rest")));
+                    return None;
+                }
+            }
+        }
+        Some(out)
+    }
+
+    /// Dims given as arguments (`zeros(N, 64)`), known at compile time.
+    fn dim_args(&mut self, cx: &FnCx, a: &[(&ast::Expr, Span)], what: &str) -> Option<Vec<Dim>> {
+        let mut out = Vec::new();
+        let mut ok = true;
+        for (e, s) in a {
+            match self.static_dim(cx, e) {
+                Some(d) => {
+                    if d.as_const().is_some_and(|v| v < 0) {
+                        self.error(Diagnostic::error(Code::E0323, *s, format!("{what}: a dimension cannot be negative")));
+                        ok = false;
+                    }
+                    out.push(d)
+                }
+                None => {
+                    self.error(
+                        Diagnostic::error(
+                            Code::E0323,
+                            *s,
+                            format!("{what} needs dimensions known at compile time (integers or dim names)"),
+                        )
+                        .label("a run-time value")
+                        .with_help("shapes are types in msl: use a dim such as `N` or a literal"),
+                    );
+                    ok = false;
+                }
+            }
+        }
+        ok.then_some(out)
+    }
+
+    fn elem_from_expected(expected: Option<&Type>, default: ElemTy) -> ElemTy {
+        match expected {
+            Some(Type::Tensor(Elem::T(t), _)) => *t,
+            _ => default,
+        }
+    }
+
+    fn seed_arg(&mut self, cx: &mut FnCx, a: &Args, name: &str, span: Span) -> Option<ir::Expr> {
+        let i32t = Type::scalar(ElemTy::I32);
+        match self.named(a, "seed") {
+            Some(e) => {
+                let v = self.check_expr(cx, e, Some(&i32t));
+                Some(self.coerce_with(v, &i32t, e.span, Code::E0303, "seed"))
+            }
+            None if cx.in_init => None,
+            None => {
+                self.error(
+                    Diagnostic::error(Code::E0212, span, format!("`{name}` needs `seed: s` outside a model initialiser"))
+                        .label("missing seed")
+                        .with_help(format!("write e.g. `{name}(…, seed: 0)`; inside a model, `init` supplies the seed")),
+                );
+                None
+            }
+        }
+    }
+
+    pub(crate) fn check_builtin(
+        &mut self,
+        cx: &mut FnCx,
+        p: Prim,
+        args: &[ast::Arg],
+        span: Span,
+        fspan: Span,
+        expected: Option<&Type>,
+    ) -> ir::Expr {
+        use crate::ir::prim::Class;
+        let a = split(args);
+        let name = p.name();
+        self.index.types.push((fspan, format!("builtin {name}"), None));
+        match p.class() {
+            Class::Unary => {
+                self.check_named(name, &a, &[]);
+                if !self.arity(name, &a, 1, 1, span) {
+                    return self.error_expr(span);
+                }
+                let v = self.check_expr(cx, a.pos[0].0, expected);
+                let Some((e, s)) = self.tensor_of(&v, a.pos[0].1, name) else { return self.error_expr(span) };
+                let s = s.clone();
+                let needs_float = !matches!(p, Prim::Relu | Prim::Abs | Prim::Sign | Prim::Neg);
+                let elem = if e == Elem::WeakInt && needs_float { Elem::WeakFloat } else { e };
+                if (needs_float && !elem.is_float()) || elem == Elem::T(ElemTy::Bool) {
+                    let ts = self.ty_str(&v.ty);
+                    self.error(
+                        Diagnostic::error(Code::E0318, a.pos[0].1, format!("`{name}` needs a float tensor, found {ts}"))
+                            .label(ts)
+                            .with_help("convert it with `f32(…)`"),
+                    );
+                    return self.error_expr(span);
+                }
+                let v = if elem != e { self.retype_weak(v, elem) } else { v };
+                self.prim(p, vec![v], Attrs::default(), Type::Tensor(elem, s), span)
+            }
+            Class::Binary => {
+                self.check_named(name, &a, &[]);
+                if !self.arity(name, &a, 2, 2, span) {
+                    return self.error_expr(span);
+                }
+                let x = self.check_expr(cx, a.pos[0].0, expected);
+                let y = self.check_expr(cx, a.pos[1].0, expected);
+                let op = match p {
+                    Prim::Pow => ast::BinOp::Pow,
+                    _ => ast::BinOp::Add,
+                };
+                let r = self.binary_op(op, x, y, span, a.pos[0].1, a.pos[1].1);
+                // `maximum`/`minimum` share the arithmetic rule; swap the primitive.
+                match r.kind {
+                    ExprKind::Prim { args, attrs, .. } if p != Prim::Pow => {
+                        mk(ExprKind::Prim { prim: p, args, attrs }, r.ty, r.span)
+                    }
+                    _ => r,
+                }
+            }
+            Class::Reduce => self.check_reduce(cx, p, &a, span),
+            Class::Other => self.check_other(cx, p, &a, span, expected),
+        }
+    }
+
+    fn retype_weak(&mut self, v: ir::Expr, e: Elem) -> ir::Expr {
+        match v.ty {
+            Type::Tensor(_, ref s) => {
+                let t = Type::Tensor(e, s.clone());
+                let span = v.span;
+                if let ExprKind::Lit(ir::Lit::Int(n)) = v.kind {
+                    return mk(ExprKind::Lit(ir::Lit::Float(n as f64)), t, span);
+                }
+                ir::Expr { ty: t, ..v }
+            }
+            _ => v,
+        }
+    }
+
+    fn check_reduce(&mut self, cx: &mut FnCx, p: Prim, a: &Args, span: Span) -> ir::Expr {
+        let name = p.name();
+        self.check_named(name, a, &["axis", "keepdims"]);
+        if !self.arity(name, a, 1, 1, span) {
+            return self.error_expr(span);
+        }
+        let v = self.check_expr(cx, a.pos[0].0, None);
+        let v = self.materialise(v);
+        let Some((e, s)) = self.tensor_of(&v, a.pos[0].1, name) else { return self.error_expr(span) };
+        let s = s.clone();
+        let float_only = matches!(p, Prim::Mean | Prim::Logsumexp);
+        if (float_only && !e.is_float()) || (e == Elem::T(ElemTy::Bool) && p != Prim::Sum) {
+            let ts = self.ty_str(&v.ty);
+            self.error(
+                Diagnostic::error(Code::E0318, a.pos[0].1, format!("`{name}` needs a float tensor, found {ts}"))
+                    .label(ts)
+                    .with_help("convert it with `f32(…)`"),
+            );
+            return self.error_expr(span);
+        }
+        let keepdims = match self.named(a, "keepdims") {
+            Some(k) => self.const_bool(k, "keepdims").unwrap_or(false),
+            None => false,
+        };
+        let out_elem = match p {
+            Prim::Argmax | Prim::Argmin => Elem::T(ElemTy::I32),
+            Prim::Sum if e == Elem::T(ElemTy::Bool) => Elem::T(ElemTy::I32),
+            _ => e,
+        };
+        let (axis, shape) = match self.named(a, "axis") {
+            None => {
+                let shape = if keepdims {
+                    match self.fixed_dims(&s, span, name) {
+                        Some(d) => d.iter().map(|_| ShapeItem::Dim(Dim::constant(1))).collect(),
+                        None => return self.error_expr(span),
+                    }
+                } else {
+                    vec![]
+                };
+                (None, shape)
+            }
+            Some(ax) => {
+                let Some(k) = self.const_int(cx, ax, "axis") else { return self.error_expr(span) };
+                let rest = s.iter().position(|i| matches!(i, ShapeItem::Rest(_)));
+                let idx = match rest {
+                    // With a `..` rest, an axis must point into the fixed prefix or suffix.
+                    Some(r) if (k >= 0 && (k as usize) < r) => Some(k as usize),
+                    Some(r) if k < 0 && ((-k) as usize) < s.len() - r => Some((s.len() as i64 + k) as usize),
+                    Some(_) => {
+                        self.error(Diagnostic::error(
+                            Code::E0309,
+                            ax.span,
+                            format!("axis {k} falls inside the `..` rest of {}", self.ty_str(&v.ty)),
+                        ));
+                        return self.error_expr(span);
+                    }
+                    None => self.axis(k, s.len(), ax.span, &v.ty),
+                };
+                let Some(i) = idx else { return self.error_expr(span) };
+                let mut shape = s.clone();
+                if keepdims {
+                    shape[i] = ShapeItem::Dim(Dim::constant(1));
+                } else {
+                    shape.remove(i);
+                }
+                (Some(i), shape)
+            }
+        };
+        let attrs = Attrs { axis, keepdims, ..Attrs::default() };
+        self.prim(p, vec![v], attrs, Type::Tensor(out_elem, shape), span)
+    }
+
+    fn check_other(&mut self, cx: &mut FnCx, p: Prim, a: &Args, span: Span, expected: Option<&Type>) -> ir::Expr {
+        let name = p.name();
+        match p {
+            Prim::Where => {
+                self.check_named(name, a, &[]);
+                if !self.arity(name, a, 3, 3, span) {
+                    return self.error_expr(span);
+                }
+                let c = self.check_expr(cx, a.pos[0].0, None);
+                let x = self.check_expr(cx, a.pos[1].0, expected);
+                let y = self.check_expr(cx, a.pos[2].0, expected);
+                if c.ty.has_error() || x.ty.has_error() || y.ty.has_error() {
+                    return self.error_expr(span);
+                }
+                let Some((ce, cs)) = self.tensor_of(&c, a.pos[0].1, "where") else { return self.error_expr(span) };
+                let cs = cs.clone();
+                if ce != Elem::T(ElemTy::Bool) {
+                    self.error(Diagnostic::error(
+                        Code::E0303,
+                        a.pos[0].1,
+                        format!("`where` needs a bool condition, found {}", ce.name()),
+                    ));
+                    return self.error_expr(span);
+                }
+                // The value operands follow the arithmetic rule (element types and broadcasting).
+                let xy = self.binary_op(ast::BinOp::Add, x, y, span, a.pos[1].1, a.pos[2].1);
+                let ExprKind::Prim { args: xy_args, .. } = xy.kind else { return xy };
+                let Type::Tensor(e, s) = xy.ty else { return self.error_expr(span) };
+                let shape = match broadcast(&cs, &s) {
+                    Ok(sh) => sh,
+                    Err(err) => {
+                        let (ct, vt) = (c.ty.clone(), Type::Tensor(e, s.clone()));
+                        self.broadcast_error(&ct, &vt, err, span, a.pos[0].1, a.pos[1].1);
+                        return self.error_expr(span);
+                    }
+                };
+                let mut all = vec![c];
+                all.extend(xy_args);
+                self.prim(Prim::Where, all, Attrs::default(), Type::Tensor(e, shape), span)
+            }
+            Prim::Reshape | Prim::BroadcastTo => {
+                self.check_named(name, a, &[]);
+                if !self.arity(name, a, 2, 2, span) {
+                    return self.error_expr(span);
+                }
+                let v = self.check_expr(cx, a.pos[0].0, None);
+                let v = self.materialise(v);
+                let Some((e, s)) = self.tensor_of(&v, a.pos[0].1, name) else { return self.error_expr(span) };
+                let s = s.clone();
+                let ast::ExprKind::List(items) = &a.pos[1].0.kind else {
+                    self.error(
+                        Diagnostic::error(Code::E0323, a.pos[1].1, format!("`{name}` needs the target shape as a list `[d, …]`"))
+                            .label("expected `[…]`"),
+                    );
+                    return self.error_expr(span);
+                };
+                let infer_at = items.iter().position(|i| matches!(i.kind, ast::ExprKind::Wild));
+                let mut dims = Vec::new();
+                for (i, it) in items.iter().enumerate() {
+                    if Some(i) == infer_at {
+                        dims.push(Dim::constant(1));
+                        continue;
+                    }
+                    let Some(d) = self.dim_args(cx, &[(it, it.span)], name) else { return self.error_expr(span) };
+                    dims.push(d[0].clone());
+                }
+                let Some(src) = self.fixed_dims(&s, a.pos[0].1, name) else { return self.error_expr(span) };
+                if p == Prim::Reshape {
+                    let total = src.iter().fold(Dim::constant(1), |acc, d| acc.mul(d));
+                    if let Some(i) = infer_at {
+                        let others = dims.iter().fold(Dim::constant(1), |acc, d| acc.mul(d));
+                        dims[i] = self.dim_div(&total, &others, items[i].span);
+                    }
+                    let target = dims.iter().fold(Dim::constant(1), |acc, d| acc.mul(d));
+                    if target != total {
+                        let ts = self.ty_str(&v.ty);
+                        let shape_s: Vec<String> = dims.iter().map(|d| self.dim_str(d)).collect();
+                        self.error(
+                            Diagnostic::error(
+                                Code::E0308,
+                                span,
+                                format!(
+                                    "reshape changes the number of elements: {} ({ts}) to {} ([{}])",
+                                    self.dim_str(&total),
+                                    self.dim_str(&target),
+                                    shape_s.join(", ")
+                                ),
+                            )
+                            .with_secondary(a.pos[0].1, format!("this is {ts}"))
+                            .with_secondary(a.pos[1].1, format!("{} elements", self.dim_str(&target))),
+                        );
+                        return self.error_expr(span);
+                    }
+                } else {
+                    let tgt: Vec<ShapeItem> = dims.iter().cloned().map(ShapeItem::Dim).collect();
+                    let ok = src.len() <= dims.len()
+                        && matches!(broadcast(&s, &tgt), Ok(ref b) if *b == tgt);
+                    if !ok {
+                        let shape_s: Vec<String> = dims.iter().map(|d| self.dim_str(d)).collect();
+                        self.error(Diagnostic::error(
+                            Code::E0302,
+                            span,
+                            format!("cannot broadcast {} to [{}]", self.ty_str(&v.ty), shape_s.join(", ")),
+                        ));
+                        return self.error_expr(span);
+                    }
+                }
+                let shape = dims.iter().cloned().map(ShapeItem::Dim).collect();
+                let attrs = Attrs { shape: dims, ..Attrs::default() };
+                self.prim(p, vec![v], attrs, Type::Tensor(e, shape), span)
+            }
+            Prim::Transpose | Prim::Permute => {
+                self.check_named(name, a, &[]);
+                let n = if p == Prim::Transpose { 1 } else { 2 };
+                if !self.arity(name, a, n, n, span) {
+                    return self.error_expr(span);
+                }
+                let v = self.check_expr(cx, a.pos[0].0, None);
+                let v = self.materialise(v);
+                let Some((e, s)) = self.tensor_of(&v, a.pos[0].1, name) else { return self.error_expr(span) };
+                let s = s.clone();
+                let Some(dims) = self.fixed_dims(&s, a.pos[0].1, name) else { return self.error_expr(span) };
+                let perm: Vec<usize> = if p == Prim::Transpose {
+                    (0..dims.len()).rev().collect()
+                } else {
+                    let ast::ExprKind::List(items) = &a.pos[1].0.kind else {
+                        self.error(Diagnostic::error(Code::E0323, a.pos[1].1, "`permute` needs the axes as a list `[i, …]`"));
+                        return self.error_expr(span);
+                    };
+                    let mut perm = Vec::new();
+                    for it in items {
+                        let Some(k) = self.const_int(cx, it, "an axis") else { return self.error_expr(span) };
+                        let Some(k) = self.axis(k, dims.len(), it.span, &v.ty) else { return self.error_expr(span) };
+                        perm.push(k);
+                    }
+                    let mut sorted = perm.clone();
+                    sorted.sort();
+                    if sorted != (0..dims.len()).collect::<Vec<_>>() {
+                        self.error(
+                            Diagnostic::error(
+                                Code::E0309,
+                                a.pos[1].1,
+                                format!("`permute` needs each of the {} axes exactly once", dims.len()),
+                            )
+                            .label("not a permutation"),
+                        );
+                        return self.error_expr(span);
+                    }
+                    perm
+                };
+                let shape = perm.iter().map(|&i| ShapeItem::Dim(dims[i].clone())).collect();
+                let attrs = Attrs { perm, ..Attrs::default() };
+                self.prim(p, vec![v], attrs, Type::Tensor(e, shape), span)
+            }
+            Prim::Concat | Prim::Stack => self.check_concat(cx, p, a, span),
+            Prim::ExpandDims | Prim::Squeeze => {
+                self.check_named(name, a, &["axis"]);
+                if !self.arity(name, a, 1, 1, span) {
+                    return self.error_expr(span);
+                }
+                let v = self.check_expr(cx, a.pos[0].0, None);
+                let v = self.materialise(v);
+                let Some((e, s)) = self.tensor_of(&v, a.pos[0].1, name) else { return self.error_expr(span) };
+                let s = s.clone();
+                let Some(mut dims) = self.fixed_dims(&s, a.pos[0].1, name) else { return self.error_expr(span) };
+                let ax = match self.named(a, "axis") {
+                    Some(x) => match self.const_int(cx, x, "axis") {
+                        Some(k) => Some((k, x.span)),
+                        None => return self.error_expr(span),
+                    },
+                    None => None,
+                };
+                let axis = if p == Prim::ExpandDims {
+                    let Some((k, sp)) = ax else {
+                        self.error(Diagnostic::error(Code::E0212, span, "`expand_dims` needs `axis: k`"));
+                        return self.error_expr(span);
+                    };
+                    let Some(i) = self.axis(k, dims.len() + 1, sp, &v.ty) else { return self.error_expr(span) };
+                    dims.insert(i, Dim::constant(1));
+                    Some(i)
+                } else {
+                    match ax {
+                        Some((k, sp)) => {
+                            let Some(i) = self.axis(k, dims.len(), sp, &v.ty) else { return self.error_expr(span) };
+                            if !dims[i].is_one() {
+                                let ds = self.dim_str(&dims[i]);
+                                self.error(
+                                    Diagnostic::error(Code::E0306, sp, format!("cannot squeeze axis {k}: its size is {ds}, not 1"))
+                                        .with_secondary(a.pos[0].1, format!("this is {}", self.ty_str(&v.ty))),
+                                );
+                                return self.error_expr(span);
+                            }
+                            dims.remove(i);
+                            Some(i)
+                        }
+                        None => {
+                            dims.retain(|d| !d.is_one());
+                            None
+                        }
+                    }
+                };
+                let shape = dims.into_iter().map(ShapeItem::Dim).collect();
+                let attrs = Attrs { axis, ..Attrs::default() };
+                self.prim(p, vec![v], attrs, Type::Tensor(e, shape), span)
+            }
+            Prim::Gather => {
+                self.check_named(name, a, &["axis"]);
+                if !self.arity(name, a, 2, 2, span) {
+                    return self.error_expr(span);
+                }
+                let x = self.check_expr(cx, a.pos[0].0, None);
+                let x = self.materialise(x);
+                let idx = self.check_expr(cx, a.pos[1].0, None);
+                let idx = self.materialise(idx);
+                let (Some((e, xs)), Some((ie, is))) =
+                    (self.tensor_of(&x, a.pos[0].1, name), self.tensor_of(&idx, a.pos[1].1, name))
+                else {
+                    return self.error_expr(span);
+                };
+                let (xs, is) = (xs.clone(), is.clone());
+                if ie != Elem::T(ElemTy::I32) {
+                    self.error(
+                        Diagnostic::error(Code::E0303, a.pos[1].1, format!("`gather` indices must be i32, found {}", ie.name()))
+                            .with_help("convert them with `i32(…)`"),
+                    );
+                    return self.error_expr(span);
+                }
+                let k = match self.named(a, "axis") {
+                    Some(x) => self.const_int(cx, x, "axis"),
+                    None => Some(0),
+                };
+                let Some(k) = k else { return self.error_expr(span) };
+                let Some(xd) = self.fixed_dims(&xs, a.pos[0].1, name) else { return self.error_expr(span) };
+                let Some(ax) = self.axis(k, xd.len(), span, &x.ty) else { return self.error_expr(span) };
+                let mut shape: Vec<ShapeItem> = xd[..ax].iter().cloned().map(ShapeItem::Dim).collect();
+                shape.extend(is.iter().cloned());
+                shape.extend(xd[ax + 1..].iter().cloned().map(ShapeItem::Dim));
+                let attrs = Attrs { axis: Some(ax), ..Attrs::default() };
+                self.prim(p, vec![x, idx], attrs, Type::Tensor(e, shape), span)
+            }
+            Prim::OneHot => {
+                self.check_named(name, a, &[]);
+                if !self.arity(name, a, 2, 2, span) {
+                    return self.error_expr(span);
+                }
+                let y = self.check_expr(cx, a.pos[0].0, None);
+                let y = self.materialise(y);
+                let Some((ye, ys)) = self.tensor_of(&y, a.pos[0].1, name) else { return self.error_expr(span) };
+                let ys = ys.clone();
+                if ye != Elem::T(ElemTy::I32) {
+                    self.error(Diagnostic::error(
+                        Code::E0303,
+                        a.pos[0].1,
+                        format!("`one_hot` needs i32 labels, found {}", ye.name()),
+                    ));
+                    return self.error_expr(span);
+                }
+                let Some(n) = self.dim_args(cx, &a.pos[1..2], name) else { return self.error_expr(span) };
+                let mut shape = ys;
+                shape.push(ShapeItem::Dim(n[0].clone()));
+                let et = Self::elem_from_expected(expected, ElemTy::F32);
+                let attrs = Attrs { shape: n, dtype: Some(et), ..Attrs::default() };
+                self.prim(p, vec![y], attrs, Type::Tensor(Elem::T(et), shape), span)
+            }
+            Prim::Einsum => self.check_einsum(cx, a, span),
+            Prim::Zeros | Prim::Ones | Prim::Full | Prim::Arange | Prim::Eye => {
+                self.check_named(name, a, &[]);
+                let (vals, dims_from) = if p == Prim::Full {
+                    if !self.arity(name, a, 1, usize::MAX, span) {
+                        return self.error_expr(span);
+                    }
+                    (1, 1)
+                } else {
+                    (0, 0)
+                };
+                if matches!(p, Prim::Arange | Prim::Eye) && !self.arity(name, a, 1, 1, span) {
+                    return self.error_expr(span);
+                }
+                let Some(dims) = self.dim_args(cx, &a.pos[dims_from..], name) else { return self.error_expr(span) };
+                let default = if p == Prim::Arange { ElemTy::I32 } else { ElemTy::F32 };
+                let mut et = Self::elem_from_expected(expected, default);
+                let mut args = Vec::new();
+                if vals == 1 {
+                    let v = self.check_expr(cx, a.pos[0].0, expected.map(|t| match t {
+                        Type::Tensor(e, _) => Type::Tensor(*e, vec![]),
+                        t => t.clone(),
+                    }).as_ref());
+                    if let Type::Tensor(e, s) = &v.ty {
+                        if !s.is_empty() {
+                            self.error(Diagnostic::error(Code::E0305, a.pos[0].1, "`full` needs a scalar fill value"));
+                        }
+                        if let Elem::T(t) = e {
+                            et = *t;
+                        }
+                    }
+                    let st = Type::scalar(et);
+                    args.push(self.coerce(v, &st, a.pos[0].1, "fill value"));
+                }
+                let shape_dims = if p == Prim::Eye { vec![dims[0].clone(), dims[0].clone()] } else { dims };
+                let shape = shape_dims.iter().cloned().map(ShapeItem::Dim).collect();
+                let attrs = Attrs { shape: shape_dims, dtype: Some(et), ..Attrs::default() };
+                self.prim(p, args, attrs, Type::Tensor(Elem::T(et), shape), span)
+            }
+            Prim::Normal | Prim::Uniform | Prim::HeNormal | Prim::GlorotUniform => {
+                self.check_named(name, a, &["seed"]);
+                if matches!(p, Prim::HeNormal | Prim::GlorotUniform) && !self.arity(name, a, 2, 2, span) {
+                    return self.error_expr(span);
+                }
+                let Some(dims) = self.dim_args(cx, &a.pos, name) else { return self.error_expr(span) };
+                let seed = self.seed_arg(cx, a, name, span);
+                let et = Self::elem_from_expected(expected, ElemTy::F32);
+                let et = if et.is_float() { et } else { ElemTy::F32 };
+                let shape = dims.iter().cloned().map(ShapeItem::Dim).collect();
+                let attrs = Attrs { shape: dims, dtype: Some(et), ..Attrs::default() };
+                self.prim(p, seed.into_iter().collect(), attrs, Type::Tensor(Elem::T(et), shape), span)
+            }
+            Prim::Params => {
+                self.check_named(name, a, &[]);
+                if !self.arity(name, a, 1, 1, span) {
+                    return self.error_expr(span);
+                }
+                let m = self.check_expr(cx, a.pos[0].0, None);
+                if !m.ty.is_model() && !m.ty.has_error() {
+                    let ts = self.ty_str(&m.ty);
+                    self.error(Diagnostic::error(Code::E0304, a.pos[0].1, format!("`params` needs a model, found {ts}")));
+                }
+                self.prim(p, vec![m], Attrs::default(), Type::scalar(ElemTy::I32), span)
+            }
+            Prim::Map => self.check_map(cx, a, span),
+            Prim::StopGradient => {
+                self.check_named(name, a, &[]);
+                if !self.arity(name, a, 1, 1, span) {
+                    return self.error_expr(span);
+                }
+                let v = self.check_expr(cx, a.pos[0].0, expected);
+                let ty = v.ty.clone();
+                self.prim(p, vec![v], Attrs::default(), ty, span)
+            }
+            Prim::Print => {
+                self.check_named(name, a, &[]);
+                let mut vs = Vec::new();
+                for (e, s) in &a.pos {
+                    let v = self.check_expr(cx, e, None);
+                    if matches!(v.ty, Type::Fn(_) | Type::ModelType(_)) {
+                        self.error(Diagnostic::error(Code::E0304, *s, format!("cannot print {}", self.ty_str(&v.ty))));
+                    }
+                    vs.push(self.materialise(v));
+                }
+                self.prim(p, vs, Attrs::default(), Type::unit(), span)
+            }
+            Prim::Load => {
+                self.check_named(name, a, &[]);
+                if !self.arity(name, a, 1, 1, span) {
+                    return self.error_expr(span);
+                }
+                let path = self.check_expr(cx, a.pos[0].0, None);
+                if path.ty != Type::Str && !path.ty.has_error() {
+                    self.error(Diagnostic::error(Code::E0304, a.pos[0].1, "`load` needs a path string"));
+                }
+                let ty = match expected {
+                    Some(t @ Type::Tensor(Elem::T(_), s)) if !s.iter().any(|i| matches!(i, ShapeItem::Rest(_))) => t.clone(),
+                    Some(t @ (Type::Model(..) | Type::ModelVar(_))) => t.clone(),
+                    _ => {
+                        self.error(
+                            Diagnostic::error(Code::E0323, span, "`load` needs a type annotation saying what it loads")
+                                .label("what shape and element type?")
+                                .with_help("write `let x: f32[N, 64] = load(\"…\")`; `N` is then bound at run time"),
+                        );
+                        Type::Error
+                    }
+                };
+                self.prim(p, vec![path], Attrs::default(), ty, span)
+            }
+            Prim::Save => {
+                self.check_named(name, a, &[]);
+                if !self.arity(name, a, 2, 2, span) {
+                    return self.error_expr(span);
+                }
+                let path = self.check_expr(cx, a.pos[0].0, None);
+                if path.ty != Type::Str && !path.ty.has_error() {
+                    self.error(Diagnostic::error(Code::E0304, a.pos[0].1, "`save` needs a path string"));
+                }
+                let v = self.check_expr(cx, a.pos[1].0, None);
+                let v = self.materialise(v);
+                if !matches!(v.ty, Type::Tensor(..) | Type::Model(..) | Type::ModelVar(_) | Type::Error) {
+                    self.error(Diagnostic::error(Code::E0304, a.pos[1].1, format!("cannot save {}", self.ty_str(&v.ty))));
+                }
+                self.prim(p, vec![path, v], Attrs::default(), Type::unit(), span)
+            }
+            Prim::Assert => {
+                self.check_named(name, a, &[]);
+                if !self.arity(name, a, 1, 2, span) {
+                    return self.error_expr(span);
+                }
+                let c = self.check_expr(cx, a.pos[0].0, None);
+                self.expect_bool(&c, a.pos[0].1, "`assert` condition");
+                let mut args = vec![c];
+                if let Some((e, s)) = a.pos.get(1) {
+                    let m = self.check_expr(cx, e, None);
+                    if m.ty != Type::Str && !m.ty.has_error() {
+                        self.error(Diagnostic::error(Code::E0304, *s, "`assert` message must be a string"));
+                    }
+                    args.push(m);
+                }
+                self.prim(p, args, Attrs::default(), Type::unit(), span)
+            }
+            Prim::AssertClose => {
+                self.check_named(name, a, &["rtol", "atol"]);
+                if !self.arity(name, a, 2, 2, span) {
+                    return self.error_expr(span);
+                }
+                let x = self.check_expr(cx, a.pos[0].0, None);
+                let y = self.check_expr(cx, a.pos[1].0, None);
+                let both = self.binary_op(ast::BinOp::Sub, x, y, span, a.pos[0].1, a.pos[1].1);
+                let (x, y) = match both.kind {
+                    ExprKind::Prim { mut args, .. } if args.len() == 2 => {
+                        let y = args.pop().unwrap();
+                        (args.pop().unwrap(), y)
+                    }
+                    _ => return self.error_expr(span),
+                };
+                let (x, y) = (self.materialise(x), self.materialise(y));
+                if let Type::Tensor(e, _) = &x.ty {
+                    if !e.is_float() {
+                        self.error(Diagnostic::error(Code::E0318, span, "`assert_close` compares float tensors; use `assert(a == b)` for integers"));
+                    }
+                }
+                let f64t = Type::scalar(ElemTy::F64);
+                let mut args = vec![x, y];
+                for (tol, default) in [("rtol", 1e-5), ("atol", 1e-6)] {
+                    let v = match self.named(a, tol) {
+                        Some(e) => {
+                            let v = self.check_expr(cx, e, Some(&f64t));
+                            self.coerce(v, &f64t, e.span, tol)
+                        }
+                        None => {
+                            let sid = self.span_id(span);
+                            mk(ExprKind::Lit(ir::Lit::Float(default)), f64t.clone(), sid)
+                        }
+                    };
+                    args.push(v);
+                }
+                self.prim(p, args, Attrs::default(), Type::unit(), span)
+            }
+            _ => {
+                // Operators and casts never reach here: they have their own syntax.
+                self.error(Diagnostic::error(Code::E0325, span, format!("`{name}` cannot be called directly")));
+                self.error_expr(span)
+            }
+        }
+    }
+
+    fn check_concat(&mut self, cx: &mut FnCx, p: Prim, a: &Args, span: Span) -> ir::Expr {
+        let name = p.name();
+        self.check_named(name, a, &["axis"]);
+        if !self.arity(name, a, 1, 1, span) {
+            return self.error_expr(span);
+        }
+        let ast::ExprKind::List(items) = &a.pos[0].0.kind else {
+            self.error(
+                Diagnostic::error(Code::E0323, a.pos[0].1, format!("`{name}` needs a list of tensors `[a, b, …]`"))
+                    .label("expected `[…]`"),
+            );
+            return self.error_expr(span);
+        };
+        if items.is_empty() {
+            self.error(Diagnostic::error(Code::E0310, a.pos[0].1, format!("`{name}` needs at least one tensor")));
+            return self.error_expr(span);
+        }
+        let mut vals = Vec::new();
+        for it in items {
+            let v = self.check_expr(cx, it, None);
+            vals.push(self.materialise(v));
+        }
+        if vals.iter().any(|v| v.ty.has_error()) {
+            return self.error_expr(span);
+        }
+        let mut shapes = Vec::new();
+        let mut elem = None;
+        for (v, it) in vals.iter().zip(items) {
+            let Some((e, s)) = self.tensor_of(v, it.span, name) else { return self.error_expr(span) };
+            let s = s.clone();
+            let Some(d) = self.fixed_dims(&s, it.span, name) else { return self.error_expr(span) };
+            match elem {
+                None => elem = Some(e),
+                Some(prev) if prev != e => {
+                    self.error(
+                        Diagnostic::error(Code::E0303, it.span, format!("`{name}` operands have different element types: {} and {}", prev.name(), e.name()))
+                            .label(e.name()),
+                    );
+                    return self.error_expr(span);
+                }
+                _ => {}
+            }
+            shapes.push((d, it.span, v.ty.clone()));
+        }
+        let rank = shapes[0].0.len();
+        let k = match self.named(a, "axis") {
+            Some(x) => self.const_int(cx, x, "axis"),
+            None => Some(0),
+        };
+        let Some(k) = k else { return self.error_expr(span) };
+        let out_rank = if p == Prim::Stack { rank + 1 } else { rank };
+        let t0 = shapes[0].2.clone();
+        let Some(ax) = self.axis(k, out_rank, span, &t0) else { return self.error_expr(span) };
+        for (d, s, t) in &shapes[1..] {
+            let ok = d.len() == rank
+                && (0..rank).all(|i| (p == Prim::Concat && i == ax) || d[i] == shapes[0].0[i]);
+            if !ok {
+                let (t0s, ts) = (self.ty_str(&t0), self.ty_str(t));
+                let msg = if d.len() != rank {
+                    format!("`{name}` operands have different ranks: {t0s} and {ts}")
+                } else if p == Prim::Concat {
+                    format!("`{name}` operands must agree in every dim except axis {ax}: {t0s} and {ts}")
+                } else {
+                    format!("`stack` operands must have the same shape: {t0s} and {ts}")
+                };
+                self.error(
+                    Diagnostic::error(Code::E0310, *s, msg)
+                        .label(format!("this is {ts}"))
+                        .with_secondary(shapes[0].1, format!("this is {t0s}")),
+                );
+                return self.error_expr(span);
+            }
+        }
+        let mut out = shapes[0].0.clone();
+        if p == Prim::Concat {
+            out[ax] = shapes.iter().fold(Dim::constant(0), |acc, (d, _, _)| acc.add(&d[ax]));
+        } else {
+            out.insert(ax, Dim::constant(shapes.len() as i64));
+        }
+        let shape = out.into_iter().map(ShapeItem::Dim).collect();
+        let attrs = Attrs { axis: Some(ax), ..Attrs::default() };
+        self.prim(p, vals, attrs, Type::Tensor(elem.unwrap(), shape), span)
+    }
+
+    fn check_einsum(&mut self, cx: &mut FnCx, a: &Args, span: Span) -> ir::Expr {
+        self.check_named("einsum", a, &[]);
+        if !self.arity("einsum", a, 2, usize::MAX, span) {
+            return self.error_expr(span);
+        }
+        let ast::ExprKind::Str(spec) = &a.pos[0].0.kind else {
+            self.error(Diagnostic::error(Code::E0323, a.pos[0].1, "`einsum` needs its specification as a string literal"));
+            return self.error_expr(span);
+        };
+        let sspan = a.pos[0].1;
+        let mut vals = Vec::new();
+        for (e, _) in &a.pos[1..] {
+            let v = self.check_expr(cx, e, None);
+            vals.push(self.materialise(v));
+        }
+        if vals.iter().any(|v| v.ty.has_error()) {
+            return self.error_expr(span);
+        }
+        let compact: String = spec.chars().filter(|c| !c.is_whitespace()).collect();
+        let (lhs, rhs) = match compact.split_once("->") {
+            Some((l, r)) => (l.to_string(), Some(r.to_string())),
+            None => (compact.clone(), None),
+        };
+        let inputs: Vec<&str> = lhs.split(',').collect();
+        let bad = |c: &mut Checker, msg: String| {
+            c.error(Diagnostic::error(Code::E0311, sspan, msg).label("in this specification"));
+        };
+        if inputs.len() != vals.len() {
+            bad(self, format!("einsum specification has {} operands but {} tensors are given", inputs.len(), vals.len()));
+            return self.error_expr(span);
+        }
+        if compact.chars().any(|c| !(c.is_ascii_alphabetic() || c == ',' || c == '-' || c == '>')) {
+            bad(self, format!("einsum specification `{spec}` may only contain letters, `,` and `->`"));
+            return self.error_expr(span);
+        }
+        let mut sizes: Vec<(char, Dim, usize)> = Vec::new();
+        let mut elem = None;
+        for (i, (letters, v)) in inputs.iter().zip(&vals).enumerate() {
+            let Some((e, s)) = self.tensor_of(v, a.pos[i + 1].1, "einsum") else { return self.error_expr(span) };
+            let s = s.clone();
+            match elem {
+                None => elem = Some(e),
+                Some(prev) if prev != e => {
+                    self.error(Diagnostic::error(
+                        Code::E0303,
+                        a.pos[i + 1].1,
+                        format!("einsum operands have different element types: {} and {}", prev.name(), e.name()),
+                    ));
+                    return self.error_expr(span);
+                }
+                _ => {}
+            }
+            let Some(d) = self.fixed_dims(&s, a.pos[i + 1].1, "einsum") else { return self.error_expr(span) };
+            if d.len() != letters.len() {
+                let ts = self.ty_str(&v.ty);
+                self.error(
+                    Diagnostic::error(
+                        Code::E0311,
+                        a.pos[i + 1].1,
+                        format!("einsum operand {} has rank {} but `{letters}` names {} dims", i + 1, d.len(), letters.len()),
+                    )
+                    .label(format!("this is {ts}"))
+                    .with_secondary(sspan, "specification"),
+                );
+                return self.error_expr(span);
+            }
+            for (c, dim) in letters.chars().zip(d) {
+                match sizes.iter().find(|(l, _, _)| *l == c) {
+                    Some((_, prev, j)) if *prev != dim => {
+                        let (ps, ds) = (self.dim_str(prev), self.dim_str(&dim));
+                        self.error(
+                            Diagnostic::error(
+                                Code::E0311,
+                                a.pos[i + 1].1,
+                                format!("einsum letter `{c}` is {ps} in operand {} but {ds} in operand {}", j + 1, i + 1),
+                            )
+                            .label(format!("`{c}` = {ds} here"))
+                            .with_secondary(a.pos[j + 1].1, format!("`{c}` = {ps} here")),
+                        );
+                        return self.error_expr(span);
+                    }
+                    Some(_) => {}
+                    None => sizes.push((c, dim, i)),
+                }
+            }
+        }
+        let out = match rhs {
+            Some(r) => r,
+            None => {
+                // Implicit form: letters that appear exactly once, in alphabetical order.
+                let mut once: Vec<char> = sizes
+                    .iter()
+                    .map(|(c, _, _)| *c)
+                    .filter(|c| lhs.chars().filter(|x| x == c).count() == 1)
+                    .collect();
+                once.sort();
+                once.into_iter().collect()
+            }
+        };
+        let mut shape = Vec::new();
+        for c in out.chars() {
+            match sizes.iter().find(|(l, _, _)| *l == c) {
+                Some((_, d, _)) => shape.push(ShapeItem::Dim(d.clone())),
+                None => {
+                    bad(self, format!("einsum output letter `{c}` does not appear in any operand"));
+                    return self.error_expr(span);
+                }
+            }
+            if out.chars().filter(|x| *x == c).count() > 1 {
+                bad(self, format!("einsum output letter `{c}` appears twice"));
+                return self.error_expr(span);
+            }
+        }
+        let attrs = Attrs { spec: Some(format!("{lhs}->{out}")), ..Attrs::default() };
+        self.prim(Prim::Einsum, vals, attrs, Type::Tensor(elem.unwrap(), shape), span)
+    }
+
+    fn check_map(&mut self, cx: &mut FnCx, a: &Args, span: Span) -> ir::Expr {
+        self.check_named("map", a, &[]);
+        if !self.arity("map", a, 2, usize::MAX, span) {
+            return self.error_expr(span);
+        }
+        let f = self.check_expr(cx, a.pos[0].0, None);
+        let mut models = Vec::new();
+        for (e, s) in &a.pos[1..] {
+            let m = self.check_expr(cx, e, None);
+            if !m.ty.is_model() && !m.ty.has_error() {
+                let ts = self.ty_str(&m.ty);
+                self.error(Diagnostic::error(Code::E0304, *s, format!("`map` applies a function to models, found {ts}")));
+                return self.error_expr(span);
+            }
+            models.push(m);
+        }
+        let mty = models[0].ty.clone();
+        for (m, (_, s)) in models.iter().zip(&a.pos[1..]).skip(1) {
+            if m.ty != mty && !m.ty.has_error() && !mty.has_error() {
+                let (a0, b0) = (self.ty_str(&mty), self.ty_str(&m.ty));
+                self.error(Diagnostic::error(Code::E0321, *s, format!("`map` needs models of one type: {a0} and {b0}")));
+                return self.error_expr(span);
+            }
+        }
+        let Type::Fn(fty) = &f.ty else {
+            if !f.ty.has_error() {
+                let ts = self.ty_str(&f.ty);
+                self.error(Diagnostic::error(Code::E0313, a.pos[0].1, format!("`map` needs a function, found {ts}")));
+            }
+            return self.error_expr(span);
+        };
+        // The function is checked on every distinct leaf type of the model.
+        let leaves = self.leaf_types(&mty);
+        for leaf in leaves {
+            let args: Vec<(Type, Span)> = models.iter().map(|_| (leaf.clone(), a.pos[0].1)).collect();
+            match self.apply_fn_type(fty, &args, a.pos[0].1, false) {
+                Some((r, _)) => {
+                    if !self.types_equal(&r, &leaf) && !r.has_error() {
+                        let (rs, ls) = (self.ty_str(&r), self.ty_str(&leaf));
+                        self.error(
+                            Diagnostic::error(
+                                Code::E0304,
+                                a.pos[0].1,
+                                format!("`map`'s function must keep each tensor's type: it maps {ls} to {rs}"),
+                            )
+                            .label("changes the shape or element type"),
+                        );
+                        return self.error_expr(span);
+                    }
+                }
+                None => return self.error_expr(span),
+            }
+        }
+        let mut args = vec![f];
+        args.extend(models);
+        self.prim(Prim::Map, args, Attrs::default(), mty, span)
+    }
+
+    /// The distinct tensor types inside a model (all of `f32[..S]` for a generic model).
+    fn leaf_types(&mut self, t: &Type) -> Vec<Type> {
+        match t {
+            Type::Model(id, args) => {
+                let n = self.model_sigs[id.0 as usize].fields.len();
+                let mut out: Vec<Type> = Vec::new();
+                for i in 0..n {
+                    let ft = self.field_type(*id, args, i);
+                    for l in self.leaf_types(&ft) {
+                        if !out.contains(&l) {
+                            out.push(l);
+                        }
+                    }
+                }
+                out
+            }
+            Type::ModelVar(_) => {
+                let r = self.new_rest("S");
+                vec![Type::Tensor(Elem::T(ElemTy::F32), vec![ShapeItem::Rest(r)])]
+            }
+            Type::Tensor(..) => vec![t.clone()],
+            _ => vec![],
+        }
+    }
+
+    /// `init`, the transforms and conversions.
+    pub(crate) fn check_special(
+        &mut self,
+        cx: &mut FnCx,
+        name: &str,
+        args: &[ast::Arg],
+        span: Span,
+        fspan: Span,
+        expected: Option<&Type>,
+    ) -> ir::Expr {
+        let a = split(args);
+        self.index.types.push((fspan, format!("builtin {name}"), None));
+        match name {
+            "f32" | "f64" | "i32" | "bool" => {
+                self.check_named(name, &a, &[]);
+                if !self.arity(name, &a, 1, 1, span) {
+                    return self.error_expr(span);
+                }
+                let et = ElemTy::from_name(name).unwrap();
+                let v = self.check_expr(cx, a.pos[0].0, None);
+                let ty = match &v.ty {
+                    Type::Tensor(_, s) => Type::Tensor(Elem::T(et), s.clone()),
+                    Type::Error => Type::Error,
+                    t => {
+                        let ts = self.ty_str(t);
+                        self.error(Diagnostic::error(Code::E0304, a.pos[0].1, format!("cannot convert {ts} to {name}")));
+                        Type::Error
+                    }
+                };
+                let attrs = Attrs { dtype: Some(et), ..Attrs::default() };
+                self.prim(Prim::Cast, vec![v], attrs, ty, span)
+            }
+            "init" => {
+                self.check_named(name, &a, &["seed"]);
+                if !self.arity(name, &a, 1, 1, span) {
+                    return self.error_expr(span);
+                }
+                let t = self.check_expr(cx, a.pos[0].0, None);
+                let mty = match &t.ty {
+                    Type::ModelType(m) => (**m).clone(),
+                    Type::Error => return self.error_expr(span),
+                    other => {
+                        let ts = self.ty_str(other);
+                        self.error(
+                            Diagnostic::error(Code::E0304, a.pos[0].1, format!("`init` needs a model type such as `Mlp[64, 10]`, found {ts}"))
+                                .label("not a model type"),
+                        );
+                        return self.error_expr(span);
+                    }
+                };
+                let Type::Model(id, targs) = mty.clone() else { return self.error_expr(span) };
+                self.check_initialisable(id, &targs, a.pos[0].1);
+                let i32t = Type::scalar(ElemTy::I32);
+                let seed = match self.named(&a, "seed") {
+                    Some(e) => {
+                        let v = self.check_expr(cx, e, Some(&i32t));
+                        self.coerce_with(v, &i32t, e.span, Code::E0303, "seed")
+                    }
+                    None => {
+                        self.error(
+                            Diagnostic::error(Code::E0212, span, "`init` needs `seed: s`")
+                                .label("missing seed")
+                                .with_help("parameters are drawn from a generator keyed by the seed, e.g. `init(Mlp[64, 10], seed: 0)`"),
+                        );
+                        lit_i32(self, 0, span)
+                    }
+                };
+                let s = self.span_id(span);
+                mk(ExprKind::ModelInit { model: id, args: targs, seed: Box::new(seed) }, mty, s)
+            }
+            "grad" | "value_and_grad" | "vmap" => {
+                let allowed: &[&str] = if name == "vmap" { &["in_axes"] } else { &["wrt"] };
+                self.check_named(name, &a, allowed);
+                if !self.arity(name, &a, 1, 1, span) {
+                    return self.error_expr(span);
+                }
+                let f = self.check_expr(cx, a.pos[0].0, None);
+                let fty = match &f.ty {
+                    Type::Fn(ft) => ft.clone(),
+                    Type::Error => return self.error_expr(span),
+                    t => {
+                        let ts = self.ty_str(t);
+                        self.error(Diagnostic::error(Code::E0313, a.pos[0].1, format!("`{name}` needs a function, found {ts}")));
+                        return self.error_expr(span);
+                    }
+                };
+                let new = if name == "vmap" {
+                    let in_axes = match self.named(&a, "in_axes") {
+                        Some(e) => match self.in_axes(cx, e) {
+                            Some(v) => v,
+                            None => return self.error_expr(span),
+                        },
+                        None => vec![],
+                    };
+                    FnTy::Vmap { inner: Box::new(fty), in_axes }
+                } else {
+                    let wrt = match self.named(&a, "wrt") {
+                        Some(e) => match self.wrt_index(cx, &fty, e) {
+                            Some(i) => i,
+                            None => return self.error_expr(span),
+                        },
+                        None => 0,
+                    };
+                    FnTy::Grad { inner: Box::new(fty), wrt, with_value: name == "value_and_grad" }
+                };
+                let target = fn_target(&new);
+                let s = self.span_id(span);
+                mk(ExprKind::Transform { target, callee: Box::new(f) }, Type::Fn(new), s)
+            }
+            "jvp" => {
+                self.check_named(name, &a, &[]);
+                if !self.arity(name, &a, 3, 3, span) {
+                    return self.error_expr(span);
+                }
+                let f = self.check_expr(cx, a.pos[0].0, None);
+                let Type::Fn(fty) = f.ty.clone() else {
+                    if !f.ty.has_error() {
+                        self.error(Diagnostic::error(Code::E0313, a.pos[0].1, "`jvp` needs a function"));
+                    }
+                    return self.error_expr(span);
+                };
+                let prim_vals = self.tuple_items(cx, a.pos[1].0);
+                let tan_vals = self.tuple_items(cx, a.pos[2].0);
+                if prim_vals.len() != tan_vals.len() {
+                    self.error(Diagnostic::error(
+                        Code::E0404,
+                        a.pos[2].1,
+                        format!("`jvp` has {} primals but {} tangents", prim_vals.len(), tan_vals.len()),
+                    ));
+                    return self.error_expr(span);
+                }
+                let args: Vec<(Type, Span)> = prim_vals.iter().map(|v| (v.ty.clone(), a.pos[1].1)).collect();
+                let Some((ret, target)) = self.apply_fn_type(&fty, &args, span, false) else { return self.error_expr(span) };
+                let mut tans = Vec::new();
+                for (t, p) in tan_vals.into_iter().zip(&prim_vals) {
+                    tans.push(self.coerce_with(t, &p.ty, a.pos[2].1, Code::E0404, "tangent"));
+                }
+                let s = self.span_id(span);
+                let ty = Type::Tuple(vec![ret.clone(), ret]);
+                mk(ExprKind::Jvp { target, callee: Box::new(f), primals: prim_vals, tangents: tans }, ty, s)
+            }
+            "vjp" => {
+                self.check_named(name, &a, &[]);
+                if !self.arity(name, &a, 2, usize::MAX, span) {
+                    return self.error_expr(span);
+                }
+                let f = self.check_expr(cx, a.pos[0].0, None);
+                let Type::Fn(fty) = f.ty.clone() else {
+                    if !f.ty.has_error() {
+                        self.error(Diagnostic::error(Code::E0313, a.pos[0].1, "`vjp` needs a function"));
+                    }
+                    return self.error_expr(span);
+                };
+                let mut prims = Vec::new();
+                for (e, _) in &a.pos[1..] {
+                    let v = self.check_expr(cx, e, None);
+                    prims.push(self.materialise(v));
+                }
+                let args: Vec<(Type, Span)> = prims.iter().zip(&a.pos[1..]).map(|(v, (_, s))| (v.ty.clone(), *s)).collect();
+                let Some((ret, target)) = self.apply_fn_type(&fty, &args, span, false) else { return self.error_expr(span) };
+                let pb = FnTy::Pullback { inner: Box::new(fty), primals: prims.iter().map(|v| v.ty.clone()).collect() };
+                let s = self.span_id(span);
+                let ty = Type::Tuple(vec![ret, Type::Fn(pb)]);
+                mk(ExprKind::Vjp { target, callee: Box::new(f), primals: prims }, ty, s)
+            }
+            "batches" => {
+                self.error(
+                    Diagnostic::error(Code::E0304, span, "`batches(…)` can only be used in a `for` loop")
+                        .with_help("write `for (xb, yb) in batches(x, y, size: 64) { … }`"),
+                );
+                self.error_expr(span)
+            }
+            _ => {
+                let _ = expected;
+                self.error_expr(span)
+            }
+        }
+    }
+
+    fn check_initialisable(&mut self, id: crate::types::ModelId, args: &[crate::types::TypeArg], span: Span) {
+        let n = self.model_sigs[id.0 as usize].fields.len();
+        for i in 0..n {
+            let has_init = self.model_sigs[id.0 as usize].decl.fields.get(i).is_some_and(|f| f.init.is_some());
+            let ft = self.field_type(id, args, i);
+            match &ft {
+                Type::Model(mid, margs) => {
+                    let (mid, margs) = (*mid, margs.clone());
+                    self.check_initialisable(mid, &margs, span);
+                }
+                Type::Error => {}
+                _ if !has_init => {
+                    let (mname, fname) = (self.model_sigs[id.0 as usize].name.clone(), self.model_sigs[id.0 as usize].fields[i].0.clone());
+                    let fspan = self.model_sigs[id.0 as usize].fields[i].2;
+                    self.error(
+                        Diagnostic::error(
+                            Code::E0325,
+                            span,
+                            format!("`init` cannot initialise `{mname}`: field `{fname}` has no initialiser"),
+                        )
+                        .with_secondary(fspan, "no `= …` here")
+                        .with_help(format!("give the field an initialiser, or build the model with `{mname}(…)`")),
+                    );
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn tuple_items(&mut self, cx: &mut FnCx, e: &ast::Expr) -> Vec<ir::Expr> {
+        match &e.kind {
+            ast::ExprKind::Tuple(es) => es
+                .iter()
+                .map(|x| {
+                    let v = self.check_expr(cx, x, None);
+                    self.materialise(v)
+                })
+                .collect(),
+            _ => {
+                let v = self.check_expr(cx, e, None);
+                vec![self.materialise(v)]
+            }
+        }
+    }
+
+    fn in_axes(&mut self, cx: &FnCx, e: &ast::Expr) -> Option<Vec<Option<usize>>> {
+        let items: Vec<&ast::Expr> = match &e.kind {
+            ast::ExprKind::Tuple(es) => es.iter().collect(),
+            _ => vec![e],
+        };
+        let mut out = Vec::new();
+        for it in items {
+            if matches!(it.kind, ast::ExprKind::Wild) {
+                out.push(None);
+                continue;
+            }
+            match self.static_dim(cx, it).and_then(|d| d.as_const()) {
+                Some(k) if k >= 0 => out.push(Some(k as usize)),
+                _ => {
+                    self.error(
+                        Diagnostic::error(Code::E0404, it.span, "`in_axes` entries are axis numbers or `_` for an unmapped argument")
+                            .label("expected e.g. `0` or `_`"),
+                    );
+                    return None;
+                }
+            }
+        }
+        Some(out)
+    }
+
+    fn wrt_index(&mut self, cx: &FnCx, f: &FnTy, e: &ast::Expr) -> Option<usize> {
+        if let Some(k) = self.static_dim(cx, e).and_then(|d| d.as_const()) {
+            return Some(k.max(0) as usize);
+        }
+        let ast::ExprKind::Name(n) = &e.kind else {
+            self.error(Diagnostic::error(Code::E0402, e.span, "`wrt:` names a parameter"));
+            return None;
+        };
+        let names: Vec<String> = match f {
+            FnTy::Item(id) => self.fn_sigs[id.0 as usize].params.iter().map(|p| p.name.clone()).collect(),
+            FnTy::Closure(cid) => match &self.closures[cid.0 as usize].ast.kind {
+                ast::ExprKind::Closure { params, .. } => params.iter().map(|p| p.name.name.clone()).collect(),
+                _ => vec![],
+            },
+            _ => vec![],
+        };
+        match names.iter().position(|p| p == n) {
+            Some(i) => Some(i),
+            None => {
+                let mut d = Diagnostic::error(Code::E0402, e.span, format!("the function has no parameter `{n}`"))
+                    .label("unknown parameter");
+                if let Some(s) = super::suggest(n, names.iter().map(String::as_str)) {
+                    d = d.with_help(format!("did you mean `{s}`?"));
+                }
+                self.error(d);
+                None
+            }
+        }
+    }
+}
+
+/// The static call target of a function type, where the checker knows it.
+pub(crate) fn fn_target(f: &FnTy) -> ir::FnTarget {
+    match f {
+        FnTy::Item(id) => ir::FnTarget::Func(*id),
+        FnTy::Grad { inner, wrt, with_value } => {
+            ir::FnTarget::Grad { inner: Box::new(fn_target(inner)), wrt: *wrt, with_value: *with_value }
+        }
+        FnTy::Vmap { inner, in_axes } => ir::FnTarget::Vmap { inner: Box::new(fn_target(inner)), in_axes: in_axes.clone() },
+        _ => ir::FnTarget::Dynamic,
+    }
+}

@@ -1,0 +1,966 @@
+//! Calls: named functions (generic dims inferred by unification), model constructors, function
+//! values (closures, `grad`/`vmap` transforms), indexing and slicing, static dim expressions.
+
+use super::expr::{mk, Binding, FnCx};
+use super::{Checker, ItemRef};
+use crate::diag::{Code, Diagnostic};
+use crate::ir::{self, Attrs, ExprKind, FnTarget, Lit, Prim};
+use crate::source::Span;
+use crate::syntax::ast;
+use crate::types::unify::{Mismatch, Subst, Unifier};
+use crate::types::{Dim, Elem, ElemTy, FnTy, FuncId, ModelId, ShapeItem, Sym, Type, TypeArg};
+use std::collections::{HashMap, HashSet};
+
+/// Special builtins whose arguments are not ordinary values.
+const SPECIAL: &[&str] = &["init", "grad", "value_and_grad", "jvp", "vjp", "vmap", "batches", "f32", "f64", "i32", "bool"];
+
+impl Checker {
+    pub(crate) fn check_call(
+        &mut self,
+        cx: &mut FnCx,
+        f: &ast::Expr,
+        args: &[ast::Arg],
+        span: Span,
+        expected: Option<&Type>,
+    ) -> ir::Expr {
+        // Callees known by name: items, constructors and builtins.
+        let item = match &f.kind {
+            ast::ExprKind::Name(n) if cx.lookup(n).is_none() => match self.scopes[cx.module.0 as usize].get(n).cloned() {
+                Some(r) => Some(r),
+                None => {
+                    if SPECIAL.contains(&n.as_str()) {
+                        return self.check_special(cx, n, args, span, f.span, expected);
+                    }
+                    if let Some(p) = Prim::from_name(n) {
+                        return self.check_builtin(cx, p, args, span, f.span, expected);
+                    }
+                    self.unknown_name(cx, n, f.span);
+                    for a in args {
+                        self.check_expr(cx, &a.value, None);
+                    }
+                    return self.error_expr(span);
+                }
+            },
+            ast::ExprKind::Field(base, member) => match &base.kind {
+                ast::ExprKind::Name(n) if cx.lookup(n).is_none() => match self.scopes[cx.module.0 as usize].get(n) {
+                    Some(ItemRef::Module(m)) => {
+                        let r = self.scopes[m.0 as usize].get(&member.name).cloned();
+                        if let Some(ItemRef::Func(id)) = &r {
+                            let def = self.fn_sigs[id.0 as usize].span;
+                            self.index.types.push((member.span, self.fn_signature_str(*id), Some(def)));
+                        }
+                        r
+                    }
+                    _ => None,
+                },
+                _ => None,
+            },
+            _ => None,
+        };
+        match item {
+            Some(ItemRef::Func(id)) => {
+                if let ast::ExprKind::Name(_) = &f.kind {
+                    let def = self.fn_sigs[id.0 as usize].span;
+                    self.index.types.push((f.span, self.fn_signature_str(id), Some(def)));
+                }
+                return self.call_item(cx, id, args, span, f.span);
+            }
+            Some(ItemRef::Model(id)) => return self.construct_model(cx, id, args, span),
+            _ => {}
+        }
+        let callee = self.check_expr(cx, f, None);
+        let mut vals = Vec::new();
+        for a in args {
+            if let Some(n) = &a.name {
+                self.error(
+                    Diagnostic::error(Code::E0212, n.span, format!("named argument `{}` in a call of a function value", n.name))
+                        .with_help("function values take positional arguments"),
+                );
+            }
+            vals.push(self.check_expr(cx, &a.value, None));
+        }
+        let fty = match &callee.ty {
+            Type::Fn(fty) => fty.clone(),
+            Type::Error => return self.error_expr(span),
+            t => {
+                let ts = self.ty_str(t);
+                self.error(
+                    Diagnostic::error(Code::E0313, f.span, format!("{ts} is not a function")).label("called here"),
+                );
+                return self.error_expr(span);
+            }
+        };
+        let arg_tys: Vec<(Type, Span)> = vals.iter().zip(args).map(|(v, a)| (v.ty.clone(), a.value.span)).collect();
+        match self.apply_fn_type(&fty, &arg_tys, span, false) {
+            Some((ret, target)) => {
+                let vals = self.coerce_args_for(&fty, vals);
+                let s = self.span_id(span);
+                mk(ExprKind::CallValue { callee: Box::new(callee), target, args: vals }, ret, s)
+            }
+            None => self.error_expr(span),
+        }
+    }
+
+    /// Casts weak literal arguments of a value call to the element types they will meet.
+    fn coerce_args_for(&mut self, fty: &FnTy, vals: Vec<ir::Expr>) -> Vec<ir::Expr> {
+        match fty {
+            FnTy::Sig { params, .. } => vals
+                .into_iter()
+                .zip(params.iter())
+                .map(|(v, p)| match self.try_coerce(v, p) {
+                    Ok(v) | Err((v, _)) => v,
+                })
+                .collect(),
+            _ => vals.into_iter().map(|v| self.materialise(v)).collect(),
+        }
+    }
+
+    fn arg_list(
+        &mut self,
+        cx: &mut FnCx,
+        names: &[String],
+        args: &[ast::Arg],
+        what: &str,
+        span: Span,
+    ) -> Vec<Option<ast::Expr>> {
+        let mut out: Vec<Option<ast::Expr>> = vec![None; names.len()];
+        let mut pos = 0;
+        for a in args {
+            match &a.name {
+                None => {
+                    if pos < names.len() {
+                        out[pos] = Some(a.value.clone());
+                        pos += 1;
+                    } else {
+                        self.error(
+                            Diagnostic::error(
+                                Code::E0312,
+                                a.value.span,
+                                format!("{what} takes {} arguments, but more were given", names.len()),
+                            )
+                            .label("unexpected argument"),
+                        );
+                        self.check_expr(cx, &a.value, None);
+                    }
+                }
+                Some(n) => match names.iter().position(|p| *p == n.name) {
+                    Some(i) if out[i].is_none() => out[i] = Some(a.value.clone()),
+                    Some(_) => {
+                        self.error(Diagnostic::error(Code::E0212, n.span, format!("argument `{}` is given twice", n.name)));
+                    }
+                    None => {
+                        let mut d = Diagnostic::error(Code::E0212, n.span, format!("{what} has no parameter `{}`", n.name))
+                            .label("unknown argument name");
+                        d = match super::suggest(&n.name, names.iter().map(String::as_str)) {
+                            Some(s) => d.with_help(format!("did you mean `{s}`?")),
+                            None => d.with_help(format!("the parameters are {}", names.join(", "))),
+                        };
+                        self.error(d);
+                        self.check_expr(cx, &a.value, None);
+                    }
+                },
+            }
+        }
+        let _ = span;
+        out
+    }
+
+    fn call_item(&mut self, cx: &mut FnCx, id: FuncId, args: &[ast::Arg], span: Span, fspan: Span) -> ir::Expr {
+        if self.checking.contains(&id) {
+            let name = self.fn_sigs[id.0 as usize].name.clone();
+            self.error(
+                Diagnostic::error(Code::E0324, fspan, format!("recursive call of `{name}`"))
+                    .label("recursion is not supported")
+                    .with_help("shapes must be finite: use a `for` or `while` loop instead"),
+            );
+            return self.error_expr(span);
+        }
+        self.ensure_body(id);
+        let sig = self.fn_sigs[id.0 as usize].clone();
+        let names: Vec<String> = sig.params.iter().map(|p| p.name.clone()).collect();
+        let what = format!("`{}`", sig.name);
+        let given = self.arg_list(cx, &names, args, &what, span);
+        let mut vals = Vec::new();
+        let mut spans = Vec::new();
+        let mut missing = false;
+        for (p, g) in sig.params.iter().zip(given) {
+            match g {
+                Some(e) => {
+                    let hint = if p.ty.is_scalar() { Some(p.ty.clone()) } else { None };
+                    let hint = hint.or_else(|| matches!(p.ty, Type::Fn(_)).then(|| p.ty.clone()));
+                    vals.push(self.check_expr(cx, &e, hint.as_ref()));
+                    spans.push(e.span);
+                }
+                None => match &p.default {
+                    Some(d) => {
+                        let mut dcx = FnCx::new(sig.module);
+                        let v = self.check_expr(&mut dcx, d, Some(&p.ty));
+                        vals.push(v);
+                        spans.push(d.span);
+                    }
+                    None => {
+                        self.error(
+                            Diagnostic::error(Code::E0312, span, format!("missing argument `{}` of {what}", p.name))
+                                .label(format!("`{}` expects {} arguments", sig.name, sig.params.len()))
+                                .with_secondary(p.span, "parameter declared here"),
+                        );
+                        missing = true;
+                    }
+                },
+            }
+        }
+        if missing {
+            return self.error_expr(span);
+        }
+        let arg_tys: Vec<(Type, Span)> = vals.iter().map(|v| v.ty.clone()).zip(spans.iter().copied()).collect();
+        let Some((ret, subst)) = self.instantiate(id, &arg_tys, span, false) else {
+            return self.error_expr(span);
+        };
+        let mut out = Vec::new();
+        for ((v, p), sp) in vals.into_iter().zip(&sig.params).zip(&spans) {
+            let pt = subst.ty(&p.ty);
+            out.push(match self.try_coerce(v, &pt) {
+                Ok(v) => v,
+                Err((v, why)) => {
+                    if !matches!(pt, Type::Tensor(..)) {
+                        self.error(
+                            Diagnostic::error(
+                                Code::E0304,
+                                *sp,
+                                format!("argument `{}` of {what} expects {}, found {}", p.name, self.ty_str(&pt), self.ty_str(&v.ty)),
+                            )
+                            .label(why),
+                        );
+                    }
+                    v
+                }
+            });
+        }
+        let dims: Vec<Dim> = sig.dims.iter().map(|s| subst.dims.get(s).cloned().unwrap_or_else(|| Dim::var(*s))).collect();
+        let s = self.span_id(span);
+        mk(ExprKind::Call { func: id, dims, args: out }, ret, s)
+    }
+
+    /// Unifies a named function's parameters with argument types; reports mismatches.
+    pub(crate) fn instantiate(&mut self, id: FuncId, args: &[(Type, Span)], span: Span, quiet: bool) -> Option<(Type, Subst)> {
+        let sig = self.fn_sigs[id.0 as usize].clone();
+        if args.len() != sig.params.len() {
+            if !quiet {
+                self.error(
+                    Diagnostic::error(
+                        Code::E0312,
+                        span,
+                        format!("`{}` takes {} arguments, found {}", sig.name, sig.params.len(), args.len()),
+                    )
+                    .with_secondary(sig.span, "defined here"),
+                );
+            }
+            return None;
+        }
+        let generic: HashSet<Sym> = sig.dims.iter().copied().collect();
+        let mut u = Unifier::new(&generic);
+        let mut bound_by: HashMap<Sym, usize> = HashMap::new();
+        let mut ok = true;
+        for (i, (p, (a, aspan))) in sig.params.iter().zip(args).enumerate() {
+            let before: HashSet<Sym> = u.subst.dims.keys().copied().collect();
+            if let Err(m) = u.ty(&p.ty, a) {
+                ok = false;
+                if !quiet {
+                    self.report_mismatch(&sig.name, &sig.params, i, &p.ty, a, m, *aspan, &bound_by, &args.iter().map(|x| x.1).collect::<Vec<_>>(), &u.subst);
+                }
+            }
+            for s in u.subst.dims.keys() {
+                if !before.contains(s) {
+                    bound_by.insert(*s, i);
+                }
+            }
+        }
+        if let Err(m) = u.finish() {
+            ok = false;
+            if !quiet {
+                self.error(Diagnostic::error(Code::E0307, span, format!("cannot infer the dims of `{}`: {m:?}", sig.name)));
+            }
+        }
+        if !ok {
+            return None;
+        }
+        let unsolved = u.unsolved(&sig.dims);
+        if !unsolved.is_empty() {
+            if !quiet {
+                let names: Vec<String> = unsolved.iter().map(|s| self.names().sym(*s)).collect();
+                self.error(
+                    Diagnostic::error(
+                        Code::E0307,
+                        span,
+                        format!("cannot infer dim {} of `{}` from the arguments", names.join(", "), sig.name),
+                    )
+                    .label("no argument determines it")
+                    .with_secondary(sig.span, "declared here"),
+                );
+            }
+            return None;
+        }
+        for v in &sig.models {
+            if !u.subst.models.contains_key(v) {
+                if !quiet {
+                    self.error(Diagnostic::error(
+                        Code::E0307,
+                        span,
+                        format!("cannot infer model parameter `{}` of `{}`", self.names().tyvar(*v), sig.name),
+                    ));
+                }
+                return None;
+            }
+        }
+        let ret = u.subst.ty(&sig.ret);
+        Some((ret, u.subst))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn report_mismatch(
+        &mut self,
+        fname: &str,
+        params: &[super::ParamSig],
+        i: usize,
+        pty: &Type,
+        aty: &Type,
+        m: Mismatch,
+        aspan: Span,
+        bound_by: &HashMap<Sym, usize>,
+        arg_spans: &[Span],
+        subst: &Subst,
+    ) {
+        let pname = &params[i].name;
+        let expected = self.ty_str(&subst.ty(pty));
+        let found = self.ty_str(aty);
+        let d = match m {
+            Mismatch::Elem { expected: e, found: f } => Diagnostic::error(
+                if f.is_weak() { Code::E0322 } else { Code::E0303 },
+                aspan,
+                format!("argument `{pname}` of `{fname}` has element type {}, expected {}", f.name(), e.name()),
+            )
+            .label(format!("this is {found}"))
+            .with_help(format!("convert it with `{}(…)`", e.materialise().name())),
+            Mismatch::Rank { expected: r, found: fr } => Diagnostic::error(
+                Code::E0305,
+                aspan,
+                format!("argument `{pname}` of `{fname}` has rank {fr}, expected rank {r} ({expected})"),
+            )
+            .label(format!("this is {found}")),
+            Mismatch::Dim { index, expected: e, found: f } => {
+                // If the dim was fixed by an earlier argument, say which.
+                let orig = match pty {
+                    Type::Tensor(_, s) => s.get(index).and_then(|x| match x {
+                        ShapeItem::Dim(d) => Some(d.clone()),
+                        _ => None,
+                    }),
+                    _ => None,
+                };
+                let earlier = orig.as_ref().and_then(|d| d.vars().find_map(|v| bound_by.get(&v).map(|j| (v, *j))));
+                match earlier {
+                    Some((v, j)) => {
+                        let vname = self.names().sym(v);
+                        Diagnostic::error(
+                            Code::E0307,
+                            aspan,
+                            format!(
+                                "conflicting sizes for dim {vname} of `{fname}`: {} from argument `{}` vs {} from argument `{pname}`",
+                                self.dim_str(&e),
+                                params[j].name,
+                                self.dim_str(&f)
+                            ),
+                        )
+                        .label(format!("this is {found}"))
+                        .with_secondary(arg_spans[j], format!("{vname} = {} here", self.dim_str(&e)))
+                    }
+                    None => Diagnostic::error(
+                        Code::E0306,
+                        aspan,
+                        format!(
+                            "argument `{pname}` of `{fname}`: dimension {index} is {}, expected {}",
+                            self.dim_str(&f),
+                            self.dim_str(&e)
+                        ),
+                    )
+                    .label(format!("this is {found}, expected {expected}")),
+                }
+            }
+            Mismatch::Conflict { var, first, second } => Diagnostic::error(
+                Code::E0307,
+                aspan,
+                format!(
+                    "conflicting sizes for dim {}: {} vs {}",
+                    self.names().sym(var),
+                    self.dim_str(&first),
+                    self.dim_str(&second)
+                ),
+            ),
+            Mismatch::Kind => Diagnostic::error(
+                Code::E0304,
+                aspan,
+                format!("argument `{pname}` of `{fname}` has type {found}, expected {expected}"),
+            )
+            .label(format!("this is {found}")),
+        };
+        self.error(d);
+    }
+
+    /// Applies a function value to argument types: the result type and the call target.
+    pub(crate) fn apply_fn_type(&mut self, f: &FnTy, args: &[(Type, Span)], span: Span, quiet: bool) -> Option<(Type, FnTarget)> {
+        match f {
+            FnTy::Sig { params, ret } => {
+                if params.len() != args.len() {
+                    if !quiet {
+                        self.error(Diagnostic::error(
+                            Code::E0312,
+                            span,
+                            format!("function takes {} arguments, found {}", params.len(), args.len()),
+                        ));
+                    }
+                    return None;
+                }
+                for (p, (a, s)) in params.iter().zip(args) {
+                    if !self.types_equal(a, p) {
+                        if !quiet {
+                            self.error(Diagnostic::error(
+                                super::expr::mismatch_code(a, p),
+                                *s,
+                                format!("argument has type {}, expected {}", self.ty_str(a), self.ty_str(p)),
+                            ));
+                        }
+                        return None;
+                    }
+                }
+                Some(((**ret).clone(), FnTarget::Dynamic))
+            }
+            FnTy::Item(id) => {
+                if self.checking.contains(id) {
+                    self.error(Diagnostic::error(Code::E0324, span, "recursive use of a function"));
+                    return None;
+                }
+                self.ensure_body(*id);
+                let (ret, _) = self.instantiate(*id, args, span, quiet)?;
+                Some((ret, FnTarget::Func(*id)))
+            }
+            FnTy::Closure(cid) => self.apply_closure(*cid, args, span),
+            FnTy::Grad { inner, wrt, with_value } => {
+                let (ret, target) = self.apply_fn_type(inner, args, span, quiet)?;
+                let scalar_float = matches!(&ret, Type::Tensor(e, s) if s.is_empty() && e.is_float()) || ret.is_error();
+                if !scalar_float {
+                    self.error(
+                        Diagnostic::error(
+                            Code::E0401,
+                            span,
+                            format!("`grad` needs a function that returns a float scalar, but it returns {}", self.ty_str(&ret)),
+                        )
+                        .label("differentiated here")
+                        .with_help("reduce the result first, e.g. with `sum(…)` or `mean(…)`"),
+                    );
+                    return None;
+                }
+                let Some((wt, wspan)) = args.get(*wrt) else {
+                    self.error(Diagnostic::error(Code::E0402, span, format!("`grad` with respect to argument {wrt}, but only {} given", args.len())));
+                    return None;
+                };
+                if !differentiable_type(wt) {
+                    self.error(
+                        Diagnostic::error(
+                            Code::E0402,
+                            *wspan,
+                            format!("cannot differentiate with respect to {}: only float values have gradients", self.ty_str(wt)),
+                        )
+                        .label("integer or boolean argument")
+                        .with_help("pick a float parameter with `wrt:`"),
+                    );
+                    return None;
+                }
+                let g = match wt {
+                    Type::Tensor(e, s) => Type::Tensor(Elem::T(e.materialise()), s.clone()),
+                    t => t.clone(),
+                };
+                let ret = if *with_value { Type::Tuple(vec![ret, g]) } else { g };
+                Some((ret, FnTarget::Grad { inner: Box::new(target), wrt: *wrt, with_value: *with_value }))
+            }
+            FnTy::Vmap { inner, in_axes } => {
+                let axes: Vec<Option<usize>> =
+                    if in_axes.is_empty() { vec![Some(0); args.len()] } else { in_axes.clone() };
+                if axes.len() != args.len() {
+                    self.error(Diagnostic::error(
+                        Code::E0404,
+                        span,
+                        format!("`vmap` has {} `in_axes` entries but is called with {} arguments", axes.len(), args.len()),
+                    ));
+                    return None;
+                }
+                let mut inner_args = Vec::new();
+                let mut batch: Option<(Dim, Span)> = None;
+                for ((t, s), ax) in args.iter().zip(&axes) {
+                    match (t, ax) {
+                        (_, None) => inner_args.push((t.clone(), *s)),
+                        (Type::Tensor(e, sh), Some(ax)) if *ax < sh.len() => {
+                            let ShapeItem::Dim(b) = &sh[*ax] else {
+                                self.error(Diagnostic::error(Code::E0404, *s, "`vmap` cannot map over a `..` rest"));
+                                return None;
+                            };
+                            if let Some((prev, pspan)) = &batch {
+                                if prev != b {
+                                    self.error(
+                                        Diagnostic::error(
+                                            Code::E0306,
+                                            *s,
+                                            format!(
+                                                "`vmap` mapped dims differ: {} vs {}",
+                                                self.dim_str(prev),
+                                                self.dim_str(b)
+                                            ),
+                                        )
+                                        .with_secondary(*pspan, format!("mapped dim {}", self.dim_str(prev))),
+                                    );
+                                    return None;
+                                }
+                            } else {
+                                batch = Some((b.clone(), *s));
+                            }
+                            let mut sh2 = sh.clone();
+                            sh2.remove(*ax);
+                            inner_args.push((Type::Tensor(*e, sh2), *s));
+                        }
+                        (Type::Error, _) => inner_args.push((Type::Error, *s)),
+                        (t, Some(ax)) => {
+                            self.error(Diagnostic::error(
+                                Code::E0404,
+                                *s,
+                                format!("`vmap` cannot map axis {ax} of {}", self.ty_str(t)),
+                            ));
+                            return None;
+                        }
+                    }
+                }
+                let (ret, target) = self.apply_fn_type(inner, &inner_args, span, quiet)?;
+                let b = batch.map(|(b, _)| b).unwrap_or_else(|| Dim::constant(1));
+                let ret = add_leading(&ret, &b);
+                Some((ret, FnTarget::Vmap { inner: Box::new(target), in_axes: axes }))
+            }
+            FnTy::Pullback { inner, primals } => {
+                let prim_args: Vec<(Type, Span)> = primals.iter().map(|t| (t.clone(), span)).collect();
+                let (ret, target) = self.apply_fn_type(inner, &prim_args, span, true)?;
+                if args.len() != 1 || !self.types_equal(&args[0].0, &ret) {
+                    if !quiet {
+                        self.error(Diagnostic::error(
+                            Code::E0404,
+                            span,
+                            format!("the pullback takes one cotangent of type {}", self.ty_str(&ret)),
+                        ));
+                    }
+                    return None;
+                }
+                let out = Type::Tuple(primals.clone());
+                Some((out, FnTarget::Grad { inner: Box::new(target), wrt: usize::MAX, with_value: false }))
+            }
+        }
+    }
+
+    fn apply_closure(&mut self, cid: crate::types::ClosureId, args: &[(Type, Span)], span: Span) -> Option<(Type, FnTarget)> {
+        let key: String = args.iter().map(|(t, _)| self.ty_str(t)).collect::<Vec<_>>().join(",");
+        let def = self.closures[cid.0 as usize].clone();
+        if let Some((_, fid, ret)) = def.instances.iter().find(|(k, _, _)| *k == key) {
+            return Some((ret.clone(), FnTarget::Func(*fid)));
+        }
+        let ast::ExprKind::Closure { params, body } = &def.ast.kind else { return None };
+        if params.len() != args.len() {
+            self.error(
+                Diagnostic::error(Code::E0312, span, format!("closure takes {} arguments, found {}", params.len(), args.len()))
+                    .with_secondary(def.ast.span, "closure defined here"),
+            );
+            return None;
+        }
+        let mut cx = def.cx.clone();
+        cx.scopes.push(vec![]);
+        cx.ret = None;
+        let mut locals = Vec::new();
+        for (p, (t, s)) in params.iter().zip(args) {
+            let ty = match &p.ty {
+                Some(te) => {
+                    let mut env = self.env_of(&cx);
+                    let pt = self.resolve_type(cx.module, te, &mut env);
+                    if !self.types_equal(t, &pt) {
+                        self.error(
+                            Diagnostic::error(
+                                super::expr::mismatch_code(t, &pt),
+                                *s,
+                                format!("closure parameter `{}` is {}, found {}", p.name.name, self.ty_str(&pt), self.ty_str(t)),
+                            )
+                            .with_secondary(p.name.span, "parameter declared here"),
+                        );
+                    }
+                    pt
+                }
+                None => match t {
+                    Type::Tensor(e, sh) => Type::Tensor(Elem::T(e.materialise()), sh.clone()),
+                    t => t.clone(),
+                },
+            };
+            let l = cx.new_local(self, &p.name.name, ty.clone(), false);
+            self.record_binding(p.name.span, &p.name.name, &ty);
+            locals.push(l);
+        }
+        let b = self.check_expr(&mut cx, body, None);
+        let b = self.materialise(b);
+        let ret = b.ty.clone();
+        let name = self.prog.names.intern("closure");
+        let sid = self.span_id(def.ast.span);
+        let fid = self.push_func(name, &cx, locals, ret.clone(), b, sid);
+        self.prog.funcs[fid.0 as usize].n_captures = def.cx.visible_locals().len();
+        self.closures[cid.0 as usize].instances.push((key.clone(), fid, ret.clone()));
+        self.prog.closures[cid.0 as usize].instances.push((key, fid));
+        Some((ret, FnTarget::Func(fid)))
+    }
+
+    fn construct_model(&mut self, cx: &mut FnCx, id: ModelId, args: &[ast::Arg], span: Span) -> ir::Expr {
+        let sig = self.model_sigs[id.0 as usize].clone();
+        let names: Vec<String> = sig.fields.iter().map(|(n, _, _)| n.clone()).collect();
+        let what = format!("model `{}`", sig.name);
+        let given = self.arg_list(cx, &names, args, &what, span);
+        let generic: HashSet<Sym> = sig.dims.iter().copied().collect();
+        let mut u = Unifier::new(&generic);
+        let mut vals = Vec::new();
+        let mut bad = false;
+        for ((n, fty, _), g) in sig.fields.iter().zip(given) {
+            let Some(e) = g else {
+                self.error(
+                    Diagnostic::error(Code::E0312, span, format!("missing field `{n}` of {what}"))
+                        .label("every field must be given"),
+                );
+                bad = true;
+                continue;
+            };
+            let hint = fty.is_scalar().then(|| fty.clone());
+            let v = self.check_expr(cx, &e, hint.as_ref());
+            if let Err(_m) = u.ty(fty, &v.ty) {
+                self.error(
+                    Diagnostic::error(
+                        super::expr::mismatch_code(&v.ty, fty),
+                        e.span,
+                        format!("field `{n}` of {what} expects {}, found {}", self.ty_str(&u.subst.ty(fty)), self.ty_str(&v.ty)),
+                    )
+                    .label("wrong type"),
+                );
+                bad = true;
+            }
+            vals.push((v, fty.clone()));
+        }
+        let _ = u.finish();
+        if bad {
+            return self.error_expr(span);
+        }
+        let mut targs = Vec::new();
+        let (mut d, mut v) = (sig.dims.iter(), sig.models.iter());
+        for is_model in &sig.generic_is_model {
+            if *is_model {
+                let tv = v.next().unwrap();
+                targs.push(TypeArg::Type(u.subst.models.get(tv).cloned().unwrap_or(Type::Error)));
+            } else {
+                let s = d.next().unwrap();
+                match u.subst.dims.get(s) {
+                    Some(x) => targs.push(TypeArg::Dim(x.clone())),
+                    None => {
+                        self.error(Diagnostic::error(
+                            Code::E0307,
+                            span,
+                            format!("cannot infer dim {} of {what} from its fields", self.names().sym(*s)),
+                        ));
+                        return self.error_expr(span);
+                    }
+                }
+            }
+        }
+        let fields: Vec<ir::Expr> = vals
+            .into_iter()
+            .map(|(v, t)| {
+                let t = u.subst.ty(&t);
+                match self.try_coerce(v, &t) {
+                    Ok(v) | Err((v, _)) => v,
+                }
+            })
+            .collect();
+        let s = self.span_id(span);
+        mk(ExprKind::ModelBuild { fields }, Type::Model(id, targs), s)
+    }
+
+    /// A compile-time dimension written as an expression (`64`, `H`, `2 * D`, `nn_dim`).
+    pub(crate) fn static_dim(&mut self, cx: &FnCx, e: &ast::Expr) -> Option<Dim> {
+        match &e.kind {
+            ast::ExprKind::Int(n) => Some(Dim::constant(*n)),
+            ast::ExprKind::Name(n) => match cx.lookup(n) {
+                Some((Binding::Dim(d), _)) => Some(d),
+                Some(_) => None,
+                None => match self.scopes[cx.module.0 as usize].get(n) {
+                    Some(ItemRef::Dim(d)) => Some(d.clone()),
+                    _ => None,
+                },
+            },
+            ast::ExprKind::Unary(ast::UnOp::Neg, a) => self.static_dim(cx, a).map(|d| d.neg()),
+            ast::ExprKind::Binary(op, a, b) => {
+                let x = self.static_dim(cx, a)?;
+                let y = self.static_dim(cx, b)?;
+                match op {
+                    ast::BinOp::Add => Some(x.add(&y)),
+                    ast::BinOp::Sub => Some(x.sub(&y)),
+                    ast::BinOp::Mul => Some(x.mul(&y)),
+                    ast::BinOp::Div => Some(self.dim_div(&x, &y, e.span)),
+                    _ => None,
+                }
+            }
+            ast::ExprKind::Field(base, f) => match &base.kind {
+                ast::ExprKind::Name(n) if cx.lookup(n).is_none() => match self.scopes[cx.module.0 as usize].get(n) {
+                    Some(ItemRef::Module(m)) => match self.scopes[m.0 as usize].get(&f.name) {
+                        Some(ItemRef::Dim(d)) => Some(d.clone()),
+                        _ => None,
+                    },
+                    _ => None,
+                },
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// Like `static_dim`, but integer locals become opaque symbols so that `x[i : i + K]` has a
+    /// static length `K`.
+    fn symbolic_int(&mut self, cx: &mut FnCx, e: &ast::Expr, opaque: &mut HashMap<String, Sym>) -> Option<Dim> {
+        if let Some(d) = self.static_dim(cx, e) {
+            return Some(d);
+        }
+        match &e.kind {
+            ast::ExprKind::Name(n) => match cx.lookup(n) {
+                Some((Binding::Local(_), _)) => {
+                    let s = *opaque.entry(n.clone()).or_insert_with(|| self.new_sym(n));
+                    Some(Dim::var(s))
+                }
+                _ => None,
+            },
+            ast::ExprKind::Binary(op, a, b) => {
+                let x = self.symbolic_int(cx, a, opaque)?;
+                let y = self.symbolic_int(cx, b, opaque)?;
+                match op {
+                    ast::BinOp::Add => Some(x.add(&y)),
+                    ast::BinOp::Sub => Some(x.sub(&y)),
+                    ast::BinOp::Mul => Some(x.mul(&y)),
+                    _ => None,
+                }
+            }
+            _ => None,
+        }
+    }
+
+    pub(crate) fn check_index(
+        &mut self,
+        cx: &mut FnCx,
+        base: &ast::Expr,
+        args: &[ast::IndexArg],
+        span: Span,
+        _expected: Option<&Type>,
+    ) -> ir::Expr {
+        // `Model[…]` as a type value.
+        let model = match &base.kind {
+            ast::ExprKind::Name(n) if cx.lookup(n).is_none() => match self.scopes[cx.module.0 as usize].get(n) {
+                Some(ItemRef::Model(id)) => Some(*id),
+                _ => None,
+            },
+            ast::ExprKind::Field(b, f) => match &b.kind {
+                ast::ExprKind::Name(n) if cx.lookup(n).is_none() => match self.scopes[cx.module.0 as usize].get(n) {
+                    Some(ItemRef::Module(m)) => match self.scopes[m.0 as usize].get(&f.name) {
+                        Some(ItemRef::Model(id)) => Some(*id),
+                        _ => None,
+                    },
+                    _ => None,
+                },
+                _ => None,
+            },
+            _ => None,
+        };
+        if let Some(id) = model {
+            let dim_args: Vec<ast::DimArg> = args
+                .iter()
+                .map(|a| match a {
+                    ast::IndexArg::Expr(e) => ast::DimArg::Dim { dim: expr_to_dim(e), shard: None },
+                    ast::IndexArg::Slice { span, .. } => {
+                        ast::DimArg::Dim { dim: ast::DimExpr { kind: ast::DimKind::Error, span: *span }, shard: None }
+                    }
+                })
+                .collect();
+            let mut env = self.env_of(cx);
+            let t = self.model_type_from_args(cx.module, id, Some(&dim_args), &mut env, span);
+            let s = self.span_id(span);
+            return mk(ExprKind::Tuple(vec![]), Type::ModelType(Box::new(t)), s);
+        }
+        let x = self.check_expr(cx, base, None);
+        let (elem, shape) = match &x.ty {
+            Type::Tensor(e, s) => (*e, s.clone()),
+            Type::Error => return self.error_expr(span),
+            t => {
+                let ts = self.ty_str(t);
+                self.error(Diagnostic::error(Code::E0320, base.span, format!("cannot index {ts}")).label("not a tensor"));
+                return self.error_expr(span);
+            }
+        };
+        if shape.iter().any(|i| matches!(i, ShapeItem::Rest(_))) {
+            self.error(Diagnostic::error(Code::E0320, span, "cannot index a rank-polymorphic tensor"));
+            return self.error_expr(span);
+        }
+        if args.len() > shape.len() {
+            let ts = self.ty_str(&x.ty);
+            self.error(
+                Diagnostic::error(Code::E0320, span, format!("too many indices: {} for a tensor of rank {} ({ts})", args.len(), shape.len()))
+                    .with_secondary(base.span, format!("this is {ts}")),
+            );
+            return self.error_expr(span);
+        }
+        let i32t = Type::scalar(ElemTy::I32);
+        let mut kinds = Vec::new();
+        let mut operands = vec![x];
+        let mut out_shape = Vec::new();
+        let mut opaque = HashMap::new();
+        for (i, a) in args.iter().enumerate() {
+            let ShapeItem::Dim(size) = &shape[i] else { unreachable!() };
+            match a {
+                ast::IndexArg::Expr(e) => {
+                    let v = self.check_expr(cx, e, Some(&i32t));
+                    if !v.ty.has_error() && !matches!(&v.ty, Type::Tensor(Elem::T(ElemTy::I32) | Elem::WeakInt, s) if s.is_empty()) {
+                        let ts = self.ty_str(&v.ty);
+                        self.error(
+                            Diagnostic::error(Code::E0320, e.span, format!("an index must be an i32 scalar, found {ts}"))
+                                .with_help("use `gather(x, idx, axis: k)` to index with a tensor"),
+                        );
+                    }
+                    if let (Some(k), Some(n)) = (self.static_dim(cx, e).and_then(|d| d.as_const()), size.as_const()) {
+                        if k >= n || k < -n {
+                            self.error(Diagnostic::error(
+                                Code::E0320,
+                                e.span,
+                                format!("index {k} is out of range for dimension {i} of size {n}"),
+                            ));
+                        }
+                    }
+                    let v = self.coerce(v, &i32t, e.span, "index");
+                    operands.push(v);
+                    kinds.push(0);
+                }
+                ast::IndexArg::Slice { start, end, span: sspan } => {
+                    match (start, end) {
+                        (None, None) => {
+                            kinds.push(2);
+                            out_shape.push(ShapeItem::Dim(size.clone()));
+                            continue;
+                        }
+                        _ => kinds.push(1),
+                    }
+                    let sd = match start {
+                        Some(e) => self.symbolic_int(cx, e, &mut opaque),
+                        None => Some(Dim::constant(0)),
+                    };
+                    let ed = match end {
+                        Some(e) => self.symbolic_int(cx, e, &mut opaque),
+                        None => Some(size.clone()),
+                    };
+                    let len = match (&sd, &ed) {
+                        (Some(a), Some(b)) => {
+                            let l = b.sub(a);
+                            if l.vars().any(|v| opaque.values().any(|o| *o == v)) {
+                                None
+                            } else {
+                                Some(l)
+                            }
+                        }
+                        _ => None,
+                    };
+                    let Some(len) = len else {
+                        self.error(
+                            Diagnostic::error(Code::E0320, *sspan, "the length of a slice must be known at compile time")
+                                .label("length depends on run-time values")
+                                .with_help("write the slice as `i : i + K` with a dimension `K`"),
+                        );
+                        return self.error_expr(span);
+                    };
+                    if let (Some(a), Some(b), Some(n)) = (
+                        sd.as_ref().and_then(Dim::as_const),
+                        ed.as_ref().and_then(Dim::as_const),
+                        size.as_const(),
+                    ) {
+                        if a < 0 || b > n || a > b {
+                            self.error(Diagnostic::error(
+                                Code::E0320,
+                                *sspan,
+                                format!("slice {a}:{b} is out of range for dimension {i} of size {n}"),
+                            ));
+                        }
+                    }
+                    for (bound, default) in [(start, Lit::Int(0)), (end, Lit::Int(-1))] {
+                        let v = match bound {
+                            Some(e) => {
+                                let v = self.check_expr(cx, e, Some(&i32t));
+                                self.coerce(v, &i32t, e.span, "slice bound")
+                            }
+                            None => {
+                                let sid = self.span_id(*sspan);
+                                if default == Lit::Int(0) {
+                                    mk(ExprKind::Lit(default), i32t.clone(), sid)
+                                } else {
+                                    mk(ExprKind::DimValue(size.clone()), i32t.clone(), sid)
+                                }
+                            }
+                        };
+                        operands.push(v);
+                    }
+                    out_shape.push(ShapeItem::Dim(len));
+                }
+            }
+        }
+        out_shape.extend(shape[args.len()..].iter().cloned());
+        let attrs = Attrs { perm: kinds, ..Attrs::default() };
+        self.prim(Prim::Slice, operands, attrs, Type::Tensor(elem, out_shape), span)
+    }
+}
+
+fn differentiable_type(t: &Type) -> bool {
+    match t {
+        Type::Tensor(e, _) => e.is_float(),
+        Type::Model(..) | Type::ModelVar(_) | Type::Error => true,
+        Type::Tuple(ts) => ts.iter().all(differentiable_type),
+        _ => false,
+    }
+}
+
+/// Adds a leading dim to every tensor in a (tuple of) result types.
+fn add_leading(t: &Type, b: &Dim) -> Type {
+    match t {
+        Type::Tensor(e, s) => {
+            let mut s2 = vec![ShapeItem::Dim(b.clone())];
+            s2.extend(s.iter().cloned());
+            Type::Tensor(*e, s2)
+        }
+        Type::Tuple(ts) => Type::Tuple(ts.iter().map(|t| add_leading(t, b)).collect()),
+        other => other.clone(),
+    }
+}
+
+/// Reads an expression written as a model type argument as a dim expression.
+fn expr_to_dim(e: &ast::Expr) -> ast::DimExpr {
+    use ast::{DimExpr, DimKind, ExprKind as K};
+    let kind = match &e.kind {
+        K::Int(n) => DimKind::Int(*n),
+        K::Name(n) => DimKind::Var(n.clone()),
+        K::Wild => DimKind::Infer,
+        K::Unary(ast::UnOp::Neg, a) => DimKind::Neg(Box::new(expr_to_dim(a))),
+        K::Binary(op @ (ast::BinOp::Add | ast::BinOp::Sub | ast::BinOp::Mul | ast::BinOp::Div), a, b) => {
+            DimKind::Bin(*op, Box::new(expr_to_dim(a)), Box::new(expr_to_dim(b)))
+        }
+        _ => DimKind::Error,
+    };
+    DimExpr { kind, span: e.span }
+}
+
+pub(crate) fn lit_i32(c: &mut Checker, v: i64, span: Span) -> ir::Expr {
+    let s = c.span_id(span);
+    mk(ExprKind::Lit(Lit::Int(v)), Type::scalar(ElemTy::I32), s)
+}

@@ -1,0 +1,1404 @@
+//! Checking and lowering statements and expressions: names, operators, control flow, closures.
+
+use super::{Checker, ItemRef, ModuleId};
+use crate::diag::{Code, Diagnostic};
+use crate::ir::{self, Attrs, ExprKind, Lit, Local, Pat, Prim, Stmt};
+use crate::source::Span;
+use crate::syntax::ast::{self, BinOp, UnOp};
+use crate::types::unify::{broadcast, join_elem, BroadcastError};
+use crate::types::{ClosureId, Dim, Elem, ElemTy, FnTy, RestSym, ShapeItem, TyVar, Type};
+
+/// What a name in a function body refers to.
+#[derive(Clone, Debug)]
+pub enum Binding {
+    Local(Local),
+    Dim(Dim),
+    Rest(RestSym),
+    Model(TyVar),
+}
+
+/// The state of checking one function body (or closure, initialiser, test).
+#[derive(Clone)]
+pub struct FnCx {
+    pub module: ModuleId,
+    pub locals: Vec<ir::LocalInfo>,
+    pub scopes: Vec<Vec<(String, Binding, Span)>>,
+    pub ret: Option<Type>,
+    pub in_init: bool,
+    pub func: Option<crate::types::FuncId>,
+    pub depth: usize,
+}
+
+impl FnCx {
+    pub fn new(module: ModuleId) -> FnCx {
+        FnCx { module, locals: vec![], scopes: vec![vec![]], ret: None, in_init: false, func: None, depth: 0 }
+    }
+
+    pub fn bind(&mut self, name: &str, b: Binding) {
+        self.bind_at(name, b, Span::default());
+    }
+
+    pub fn bind_at(&mut self, name: &str, b: Binding, span: Span) {
+        self.scopes.last_mut().unwrap().push((name.to_string(), b, span));
+    }
+
+    pub fn lookup(&self, name: &str) -> Option<(Binding, Span)> {
+        for s in self.scopes.iter().rev() {
+            if let Some((_, b, sp)) = s.iter().rev().find(|(n, _, _)| n == name) {
+                return Some((b.clone(), *sp));
+            }
+        }
+        None
+    }
+
+    pub fn new_local(&mut self, c: &mut Checker, name: &str, ty: Type, mutable: bool) -> Local {
+        let n = c.prog.names.intern(name);
+        self.locals.push(ir::LocalInfo { name: n, ty, mutable });
+        let l = Local(self.locals.len() as u32 - 1);
+        self.bind(name, Binding::Local(l));
+        l
+    }
+
+    /// Every local visible now (captured by a closure created here).
+    pub fn visible_locals(&self) -> Vec<Local> {
+        let mut v: Vec<Local> = self
+            .scopes
+            .iter()
+            .flat_map(|s| s.iter().filter_map(|(_, b, _)| if let Binding::Local(l) = b { Some(*l) } else { None }))
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    pub fn names_in_scope(&self) -> Vec<String> {
+        self.scopes.iter().flat_map(|s| s.iter().map(|(n, _, _)| n.clone())).collect()
+    }
+}
+
+pub(crate) fn mk(kind: ExprKind, ty: Type, span: ir::SpanId) -> ir::Expr {
+    ir::Expr { kind, ty, span }
+}
+
+impl Checker {
+    pub(crate) fn unit(&mut self, span: Span) -> ir::Expr {
+        let s = self.span_id(span);
+        mk(ExprKind::Tuple(vec![]), Type::unit(), s)
+    }
+
+    pub(crate) fn error_expr(&mut self, span: Span) -> ir::Expr {
+        let s = self.span_id(span);
+        mk(ExprKind::Tuple(vec![]), Type::Error, s)
+    }
+
+    pub(crate) fn prim(&mut self, prim: Prim, args: Vec<ir::Expr>, attrs: Attrs, ty: Type, span: Span) -> ir::Expr {
+        let s = self.span_id(span);
+        mk(ExprKind::Prim { prim, args, attrs: Box::new(attrs) }, ty, s)
+    }
+
+    pub(crate) fn check_block(&mut self, cx: &mut FnCx, b: &ast::Block, expected: Option<&Type>) -> ir::Expr {
+        cx.scopes.push(vec![]);
+        let mut stmts = Vec::new();
+        let mut result = None;
+        let n = b.stmts.len();
+        for (i, s) in b.stmts.iter().enumerate() {
+            let last = i + 1 == n;
+            match &s.kind {
+                ast::StmtKind::Expr(e) if last => {
+                    result = Some(self.check_expr(cx, e, expected));
+                }
+                _ => {
+                    stmts.extend(self.check_stmt(cx, s));
+                }
+            }
+        }
+        cx.scopes.pop();
+        let result = match result {
+            Some(r) => r,
+            None => {
+                // A block ending in `return` has no value of its own.
+                let ends_in_return = matches!(b.stmts.last().map(|s| &s.kind), Some(ast::StmtKind::Return(_)));
+                let mut u = self.unit(b.span);
+                if ends_in_return {
+                    u.ty = Type::Error;
+                }
+                u
+            }
+        };
+        if stmts.is_empty() {
+            return result;
+        }
+        let ty = result.ty.clone();
+        let s = self.span_id(b.span);
+        mk(ExprKind::Block { stmts, result: Box::new(result) }, ty, s)
+    }
+
+    fn check_stmt(&mut self, cx: &mut FnCx, s: &ast::Stmt) -> Vec<Stmt> {
+        match &s.kind {
+            ast::StmtKind::Error => vec![],
+            ast::StmtKind::Expr(e) => vec![Stmt::Expr(self.check_expr(cx, e, None))],
+            ast::StmtKind::Return(e) => {
+                let ret = cx.ret.clone();
+                let v = match e {
+                    Some(e) => {
+                        let v = self.check_expr(cx, e, ret.as_ref());
+                        match &ret {
+                            Some(t) => self.coerce_with(v, t, e.span, Code::E0316, "returned value"),
+                            None => v,
+                        }
+                    }
+                    None => self.unit(s.span),
+                };
+                if cx.ret.is_none() {
+                    self.error(Diagnostic::error(Code::E0316, s.span, "`return` outside a function"));
+                }
+                let sid = self.span_id(s.span);
+                vec![Stmt::Expr(mk(ExprKind::Return(Box::new(v)), Type::Error, sid))]
+            }
+            ast::StmtKind::Let { pat, ty, value } => {
+                let mut env = self.env_of(cx);
+                env.fresh = Some(vec![]);
+                let ann = ty.as_ref().map(|t| self.resolve_type(cx.module, t, &mut env));
+                let fresh = env.fresh.take().unwrap_or_default();
+                let v = self.check_expr(cx, value, ann.as_ref());
+                let (v, binds) = match &ann {
+                    Some(t) => self.annotated_value(cx, v, t, &fresh, value.span),
+                    None => (self.materialise(v), vec![]),
+                };
+                for (name, s) in &fresh {
+                    if name != "_" {
+                        cx.bind(name, Binding::Dim(Dim::var(*s)));
+                    }
+                }
+                let p = self.bind_pattern(cx, pat, &v.ty, false);
+                let rank = match &v.ty {
+                    Type::Tensor(_, s) => s.len(),
+                    _ => 0,
+                };
+                match p {
+                    // Run-time dims: check the loaded value's shape and bind its dims.
+                    Pat::Local(l) if !binds.is_empty() => {
+                        vec![Stmt::Let { pat: Pat::Local(l), value: v }, Stmt::BindDims { local: l, dims: binds, rank }]
+                    }
+                    p => vec![Stmt::Let { pat: p, value: v }],
+                }
+            }
+            ast::StmtKind::Var { name, ty, value } => {
+                let mut env = self.env_of(cx);
+                let ann = ty.as_ref().map(|t| self.resolve_type(cx.module, t, &mut env));
+                let v = self.check_expr(cx, value, ann.as_ref());
+                let v = match &ann {
+                    Some(t) => self.coerce(v, t, value.span, "initial value"),
+                    None => self.materialise(v),
+                };
+                let l = cx.new_local(self, &name.name, v.ty.clone(), true);
+                self.record_binding(name.span, &name.name, &v.ty);
+                vec![Stmt::Let { pat: Pat::Local(l), value: v }]
+            }
+            ast::StmtKind::Assign { target, op, value } => {
+                let pat = self.assign_target(cx, target);
+                let tty = self.pat_type(cx, &pat);
+                let v = match op {
+                    None => self.check_expr(cx, value, tty.as_ref()),
+                    Some(op) => {
+                        let bin = ast::Expr::new(
+                            ast::ExprKind::Binary(*op, Box::new(target.clone()), Box::new(value.clone())),
+                            s.span,
+                        );
+                        self.check_expr(cx, &bin, tty.as_ref())
+                    }
+                };
+                let v = match &tty {
+                    Some(t) => self.coerce(v, t, value.span, "assigned value"),
+                    None => v,
+                };
+                vec![Stmt::Assign { pat, value: v }]
+            }
+        }
+    }
+
+    fn pat_type(&self, cx: &FnCx, p: &Pat) -> Option<Type> {
+        match p {
+            Pat::Local(l) => Some(cx.locals[l.0 as usize].ty.clone()),
+            Pat::Ignore => Some(Type::Error),
+            Pat::Tuple(ps) => ps.iter().map(|p| self.pat_type(cx, p)).collect::<Option<Vec<_>>>().map(Type::Tuple),
+        }
+    }
+
+    fn assign_target(&mut self, cx: &mut FnCx, t: &ast::Expr) -> Pat {
+        match &t.kind {
+            ast::ExprKind::Name(n) => match cx.lookup(n) {
+                Some((Binding::Local(l), def)) => {
+                    if !cx.locals[l.0 as usize].mutable {
+                        self.error(
+                            Diagnostic::error(Code::E0210, t.span, format!("cannot assign twice to `{n}`: it is a `let` binding"))
+                                .label("assignment to an immutable name")
+                                .with_secondary(def, "declared here with `let`")
+                                .with_help(format!("declare it with `var {n} = …` to make it mutable")),
+                        );
+                    }
+                    Pat::Local(l)
+                }
+                _ => {
+                    self.error(
+                        Diagnostic::error(Code::E0210, t.span, format!("cannot assign to `{n}`: not a local variable"))
+                            .label("not a `var`"),
+                    );
+                    Pat::Ignore
+                }
+            },
+            ast::ExprKind::Wild => Pat::Ignore,
+            ast::ExprKind::Tuple(es) => Pat::Tuple(es.iter().map(|e| self.assign_target(cx, e)).collect()),
+            _ => {
+                self.error(
+                    Diagnostic::error(Code::E0210, t.span, "cannot assign to this expression")
+                        .label("only `var` names and tuples of them can be assigned"),
+                );
+                Pat::Ignore
+            }
+        }
+    }
+
+    pub(crate) fn bind_pattern(&mut self, cx: &mut FnCx, p: &ast::Pattern, ty: &Type, mutable: bool) -> Pat {
+        match p {
+            ast::Pattern::Name(n) => {
+                let l = cx.new_local(self, &n.name, ty.clone(), mutable);
+                if let Some(last) = cx.scopes.last_mut().and_then(|s| s.last_mut()) {
+                    last.2 = n.span;
+                }
+                self.record_binding(n.span, &n.name, ty);
+                Pat::Local(l)
+            }
+            ast::Pattern::Wild(_) => Pat::Ignore,
+            ast::Pattern::Tuple(ps, span) => {
+                let tys: Vec<Type> = match ty {
+                    Type::Tuple(ts) if ts.len() == ps.len() => ts.clone(),
+                    Type::Error => vec![Type::Error; ps.len()],
+                    Type::Tuple(ts) => {
+                        self.error(
+                            Diagnostic::error(
+                                Code::E0319,
+                                *span,
+                                format!("pattern has {} elements but the value is a tuple of {}", ps.len(), ts.len()),
+                            )
+                            .label(format!("value: {}", self.ty_str(ty))),
+                        );
+                        vec![Type::Error; ps.len()]
+                    }
+                    _ => {
+                        self.error(
+                            Diagnostic::error(Code::E0319, *span, format!("cannot destructure {} with a tuple pattern", self.ty_str(ty)))
+                                .label("not a tuple"),
+                        );
+                        vec![Type::Error; ps.len()]
+                    }
+                };
+                Pat::Tuple(ps.iter().zip(tys.iter()).map(|(p, t)| self.bind_pattern(cx, p, t, mutable)).collect())
+            }
+        }
+    }
+
+    pub(crate) fn record_binding(&mut self, span: Span, name: &str, ty: &Type) {
+        let s = format!("{name}: {}", self.ty_str(ty));
+        self.index.types.push((span, s, Some(span)));
+    }
+
+    pub(crate) fn env_of(&self, cx: &FnCx) -> super::resolve::TyEnv {
+        let mut env = super::resolve::TyEnv::default();
+        for s in &cx.scopes {
+            for (n, b, _) in s {
+                match b {
+                    Binding::Dim(d) => {
+                        env.dims.insert(n.clone(), d.clone());
+                    }
+                    Binding::Rest(r) => {
+                        env.rests.insert(n.clone(), *r);
+                    }
+                    Binding::Model(v) => {
+                        env.models.insert(n.clone(), *v);
+                    }
+                    Binding::Local(_) => {}
+                }
+            }
+        }
+        env
+    }
+
+    /// `let x: T = e`: binds fresh dims of `T` from the value's type, statically where the
+    /// value's shape is known and at run time where it is not (`load`).
+    fn annotated_value(
+        &mut self,
+        _cx: &mut FnCx,
+        v: ir::Expr,
+        t: &Type,
+        fresh: &[(String, crate::types::Sym)],
+        span: Span,
+    ) -> (ir::Expr, Vec<(usize, Option<crate::types::Sym>, Dim)>) {
+        let is_load = matches!(&v.kind, ExprKind::Prim { prim: Prim::Load, .. });
+        if is_load {
+            // The loaded value has exactly the annotated type; dims are checked when it runs.
+            let mut binds = Vec::new();
+            if let Type::Tensor(_, shape) = t {
+                for (i, item) in shape.iter().enumerate() {
+                    if let ShapeItem::Dim(d) = item {
+                        let var = d.as_var().filter(|s| fresh.iter().any(|(_, f)| f == s));
+                        binds.push((i, var, d.clone()));
+                    }
+                }
+            }
+            return (v, binds);
+        }
+        if fresh.is_empty() {
+            return (self.coerce(v, t, span, "value"), vec![]);
+        }
+        let generic: std::collections::HashSet<_> = fresh.iter().map(|(_, s)| *s).collect();
+        let mut u = crate::types::unify::Unifier::new(&generic);
+        let ok = u.ty(t, &v.ty).is_ok() && u.finish().is_ok();
+        if !ok {
+            return (self.coerce(v, t, span, "value"), vec![]);
+        }
+        // Fresh names now stand for the value's dims; the scope binds them to those dims.
+        let t2 = u.subst.ty(t);
+        let v = self.coerce(v, &t2, span, "value");
+        for (_name, s) in fresh {
+            if let Some(d) = u.subst.dims.get(s) {
+                self.prog.sym_names[s.0 as usize] = self.dim_str(d);
+            }
+        }
+        (v, vec![])
+    }
+
+    /// A weak literal value takes its default type (`1` is i32, `1.0` is f32).
+    pub(crate) fn materialise(&mut self, v: ir::Expr) -> ir::Expr {
+        match &v.ty {
+            Type::Tensor(e, shape) if e.is_weak() => {
+                let t = Type::Tensor(Elem::T(e.materialise()), shape.clone());
+                self.cast_to(v, &t)
+            }
+            Type::Tuple(ts) if ts.iter().any(|t| matches!(t, Type::Tensor(e, _) if e.is_weak())) => {
+                let span = v.span;
+                let ExprKind::Tuple(items) = v.kind else {
+                    return v;
+                };
+                let items: Vec<ir::Expr> = items.into_iter().map(|e| self.materialise(e)).collect();
+                let ty = Type::Tuple(items.iter().map(|e| e.ty.clone()).collect());
+                mk(ExprKind::Tuple(items), ty, span)
+            }
+            _ => v,
+        }
+    }
+
+    /// Converts a weak-typed expression to a concrete type of the same shape.
+    fn cast_to(&mut self, v: ir::Expr, t: &Type) -> ir::Expr {
+        let Type::Tensor(Elem::T(et), _) = t else { return v };
+        match v.kind {
+            ExprKind::Lit(Lit::Int(_) | Lit::Float(_)) => ir::Expr { ty: t.clone(), ..v },
+            _ => {
+                let span = v.span;
+                let attrs = Attrs { dtype: Some(*et), ..Attrs::default() };
+                mk(ExprKind::Prim { prim: Prim::Cast, args: vec![v], attrs: Box::new(attrs) }, t.clone(), span)
+            }
+        }
+    }
+
+    /// Checks that a value fits a type exactly (weak literals adapt) or explains why not.
+    pub(crate) fn try_coerce(&mut self, v: ir::Expr, t: &Type) -> Result<ir::Expr, (ir::Expr, String)> {
+        if v.ty.has_error() || t.has_error() {
+            return Ok(v);
+        }
+        match (&v.ty, t) {
+            (Type::Tensor(ve, vs), Type::Tensor(te, ts)) => {
+                if crate::types::unify::elem_accepts(*te, *ve).is_err() {
+                    let why = format!("expected {}, found {}", te.name(), ve.name());
+                    return Err((v, why));
+                }
+                if vs.len() != ts.len() {
+                    let why = format!(
+                        "expected rank {} ({}), found rank {} ({})",
+                        ts.len(),
+                        self.ty_str(t),
+                        vs.len(),
+                        self.ty_str(&v.ty)
+                    );
+                    return Err((v, why));
+                }
+                for (i, (a, b)) in vs.iter().zip(ts).enumerate() {
+                    if a != b {
+                        let why = match (a, b) {
+                            (ShapeItem::Dim(a), ShapeItem::Dim(b)) => format!(
+                                "dimension {i} differs: expected {}, found {}",
+                                self.dim_str(b),
+                                self.dim_str(a)
+                            ),
+                            _ => format!("shape differs: expected {}, found {}", self.ty_str(t), self.ty_str(&v.ty)),
+                        };
+                        return Err((v, why));
+                    }
+                }
+                if ve.is_weak() && !te.is_weak() {
+                    return Ok(self.cast_to(v, t));
+                }
+                Ok(v)
+            }
+            (Type::Tuple(vs), Type::Tuple(ts)) if vs.len() == ts.len() => {
+                if let ExprKind::Tuple(_) = &v.kind {
+                    let span = v.span;
+                    let ExprKind::Tuple(items) = v.kind else { unreachable!() };
+                    let mut out = Vec::new();
+                    let mut err = None;
+                    for (e, t) in items.into_iter().zip(ts) {
+                        match self.try_coerce(e, t) {
+                            Ok(e) => out.push(e),
+                            Err((e, why)) => {
+                                err.get_or_insert(why);
+                                out.push(e)
+                            }
+                        }
+                    }
+                    let ty = Type::Tuple(out.iter().map(|e| e.ty.clone()).collect());
+                    let e = mk(ExprKind::Tuple(out), ty, span);
+                    return match err {
+                        Some(w) => Err((e, w)),
+                        None => Ok(e),
+                    };
+                }
+                if &v.ty == t {
+                    Ok(v)
+                } else {
+                    let why = format!("expected {}, found {}", self.ty_str(t), self.ty_str(&v.ty));
+                    Err((v, why))
+                }
+            }
+            (Type::Fn(_), Type::Fn(FnTy::Sig { params, ret })) => {
+                // A function value fits a signature when applying it to the parameter types
+                // gives the result type.
+                let fty = match &v.ty {
+                    Type::Fn(f) => f.clone(),
+                    _ => unreachable!(),
+                };
+                let args: Vec<(Type, Span)> = params.iter().map(|p| (p.clone(), Span::default())).collect();
+                let span = self.prog.span(v.span);
+                match self.apply_fn_type(&fty, &args, span, true) {
+                    Some((r, _)) if self.types_equal(&r, ret) => Ok(v),
+                    Some((r, _)) => {
+                        let why = format!("function returns {}, expected {}", self.ty_str(&r), self.ty_str(ret));
+                        Err((v, why))
+                    }
+                    None => Err((v, "function does not accept these parameter types".to_string())),
+                }
+            }
+            _ => {
+                if self.types_equal(&v.ty, t) {
+                    Ok(v)
+                } else {
+                    let why = format!("expected {}, found {}", self.ty_str(t), self.ty_str(&v.ty));
+                    Err((v, why))
+                }
+            }
+        }
+    }
+
+    pub(crate) fn types_equal(&self, a: &Type, b: &Type) -> bool {
+        match (a, b) {
+            (Type::Error, _) | (_, Type::Error) => true,
+            (Type::Tensor(ae, as_), Type::Tensor(be, bs)) => {
+                (ae == be || crate::types::unify::elem_accepts(*be, *ae).is_ok()) && as_ == bs
+            }
+            (Type::Tuple(x), Type::Tuple(y)) => x.len() == y.len() && x.iter().zip(y).all(|(a, b)| self.types_equal(a, b)),
+            _ => a == b,
+        }
+    }
+
+    pub(crate) fn coerce(&mut self, v: ir::Expr, t: &Type, span: Span, what: &str) -> ir::Expr {
+        self.coerce_with(v, t, span, Code::E0304, what)
+    }
+
+    pub(crate) fn coerce_with(&mut self, v: ir::Expr, t: &Type, span: Span, code: Code, what: &str) -> ir::Expr {
+        match self.try_coerce(v, t) {
+            Ok(e) => e,
+            Err((e, why)) => {
+                let code = if code == Code::E0304 { mismatch_code(&e.ty, t) } else { code };
+                self.error(
+                    Diagnostic::error(
+                        code,
+                        span,
+                        format!("{what} has type {}, expected {}", self.ty_str(&e.ty), self.ty_str(t)),
+                    )
+                    .label(why),
+                );
+                e
+            }
+        }
+    }
+
+    pub(crate) fn check_expr(&mut self, cx: &mut FnCx, e: &ast::Expr, expected: Option<&Type>) -> ir::Expr {
+        cx.depth += 1;
+        let out = self.check_expr_inner(cx, e, expected);
+        cx.depth -= 1;
+        out
+    }
+
+    fn check_expr_inner(&mut self, cx: &mut FnCx, e: &ast::Expr, expected: Option<&Type>) -> ir::Expr {
+        use ast::ExprKind as K;
+        let span = e.span;
+        match &e.kind {
+            K::Error => self.error_expr(span),
+            K::Int(n) => {
+                let elem = match expected {
+                    Some(Type::Tensor(Elem::T(t), s)) if s.is_empty() && *t != ElemTy::Bool => Elem::T(*t),
+                    _ => Elem::WeakInt,
+                };
+                let s = self.span_id(span);
+                mk(ExprKind::Lit(Lit::Int(*n)), Type::Tensor(elem, vec![]), s)
+            }
+            K::Float(f) => {
+                let elem = match expected {
+                    Some(Type::Tensor(Elem::T(t), s)) if s.is_empty() && t.is_float() => Elem::T(*t),
+                    _ => Elem::WeakFloat,
+                };
+                let s = self.span_id(span);
+                mk(ExprKind::Lit(Lit::Float(*f)), Type::Tensor(elem, vec![]), s)
+            }
+            K::Bool(b) => {
+                let s = self.span_id(span);
+                mk(ExprKind::Lit(Lit::Bool(*b)), Type::scalar(ElemTy::Bool), s)
+            }
+            K::Str(v) => {
+                let s = self.span_id(span);
+                mk(ExprKind::Lit(Lit::Str(v.clone())), Type::Str, s)
+            }
+            K::Wild => {
+                self.error(Diagnostic::error(Code::E0325, span, "`_` is not a value here"));
+                self.error_expr(span)
+            }
+            K::Name(n) => self.check_name(cx, n, span),
+            K::Tuple(es) => {
+                let exp: Vec<Option<Type>> = match expected {
+                    Some(Type::Tuple(ts)) if ts.len() == es.len() => ts.iter().cloned().map(Some).collect(),
+                    _ => vec![None; es.len()],
+                };
+                let items: Vec<ir::Expr> =
+                    es.iter().zip(exp.iter()).map(|(e, t)| self.check_expr(cx, e, t.as_ref())).collect();
+                let ty = Type::Tuple(items.iter().map(|e| e.ty.clone()).collect());
+                let s = self.span_id(span);
+                mk(ExprKind::Tuple(items), ty, s)
+            }
+            K::List(es) => {
+                let items: Vec<ir::Expr> = es.iter().map(|e| self.check_expr(cx, e, None)).collect();
+                let ty = Type::List(items.iter().map(|e| e.ty.clone()).collect());
+                let s = self.span_id(span);
+                mk(ExprKind::Tuple(items), ty, s)
+            }
+            K::Unary(op, a) => self.check_unary(cx, *op, a, span, expected),
+            K::Binary(op, a, b) => self.check_binary(cx, *op, a, b, span, expected),
+            K::Call(f, args) => self.check_call(cx, f, args, span, expected),
+            K::Field(base, field) => self.check_field(cx, base, field, span),
+            K::TupleIndex(base, i, ispan) => {
+                let b = self.check_expr(cx, base, None);
+                let ty = match &b.ty {
+                    Type::Tuple(ts) => match ts.get(*i as usize) {
+                        Some(t) => t.clone(),
+                        None => {
+                            self.error(Diagnostic::error(
+                                Code::E0206,
+                                *ispan,
+                                format!("tuple {} has no element {i}", self.ty_str(&b.ty)),
+                            ));
+                            Type::Error
+                        }
+                    },
+                    Type::Error => Type::Error,
+                    other => {
+                        self.error(Diagnostic::error(
+                            Code::E0206,
+                            *ispan,
+                            format!("{} is not a tuple", self.ty_str(other)),
+                        ));
+                        Type::Error
+                    }
+                };
+                let s = self.span_id(span);
+                mk(ExprKind::TupleGet(Box::new(b), *i as usize), ty, s)
+            }
+            K::Index(base, args) => self.check_index(cx, base, args, span, expected),
+            K::Closure { .. } => self.make_closure(cx, e),
+            K::Block(b) => self.check_block(cx, b, expected),
+            K::If { cond, then, els } => {
+                let c = self.check_expr(cx, cond, Some(&Type::scalar(ElemTy::Bool)));
+                self.expect_bool(&c, cond.span, "`if` condition");
+                let t = self.check_block(cx, then, expected);
+                let (t, f) = match els {
+                    Some(els) => {
+                        let exp = expected.cloned().or_else(|| (!t.ty.is_error()).then(|| t.ty.clone()));
+                        let f = self.check_expr(cx, els, exp.as_ref());
+                        self.join_branches(t, f, then.span, els.span)
+                    }
+                    None => {
+                        let u = self.unit(span);
+                        (t, u)
+                    }
+                };
+                let ty = if els.is_none() { Type::unit() } else if t.ty.is_error() { f.ty.clone() } else { t.ty.clone() };
+                let s = self.span_id(span);
+                mk(ExprKind::If { cond: Box::new(c), then: Box::new(t), els: Box::new(f) }, ty, s)
+            }
+            K::While { cond, body } => {
+                let c = self.check_expr(cx, cond, Some(&Type::scalar(ElemTy::Bool)));
+                self.expect_bool(&c, cond.span, "`while` condition");
+                let b = self.check_block(cx, body, None);
+                let s = self.span_id(span);
+                mk(ExprKind::While { cond: Box::new(c), body: Box::new(b) }, Type::unit(), s)
+            }
+            K::For { pat, iter, body } => self.check_for(cx, pat, iter, body, span),
+        }
+    }
+
+    fn join_branches(&mut self, t: ir::Expr, f: ir::Expr, tspan: Span, fspan: Span) -> (ir::Expr, ir::Expr) {
+        if t.ty.has_error() || f.ty.has_error() {
+            return (t, f);
+        }
+        if let (Type::Tensor(a, _), Type::Tensor(b, _)) = (&t.ty, &f.ty) {
+            if a.is_weak() && !b.is_weak() {
+                let target = f.ty.clone();
+                if let Ok(t2) = self.try_coerce(t.clone(), &target) {
+                    return (t2, f);
+                }
+            }
+            let _ = (a, b);
+        }
+        let target = t.ty.clone();
+        match self.try_coerce(f, &target) {
+            Ok(f) => (t, f),
+            Err((f, why)) => {
+                self.error(
+                    Diagnostic::error(
+                        Code::E0315,
+                        fspan,
+                        format!("`if` branches have different types: {} and {}", self.ty_str(&t.ty), self.ty_str(&f.ty)),
+                    )
+                    .label(why)
+                    .with_secondary(tspan, format!("this branch is {}", self.ty_str(&t.ty))),
+                );
+                (t, f)
+            }
+        }
+    }
+
+    pub(crate) fn expect_bool(&mut self, c: &ir::Expr, span: Span, what: &str) {
+        match &c.ty {
+            Type::Error => {}
+            Type::Tensor(Elem::T(ElemTy::Bool), s) if s.is_empty() => {}
+            t => {
+                let ts = self.ty_str(t);
+                self.error(
+                    Diagnostic::error(Code::E0314, span, format!("{what} must be a bool scalar, found {ts}"))
+                        .label(format!("this is {ts}")),
+                );
+            }
+        }
+    }
+
+    fn check_for(&mut self, cx: &mut FnCx, pat: &ast::Pattern, iter: &ast::ForIter, body: &ast::Block, span: Span) -> ir::Expr {
+        match iter {
+            ast::ForIter::Range(a, b) => {
+                let i32t = Type::scalar(ElemTy::I32);
+                let a = self.check_expr(cx, a, Some(&i32t));
+                let a = self.coerce_with(a, &i32t, span, Code::E0303, "range start");
+                let b = self.check_expr(cx, b, Some(&i32t));
+                let b = self.coerce_with(b, &i32t, span, Code::E0303, "range end");
+                cx.scopes.push(vec![]);
+                let var = match pat {
+                    ast::Pattern::Name(n) => {
+                        let l = cx.new_local(self, &n.name, i32t.clone(), false);
+                        self.record_binding(n.span, &n.name, &i32t);
+                        l
+                    }
+                    ast::Pattern::Wild(_) => cx.new_local(self, "_", i32t.clone(), false),
+                    ast::Pattern::Tuple(_, s) => {
+                        self.error(Diagnostic::error(Code::E0319, *s, "a range gives one integer, not a tuple"));
+                        cx.new_local(self, "_", i32t.clone(), false)
+                    }
+                };
+                let body = self.check_block(cx, body, None);
+                cx.scopes.pop();
+                let s = self.span_id(span);
+                mk(ExprKind::ForRange { var, start: Box::new(a), end: Box::new(b), body: Box::new(body) }, Type::unit(), s)
+            }
+            ast::ForIter::Expr(it) => {
+                if let ast::ExprKind::Call(f, args) = &it.kind {
+                    if matches!(&f.kind, ast::ExprKind::Name(n) if n == "batches" && cx.lookup(n).is_none()) {
+                        return self.check_batches(cx, pat, args, body, span, it.span);
+                    }
+                }
+                let v = self.check_expr(cx, it, None);
+                if !v.ty.has_error() {
+                    self.error(
+                        Diagnostic::error(Code::E0304, it.span, format!("cannot iterate over {}", self.ty_str(&v.ty)))
+                            .label("expected a range `a..b` or `batches(…)`"),
+                    );
+                }
+                self.unit(span)
+            }
+        }
+    }
+
+    fn check_batches(
+        &mut self,
+        cx: &mut FnCx,
+        pat: &ast::Pattern,
+        args: &[ast::Arg],
+        body: &ast::Block,
+        span: Span,
+        call_span: Span,
+    ) -> ir::Expr {
+        let mut data = Vec::new();
+        let mut size = None;
+        let mut shuffle = None;
+        for a in args {
+            match a.name.as_ref().map(|n| n.name.as_str()) {
+                None => data.push(self.check_expr(cx, &a.value, None)),
+                Some("size") => size = Some(a.value.clone()),
+                Some("shuffle") => {
+                    let i32t = Type::scalar(ElemTy::I32);
+                    let v = self.check_expr(cx, &a.value, Some(&i32t));
+                    shuffle = Some(Box::new(self.coerce_with(v, &i32t, a.value.span, Code::E0303, "shuffle seed")));
+                }
+                Some(other) => {
+                    let n = a.name.as_ref().unwrap();
+                    self.error(
+                        Diagnostic::error(Code::E0212, n.span, format!("`batches` has no argument `{other}`"))
+                            .with_help("the arguments are the arrays, `size:` and `shuffle:`"),
+                    );
+                }
+            }
+        }
+        let Some(size_expr) = size else {
+            self.error(Diagnostic::error(Code::E0212, call_span, "`batches` needs `size: B`").label("missing batch size"));
+            return self.unit(span);
+        };
+        let b = match self.static_dim(cx, &size_expr) {
+            Some(d) => d,
+            None => {
+                // A run-time batch size: the batch dim is a fresh run-time dim.
+                Dim::var(self.new_sym("B"))
+            }
+        };
+        let i32t = Type::scalar(ElemTy::I32);
+        let sv = self.check_expr(cx, &size_expr, Some(&i32t));
+        let sv = self.coerce_with(sv, &i32t, size_expr.span, Code::E0303, "batch size");
+        if data.is_empty() {
+            self.error(Diagnostic::error(Code::E0312, call_span, "`batches` needs at least one array"));
+        }
+        let mut lead: Option<Dim> = None;
+        let mut tys = Vec::new();
+        for (d, a) in data.iter().zip(args.iter().filter(|a| a.name.is_none())) {
+            match &d.ty {
+                Type::Tensor(e, s) if !s.is_empty() => {
+                    if let ShapeItem::Dim(n) = &s[0] {
+                        if let Some(l) = &lead {
+                            if l != n {
+                                self.error(
+                                    Diagnostic::error(
+                                        Code::E0306,
+                                        a.value.span,
+                                        format!(
+                                            "`batches` arrays must have the same number of rows: {} vs {}",
+                                            self.dim_str(l),
+                                            self.dim_str(n)
+                                        ),
+                                    )
+                                    .label(format!("this has {} rows", self.dim_str(n))),
+                                );
+                            }
+                        } else {
+                            lead = Some(n.clone());
+                        }
+                    }
+                    let mut s2 = s.clone();
+                    s2[0] = ShapeItem::Dim(b.clone());
+                    tys.push(Type::Tensor(*e, s2));
+                }
+                Type::Error => tys.push(Type::Error),
+                t => {
+                    let ts = self.ty_str(t);
+                    self.error(
+                        Diagnostic::error(Code::E0305, a.value.span, format!("`batches` needs arrays of rank ≥ 1, found {ts}"))
+                            .label(ts),
+                    );
+                    tys.push(Type::Error);
+                }
+            }
+        }
+        cx.scopes.push(vec![]);
+        let elem_ty = if tys.len() == 1 { tys[0].clone() } else { Type::Tuple(tys.clone()) };
+        let p = self.bind_pattern(cx, pat, &elem_ty, false);
+        let vars: Vec<Local> = match p {
+            Pat::Local(l) => vec![l],
+            Pat::Tuple(ps) => ps
+                .into_iter()
+                .map(|p| match p {
+                    Pat::Local(l) => l,
+                    _ => cx.new_local(self, "_", Type::Error, false),
+                })
+                .collect(),
+            Pat::Ignore => vec![],
+        };
+        let body = self.check_block(cx, body, None);
+        cx.scopes.pop();
+        let s = self.span_id(span);
+        mk(
+            ExprKind::ForBatches { vars, data, size: Box::new(sv), shuffle, body: Box::new(body) },
+            Type::unit(),
+            s,
+        )
+    }
+
+    fn check_name(&mut self, cx: &mut FnCx, n: &str, span: Span) -> ir::Expr {
+        match cx.lookup(n) {
+            Some((Binding::Local(l), def)) => {
+                let ty = cx.locals[l.0 as usize].ty.clone();
+                let ts = format!("{n}: {}", self.ty_str(&ty));
+                self.index.types.push((span, ts, Some(def)));
+                let s = self.span_id(span);
+                return mk(ExprKind::Local(l), ty, s);
+            }
+            Some((Binding::Dim(d), _)) => {
+                let s = self.span_id(span);
+                let ds = self.dim_str(&d);
+                self.index.types.push((span, format!("dim {n} = {ds}"), None));
+                return mk(ExprKind::DimValue(d), Type::Tensor(Elem::WeakInt, vec![]), s);
+            }
+            Some((Binding::Rest(_) | Binding::Model(_), _)) => {
+                self.error(Diagnostic::error(Code::E0304, span, format!("`{n}` is a type, not a value")));
+                return self.error_expr(span);
+            }
+            None => {}
+        }
+        match self.scopes[cx.module.0 as usize].get(n).cloned() {
+            Some(ItemRef::Func(f)) => {
+                let s = self.span_id(span);
+                let def = self.fn_sigs[f.0 as usize].span;
+                self.index.types.push((span, self.fn_signature_str(f), Some(def)));
+                mk(ExprKind::FuncRef(f), Type::Fn(FnTy::Item(f)), s)
+            }
+            Some(ItemRef::Const(c)) => {
+                let ty = self.prog.consts[c.0 as usize].ty.clone();
+                let s = self.span_id(span);
+                mk(ExprKind::Const(c), ty, s)
+            }
+            Some(ItemRef::Dim(d)) => {
+                let s = self.span_id(span);
+                mk(ExprKind::DimValue(d), Type::Tensor(Elem::WeakInt, vec![]), s)
+            }
+            Some(ItemRef::Model(id)) => {
+                let mut env = self.env_of(cx);
+                let t = self.model_type_from_args(cx.module, id, None, &mut env, span);
+                let s = self.span_id(span);
+                mk(ExprKind::Tuple(vec![]), Type::ModelType(Box::new(t)), s)
+            }
+            Some(ItemRef::Module(_)) => {
+                self.error(
+                    Diagnostic::error(Code::E0304, span, format!("module `{n}` is not a value"))
+                        .with_help(format!("use one of its items, e.g. `{n}.name`")),
+                );
+                self.error_expr(span)
+            }
+            Some(ItemRef::Mesh(_)) => {
+                self.error(Diagnostic::error(Code::E0304, span, format!("mesh `{n}` is not a value")));
+                self.error_expr(span)
+            }
+            None => {
+                if crate::ir::Prim::from_name(n).is_some_and(|p| p.class() == crate::ir::prim::Class::Unary) {
+                    return self.builtin_as_closure(cx, n, span);
+                }
+                self.unknown_name(cx, n, span);
+                self.error_expr(span)
+            }
+        }
+    }
+
+    pub(crate) fn unknown_name(&mut self, cx: &FnCx, n: &str, span: Span) {
+        let mut cands: Vec<String> = cx.names_in_scope();
+        cands.extend(self.scopes[cx.module.0 as usize].keys().cloned());
+        cands.extend(Prim::builtin_names().iter().map(|s| s.to_string()));
+        let mut d = Diagnostic::error(Code::E0201, span, format!("unknown name `{n}`")).label("not found in this scope");
+        if let Some(s) = super::suggest(n, cands.iter().map(String::as_str)) {
+            d = d.with_help(format!("did you mean `{s}`?"));
+        }
+        self.error(d);
+    }
+
+    pub(crate) fn fn_signature_str(&self, f: crate::types::FuncId) -> String {
+        let sig = &self.fn_sigs[f.0 as usize];
+        let mut g: Vec<String> = sig.dim_names.iter().map(|(n, _)| n.clone()).collect();
+        g.extend(sig.rest_names.iter().map(|(n, _)| format!("..{n}")));
+        g.extend(sig.model_names.iter().map(|(n, _)| format!("{n}: Model")));
+        let gs = if g.is_empty() { String::new() } else { format!("[{}]", g.join(", ")) };
+        let ps: Vec<String> = sig.params.iter().map(|p| format!("{}: {}", p.name, self.ty_str(&p.ty))).collect();
+        let ret = if sig.ret.is_unit() { String::new() } else { format!(" -> {}", self.ty_str(&sig.ret)) };
+        format!("fn {}{gs}({}){ret}", sig.name, ps.join(", "))
+    }
+
+    /// `relu` used as a value becomes the closure `|x| relu(x)`.
+    fn builtin_as_closure(&mut self, cx: &mut FnCx, n: &str, span: Span) -> ir::Expr {
+        let x = ast::Ident { name: "x".to_string(), span };
+        let body = ast::Expr::new(
+            ast::ExprKind::Call(
+                Box::new(ast::Expr::new(ast::ExprKind::Name(n.to_string()), span)),
+                vec![ast::Arg { name: None, value: ast::Expr::new(ast::ExprKind::Name("x".to_string()), span) }],
+            ),
+            span,
+        );
+        let clo = ast::Expr::new(
+            ast::ExprKind::Closure { params: vec![ast::Param { name: x, ty: None, default: None }], body: Box::new(body) },
+            span,
+        );
+        self.make_closure(cx, &clo)
+    }
+
+    fn make_closure(&mut self, cx: &mut FnCx, e: &ast::Expr) -> ir::Expr {
+        let id = ClosureId(self.closures.len() as u32);
+        self.closures.push(super::ClosureDef { ast: std::rc::Rc::new(e.clone()), cx: cx.clone(), instances: vec![] });
+        self.prog.closures.push(ir::ClosureInfo::default());
+        let captures = cx.visible_locals();
+        let s = self.span_id(e.span);
+        mk(ExprKind::Closure { id, captures }, Type::Fn(FnTy::Closure(id)), s)
+    }
+
+    fn check_field(&mut self, cx: &mut FnCx, base: &ast::Expr, field: &ast::Ident, span: Span) -> ir::Expr {
+        // `module.item`
+        if let ast::ExprKind::Name(n) = &base.kind {
+            if cx.lookup(n).is_none() {
+                if let Some(ItemRef::Module(m)) = self.scopes[cx.module.0 as usize].get(n).cloned() {
+                    return self.module_member(cx, m, field, span);
+                }
+            }
+        }
+        let b = self.check_expr(cx, base, None);
+        match b.ty.clone() {
+            Type::Error => self.error_expr(span),
+            Type::Model(id, args) => {
+                let sig = &self.model_sigs[id.0 as usize];
+                match sig.fields.iter().position(|(n, _, _)| *n == field.name) {
+                    Some(i) => {
+                        let fty = self.field_type(id, &args, i);
+                        let def = self.model_sigs[id.0 as usize].fields[i].2;
+                        self.index.types.push((field.span, format!("{}: {}", field.name, self.ty_str(&fty)), Some(def)));
+                        let s = self.span_id(span);
+                        mk(ExprKind::Field(Box::new(b), i), fty, s)
+                    }
+                    None => {
+                        let cands: Vec<String> = sig.fields.iter().map(|(n, _, _)| n.clone()).collect();
+                        let mname = sig.name.clone();
+                        let mut d = Diagnostic::error(
+                            Code::E0206,
+                            field.span,
+                            format!("model `{mname}` has no field `{}`", field.name),
+                        )
+                        .label("unknown field");
+                        d = match super::suggest(&field.name, cands.iter().map(String::as_str)) {
+                            Some(s) => d.with_help(format!("did you mean `{s}`?")),
+                            None => d.with_help(format!("its fields are {}", cands.join(", "))),
+                        };
+                        self.error(d);
+                        self.error_expr(span)
+                    }
+                }
+            }
+            t => {
+                let ts = self.ty_str(&t);
+                self.error(
+                    Diagnostic::error(Code::E0206, field.span, format!("{ts} has no field `{}`", field.name))
+                        .label("fields exist only on models"),
+                );
+                self.error_expr(span)
+            }
+        }
+    }
+
+    /// The type of field `i` of a model type with arguments substituted.
+    pub(crate) fn field_type(&self, id: crate::types::ModelId, args: &[crate::types::TypeArg], i: usize) -> Type {
+        let sig = &self.model_sigs[id.0 as usize];
+        let mut subst = crate::types::unify::Subst::default();
+        let (mut d, mut v) = (sig.dims.iter(), sig.models.iter());
+        for (a, is_model) in args.iter().zip(&sig.generic_is_model) {
+            match a {
+                crate::types::TypeArg::Dim(x) if !is_model => {
+                    if let Some(s) = d.next() {
+                        subst.dims.insert(*s, x.clone());
+                    }
+                }
+                crate::types::TypeArg::Type(t) if *is_model => {
+                    if let Some(tv) = v.next() {
+                        subst.models.insert(*tv, t.clone());
+                    }
+                }
+                _ => {}
+            }
+        }
+        subst.ty(&sig.fields[i].1)
+    }
+
+    fn module_member(&mut self, cx: &mut FnCx, m: ModuleId, field: &ast::Ident, span: Span) -> ir::Expr {
+        match self.scopes[m.0 as usize].get(&field.name).cloned() {
+            Some(ItemRef::Func(f)) => {
+                let s = self.span_id(span);
+                let def = self.fn_sigs[f.0 as usize].span;
+                self.index.types.push((field.span, self.fn_signature_str(f), Some(def)));
+                mk(ExprKind::FuncRef(f), Type::Fn(FnTy::Item(f)), s)
+            }
+            Some(ItemRef::Const(c)) => {
+                let ty = self.prog.consts[c.0 as usize].ty.clone();
+                let s = self.span_id(span);
+                mk(ExprKind::Const(c), ty, s)
+            }
+            Some(ItemRef::Dim(d)) => {
+                let s = self.span_id(span);
+                mk(ExprKind::DimValue(d), Type::Tensor(Elem::WeakInt, vec![]), s)
+            }
+            Some(ItemRef::Model(id)) => {
+                let mut env = self.env_of(cx);
+                let t = self.model_type_from_args(cx.module, id, None, &mut env, span);
+                let s = self.span_id(span);
+                mk(ExprKind::Tuple(vec![]), Type::ModelType(Box::new(t)), s)
+            }
+            _ => {
+                let mname = self.module(m).name.clone();
+                let cands: Vec<String> = self.scopes[m.0 as usize].keys().cloned().collect();
+                let mut d = Diagnostic::error(Code::E0207, field.span, format!("module `{mname}` has no item `{}`", field.name))
+                    .label("not defined there");
+                if let Some(s) = super::suggest(&field.name, cands.iter().map(String::as_str)) {
+                    d = d.with_help(format!("did you mean `{s}`?"));
+                }
+                self.error(d);
+                self.error_expr(span)
+            }
+        }
+    }
+
+    fn check_unary(&mut self, cx: &mut FnCx, op: UnOp, a: &ast::Expr, span: Span, expected: Option<&Type>) -> ir::Expr {
+        let v = self.check_expr(cx, a, expected);
+        let (prim, ok): (Prim, fn(Elem) -> bool) = match op {
+            UnOp::Neg => (Prim::Neg, |e| e.is_numeric()),
+            UnOp::Not => (Prim::Not, |e| e == Elem::T(ElemTy::Bool)),
+        };
+        let ty = match &v.ty {
+            Type::Tensor(e, _) if ok(*e) => v.ty.clone(),
+            Type::Error => Type::Error,
+            t if t.is_model() && op == UnOp::Neg => t.clone(),
+            t => {
+                let ts = self.ty_str(t);
+                let sym = if op == UnOp::Neg { "-" } else { "!" };
+                self.error(
+                    Diagnostic::error(Code::E0318, span, format!("operator `{sym}` cannot be applied to {ts}"))
+                        .label(ts),
+                );
+                Type::Error
+            }
+        };
+        if let (UnOp::Neg, ExprKind::Lit(Lit::Int(n))) = (op, &v.kind) {
+            let s = self.span_id(span);
+            return mk(ExprKind::Lit(Lit::Int(n.wrapping_neg())), ty, s);
+        }
+        if let (UnOp::Neg, ExprKind::Lit(Lit::Float(f))) = (op, &v.kind) {
+            let s = self.span_id(span);
+            return mk(ExprKind::Lit(Lit::Float(-f)), ty, s);
+        }
+        self.prim(prim, vec![v], Attrs::default(), ty, span)
+    }
+
+    fn check_binary(
+        &mut self,
+        cx: &mut FnCx,
+        op: BinOp,
+        a: &ast::Expr,
+        b: &ast::Expr,
+        span: Span,
+        expected: Option<&Type>,
+    ) -> ir::Expr {
+        let hint = match op {
+            BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div | BinOp::Rem | BinOp::Pow => expected,
+            _ => None,
+        };
+        let x = self.check_expr(cx, a, hint);
+        let y = self.check_expr(cx, b, hint);
+        self.binary_op(op, x, y, span, a.span, b.span)
+    }
+
+    pub(crate) fn binary_op(&mut self, op: BinOp, x: ir::Expr, y: ir::Expr, span: Span, aspan: Span, bspan: Span) -> ir::Expr {
+        let prim = match op {
+            BinOp::Add => Prim::Add,
+            BinOp::Sub => Prim::Sub,
+            BinOp::Mul => Prim::Mul,
+            BinOp::Div => Prim::Div,
+            BinOp::Rem => Prim::Rem,
+            BinOp::Pow => Prim::Pow,
+            BinOp::MatMul => Prim::MatMul,
+            BinOp::Eq => Prim::Eq,
+            BinOp::Ne => Prim::Ne,
+            BinOp::Lt => Prim::Lt,
+            BinOp::Le => Prim::Le,
+            BinOp::Gt => Prim::Gt,
+            BinOp::Ge => Prim::Ge,
+            BinOp::And => Prim::And,
+            BinOp::Or => Prim::Or,
+        };
+        if x.ty.has_error() || y.ty.has_error() {
+            return self.prim(prim, vec![x, y], Attrs::default(), Type::Error, span);
+        }
+        // Model arithmetic: field by field, or scaling by a scalar.
+        if x.ty.is_model() || y.ty.is_model() {
+            return self.model_arith(op, prim, x, y, span, aspan, bspan);
+        }
+        let (Some((ea, sa)), Some((eb, sb))) = (x.ty.as_tensor(), y.ty.as_tensor()) else {
+            let (xs, ys) = (self.ty_str(&x.ty), self.ty_str(&y.ty));
+            self.error(
+                Diagnostic::error(Code::E0318, span, format!("operator `{}` cannot be applied to {xs} and {ys}", op.symbol()))
+                    .with_secondary(aspan, xs)
+                    .with_secondary(bspan, ys),
+            );
+            return self.error_expr(span);
+        };
+        let (sa, sb) = (sa.clone(), sb.clone());
+        if op == BinOp::MatMul {
+            return self.matmul(x, y, ea, eb, &sa, &sb, span, aspan, bspan);
+        }
+        let Some(elem) = join_elem(ea, eb) else {
+            self.error(
+                Diagnostic::error(
+                    if ea.is_weak() || eb.is_weak() { Code::E0322 } else { Code::E0303 },
+                    span,
+                    format!("element types differ: {} {} {}", ea.name(), op.symbol(), eb.name()),
+                )
+                .with_secondary(aspan, ea.name())
+                .with_secondary(bspan, eb.name())
+                .with_help(if ea.is_weak() || eb.is_weak() {
+                    "write the literal in the other operand's type (e.g. `2` instead of `2.0` for i32)".to_string()
+                } else {
+                    format!("msl never converts implicitly; write `{}(…)` around one operand", ea.materialise().name())
+                }),
+            );
+            return self.error_expr(span);
+        };
+        let logical = matches!(op, BinOp::And | BinOp::Or);
+        let compare = matches!(op, BinOp::Eq | BinOp::Ne | BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge);
+        let is_bool = elem == Elem::T(ElemTy::Bool);
+        let bad = if logical {
+            !is_bool
+        } else if compare {
+            is_bool && !matches!(op, BinOp::Eq | BinOp::Ne)
+        } else {
+            is_bool
+        };
+        if bad {
+            self.error(
+                Diagnostic::error(
+                    Code::E0318,
+                    span,
+                    format!("operator `{}` cannot be applied to {} values", op.symbol(), elem.name()),
+                )
+                .label(if logical { "needs bool operands" } else { "needs numeric operands" }),
+            );
+            return self.error_expr(span);
+        }
+        let shape = match broadcast(&sa, &sb) {
+            Ok(s) => s,
+            Err(e) => {
+                self.broadcast_error(&x.ty, &y.ty, e, span, aspan, bspan);
+                return self.error_expr(span);
+            }
+        };
+        let out_elem = if compare { Elem::T(ElemTy::Bool) } else { elem };
+        // Weak operands take the concrete element type of the other side.
+        let (x, y) = if let Elem::T(t) = elem {
+            let xt = Type::Tensor(Elem::T(t), sa.clone());
+            let yt = Type::Tensor(Elem::T(t), sb.clone());
+            (self.cast_weak(x, &xt), self.cast_weak(y, &yt))
+        } else {
+            (x, y)
+        };
+        self.prim(prim, vec![x, y], Attrs::default(), Type::Tensor(out_elem, shape), span)
+    }
+
+    fn cast_weak(&mut self, v: ir::Expr, t: &Type) -> ir::Expr {
+        match &v.ty {
+            Type::Tensor(e, _) if e.is_weak() => self.cast_to(v, t),
+            _ => v,
+        }
+    }
+
+    pub(crate) fn broadcast_error(&mut self, a: &Type, b: &Type, e: BroadcastError, span: Span, aspan: Span, bspan: Span) {
+        let (xs, ys) = (self.ty_str(a), self.ty_str(b));
+        let msg = match e {
+            BroadcastError::Dims { from_end, a, b } => format!(
+                "shapes do not broadcast: {} vs {} in dimension {} from the end",
+                self.dim_str(&a),
+                self.dim_str(&b),
+                from_end
+            ),
+            BroadcastError::Rest => "rank-polymorphic shapes do not broadcast: their `..` rests differ".to_string(),
+        };
+        self.error(
+            Diagnostic::error(Code::E0302, span, msg)
+                .with_secondary(aspan, format!("this is {xs}"))
+                .with_secondary(bspan, format!("this is {ys}"))
+                .with_help("dims must be equal or one of them 1 (aligned from the right)"),
+        );
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn matmul(
+        &mut self,
+        x: ir::Expr,
+        y: ir::Expr,
+        ea: Elem,
+        eb: Elem,
+        sa: &[ShapeItem],
+        sb: &[ShapeItem],
+        span: Span,
+        aspan: Span,
+        bspan: Span,
+    ) -> ir::Expr {
+        let Some(elem) = join_elem(ea, eb).filter(|e| e.is_numeric()) else {
+            self.error(
+                Diagnostic::error(Code::E0303, span, format!("matmul element types differ: {} @ {}", ea.name(), eb.name()))
+                    .with_secondary(aspan, ea.name())
+                    .with_secondary(bspan, eb.name()),
+            );
+            return self.error_expr(span);
+        };
+        if sa.is_empty() || sb.is_empty() {
+            self.error(
+                Diagnostic::error(Code::E0305, span, "`@` needs operands of rank ≥ 1; use `*` for scalars")
+                    .with_secondary(if sa.is_empty() { aspan } else { bspan }, "this is a scalar"),
+            );
+            return self.error_expr(span);
+        }
+        let last = |s: &[ShapeItem]| match s.last() {
+            Some(ShapeItem::Dim(d)) => Some(d.clone()),
+            _ => None,
+        };
+        // NumPy rules: 1-D operands are promoted, then the added dim is removed.
+        let (a_batch, n, k1) = if sa.len() == 1 {
+            (vec![], None, last(sa))
+        } else if let ShapeItem::Rest(_) = &sa[sa.len() - 2] {
+            // `[..S, K] @ [K, M]` is `[..S, M]` whatever the length of `S` (NumPy's 1-D rule).
+            (sa[..sa.len() - 1].to_vec(), None, last(sa))
+        } else {
+            let k = last(sa);
+            let n = match &sa[sa.len() - 2] {
+                ShapeItem::Dim(d) => Some(d.clone()),
+                _ => None,
+            };
+            (sa[..sa.len() - 2].to_vec(), n, k)
+        };
+        let (b_batch, k2, m) = if sb.len() == 1 {
+            (vec![], last(sb), None)
+        } else if let ShapeItem::Rest(_) = &sb[sb.len() - 2] {
+            (vec![], None, None)
+        } else {
+            let m = last(sb);
+            let k = match &sb[sb.len() - 2] {
+                ShapeItem::Dim(d) => Some(d.clone()),
+                _ => None,
+            };
+            (sb[..sb.len() - 2].to_vec(), k, m)
+        };
+        let (Some(k1), Some(k2)) = (k1, k2) else {
+            self.error(Diagnostic::error(Code::E0305, span, "`@` needs fixed matrix dims, not `..` rests, in its last two positions"));
+            return self.error_expr(span);
+        };
+        if k1 != k2 {
+            let (ks1, ks2) = (self.dim_str(&k1), self.dim_str(&k2));
+            let (xs, ys) = (self.ty_str(&x.ty), self.ty_str(&y.ty));
+            self.error(
+                Diagnostic::error(Code::E0301, span, format!("matmul inner dimensions differ: {ks1} vs {ks2}"))
+                    .with_secondary(aspan, format!("this is {xs}"))
+                    .with_secondary(bspan, format!("this is {ys}")),
+            );
+            return self.error_expr(span);
+        }
+        let batch = match broadcast(&a_batch, &b_batch) {
+            Ok(b) => b,
+            Err(e) => {
+                let (xt, yt) = (x.ty.clone(), y.ty.clone());
+                self.broadcast_error(&xt, &yt, e, span, aspan, bspan);
+                return self.error_expr(span);
+            }
+        };
+        let mut shape = batch;
+        if let Some(n) = n {
+            shape.push(ShapeItem::Dim(n));
+        }
+        if let Some(m) = m {
+            shape.push(ShapeItem::Dim(m));
+        }
+        let (x, y) = if let Elem::T(t) = elem {
+            let xt = Type::Tensor(Elem::T(t), sa.to_vec());
+            let yt = Type::Tensor(Elem::T(t), sb.to_vec());
+            (self.cast_weak(x, &xt), self.cast_weak(y, &yt))
+        } else {
+            (x, y)
+        };
+        self.prim(Prim::MatMul, vec![x, y], Attrs::default(), Type::Tensor(elem, shape), span)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn model_arith(&mut self, op: BinOp, prim: Prim, x: ir::Expr, y: ir::Expr, span: Span, aspan: Span, bspan: Span) -> ir::Expr {
+        let ok_op = matches!(op, BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div);
+        let scalar = |t: &Type| matches!(t, Type::Tensor(e, s) if s.is_empty() && e.is_float() || (s.is_empty() && *e == Elem::WeakInt));
+        let ty = if !ok_op {
+            None
+        } else if x.ty.is_model() && y.ty.is_model() {
+            (x.ty == y.ty).then(|| x.ty.clone())
+        } else if x.ty.is_model() && scalar(&y.ty) {
+            Some(x.ty.clone())
+        } else if y.ty.is_model() && scalar(&x.ty) && op != BinOp::Div {
+            Some(y.ty.clone())
+        } else {
+            None
+        };
+        match ty {
+            Some(t) => {
+                let f32t = Type::scalar(ElemTy::F32);
+                let x = if x.ty.is_model() { x } else { self.cast_weak(x, &f32t) };
+                let y = if y.ty.is_model() { y } else { self.cast_weak(y, &f32t) };
+                self.prim(prim, vec![x, y], Attrs::default(), t, span)
+            }
+            None => {
+                let (xs, ys) = (self.ty_str(&x.ty), self.ty_str(&y.ty));
+                self.error(
+                    Diagnostic::error(
+                        Code::E0321,
+                        span,
+                        format!("model arithmetic `{}` is not defined for {xs} and {ys}", op.symbol()),
+                    )
+                    .with_secondary(aspan, xs)
+                    .with_secondary(bspan, ys)
+                    .with_help("models support `+ - * /` with a model of the same type, and scaling by a float scalar"),
+                );
+                self.error_expr(span)
+            }
+        }
+    }
+}
+
+/// The code for a value that does not fit an expected type.
+pub(crate) fn mismatch_code(found: &Type, expected: &Type) -> Code {
+    match (found, expected) {
+        (Type::Tensor(a, sa), Type::Tensor(b, sb)) => {
+            if crate::types::unify::elem_accepts(*b, *a).is_err() {
+                if a.is_weak() {
+                    Code::E0322
+                } else {
+                    Code::E0303
+                }
+            } else if sa.len() != sb.len() {
+                Code::E0305
+            } else {
+                Code::E0306
+            }
+        }
+        _ => Code::E0304,
+    }
+}

@@ -1,0 +1,490 @@
+//! Items: declaring names, resolving `use`, checking signatures, then checking bodies.
+
+use super::expr::{Binding, FnCx};
+use super::resolve::TyEnv;
+use super::{Checker, FnSig, ItemRef, ModelSig, ModuleId, ParamSig};
+use crate::diag::{Code, Diagnostic};
+use crate::ir::{self, ExprKind};
+use crate::source::Span;
+use crate::syntax::ast::{self, ItemKind};
+use crate::types::{FuncId, ModelId, Type};
+use std::rc::Rc;
+
+impl Checker {
+    fn define(&mut self, m: ModuleId, name: &ast::Ident, r: ItemRef) {
+        let scope = &mut self.scopes[m.0 as usize];
+        if scope.contains_key(&name.name) {
+            self.diags.push(
+                Diagnostic::error(Code::E0205, name.span, format!("`{}` is defined twice", name.name))
+                    .label("second definition"),
+            );
+            return;
+        }
+        scope.insert(name.name.clone(), r);
+    }
+
+    pub(super) fn declare_items(&mut self, m: ModuleId) {
+        let ast = self.module(m).ast.clone();
+        let file_text = self.sources.text(self.module(m).file).to_string();
+        let is_root_or_user = !self.module(m).is_stdlib;
+        for item in &ast.items {
+            let doc = crate::syntax::lexer::doc_comment_before(&file_text, item.span.start as usize);
+            match &item.kind {
+                ItemKind::Fn(f) => {
+                    let id = FuncId(self.fn_sigs.len() as u32);
+                    let annotations = item.annotations.iter().map(|a| a.name.name.clone()).collect();
+                    self.fn_sigs.push(FnSig {
+                        name: f.name.name.clone(),
+                        module: m,
+                        dims: vec![],
+                        rests: vec![],
+                        models: vec![],
+                        params: vec![],
+                        ret: Type::unit(),
+                        span: f.name.span,
+                        doc: doc.clone(),
+                        decl: Some(Rc::new(f.clone())),
+                        dim_names: vec![],
+                        rest_names: vec![],
+                        model_names: vec![],
+                        annotations,
+                    });
+                    let name = self.prog.names.intern(&f.name.name);
+                    let sid = self.span_id(f.name.span);
+                    self.prog.funcs.push(placeholder_func(name, sid));
+                    self.define(m, &f.name, ItemRef::Func(id));
+                    if is_root_or_user {
+                        self.index.items.push((f.name.name.clone(), "fn", f.name.span, doc));
+                    }
+                }
+                ItemKind::Model(md) => {
+                    let id = ModelId(self.model_sigs.len() as u32);
+                    self.model_sigs.push(ModelSig {
+                        name: md.name.name.clone(),
+                        module: m,
+                        dims: vec![],
+                        models: vec![],
+                        generic_is_model: md.generics.iter().map(|g| matches!(g, ast::Generic::Model(_))).collect(),
+                        fields: vec![],
+                        span: md.name.span,
+                        doc: doc.clone(),
+                        decl: Rc::new(md.clone()),
+                    });
+                    let name = self.prog.names.intern(&md.name.name);
+                    let sid = self.span_id(md.name.span);
+                    self.prog.models.push(ir::Model { name, dims: vec![], models: vec![], fields: vec![], span: sid });
+                    self.define(m, &md.name, ItemRef::Model(id));
+                    if is_root_or_user {
+                        self.index.items.push((md.name.name.clone(), "model", md.name.span, doc));
+                    }
+                }
+                ItemKind::Mesh { name, axes } => {
+                    let mut out = Vec::new();
+                    for (a, d) in axes {
+                        let size = match d.kind {
+                            ast::DimKind::Int(n) if n > 0 => n,
+                            _ => {
+                                self.diags.push(
+                                    Diagnostic::error(Code::E0502, d.span, "a mesh axis size must be a positive integer")
+                                        .label("expected e.g. `dp = 2`"),
+                                );
+                                1
+                            }
+                        };
+                        out.push((self.prog.names.intern(&a.name), size));
+                    }
+                    let n = self.prog.names.intern(&name.name);
+                    self.prog.meshes.push(ir::Mesh { name: n, axes: out });
+                    let idx = self.prog.meshes.len() - 1;
+                    self.define(m, name, ItemRef::Mesh(idx));
+                }
+                _ => {}
+            }
+        }
+    }
+
+    pub(super) fn resolve_uses(&mut self, m: ModuleId) {
+        let ast = self.module(m).ast.clone();
+        let uses = self.module(m).uses.clone();
+        for (i, target) in uses {
+            let ItemKind::Use(u) = &ast.items[i].kind else { continue };
+            match u {
+                ast::UseTarget::File(_, span) => {
+                    let name = self.module(target).name.clone();
+                    self.define(m, &ast::Ident { name, span: *span }, ItemRef::Module(target));
+                }
+                ast::UseTarget::Module(path) => {
+                    let full = path.iter().map(|i| i.name.as_str()).collect::<Vec<_>>().join(".");
+                    let target_is_full = matches!(&self.module(target).origin,
+                        super::Origin::Stdlib(s) if *s == full);
+                    let last = path.last().unwrap();
+                    if target_is_full {
+                        self.define(m, last, ItemRef::Module(target));
+                    } else {
+                        self.import_name(m, target, last);
+                    }
+                }
+                ast::UseTarget::Names(_, names) => {
+                    for n in names {
+                        self.import_name(m, target, n);
+                    }
+                }
+            }
+        }
+    }
+
+    fn import_name(&mut self, m: ModuleId, target: ModuleId, n: &ast::Ident) {
+        match self.scopes[target.0 as usize].get(&n.name).cloned() {
+            Some(r) => self.define(m, n, r),
+            None => {
+                let mname = self.module(target).name.clone();
+                let cands: Vec<String> = self.scopes[target.0 as usize].keys().cloned().collect();
+                let mut d = Diagnostic::error(Code::E0207, n.span, format!("module `{mname}` has no item `{}`", n.name))
+                    .label("not defined there");
+                if let Some(s) = super::suggest(&n.name, cands.iter().map(String::as_str)) {
+                    d = d.with_help(format!("did you mean `{s}`?"));
+                }
+                self.diags.push(d);
+            }
+        }
+    }
+
+    pub(super) fn collect_signatures(&mut self, m: ModuleId) {
+        let ast = self.module(m).ast.clone();
+        // Global dims first, in source order, then consts, models and functions.
+        for item in &ast.items {
+            if let ItemKind::Dim { name, value } = &item.kind {
+                let d = self.resolve_dim(m, value, &mut TyEnv::default());
+                self.define(m, name, ItemRef::Dim(d.clone()));
+                let ds = self.dim_str(&d);
+                self.index.types.push((name.span, format!("dim {} = {ds}", name.name), Some(name.span)));
+            }
+        }
+        for item in &ast.items {
+            if let ItemKind::Const { name, ty, value } = &item.kind {
+                let mut cx = FnCx::new(m);
+                let expected = ty.as_ref().map(|t| self.resolve_type(m, t, &mut TyEnv::default()));
+                let mut v = self.check_expr(&mut cx, value, expected.as_ref());
+                if let Some(t) = &expected {
+                    v = self.coerce(v, t, value.span, "constant");
+                }
+                let id = ir::ConstId(self.prog.consts.len() as u32);
+                let n = self.prog.names.intern(&name.name);
+                self.index.types.push((name.span, self.ty_str(&v.ty), Some(name.span)));
+                self.prog.consts.push(ir::Const { name: n, ty: v.ty.clone(), value: v });
+                self.define(m, name, ItemRef::Const(id));
+            }
+        }
+        for item in &ast.items {
+            if let ItemKind::Model(md) = &item.kind {
+                let ItemRef::Model(id) = self.scopes[m.0 as usize][&md.name.name].clone() else { continue };
+                self.model_signature(m, id, md);
+            }
+        }
+        for item in &ast.items {
+            if let ItemKind::Fn(f) = &item.kind {
+                let Some(ItemRef::Func(id)) = self.scopes[m.0 as usize].get(&f.name.name).cloned() else { continue };
+                if self.fn_sigs[id.0 as usize].decl.as_ref().is_some_and(|d| d.name.span == f.name.span) {
+                    self.fn_signature(m, id, f);
+                }
+            }
+        }
+    }
+
+    fn generics_env(&mut self, generics: &[ast::Generic], env: &mut TyEnv) -> (Vec<(String, crate::types::Sym)>, Vec<(String, crate::types::RestSym)>, Vec<(String, crate::types::TyVar)>) {
+        let (mut dims, mut rests, mut models) = (vec![], vec![], vec![]);
+        let mut seen = std::collections::HashSet::new();
+        for g in generics {
+            let id = match g {
+                ast::Generic::Dim(i) | ast::Generic::Model(i) | ast::Generic::Rest(i) => i,
+            };
+            if !seen.insert(id.name.clone()) {
+                self.diags.push(Diagnostic::error(Code::E0205, id.span, format!("`{}` is declared twice", id.name)));
+                continue;
+            }
+            match g {
+                ast::Generic::Dim(i) => {
+                    let s = self.new_sym(&i.name);
+                    env.dims.insert(i.name.clone(), crate::types::Dim::var(s));
+                    dims.push((i.name.clone(), s));
+                }
+                ast::Generic::Rest(i) => {
+                    let r = self.new_rest(&i.name);
+                    env.rests.insert(i.name.clone(), r);
+                    rests.push((i.name.clone(), r));
+                }
+                ast::Generic::Model(i) => {
+                    let v = self.new_tyvar(&i.name);
+                    env.models.insert(i.name.clone(), v);
+                    models.push((i.name.clone(), v));
+                }
+            }
+        }
+        (dims, rests, models)
+    }
+
+    fn model_signature(&mut self, m: ModuleId, id: ModelId, md: &ast::ModelDecl) {
+        let mut env = TyEnv::default();
+        let (dims, _rests, models) = self.generics_env(&md.generics, &mut env);
+        let mut fields = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for f in &md.fields {
+            if !seen.insert(f.name.name.clone()) {
+                self.diags.push(Diagnostic::error(Code::E0205, f.name.span, format!("field `{}` is defined twice", f.name.name)));
+                continue;
+            }
+            let ty = self.resolve_type(m, &f.ty, &mut env);
+            fields.push((f.name.name.clone(), ty, f.name.span));
+        }
+        let sig = &mut self.model_sigs[id.0 as usize];
+        sig.dims = dims.iter().map(|(_, s)| *s).collect();
+        sig.models = models.iter().map(|(_, v)| *v).collect();
+        sig.fields = fields.clone();
+        let model = &mut self.prog.models[id.0 as usize];
+        model.dims = dims.iter().map(|(_, s)| *s).collect();
+        model.models = models.iter().map(|(_, v)| *v).collect();
+        let mut ir_fields = Vec::new();
+        for (n, t, _) in &fields {
+            let name = self.prog.names.intern(n);
+            ir_fields.push(ir::Field { name, ty: t.clone(), init: None });
+        }
+        self.prog.models[id.0 as usize].fields = ir_fields;
+        // Remember the env for checking the initialisers.
+        let _ = (dims, models);
+    }
+
+    fn fn_signature(&mut self, m: ModuleId, id: FuncId, f: &ast::FnDecl) {
+        let mut env = TyEnv::default();
+        let (dims, rests, models) = self.generics_env(&f.generics, &mut env);
+        let mut params = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for p in &f.params {
+            if !seen.insert(p.name.name.clone()) {
+                self.diags.push(Diagnostic::error(Code::E0205, p.name.span, format!("parameter `{}` is declared twice", p.name.name)));
+            }
+            let ty = match &p.ty {
+                Some(t) => self.resolve_type(m, t, &mut env),
+                None => {
+                    self.diags.push(
+                        Diagnostic::error(Code::E0304, p.name.span, format!("parameter `{}` needs a type", p.name.name))
+                            .label("write `name: type`"),
+                    );
+                    Type::Error
+                }
+            };
+            params.push(ParamSig { name: p.name.name.clone(), ty, default: p.default.clone(), span: p.name.span });
+        }
+        let ret = match &f.ret {
+            Some(t) => self.resolve_type(m, t, &mut env),
+            None => Type::unit(),
+        };
+        let sig = &mut self.fn_sigs[id.0 as usize];
+        sig.dims = dims.iter().map(|(_, s)| *s).collect();
+        sig.rests = rests.iter().map(|(_, r)| *r).collect();
+        sig.models = models.iter().map(|(_, v)| *v).collect();
+        sig.params = params;
+        sig.ret = ret;
+        sig.dim_names = dims;
+        sig.rest_names = rests;
+        sig.model_names = models;
+    }
+
+    pub(super) fn check_bodies(&mut self, m: ModuleId) {
+        let ast = self.module(m).ast.clone();
+        for item in &ast.items {
+            match &item.kind {
+                ItemKind::Fn(f) => {
+                    if let Some(ItemRef::Func(id)) = self.scopes[m.0 as usize].get(&f.name.name).cloned() {
+                        if self.fn_sigs[id.0 as usize].decl.as_ref().is_some_and(|d| d.name.span == f.name.span) {
+                            self.ensure_body(id);
+                        }
+                    }
+                }
+                ItemKind::Model(md) => {
+                    if let Some(ItemRef::Model(id)) = self.scopes[m.0 as usize].get(&md.name.name).cloned() {
+                        if self.model_sigs[id.0 as usize].decl.name.span == md.name.span {
+                            self.check_model_inits(m, id);
+                        }
+                    }
+                }
+                ItemKind::Test { name, body } => {
+                    let mut cx = FnCx::new(m);
+                    let b = self.check_block(&mut cx, body, None);
+                    let fname = self.prog.names.intern(&format!("test \"{name}\""));
+                    let sid = self.span_id(item.span);
+                    let id = self.push_func(fname, &cx, vec![], Type::unit(), b, sid);
+                    self.prog.tests.push(ir::Test { name: name.clone(), func: id, span: sid });
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Checks a function body once; called in module order and on demand by calls.
+    pub(crate) fn ensure_body(&mut self, id: FuncId) {
+        let i = id.0 as usize;
+        if self.body_done.get(i).copied().unwrap_or(true) {
+            return;
+        }
+        self.body_done[i] = true;
+        let sig = self.fn_sigs[i].clone();
+        let Some(decl) = sig.decl.clone() else { return };
+        self.checking.push(id);
+        let mut cx = FnCx::new(sig.module);
+        cx.ret = Some(sig.ret.clone());
+        cx.func = Some(id);
+        for (n, s) in &sig.dim_names {
+            cx.bind(n, Binding::Dim(crate::types::Dim::var(*s)));
+        }
+        for (n, r) in &sig.rest_names {
+            cx.bind(n, Binding::Rest(*r));
+        }
+        for (n, v) in &sig.model_names {
+            cx.bind(n, Binding::Model(*v));
+        }
+        let mut params = Vec::new();
+        for p in &sig.params {
+            let l = cx.new_local(self, &p.name, p.ty.clone(), false);
+            self.index.types.push((p.span, format!("{}: {}", p.name, self.ty_str(&p.ty)), Some(p.span)));
+            params.push(l);
+        }
+        let body = self.check_block(&mut cx, &decl.body, Some(&sig.ret));
+        let body = if sig.ret.is_unit() { body } else { self.coerce_result(body, &sig.ret, decl.body.span) };
+        let f = &mut self.prog.funcs[i];
+        f.dims = sig.dims.clone();
+        f.rests = sig.rests.clone();
+        f.models = sig.models.clone();
+        f.params = params;
+        f.ret = sig.ret.clone();
+        f.locals = cx.locals.clone();
+        f.body = body;
+        let anns: Vec<_> = sig.annotations.iter().map(|a| self.prog.names.intern(a)).collect();
+        self.prog.funcs[i].annotations = anns;
+        self.checking.pop();
+    }
+
+    fn coerce_result(&mut self, body: ir::Expr, ret: &Type, span: Span) -> ir::Expr {
+        if body.ty.has_error() || ret.has_error() {
+            return body;
+        }
+        match self.try_coerce(body, ret) {
+            Ok(e) => e,
+            Err((e, why)) => {
+                self.error(
+                    Diagnostic::error(
+                        Code::E0316,
+                        span,
+                        format!("function body has type {}, but the declared result is {}", self.ty_str(&e.ty), self.ty_str(ret)),
+                    )
+                    .label(why),
+                );
+                e
+            }
+        }
+    }
+
+    fn check_model_inits(&mut self, m: ModuleId, id: ModelId) {
+        let sig = self.model_sigs[id.0 as usize].clone();
+        for (i, f) in sig.decl.fields.iter().enumerate() {
+            let Some((_, fty, _)) = sig.fields.iter().find(|(n, _, _)| *n == f.name.name).cloned() else { continue };
+            let idx = sig.fields.iter().position(|(n, _, _)| *n == f.name.name).unwrap_or(i);
+            let Some(init) = &f.init else {
+                if !fty.is_model() && !fty.has_error() && !matches!(fty, Type::Model(..)) {
+                    // Fields without initialisers are fine for models built with a constructor.
+                }
+                continue;
+            };
+            let mut cx = FnCx::new(m);
+            cx.in_init = true;
+            for (g, s) in sig.decl.generics.iter().zip(self.generic_bindings(&sig)) {
+                if let ast::Generic::Dim(n) | ast::Generic::Model(n) = g {
+                    cx.bind(&n.name, s);
+                }
+            }
+            let v = self.check_expr(&mut cx, init, Some(&fty));
+            let v = self.coerce(v, &fty, init.span, "field initialiser");
+            let name = self.prog.names.intern(&format!("{}.{}", sig.name, f.name.name));
+            let sid = self.span_id(init.span);
+            let fid = self.push_func(name, &cx, vec![], fty.clone(), v, sid);
+            self.prog.funcs[fid.0 as usize].dims = sig.dims.clone();
+            if let Some(field) = self.prog.models[id.0 as usize].fields.get_mut(idx) {
+                field.init = Some(fid);
+            }
+        }
+    }
+
+    fn generic_bindings(&self, sig: &ModelSig) -> Vec<Binding> {
+        let (mut d, mut v) = (sig.dims.iter(), sig.models.iter());
+        sig.generic_is_model
+            .iter()
+            .map(|&is_model| {
+                if is_model {
+                    Binding::Model(*v.next().unwrap())
+                } else {
+                    Binding::Dim(crate::types::Dim::var(*d.next().unwrap()))
+                }
+            })
+            .collect()
+    }
+
+    /// Adds a synthesised function (test body, initialiser, closure instance) to the program.
+    pub(crate) fn push_func(
+        &mut self,
+        name: ir::Name,
+        cx: &FnCx,
+        params: Vec<ir::Local>,
+        ret: Type,
+        body: ir::Expr,
+        span: ir::SpanId,
+    ) -> FuncId {
+        let id = FuncId(self.prog.funcs.len() as u32);
+        self.prog.funcs.push(ir::Func {
+            name,
+            dims: vec![],
+            rests: vec![],
+            models: vec![],
+            n_captures: 0,
+            params,
+            ret,
+            locals: cx.locals.clone(),
+            body,
+            annotations: vec![],
+            span,
+        });
+        // Keep the signature table aligned with the function table.
+        self.fn_sigs.push(FnSig {
+            name: self.prog.names.get(name).to_string(),
+            module: cx.module,
+            dims: vec![],
+            rests: vec![],
+            models: vec![],
+            params: vec![],
+            ret: Type::unit(),
+            span: self.prog.span(span),
+            doc: None,
+            decl: None,
+            dim_names: vec![],
+            rest_names: vec![],
+            model_names: vec![],
+            annotations: vec![],
+        });
+        self.body_done.push(true);
+        id
+    }
+}
+
+fn placeholder_func(name: ir::Name, span: ir::SpanId) -> ir::Func {
+    ir::Func {
+        name,
+        dims: vec![],
+        rests: vec![],
+        models: vec![],
+        n_captures: 0,
+        params: vec![],
+        ret: Type::unit(),
+        locals: vec![],
+        body: ir::Expr { kind: ExprKind::Tuple(vec![]), ty: Type::unit(), span },
+        annotations: vec![],
+        span,
+    }
+}

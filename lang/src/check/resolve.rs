@@ -1,0 +1,325 @@
+//! Resolving written types and dimension expressions to `Type` and `Dim`.
+
+use super::{Checker, ItemRef, ModuleId};
+use crate::diag::{Code, Diagnostic};
+use crate::syntax::ast::{self, DimArg, DimKind, TypeKind};
+use crate::types::{Dim, Elem, ElemTy, FnTy, RestSym, ShapeItem, Sym, TyVar, Type, TypeArg};
+use std::collections::HashMap;
+
+/// The generic names visible while resolving a type.
+#[derive(Clone, Debug, Default)]
+pub struct TyEnv {
+    pub dims: HashMap<String, Dim>,
+    pub rests: HashMap<String, RestSym>,
+    pub models: HashMap<String, TyVar>,
+    /// When set, unknown dim names become fresh run-time dims (in `let` annotations) and are
+    /// recorded here; `_` becomes a fresh dim to be inferred.
+    pub fresh: Option<Vec<(String, Sym)>>,
+}
+
+impl Checker {
+    pub(crate) fn resolve_dim(&mut self, m: ModuleId, d: &ast::DimExpr, env: &mut TyEnv) -> Dim {
+        match &d.kind {
+            DimKind::Int(n) => Dim::constant(*n),
+            DimKind::Infer => {
+                if env.fresh.is_some() {
+                    let s = self.new_sym("_");
+                    env.fresh.as_mut().unwrap().push(("_".to_string(), s));
+                    Dim::var(s)
+                } else {
+                    self.error(
+                        Diagnostic::error(Code::E0307, d.span, "`_` is only allowed in `let` annotations")
+                            .label("write the dimension here"),
+                    );
+                    Dim::var(self.new_sym("_"))
+                }
+            }
+            DimKind::Var(name) => {
+                if let Some(x) = env.dims.get(name) {
+                    return x.clone();
+                }
+                if let Some(ItemRef::Dim(x)) = self.scopes[m.0 as usize].get(name) {
+                    return x.clone();
+                }
+                if let Some(fresh) = env.fresh.as_mut() {
+                    if let Some((_, s)) = fresh.iter().find(|(n, _)| n == name) {
+                        return Dim::var(*s);
+                    }
+                    let s = self.new_sym(name);
+                    env.fresh.as_mut().unwrap().push((name.clone(), s));
+                    return Dim::var(s);
+                }
+                let mut cands: Vec<String> = env.dims.keys().cloned().collect();
+                cands.extend(
+                    self.scopes[m.0 as usize]
+                        .iter()
+                        .filter(|(_, r)| matches!(r, ItemRef::Dim(_)))
+                        .map(|(n, _)| n.clone()),
+                );
+                let mut diag = Diagnostic::error(Code::E0209, d.span, format!("unknown dimension `{name}`"))
+                    .label("not declared");
+                diag = match super::suggest(name, cands.iter().map(String::as_str)) {
+                    Some(s) => diag.with_help(format!("did you mean `{s}`?")),
+                    None => diag.with_help(format!(
+                        "declare it in the `[…]` list of the function or model, or as `dim {name} = …`"
+                    )),
+                };
+                self.error(diag);
+                // A fresh variable keeps checking going without follow-up errors.
+                Dim::var(self.new_sym(name))
+            }
+            DimKind::Neg(a) => self.resolve_dim(m, a, env).neg(),
+            DimKind::Bin(op, a, b) => {
+                let x = self.resolve_dim(m, a, env);
+                let y = self.resolve_dim(m, b, env);
+                match op {
+                    ast::BinOp::Add => x.add(&y),
+                    ast::BinOp::Sub => x.sub(&y),
+                    ast::BinOp::Mul => x.mul(&y),
+                    _ => self.dim_div(&x, &y, d.span),
+                }
+            }
+            DimKind::Error => Dim::var(self.new_sym("?")),
+        }
+    }
+
+    /// Exact division of dims; reports `E0317` when it cannot be exact.
+    pub(crate) fn dim_div(&mut self, x: &Dim, y: &Dim, span: crate::source::Span) -> Dim {
+        if y.as_const() == Some(0) {
+            self.error(Diagnostic::error(Code::E0317, span, "dimension divided by zero"));
+            return x.clone();
+        }
+        match x.div(y) {
+            Some(q) if q.is_fractional_const() => {
+                self.error(
+                    Diagnostic::error(
+                        Code::E0317,
+                        span,
+                        format!("dimension division is not exact: {} / {}", self.dim_str(x), self.dim_str(y)),
+                    )
+                    .label("does not divide evenly"),
+                );
+                q
+            }
+            Some(q) => q,
+            None => {
+                self.error(
+                    Diagnostic::error(
+                        Code::E0317,
+                        span,
+                        format!("cannot divide a dimension by the sum {}", self.dim_str(y)),
+                    )
+                    .label("divisor must be a single term such as `H` or `2*H`"),
+                );
+                x.clone()
+            }
+        }
+    }
+
+    pub(crate) fn resolve_type(&mut self, m: ModuleId, t: &ast::TypeExpr, env: &mut TyEnv) -> Type {
+        match &t.kind {
+            TypeKind::Error => Type::Error,
+            TypeKind::Tuple(ts) => Type::Tuple(ts.iter().map(|t| self.resolve_type(m, t, env)).collect()),
+            TypeKind::Fn { params, ret } => Type::Fn(FnTy::Sig {
+                params: params.iter().map(|t| self.resolve_type(m, t, env)).collect(),
+                ret: Box::new(self.resolve_type(m, ret, env)),
+            }),
+            TypeKind::Named { path, args } => {
+                if path.len() == 1 {
+                    let name = path[0].name.as_str();
+                    if let Some(e) = ElemTy::from_name(name) {
+                        let Some(args) = args else { return Type::scalar(e) };
+                        return self.resolve_shape(m, e, args, env);
+                    }
+                    if let Some(v) = env.models.get(name) {
+                        if args.is_some() {
+                            self.error(Diagnostic::error(
+                                Code::E0304,
+                                t.span,
+                                format!("model parameter `{name}` takes no `[…]` arguments"),
+                            ));
+                        }
+                        return Type::ModelVar(*v);
+                    }
+                }
+                match self.lookup_path(m, path) {
+                    Some(ItemRef::Model(id)) => self.model_type_from_args(m, id, args.as_deref(), env, t.span),
+                    _ => {
+                        let name = path.iter().map(|i| i.name.as_str()).collect::<Vec<_>>().join(".");
+                        let mut cands: Vec<String> =
+                            ["f32", "f64", "i32", "bool"].iter().map(|s| s.to_string()).collect();
+                        cands.extend(env.models.keys().cloned());
+                        cands.extend(
+                            self.scopes[m.0 as usize]
+                                .iter()
+                                .filter(|(_, r)| matches!(r, ItemRef::Model(_)))
+                                .map(|(n, _)| n.clone()),
+                        );
+                        let mut d = Diagnostic::error(Code::E0208, t.span, format!("unknown type `{name}`"))
+                            .label("not a type");
+                        if let Some(s) = super::suggest(&name, cands.iter().map(String::as_str)) {
+                            d = d.with_help(format!("did you mean `{s}`?"));
+                        }
+                        self.error(d);
+                        Type::Error
+                    }
+                }
+            }
+        }
+    }
+
+    fn resolve_shape(&mut self, m: ModuleId, e: ElemTy, args: &[DimArg], env: &mut TyEnv) -> Type {
+        let mut shape = Vec::new();
+        let mut rests = 0;
+        for a in args {
+            match a {
+                DimArg::Dim { dim, shard } => {
+                    shape.push(ShapeItem::Dim(self.resolve_dim(m, dim, env)));
+                    if let Some(axis) = shard {
+                        self.check_shard_axis(m, axis);
+                    }
+                }
+                DimArg::Rest(name) => {
+                    rests += 1;
+                    if rests > 1 {
+                        self.error(Diagnostic::error(
+                            Code::E0305,
+                            name.span,
+                            "a shape can have only one `..` rest",
+                        ));
+                    }
+                    let r = match env.rests.get(&name.name) {
+                        Some(r) => *r,
+                        None => {
+                            if env.fresh.is_some() {
+                                let r = self.new_rest(&name.name);
+                                env.rests.insert(name.name.clone(), r);
+                                r
+                            } else {
+                                self.error(
+                                    Diagnostic::error(
+                                        Code::E0209,
+                                        name.span,
+                                        format!("unknown shape variable `..{}`", name.name),
+                                    )
+                                    .with_help(format!("declare it as `..{}` in the function's `[…]` list", name.name)),
+                                );
+                                let r = self.new_rest(&name.name);
+                                env.rests.insert(name.name.clone(), r);
+                                r
+                            }
+                        }
+                    };
+                    shape.push(ShapeItem::Rest(r));
+                }
+            }
+        }
+        Type::Tensor(Elem::T(e), shape)
+    }
+
+    fn check_shard_axis(&mut self, m: ModuleId, axis: &ast::Ident) {
+        let known = self.prog.meshes.iter().any(|mesh| mesh.axes.iter().any(|(n, _)| self.prog.names.get(*n) == axis.name));
+        if !known {
+            let cands: Vec<String> = self
+                .prog
+                .meshes
+                .iter()
+                .flat_map(|mesh| mesh.axes.iter().map(|(n, _)| self.prog.names.get(*n).to_string()))
+                .collect();
+            let mut d = Diagnostic::error(Code::E0501, axis.span, format!("unknown mesh axis `{}`", axis.name))
+                .label("no mesh declares this axis");
+            d = match super::suggest(&axis.name, cands.iter().map(String::as_str)) {
+                Some(s) => d.with_help(format!("did you mean `{s}`?")),
+                None => d.with_help("declare the mesh first, e.g. `mesh M[dp = 2]`"),
+            };
+            self.error(d);
+        }
+        let _ = m;
+    }
+
+    /// `Mlp[64, 128, 10]` or `AdamState[M]`: a model type with its arguments.
+    pub(crate) fn model_type_from_args(
+        &mut self,
+        m: ModuleId,
+        id: crate::types::ModelId,
+        args: Option<&[DimArg]>,
+        env: &mut TyEnv,
+        span: crate::source::Span,
+    ) -> Type {
+        let kinds = self.model_sigs[id.0 as usize].generic_is_model.clone();
+        let name = self.model_sigs[id.0 as usize].name.clone();
+        let args = args.unwrap_or(&[]);
+        if args.len() != kinds.len() {
+            self.error(
+                Diagnostic::error(
+                    Code::E0312,
+                    span,
+                    format!("model `{name}` takes {} type arguments, found {}", kinds.len(), args.len()),
+                )
+                .label("wrong number of arguments"),
+            );
+            return Type::Error;
+        }
+        let mut out = Vec::new();
+        for (a, is_model) in args.iter().zip(kinds) {
+            match a {
+                DimArg::Dim { dim, shard } => {
+                    if is_model {
+                        let ty = match &dim.kind {
+                            DimKind::Var(n) => {
+                                if let Some(v) = env.models.get(n) {
+                                    Type::ModelVar(*v)
+                                } else {
+                                    match self.scopes[m.0 as usize].get(n).cloned() {
+                                        Some(ItemRef::Model(mid)) => {
+                                            self.model_type_from_args(m, mid, None, env, dim.span)
+                                        }
+                                        _ => {
+                                            self.error(Diagnostic::error(
+                                                Code::E0208,
+                                                dim.span,
+                                                format!("expected a model type, found `{n}`"),
+                                            ));
+                                            Type::Error
+                                        }
+                                    }
+                                }
+                            }
+                            _ => {
+                                self.error(Diagnostic::error(Code::E0208, dim.span, "expected a model type"));
+                                Type::Error
+                            }
+                        };
+                        out.push(TypeArg::Type(ty));
+                    } else {
+                        out.push(TypeArg::Dim(self.resolve_dim(m, dim, env)));
+                        if let Some(axis) = shard {
+                            self.check_shard_axis(m, axis);
+                        }
+                    }
+                }
+                DimArg::Rest(n) => {
+                    self.error(Diagnostic::error(Code::E0305, n.span, "a model type argument cannot be `..`"));
+                    out.push(TypeArg::Dim(Dim::constant(1)));
+                }
+            }
+        }
+        Type::Model(id, out)
+    }
+
+    /// Looks up `name` or `module.name` at module level.
+    pub(crate) fn lookup_path(&self, m: ModuleId, path: &[ast::Ident]) -> Option<ItemRef> {
+        let mut scope_mod = m;
+        for (i, seg) in path.iter().enumerate() {
+            let r = self.scopes[scope_mod.0 as usize].get(&seg.name)?.clone();
+            if i + 1 == path.len() {
+                return Some(r);
+            }
+            match r {
+                ItemRef::Module(next) => scope_mod = next,
+                _ => return None,
+            }
+        }
+        None
+    }
+}

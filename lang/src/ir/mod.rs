@@ -1,0 +1,269 @@
+//! The typed IR: the checker's output and the one boundary every later stage consumes.
+//!
+//! Every expression node carries its type (element type and symbolic shape); primitives are a
+//! closed enum (`Prim`, one table in `prim.rs`); names are interned; spans live in a side table
+//! indexed by `SpanId`. `verify` re-checks structural invariants and `dump` prints a stable text
+//! form used by golden tests (`msl check --emit ir`).
+
+pub mod dump;
+pub mod prim;
+pub mod verify;
+
+pub use prim::Prim;
+
+use crate::source::Span;
+use crate::types::{ClosureId, Dim, FuncId, ModelId, RestSym, Sym, TyVar, Type};
+use std::collections::HashMap;
+
+/// An interned name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Name(pub u32);
+
+#[derive(Clone, Debug, Default)]
+pub struct Interner {
+    names: Vec<String>,
+    ids: HashMap<String, Name>,
+}
+
+impl Interner {
+    pub fn intern(&mut self, s: &str) -> Name {
+        if let Some(&n) = self.ids.get(s) {
+            return n;
+        }
+        let n = Name(self.names.len() as u32);
+        self.names.push(s.to_string());
+        self.ids.insert(s.to_string(), n);
+        n
+    }
+    pub fn get(&self, n: Name) -> &str {
+        &self.names[n.0 as usize]
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct SpanId(pub u32);
+
+/// A local variable of one function body (parameters, `let`, `var`, loop variables, captures).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Local(pub u32);
+
+#[derive(Clone, Debug)]
+pub struct LocalInfo {
+    pub name: Name,
+    pub ty: Type,
+    pub mutable: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ConstId(pub u32);
+
+/// A literal constant. Floats keep f64 precision until their type is known.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Lit {
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+    Str(String),
+}
+
+/// Compile-time attributes of a primitive application.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Attrs {
+    /// A normalised (non-negative) axis.
+    pub axis: Option<usize>,
+    pub keepdims: bool,
+    /// Target shape (`reshape`, `broadcast_to`, creation ops) as symbolic dims.
+    pub shape: Vec<Dim>,
+    /// A permutation or list of axes.
+    pub perm: Vec<usize>,
+    /// The einsum specification, normalised to explicit form.
+    pub spec: Option<String>,
+    /// The element type of a creation or conversion.
+    pub dtype: Option<crate::types::ElemTy>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Expr {
+    pub kind: ExprKind,
+    pub ty: Type,
+    pub span: SpanId,
+}
+
+/// How a function value is called: the checker knows statically which function it is.
+#[derive(Clone, Debug, PartialEq)]
+pub enum FnTarget {
+    Func(FuncId),
+    Grad { inner: Box<FnTarget>, wrt: usize, with_value: bool },
+    Vmap { inner: Box<FnTarget>, in_axes: Vec<Option<usize>> },
+    /// Whatever function value the callee expression holds at run time.
+    Dynamic,
+}
+
+#[derive(Clone, Debug)]
+pub enum ExprKind {
+    Lit(Lit),
+    Local(Local),
+    Const(ConstId),
+    /// A dimension used as an integer value (`sqrt(2.0 / I)`).
+    DimValue(Dim),
+    /// Application of a primitive.
+    Prim { prim: Prim, args: Vec<Expr>, attrs: Box<Attrs> },
+    /// A direct call of a named function with its generic dims instantiated.
+    Call { func: FuncId, dims: Vec<Dim>, args: Vec<Expr> },
+    /// A call of a function value (closure, transformed function, parameter of function type).
+    CallValue { callee: Box<Expr>, target: FnTarget, args: Vec<Expr> },
+    /// A named function as a value.
+    FuncRef(FuncId),
+    /// A closure value: the lowered bodies (one per distinct argument signature) and captures.
+    Closure { id: ClosureId, captures: Vec<Local> },
+    /// `grad(f)`, `value_and_grad(f)`, `vmap(f, …)` as values.
+    Transform { target: FnTarget, callee: Box<Expr> },
+    /// `jvp(f, primals, tangents)`.
+    Jvp { target: FnTarget, callee: Box<Expr>, primals: Vec<Expr>, tangents: Vec<Expr> },
+    /// `vjp(f, primals…)`: `(value, pullback)`.
+    Vjp { target: FnTarget, callee: Box<Expr>, primals: Vec<Expr> },
+    Tuple(Vec<Expr>),
+    TupleGet(Box<Expr>, usize),
+    Field(Box<Expr>, usize),
+    /// `init(Model[…], seed: s)`.
+    ModelInit { model: ModelId, args: Vec<crate::types::TypeArg>, seed: Box<Expr> },
+    /// A model value built field by field (`map`, model arithmetic): `fields[i]` is field i.
+    ModelBuild { fields: Vec<Expr> },
+    Block { stmts: Vec<Stmt>, result: Box<Expr> },
+    If { cond: Box<Expr>, then: Box<Expr>, els: Box<Expr> },
+    /// `for var in start..end { body }`.
+    ForRange { var: Local, start: Box<Expr>, end: Box<Expr>, body: Box<Expr> },
+    /// `for (xb, yb) in batches(x, y, size: B, shuffle: s) { body }`.
+    ForBatches { vars: Vec<Local>, data: Vec<Expr>, size: Box<Expr>, shuffle: Option<Box<Expr>>, body: Box<Expr> },
+    While { cond: Box<Expr>, body: Box<Expr> },
+    Return(Box<Expr>),
+}
+
+#[derive(Clone, Debug)]
+pub enum Stmt {
+    /// Binds a pattern of locals (`None` ignores that position).
+    Let { pat: Pat, value: Expr },
+    /// Assigns to `var` locals.
+    Assign { pat: Pat, value: Expr },
+    /// Binds run-time dims from a value's actual shape (`let x: f32[N, 64] = load(…)`), checking
+    /// the fixed dims; the `Local` holds the checked value.
+    BindDims { local: Local, dims: Vec<(usize, Option<Sym>, Dim)>, rank: usize },
+    Expr(Expr),
+}
+
+#[derive(Clone, Debug)]
+pub enum Pat {
+    Local(Local),
+    Ignore,
+    Tuple(Vec<Pat>),
+}
+
+#[derive(Clone, Debug)]
+pub struct Func {
+    pub name: Name,
+    pub dims: Vec<Sym>,
+    pub rests: Vec<RestSym>,
+    pub models: Vec<TyVar>,
+    /// For closures: the captured locals come first as parameters.
+    pub n_captures: usize,
+    pub params: Vec<Local>,
+    pub ret: Type,
+    pub locals: Vec<LocalInfo>,
+    pub body: Expr,
+    /// Annotations such as `@recompute`, kept for later passes.
+    pub annotations: Vec<Name>,
+    pub span: SpanId,
+}
+
+#[derive(Clone, Debug)]
+pub struct Field {
+    pub name: Name,
+    pub ty: Type,
+    /// The initialiser as a function of the model's dims (none for nested model fields).
+    pub init: Option<FuncId>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Model {
+    pub name: Name,
+    pub dims: Vec<Sym>,
+    pub models: Vec<TyVar>,
+    pub fields: Vec<Field>,
+    pub span: SpanId,
+}
+
+#[derive(Clone, Debug)]
+pub struct Const {
+    pub name: Name,
+    pub ty: Type,
+    pub value: Expr,
+}
+
+#[derive(Clone, Debug)]
+pub struct Test {
+    pub name: String,
+    pub func: FuncId,
+    pub span: SpanId,
+}
+
+#[derive(Clone, Debug)]
+pub struct Mesh {
+    pub name: Name,
+    pub axes: Vec<(Name, i64)>,
+}
+
+/// A closure's lowered bodies, one per argument signature it was applied with.
+#[derive(Clone, Debug, Default)]
+pub struct ClosureInfo {
+    pub instances: Vec<(String, FuncId)>,
+}
+
+/// A whole checked program: every function of every module it uses.
+#[derive(Clone, Debug, Default)]
+pub struct Program {
+    pub names: Interner,
+    pub spans: Vec<Span>,
+    pub funcs: Vec<Func>,
+    pub models: Vec<Model>,
+    pub consts: Vec<Const>,
+    pub tests: Vec<Test>,
+    pub meshes: Vec<Mesh>,
+    pub closures: Vec<ClosureInfo>,
+    pub sym_names: Vec<String>,
+    pub rest_names: Vec<String>,
+    pub tyvar_names: Vec<String>,
+    /// `main` of the root file, if it has one.
+    pub main: Option<FuncId>,
+    /// Functions of the root file, by name (for `msl grad FILE FN`).
+    pub root_funcs: Vec<(String, FuncId)>,
+}
+
+impl Program {
+    pub fn span(&self, id: SpanId) -> Span {
+        self.spans.get(id.0 as usize).copied().unwrap_or_default()
+    }
+    pub fn func(&self, id: FuncId) -> &Func {
+        &self.funcs[id.0 as usize]
+    }
+    pub fn model(&self, id: ModelId) -> &Model {
+        &self.models[id.0 as usize]
+    }
+}
+
+impl crate::types::Names for Program {
+    fn sym(&self, s: Sym) -> String {
+        self.sym_names.get(s.0 as usize).cloned().unwrap_or_else(|| format!("d{}", s.0))
+    }
+    fn rest(&self, r: RestSym) -> String {
+        self.rest_names.get(r.0 as usize).cloned().unwrap_or_else(|| format!("r{}", r.0))
+    }
+    fn tyvar(&self, v: TyVar) -> String {
+        self.tyvar_names.get(v.0 as usize).cloned().unwrap_or_else(|| format!("T{}", v.0))
+    }
+    fn model(&self, m: ModelId) -> String {
+        self.models.get(m.0 as usize).map(|m| self.names.get(m.name).to_string()).unwrap_or_default()
+    }
+    fn func(&self, f: FuncId) -> String {
+        self.funcs.get(f.0 as usize).map(|f| self.names.get(f.name).to_string()).unwrap_or_default()
+    }
+}

@@ -1,0 +1,310 @@
+//! Symbolic dimensions: Laurent polynomials with rational coefficients over dimension variables.
+//!
+//! Normalisation makes equal dims structurally equal: `2*D == D + D`, `(E/H)*H == E`.
+//! Division by a single term multiplies by its inverse; `E / H` must be exact at run time.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// A dimension variable. Names live in the `SymTable`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Sym(pub u32);
+
+/// A product of variables with integer exponents, sorted by variable, no zero exponents.
+pub type Mono = Vec<(Sym, i32)>;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Rat {
+    pub num: i128,
+    pub den: i128,
+}
+
+fn gcd(a: i128, b: i128) -> i128 {
+    let (mut a, mut b) = (a.abs(), b.abs());
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a.max(1)
+}
+
+impl Rat {
+    pub fn int(n: i128) -> Rat {
+        Rat { num: n, den: 1 }
+    }
+    pub fn new(num: i128, den: i128) -> Rat {
+        let g = gcd(num, den);
+        let s = if den < 0 { -1 } else { 1 };
+        Rat { num: s * num / g, den: s * den / g }
+    }
+    fn add(self, o: Rat) -> Rat {
+        Rat::new(
+            self.num.saturating_mul(o.den).saturating_add(o.num.saturating_mul(self.den)),
+            self.den.saturating_mul(o.den),
+        )
+    }
+    fn mul(self, o: Rat) -> Rat {
+        Rat::new(self.num.saturating_mul(o.num), self.den.saturating_mul(o.den))
+    }
+    fn is_zero(self) -> bool {
+        self.num == 0
+    }
+}
+
+/// A normalised dimension expression.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct Dim {
+    terms: BTreeMap<Mono, Rat>,
+}
+
+impl Dim {
+    pub fn constant(n: i64) -> Dim {
+        let mut terms = BTreeMap::new();
+        if n != 0 {
+            terms.insert(Vec::new(), Rat::int(n as i128));
+        }
+        Dim { terms }
+    }
+
+    pub fn var(s: Sym) -> Dim {
+        let mut terms = BTreeMap::new();
+        terms.insert(vec![(s, 1)], Rat::int(1));
+        Dim { terms }
+    }
+
+    pub fn add(&self, o: &Dim) -> Dim {
+        let mut terms = self.terms.clone();
+        for (m, c) in &o.terms {
+            let e = terms.entry(m.clone()).or_insert(Rat::int(0));
+            *e = e.add(*c);
+            if e.is_zero() {
+                terms.remove(m);
+            }
+        }
+        Dim { terms }
+    }
+
+    pub fn neg(&self) -> Dim {
+        Dim { terms: self.terms.iter().map(|(m, c)| (m.clone(), Rat::new(-c.num, c.den))).collect() }
+    }
+
+    pub fn sub(&self, o: &Dim) -> Dim {
+        self.add(&o.neg())
+    }
+
+    pub fn mul(&self, o: &Dim) -> Dim {
+        let mut out = Dim::default();
+        for (m1, c1) in &self.terms {
+            for (m2, c2) in &o.terms {
+                let mut single = BTreeMap::new();
+                single.insert(mono_mul(m1, m2), c1.mul(*c2));
+                out = out.add(&Dim { terms: single });
+            }
+        }
+        out
+    }
+
+    /// Division; `None` when the divisor is zero or a sum of several terms.
+    pub fn div(&self, o: &Dim) -> Option<Dim> {
+        if o.terms.len() != 1 {
+            return None;
+        }
+        let (m, c) = o.terms.iter().next()?;
+        let inv_m: Mono = m.iter().map(|&(s, e)| (s, -e)).collect();
+        let mut single = BTreeMap::new();
+        single.insert(inv_m, Rat::new(c.den, c.num));
+        Some(self.mul(&Dim { terms: single }))
+    }
+
+    /// The value when the dim is a constant integer.
+    pub fn as_const(&self) -> Option<i64> {
+        match self.terms.len() {
+            0 => Some(0),
+            1 => {
+                let (m, c) = self.terms.iter().next()?;
+                (m.is_empty() && c.den == 1).then(|| i64::try_from(c.num).ok()).flatten()
+            }
+            _ => None,
+        }
+    }
+
+    /// A constant that is not an integer (from an inexact division such as `6/4`).
+    pub fn is_fractional_const(&self) -> bool {
+        self.terms.len() == 1 && self.terms.iter().all(|(m, c)| m.is_empty() && c.den != 1)
+    }
+
+    /// The variable when the dim is exactly one variable.
+    pub fn as_var(&self) -> Option<Sym> {
+        if self.terms.len() != 1 {
+            return None;
+        }
+        let (m, c) = self.terms.iter().next()?;
+        (m.len() == 1 && m[0].1 == 1 && c.num == 1 && c.den == 1).then(|| m[0].0)
+    }
+
+    pub fn is_one(&self) -> bool {
+        self.as_const() == Some(1)
+    }
+
+    pub fn vars(&self) -> impl Iterator<Item = Sym> + '_ {
+        self.terms.keys().flat_map(|m| m.iter().map(|&(s, _)| s))
+    }
+
+    pub fn mentions(&self, s: Sym) -> bool {
+        self.vars().any(|v| v == s)
+    }
+
+    /// Replaces variables by dims. Missing variables stay.
+    pub fn subst(&self, f: &dyn Fn(Sym) -> Option<Dim>) -> Dim {
+        let mut out = Dim::default();
+        for (m, c) in &self.terms {
+            let mut term = Dim { terms: BTreeMap::from([(Vec::new(), *c)]) };
+            for &(s, e) in m {
+                let base = f(s).unwrap_or_else(|| Dim::var(s));
+                let factor = if e >= 0 {
+                    pow(&base, e as u32)
+                } else {
+                    match pow(&base, (-e) as u32).div_opt_one() {
+                        Some(d) => d,
+                        None => {
+                            // A sum in a denominator cannot be normalised; keep the variable.
+                            let mut single = BTreeMap::new();
+                            single.insert(vec![(s, e)], Rat::int(1));
+                            Dim { terms: single }
+                        }
+                    }
+                };
+                term = term.mul(&factor);
+            }
+            out = out.add(&term);
+        }
+        out
+    }
+
+    fn div_opt_one(&self) -> Option<Dim> {
+        Dim::constant(1).div(self)
+    }
+
+    /// If `self == 0` is linear in `v` with the other variables bound, the solution for `v`.
+    pub fn solve_for(&self, v: Sym) -> Option<Dim> {
+        // self = a*v + rest, with a a constant and rest free of v.
+        let mut a = None;
+        let mut rest = Dim::default();
+        for (m, c) in &self.terms {
+            let e: i32 = m.iter().filter(|(s, _)| *s == v).map(|(_, e)| *e).sum();
+            match e {
+                0 => rest = rest.add(&Dim { terms: BTreeMap::from([(m.clone(), *c)]) }),
+                1 if m.len() == 1 => a = Some(*c),
+                _ => return None,
+            }
+        }
+        let a = a?;
+        let inv = Dim { terms: BTreeMap::from([(Vec::new(), Rat::new(-a.den, a.num))]) };
+        Some(rest.mul(&inv))
+    }
+
+    /// Renders with variable names from `names`.
+    pub fn display<'a>(&'a self, names: &'a dyn Fn(Sym) -> String) -> DimDisplay<'a> {
+        DimDisplay { dim: self, names }
+    }
+}
+
+fn pow(d: &Dim, e: u32) -> Dim {
+    let mut out = Dim::constant(1);
+    for _ in 0..e {
+        out = out.mul(d);
+    }
+    out
+}
+
+fn mono_mul(a: &Mono, b: &Mono) -> Mono {
+    let mut map: BTreeMap<Sym, i32> = BTreeMap::new();
+    for &(s, e) in a.iter().chain(b.iter()) {
+        *map.entry(s).or_insert(0) += e;
+    }
+    map.into_iter().filter(|&(_, e)| e != 0).collect()
+}
+
+pub struct DimDisplay<'a> {
+    dim: &'a Dim,
+    names: &'a dyn Fn(Sym) -> String,
+}
+
+impl fmt::Display for DimDisplay<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.dim.terms.is_empty() {
+            return write!(f, "0");
+        }
+        // Constants last, like people write `N + 1`.
+        let mut terms: Vec<_> = self.dim.terms.iter().collect();
+        terms.sort_by_key(|(m, _)| m.is_empty());
+        for (i, (m, c)) in terms.iter().enumerate() {
+            let neg = c.num < 0;
+            if i > 0 {
+                write!(f, "{}", if neg { " - " } else { " + " })?;
+            } else if neg {
+                write!(f, "-")?;
+            }
+            let num = c.num.abs();
+            let num_part: Vec<String> = m
+                .iter()
+                .filter(|(_, e)| *e > 0)
+                .map(|&(s, e)| if e == 1 { (self.names)(s) } else { format!("{}**{}", (self.names)(s), e) })
+                .collect();
+            let den_part: Vec<String> = m
+                .iter()
+                .filter(|(_, e)| *e < 0)
+                .map(|&(s, e)| if e == -1 { (self.names)(s) } else { format!("{}**{}", (self.names)(s), -e) })
+                .collect();
+            let mut s = String::new();
+            if num != 1 || num_part.is_empty() {
+                s.push_str(&num.to_string());
+            }
+            for v in &num_part {
+                if !s.is_empty() {
+                    s.push('*');
+                }
+                s.push_str(v);
+            }
+            if c.den != 1 {
+                s.push('/');
+                s.push_str(&c.den.to_string());
+            }
+            for v in &den_part {
+                s.push('/');
+                s.push_str(v);
+            }
+            write!(f, "{s}")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(s: Sym) -> String {
+        ["N", "D", "E", "H"][s.0 as usize].to_string()
+    }
+
+    #[test]
+    fn normalises() {
+        let d = Dim::var(Sym(1));
+        assert_eq!(d.mul(&Dim::constant(2)), d.add(&d));
+        let e = Dim::var(Sym(2));
+        let h = Dim::var(Sym(3));
+        assert_eq!(e.div(&h).unwrap().mul(&h), e);
+        let n1 = Dim::var(Sym(0)).add(&Dim::constant(1));
+        assert_eq!(n1.display(&names).to_string(), "N + 1");
+        assert_eq!(e.div(&h).unwrap().display(&names).to_string(), "E/H");
+        assert_eq!(Dim::constant(6).div(&Dim::constant(3)).unwrap().as_const(), Some(2));
+        assert!(Dim::constant(6).div(&Dim::constant(4)).unwrap().is_fractional_const());
+    }
+
+    #[test]
+    fn solves_linear() {
+        // 2*N + 1 - 9 = 0  ->  N = 4
+        let eq = Dim::var(Sym(0)).mul(&Dim::constant(2)).add(&Dim::constant(1)).sub(&Dim::constant(9));
+        assert_eq!(eq.solve_for(Sym(0)).unwrap().as_const(), Some(4));
+    }
+}

@@ -1,0 +1,119 @@
+//! Argument parsing (clap) and the subcommands.
+
+use clap::{Parser, Subcommand, ValueEnum};
+use lang::check::{self, Checked};
+use lang::diag;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+
+#[derive(Parser)]
+#[command(name = "msl", version, about = "msl: a statically shape-typed language for tensor models")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+enum MessageFormat {
+    Human,
+    Short,
+    Json,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+enum Emit {
+    Ir,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Type-check files (names, types and every tensor shape) without running them.
+    Check {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// How diagnostics are printed.
+        #[arg(long, value_enum, default_value = "human")]
+        message_format: MessageFormat,
+        /// Also print the typed IR of each file that checks.
+        #[arg(long, value_enum)]
+        emit: Option<Emit>,
+    },
+}
+
+pub fn main() -> u8 {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return code;
+        }
+    };
+    match cli.cmd {
+        Cmd::Check { files, message_format, emit } => check_cmd(&files, message_format, emit),
+    }
+}
+
+/// Checks one file; `Err` carries the exit status of an I/O failure already reported.
+fn load(path: &Path) -> Result<Checked, u8> {
+    match check::check_file(path) {
+        Ok(c) => Ok(c),
+        Err(e) => {
+            eprintln!("error: cannot read `{}`: {e}", path.display());
+            Err(2)
+        }
+    }
+}
+
+/// Prints diagnostics in the chosen format; returns true when there were errors.
+fn report(c: &Checked, format: MessageFormat) -> bool {
+    match format {
+        MessageFormat::Json => {
+            for d in &c.diagnostics {
+                println!("{}", diag::to_json(d, &c.sources));
+            }
+        }
+        MessageFormat::Short => eprint!("{}", diag::render_short(&c.diagnostics, &c.sources)),
+        MessageFormat::Human => {
+            if !c.diagnostics.is_empty() {
+                let color = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+                eprint!("{}", diag::render(&c.diagnostics, &c.sources, color));
+            }
+        }
+    }
+    c.has_errors()
+}
+
+fn check_cmd(files: &[PathBuf], format: MessageFormat, emit: Option<Emit>) -> u8 {
+    let mut status = 0;
+    for f in files {
+        let c = match load(f) {
+            Ok(c) => c,
+            Err(code) => {
+                status = status.max(code);
+                continue;
+            }
+        };
+        if report(&c, format) {
+            status = status.max(1);
+            continue;
+        }
+        let problems = lang::ir::verify::verify(&c.program);
+        if !problems.is_empty() {
+            eprintln!("error: internal compiler error: the typed IR of `{}` is malformed:", f.display());
+            for p in problems {
+                eprintln!("  {p}");
+            }
+            status = status.max(2);
+            continue;
+        }
+        if emit == Some(Emit::Ir) {
+            print!("{}", lang::ir::dump::dump(&c.program));
+        }
+    }
+    if status == 0 && format == MessageFormat::Human {
+        let n = files.len();
+        eprintln!("ok: {n} file{} checked", if n == 1 { "" } else { "s" });
+    }
+    status
+}
