@@ -410,10 +410,6 @@ fn select<T: Element>(
     shape: Vec<usize>,
 ) -> Tensor {
     let n: usize = shape.iter().product();
-    if cond.len() == n && x.len() == n && y.len() == n {
-        let out: Vec<T> = (0..n).map(|i| if cond[i] { x[i] } else { y[i] }).collect();
-        return Tensor::from_parts(shape, out);
-    }
     let sc = broadcast_strides(c.shape(), &shape);
     let sx = broadcast_strides(a.shape(), &shape);
     let sy = broadcast_strides(b.shape(), &shape);
@@ -425,12 +421,46 @@ fn select<T: Element>(
     );
     let mut out = vec![T::default(); n];
     plan.run(&mut out, |row, off| {
-        for (j, o) in row.iter_mut().enumerate() {
-            *o = if cond[off[0] + j * rc] {
-                x[off[1] + j * rx]
-            } else {
-                y[off[2] + j * ry]
-            };
+        let len = row.len();
+        let (oc, ox, oy) = (off[0], off[1], off[2]);
+        // The masked-gradient cases (`where(mask, g, 0)` and friends) get straight loops.
+        match (rc, rx, ry) {
+            (1, 1, 1) => {
+                let it = cond[oc..oc + len]
+                    .iter()
+                    .zip(&x[ox..ox + len])
+                    .zip(&y[oy..oy + len]);
+                for (o, ((&k, &p), &q)) in row.iter_mut().zip(it) {
+                    *o = if k { p } else { q };
+                }
+            }
+            (1, 1, 0) => {
+                let q = y[oy];
+                for (o, (&k, &p)) in row
+                    .iter_mut()
+                    .zip(cond[oc..oc + len].iter().zip(&x[ox..ox + len]))
+                {
+                    *o = if k { p } else { q };
+                }
+            }
+            (1, 0, 1) => {
+                let p = x[ox];
+                for (o, (&k, &q)) in row
+                    .iter_mut()
+                    .zip(cond[oc..oc + len].iter().zip(&y[oy..oy + len]))
+                {
+                    *o = if k { p } else { q };
+                }
+            }
+            _ => {
+                for (j, o) in row.iter_mut().enumerate() {
+                    *o = if cond[oc + j * rc] {
+                        x[ox + j * rx]
+                    } else {
+                        y[oy + j * ry]
+                    };
+                }
+            }
         }
     });
     Tensor::from_parts(shape, out)

@@ -234,6 +234,23 @@ impl Plan {
         }
         debug_assert_eq!(out.len(), self.rows * self.row_len);
         let total = out.len();
+        if total >= PAR_MIN && self.row_len >= PAR_MIN {
+            // Few long rows: split each row into segments, shifting the offsets to match.
+            let seg = PAR_MIN / 2;
+            out.par_chunks_mut(self.row_len)
+                .enumerate()
+                .for_each(|(r, row)| {
+                    let base = self.offsets_of(r);
+                    row.par_chunks_mut(seg).enumerate().for_each(|(s, part)| {
+                        let mut off = base;
+                        for (k, o) in off.iter_mut().enumerate() {
+                            *o += s * seg * self.row_strides[k];
+                        }
+                        f(part, off);
+                    });
+                });
+            return;
+        }
         let rows_per_task = if total >= PAR_MIN {
             (PAR_MIN / 2 / self.row_len).max(1)
         } else {

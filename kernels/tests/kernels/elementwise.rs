@@ -373,3 +373,23 @@ fn cast_truncates_toward_zero_and_maps_bools() {
     );
     assert!(Tensor::from_f32(vec![2, 2], vec![1.0]).is_err());
 }
+
+#[test]
+fn long_rows_are_split_across_threads_without_changing_results() {
+    // Rows longer than the parallel threshold take the segmented path of the loop planner.
+    let n = 70_001;
+    let v = lcg(2 * n, 9);
+    let c: Vec<bool> = v.iter().map(|&x| x > 0.0).collect();
+    let cond = Tensor::from_bool(vec![2, n], c.clone()).unwrap();
+    let a = t64(&[2, n], &v);
+    let r = ops::where_(&cond, &a, &Tensor::scalar_f64(0.0)).unwrap();
+    let want: Vec<f64> = v.iter().map(|&x| if x > 0.0 { x } else { 0.0 }).collect();
+    check(&r, &[2, n], &want, 0.0);
+    let row = t64(&[1, n], &v[..n]);
+    let b = ops::broadcast_to(&row, &[3, n]).unwrap();
+    let want: Vec<f64> = (0..3 * n).map(|i| v[i % n]).collect();
+    check(&b, &[3, n], &want, 0.0);
+    let s = ops::binary(BinaryOp::Sub, &a, &row).unwrap();
+    let want: Vec<f64> = (0..2 * n).map(|i| v[i] - v[i % n]).collect();
+    check(&s, &[2, n], &want, 0.0);
+}
