@@ -25,8 +25,39 @@ enum Emit {
     Ir,
 }
 
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+enum Mode {
+    Eager,
+    Jit,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+enum DeviceKind {
+    Cpu,
+    Cuda,
+}
+
 #[derive(Subcommand)]
 enum Cmd {
+    /// Check a program, then run its `main`.
+    Run {
+        file: PathBuf,
+        /// Eager interpretation or JIT compilation.
+        #[arg(long, value_enum, default_value = "eager")]
+        mode: Mode,
+        /// Optimisation level of the JIT (0, 1 or 2).
+        #[arg(short = 'O', default_value = "1")]
+        opt: u8,
+        #[arg(long, value_enum, default_value = "cpu")]
+        device: DeviceKind,
+        #[arg(long, value_enum, default_value = "human")]
+        message_format: MessageFormat,
+    },
+    /// Run `test` blocks of .msl files and the examples of spec/*.md files.
+    Test {
+        /// Files or folders (default: the current folder).
+        paths: Vec<PathBuf>,
+    },
     /// Type-check files (names, types and every tensor shape) without running them.
     Check {
         #[arg(required = true)]
@@ -51,11 +82,24 @@ pub fn main() -> u8 {
     };
     match cli.cmd {
         Cmd::Check { files, message_format, emit } => check_cmd(&files, message_format, emit),
+        Cmd::Run { file, mode, opt, device, message_format } => {
+            if mode == Mode::Jit {
+                eprintln!("error: `--mode jit` is not available in this build; run with `--mode eager`");
+                return 2;
+            }
+            if device == DeviceKind::Cuda {
+                eprintln!("error: `--device cuda` is not available in this build; run with `--device cpu`");
+                return 2;
+            }
+            let _ = opt;
+            crate::run::run_cmd(&file, message_format == MessageFormat::Json)
+        }
+        Cmd::Test { paths } => crate::run::test_cmd(&paths),
     }
 }
 
 /// Checks one file; `Err` carries the exit status of an I/O failure already reported.
-fn load(path: &Path) -> Result<Checked, u8> {
+pub(crate) fn load(path: &Path) -> Result<Checked, u8> {
     match check::check_file(path) {
         Ok(c) => Ok(c),
         Err(e) => {

@@ -3,6 +3,7 @@
 //! Exit status: 0 success, 1 the program was rejected (diagnostics), 2 a run-time error.
 
 mod cli;
+mod run;
 
 use std::process::ExitCode;
 

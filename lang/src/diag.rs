@@ -8,7 +8,7 @@ use crate::source::{FileId, SourceMap, Span};
 use std::fmt;
 
 /// Stable diagnostic codes. The numbering groups codes by stage: `E01xx` syntax, `E02xx` names and
-/// modules, `E03xx` types and shapes, `E04xx` differentiation, `E05xx` sharding.
+/// modules, `E03xx` types and shapes, `E04xx` differentiation, `E05xx` sharding, `E06xx` run-time errors (exit status 2).
 /// `spec/errors.md` documents every code with a failing example.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Code {
@@ -20,7 +20,7 @@ pub enum Code {
     E0103,
     /// The file ended in the middle of an item.
     E0104,
-    /// An integer literal that does not fit in 64 bits.
+    /// An integer literal, or a dimension computed from literals, that does not fit in 64 bits.
     E0105,
     /// Brackets or expressions nested too deeply.
     E0106,
@@ -114,6 +114,16 @@ pub enum Code {
     E0501,
     /// A malformed mesh declaration or sharding annotation.
     E0502,
+    /// Run time: a file that is missing, corrupt, or does not match its annotation.
+    E0601,
+    /// Run time: an index out of range or a shape that does not fit.
+    E0602,
+    /// Run time: integer division by zero or another arithmetic failure.
+    E0603,
+    /// Run time: a failed `assert` or `assert_close`.
+    E0604,
+    /// Run time: any other failure (an interrupted run, an unsupported operation).
+    E0605,
 }
 
 impl Code {
@@ -195,18 +205,18 @@ pub fn render(diags: &[Diagnostic], sources: &SourceMap, color: bool) -> String 
             Severity::Warning => ReportKind::Warning,
         };
         let p = &d.primary;
-        let mut report = Report::build(kind, (file(p.span.file), p.span.range()))
+        let mut report = Report::build(kind, (file(p.span.file), safe_range(sources, &p.span)))
             .with_config(Config::default().with_color(color).with_index_type(IndexType::Byte))
             .with_code(d.code)
             .with_message(&d.message);
-        let mut primary = ALabel::new((file(p.span.file), p.span.range()));
+        let mut primary = ALabel::new((file(p.span.file), safe_range(sources, &p.span)));
         if !p.message.is_empty() {
             primary = primary.with_message(&p.message);
         }
         report = report.with_label(primary);
         for s in &d.secondary {
             report = report
-                .with_label(ALabel::new((file(s.span.file), s.span.range())).with_message(&s.message));
+                .with_label(ALabel::new((file(s.span.file), safe_range(sources, &s.span))).with_message(&s.message));
         }
         if let Some(h) = &d.help {
             report = report.with_help(h);
@@ -218,6 +228,21 @@ pub fn render(diags: &[Diagnostic], sources: &SourceMap, color: bool) -> String 
         let _ = report.finish().write(cache, &mut out);
     }
     String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A span's byte range clamped to its file and widened to character boundaries: ariadne slices
+/// the text with it and panics on a range that splits a character or runs past the end.
+fn safe_range(sources: &SourceMap, span: &Span) -> std::ops::Range<usize> {
+    let text = sources.text(span.file);
+    let mut start = (span.start as usize).min(text.len());
+    let mut end = (span.end as usize).clamp(start, text.len());
+    while !text.is_char_boundary(start) {
+        start -= 1;
+    }
+    while !text.is_char_boundary(end) {
+        end += 1;
+    }
+    start..end
 }
 
 /// One line per diagnostic: `file:line:col: error[E0301]: message`. Stable, used by spec tests.

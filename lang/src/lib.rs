@@ -4,6 +4,8 @@
 
 pub mod check;
 pub mod diag;
+pub mod interp;
+pub mod spec;
 pub mod ir;
 pub mod source;
 pub mod syntax;

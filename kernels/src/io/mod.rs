@@ -9,8 +9,8 @@ pub mod safetensors;
 
 use std::path::Path;
 
-use crate::error::KernelError;
-use crate::tensor::{Storage, Tensor};
+use crate::error::{shape_string, KernelError};
+use crate::tensor::{DType, Storage, Tensor};
 
 /// The lower-case extension of `path`, or an error naming the supported ones.
 fn extension(path: &Path) -> Result<String, KernelError> {
@@ -56,6 +56,30 @@ pub fn load_all_safetensors(path: &Path) -> Result<Vec<(String, Tensor)>, Kernel
 /// Every array of a `.npz` archive with its name, in archive order.
 pub fn load_all_npz(path: &Path) -> Result<Vec<(String, Tensor)>, KernelError> {
     npz::read_all_npz(path)
+}
+
+/// Checks a loaded tensor against the element type and shape a program declares for it, so
+/// that a wrong file is reported as a [`KernelError::FileMismatch`] naming the file, e.g.
+/// "data/x.npy: expected f32 [1797, 64] but the file holds f64 [1797, 65]". `None` skips
+/// that part of the check.
+pub fn check_loaded(
+    path: &Path,
+    t: &Tensor,
+    dtype: Option<DType>,
+    shape: Option<&[usize]>,
+) -> Result<(), KernelError> {
+    let dtype_ok = dtype.is_none_or(|d| d == t.dtype());
+    let shape_ok = shape.is_none_or(|s| s == t.shape());
+    if dtype_ok && shape_ok {
+        return Ok(());
+    }
+    let want_dtype = dtype.unwrap_or(t.dtype());
+    let want_shape = shape.unwrap_or(t.shape());
+    Err(KernelError::FileMismatch {
+        path: path.display().to_string(),
+        expected: format!("{want_dtype} {}", shape_string(want_shape)),
+        found: format!("{} {}", t.dtype(), shape_string(t.shape())),
+    })
 }
 
 /// Saves one tensor, choosing the format by extension: `.npy`; `.npz` and `.safetensors`

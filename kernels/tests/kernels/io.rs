@@ -241,6 +241,20 @@ fn truncated_npy_reports_sizes() {
     assert!(io::load(&dir.join("x.bin"), None).is_err());
 }
 
+#[test]
+fn loaded_tensors_are_checked_against_declarations() {
+    let p = Path::new("data/x.npy");
+    let t = t64(&[1797, 65], &vec![0.0; 1797 * 65]);
+    let e = io::check_loaded(p, &t, Some(DType::F32), Some(&[1797, 64])).unwrap_err();
+    assert!(matches!(e, KernelError::FileMismatch { .. }));
+    assert_eq!(
+        e.to_string(),
+        "data/x.npy: expected f32 [1797, 64] but the file holds f64 [1797, 65]"
+    );
+    assert!(io::check_loaded(p, &t, Some(DType::F64), None).is_ok());
+    assert!(io::check_loaded(p, &t, None, Some(&[1797, 65])).is_ok());
+}
+
 /// Every prefix and many single-byte corruptions of each valid file must give `Ok` or an
 /// `Err` naming the file, never a panic.
 #[test]

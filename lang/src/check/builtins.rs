@@ -1169,6 +1169,46 @@ impl Checker {
                         },
                         None => 0,
                     };
+                    // A named function's declared types already decide these; report them here
+                    // rather than at every call of the gradient.
+                    if let FnTy::Item(id) = &fty {
+                        let sig = &self.fn_sigs[id.0 as usize];
+                        let ret_bad = match &sig.ret {
+                            Type::Tensor(e, s) => !e.is_float() || s.iter().any(|i| matches!(i, ShapeItem::Dim(_))),
+                            Type::Tuple(_) | Type::Model(..) | Type::ModelVar(_) | Type::Str => true,
+                            _ => false,
+                        };
+                        if ret_bad && !sig.ret.has_error() {
+                            let (fname, rs) = (sig.name.clone(), self.ty_str(&sig.ret));
+                            self.error(
+                                Diagnostic::error(
+                                    Code::E0401,
+                                    a.pos[0].1,
+                                    format!("`{name}` needs a function that returns a float scalar, but `{fname}` returns {rs}"),
+                                )
+                                .label(format!("returns {rs}"))
+                                .with_help("reduce the result first, e.g. with `sum(…)` or `mean(…)`"),
+                            );
+                            return self.error_expr(span);
+                        }
+                        let sig = &self.fn_sigs[id.0 as usize];
+                        if let Some(p) = sig.params.get(wrt) {
+                            if matches!(&p.ty, Type::Tensor(e, _) if !e.is_float()) {
+                                let (pn, ps) = (p.name.clone(), self.ty_str(&p.ty));
+                                let at = self.named(&a, "wrt").map_or(a.pos[0].1, |e| e.span);
+                                self.error(
+                                    Diagnostic::error(
+                                        Code::E0402,
+                                        at,
+                                        format!("cannot differentiate with respect to `{pn}`: it is {ps}, and only float values have gradients"),
+                                    )
+                                    .label(format!("`{pn}` is {ps}"))
+                                    .with_help("pick a float parameter with `wrt:`"),
+                                );
+                                return self.error_expr(span);
+                            }
+                        }
+                    }
                     FnTy::Grad { inner: Box::new(fty), wrt, with_value: name == "value_and_grad" }
                 };
                 let target = fn_target(&new);

@@ -312,6 +312,37 @@ impl Checker {
                 return None;
             }
         }
+        // A dim such as `E / H` in the signature must divide exactly once the call fixes E and H.
+        let mut dims = Vec::new();
+        for t in sig.params.iter().map(|p| &p.ty).chain(std::iter::once(&sig.ret)) {
+            signature_dims(t, &mut dims);
+        }
+        for d in dims {
+            let q = u.subst.dim(&d);
+            if q.is_fractional_const() {
+                if !quiet {
+                    let bound: Vec<String> = d
+                        .vars()
+                        .filter_map(|v| u.subst.dims.get(&v).map(|b| format!("{} = {}", self.names().sym(v), self.dim_str(b))))
+                        .collect();
+                    self.error(
+                        Diagnostic::error(
+                            Code::E0317,
+                            span,
+                            format!(
+                                "dimension division is not exact in this call of `{}`: {} is {}",
+                                sig.name,
+                                self.dim_str(&d),
+                                self.dim_str(&q)
+                            ),
+                        )
+                        .label(bound.join(", "))
+                        .with_secondary(sig.span, "declared here"),
+                    );
+                }
+                return None;
+            }
+        }
         let ret = u.subst.ty(&sig.ret);
         Some((ret, u.subst))
     }
@@ -463,11 +494,19 @@ impl Checker {
                     return None;
                 };
                 if !differentiable_type(wt) {
+                    let shown = match wt {
+                        Type::Tensor(e, s) => Type::Tensor(Elem::T(e.materialise()), s.clone()),
+                        t => t.clone(),
+                    };
                     self.error(
                         Diagnostic::error(
                             Code::E0402,
                             *wspan,
-                            format!("cannot differentiate with respect to {}: only float values have gradients", self.ty_str(wt)),
+                            format!(
+                                "cannot differentiate with respect to argument {} of type {}: only float values have gradients",
+                                wrt + 1,
+                                self.ty_str(&shown)
+                            ),
                         )
                         .label("integer or boolean argument")
                         .with_help("pick a float parameter with `wrt:`"),
@@ -703,13 +742,14 @@ impl Checker {
             ast::ExprKind::Binary(op, a, b) => {
                 let x = self.static_dim(cx, a)?;
                 let y = self.static_dim(cx, b)?;
-                match op {
-                    ast::BinOp::Add => Some(x.add(&y)),
-                    ast::BinOp::Sub => Some(x.sub(&y)),
-                    ast::BinOp::Mul => Some(x.mul(&y)),
-                    ast::BinOp::Div => Some(self.dim_div(&x, &y, e.span)),
-                    _ => None,
-                }
+                let r = match op {
+                    ast::BinOp::Add => x.add(&y),
+                    ast::BinOp::Sub => x.sub(&y),
+                    ast::BinOp::Mul => x.mul(&y),
+                    ast::BinOp::Div => self.dim_div(&x, &y, e.span),
+                    _ => return None,
+                };
+                Some(self.dim_in_range(r, &x, &y, e.span))
             }
             ast::ExprKind::Field(base, f) => match &base.kind {
                 ast::ExprKind::Name(n) if cx.lookup(n).is_none() => match self.scopes[cx.module.0 as usize].get(n) {
@@ -804,9 +844,16 @@ impl Checker {
                 return self.error_expr(span);
             }
         };
-        if shape.iter().any(|i| matches!(i, ShapeItem::Rest(_))) {
-            self.error(Diagnostic::error(Code::E0320, span, "cannot index a rank-polymorphic tensor"));
-            return self.error_expr(span);
+        // Leading dims before a `..` rest can be indexed (`x[0]` of `f32[B, ..S]` is `f32[..S]`).
+        if let Some(r) = shape.iter().position(|i| matches!(i, ShapeItem::Rest(_))) {
+            if args.len() > r {
+                let ts = self.ty_str(&x.ty);
+                self.error(
+                    Diagnostic::error(Code::E0320, span, format!("cannot index into the `..` rest of {ts}"))
+                        .with_secondary(base.span, format!("this is {ts}")),
+                );
+                return self.error_expr(span);
+            }
         }
         if args.len() > shape.len() {
             let ts = self.ty_str(&x.ty);
@@ -821,6 +868,8 @@ impl Checker {
         let mut operands = vec![x];
         let mut out_shape = Vec::new();
         let mut opaque = HashMap::new();
+        // An index or slice out of range is reported once; the result is then an error value.
+        let mut bad = false;
         for (i, a) in args.iter().enumerate() {
             let ShapeItem::Dim(size) = &shape[i] else { unreachable!() };
             match a {
@@ -832,6 +881,7 @@ impl Checker {
                             Diagnostic::error(Code::E0320, e.span, format!("an index must be an i32 scalar, found {ts}"))
                                 .with_help("use `gather(x, idx, axis: k)` to index with a tensor"),
                         );
+                        bad = true;
                     }
                     if let (Some(k), Some(n)) = (self.static_dim(cx, e).and_then(|d| d.as_const()), size.as_const()) {
                         if k >= n || k < -n {
@@ -840,6 +890,7 @@ impl Checker {
                                 e.span,
                                 format!("index {k} is out of range for dimension {i} of size {n}"),
                             ));
+                            bad = true;
                         }
                     }
                     let v = self.coerce(v, &i32t, e.span, "index");
@@ -893,6 +944,7 @@ impl Checker {
                                 *sspan,
                                 format!("slice {a}:{b} is out of range for dimension {i} of size {n}"),
                             ));
+                            bad = true;
                         }
                     }
                     for (bound, default) in [(start, Lit::Int(0)), (end, Lit::Int(-1))] {
@@ -916,9 +968,24 @@ impl Checker {
                 }
             }
         }
+        if bad {
+            return self.error_expr(span);
+        }
         out_shape.extend(shape[args.len()..].iter().cloned());
         let attrs = Attrs { perm: kinds, ..Attrs::default() };
         self.prim(Prim::Slice, operands, attrs, Type::Tensor(elem, out_shape), span)
+    }
+}
+
+/// The dims written in a (tuple of) tensor types, for the exact-division check of a call.
+fn signature_dims(t: &Type, out: &mut Vec<Dim>) {
+    match t {
+        Type::Tensor(_, s) => out.extend(s.iter().filter_map(|i| match i {
+            ShapeItem::Dim(d) => Some(d.clone()),
+            ShapeItem::Rest(_) => None,
+        })),
+        Type::Tuple(ts) => ts.iter().for_each(|t| signature_dims(t, out)),
+        _ => {}
     }
 }
 

@@ -178,7 +178,8 @@ impl Checker {
                 match p {
                     // Run-time dims: check the loaded value's shape and bind its dims.
                     Pat::Local(l) if !binds.is_empty() => {
-                        vec![Stmt::Let { pat: Pat::Local(l), value: v }, Stmt::BindDims { local: l, dims: binds, rank }]
+                        let span = v.span;
+                        vec![Stmt::Let { pat: Pat::Local(l), value: v }, Stmt::BindDims { local: l, dims: binds, rank, span }]
                     }
                     p => vec![Stmt::Let { pat: p, value: v }],
                 }
@@ -391,6 +392,16 @@ impl Checker {
     /// Converts a weak-typed expression to a concrete type of the same shape.
     fn cast_to(&mut self, v: ir::Expr, t: &Type) -> ir::Expr {
         let Type::Tensor(Elem::T(et), _) = t else { return v };
+        if let (ElemTy::I32, ExprKind::Lit(Lit::Int(n))) = (et, &v.kind) {
+            if i32::try_from(*n).is_err() {
+                let span = self.prog.span(v.span);
+                self.error(
+                    Diagnostic::error(Code::E0322, span, format!("integer literal {n} does not fit in i32"))
+                        .label("out of range")
+                        .with_help("i32 holds -2147483648 to 2147483647; write it as a float such as `3.0e9`"),
+                );
+            }
+        }
         match v.kind {
             ExprKind::Lit(Lit::Int(_) | Lit::Float(_)) => ir::Expr { ty: t.clone(), ..v },
             _ => {
@@ -544,8 +555,14 @@ impl Checker {
         match &e.kind {
             K::Error => self.error_expr(span),
             K::Int(n) => {
+                // A literal too large for i32 stays weak, so that the coercion reports it (after
+                // `-` has been folded in: `-2147483648` fits).
                 let elem = match expected {
-                    Some(Type::Tensor(Elem::T(t), s)) if s.is_empty() && *t != ElemTy::Bool => Elem::T(*t),
+                    Some(Type::Tensor(Elem::T(t), s))
+                        if s.is_empty() && *t != ElemTy::Bool && !(*t == ElemTy::I32 && i32::try_from(*n).is_err()) =>
+                    {
+                        Elem::T(*t)
+                    }
                     _ => Elem::WeakInt,
                 };
                 let s = self.span_id(span);

@@ -349,7 +349,14 @@ impl Checker {
             params.push(l);
         }
         let body = self.check_block(&mut cx, &decl.body, Some(&sig.ret));
-        let body = if sig.ret.is_unit() { body } else { self.coerce_result(body, &sig.ret, decl.body.span) };
+        // A result mismatch points at the body's last expression (or the block when it has none)
+        // and labels the declared result type.
+        let tail = match decl.body.stmts.last().map(|s| &s.kind) {
+            Some(ast::StmtKind::Expr(e)) => e.span,
+            _ => decl.body.span,
+        };
+        let ret_span = decl.ret.as_ref().map(|t| t.span);
+        let body = if sig.ret.is_unit() { body } else { self.coerce_result(body, &sig.ret, tail, ret_span) };
         let f = &mut self.prog.funcs[i];
         f.dims = sig.dims.clone();
         f.rests = sig.rests.clone();
@@ -363,21 +370,24 @@ impl Checker {
         self.checking.pop();
     }
 
-    fn coerce_result(&mut self, body: ir::Expr, ret: &Type, span: Span) -> ir::Expr {
+    fn coerce_result(&mut self, body: ir::Expr, ret: &Type, span: Span, ret_span: Option<Span>) -> ir::Expr {
         if body.ty.has_error() || ret.has_error() {
             return body;
         }
         match self.try_coerce(body, ret) {
             Ok(e) => e,
             Err((e, why)) => {
-                self.error(
-                    Diagnostic::error(
-                        Code::E0316,
-                        span,
-                        format!("function body has type {}, but the declared result is {}", self.ty_str(&e.ty), self.ty_str(ret)),
-                    )
-                    .label(why),
-                );
+                let d = Diagnostic::error(
+                    Code::E0316,
+                    span,
+                    format!("function body has type {}, but the declared result is {}", self.ty_str(&e.ty), self.ty_str(ret)),
+                )
+                .label(why);
+                let d = match ret_span {
+                    Some(r) => d.with_secondary(r, format!("declared result {}", self.ty_str(ret))),
+                    None => d,
+                };
+                self.error(d);
                 e
             }
         }

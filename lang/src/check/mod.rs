@@ -138,10 +138,13 @@ pub fn check_file(path: &Path) -> Result<Checked, std::io::Error> {
         Err(e) => {
             let mut c = Checker::new();
             let text = String::from_utf8_lossy(e.as_bytes()).into_owned();
-            let file = c.sources.add(name.clone(), text);
+            // Name the file as a readable one is named (by its canonical path).
+            let file = c.sources.add(canon.display().to_string(), text);
+            // In the lossy text the bad byte became U+FFFD (3 bytes): span the whole character.
             let bad = e.utf8_error().valid_up_to();
+            let span = Span::new(file, bad, bad + char::REPLACEMENT_CHARACTER.len_utf8());
             c.diags.push(
-                Diagnostic::error(Code::E0108, Span::new(file, bad, bad + 1), "source file is not valid UTF-8")
+                Diagnostic::error(Code::E0108, span, "source file is not valid UTF-8")
                     .label("invalid byte here"),
             );
             c.finish()

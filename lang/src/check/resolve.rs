@@ -72,15 +72,27 @@ impl Checker {
             DimKind::Bin(op, a, b) => {
                 let x = self.resolve_dim(m, a, env);
                 let y = self.resolve_dim(m, b, env);
-                match op {
+                let r = match op {
                     ast::BinOp::Add => x.add(&y),
                     ast::BinOp::Sub => x.sub(&y),
                     ast::BinOp::Mul => x.mul(&y),
                     _ => self.dim_div(&x, &y, d.span),
-                }
+                };
+                self.dim_in_range(r, &x, &y, d.span)
             }
             DimKind::Error => Dim::var(self.new_sym("?")),
         }
+    }
+
+    /// `r`, computed from `x` and `y`; reports `E0105` when it left the 64-bit range that they
+    /// were in (dim arithmetic saturates there, so the value would be silently wrong).
+    pub(crate) fn dim_in_range(&mut self, r: Dim, x: &Dim, y: &Dim, span: crate::source::Span) -> Dim {
+        if r.overflows() && !x.overflows() && !y.overflows() {
+            self.error(
+                Diagnostic::error(Code::E0105, span, "dimension does not fit in 64 bits").label("too large"),
+            );
+        }
+        r
     }
 
     /// Exact division of dims; reports `E0317` when it cannot be exact.

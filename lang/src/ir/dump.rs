@@ -294,7 +294,7 @@ impl Printer<'_> {
                             let _ = write!(self.out, "{} = ", self.pat(pat));
                             self.expr(value, depth + 1);
                         }
-                        Stmt::BindDims { local, dims, rank } => {
+                        Stmt::BindDims { local, dims, rank, .. } => {
                             let ds: Vec<String> = dims
                                 .iter()
                                 .map(|(i, s, d)| match s {

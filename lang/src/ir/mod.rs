@@ -147,7 +147,7 @@ pub enum Stmt {
     Assign { pat: Pat, value: Expr },
     /// Binds run-time dims from a value's actual shape (`let x: f32[N, 64] = load(…)`), checking
     /// the fixed dims; the `Local` holds the checked value.
-    BindDims { local: Local, dims: Vec<(usize, Option<Sym>, Dim)>, rank: usize },
+    BindDims { local: Local, dims: Vec<(usize, Option<Sym>, Dim)>, rank: usize, span: SpanId },
     Expr(Expr),
 }
 

@@ -179,22 +179,66 @@ fn parse_error(file: FileId, e: ParseError<usize, Tok, ()>, end: usize) -> Diagn
 /// stops at that depth, so it cannot overflow the stack.
 fn item_too_deep(item: &ast::Item) -> bool {
     use ast::ItemKind::*;
-    match &item.kind {
-        Fn(f) => {
-            f.params.iter().filter_map(|p| p.default.as_ref()).any(|e| expr_deep(e, 0))
-                || block_deep(&f.body, 0)
+    // Types and dimensions nest without brackets too (`fn() -> fn() -> …`, `- - - 1`, `1 + 1 + …`).
+    item.annotations.iter().any(|a| a.args.iter().any(|a| expr_deep(&a.value, 0)))
+        || match &item.kind {
+            Fn(f) => {
+                f.params.iter().any(|p| param_deep(p, 0))
+                    || f.ret.as_ref().is_some_and(|t| type_deep(t, 0))
+                    || block_deep(&f.body, 0)
+            }
+            Const { ty, value, .. } => ty.as_ref().is_some_and(|t| type_deep(t, 0)) || expr_deep(value, 0),
+            Model(m) => m
+                .fields
+                .iter()
+                .any(|f| type_deep(&f.ty, 0) || f.init.as_ref().is_some_and(|e| expr_deep(e, 0))),
+            Test { body, .. } => block_deep(body, 0),
+            Dim { value, .. } => dim_deep(value, 0),
+            Mesh { axes, .. } => axes.iter().any(|(_, d)| dim_deep(d, 0)),
+            Use(_) | Error => false,
         }
-        Const { value, .. } => expr_deep(value, 0),
-        Model(m) => m.fields.iter().filter_map(|f| f.init.as_ref()).any(|e| expr_deep(e, 0)),
-        Test { body, .. } => block_deep(body, 0),
-        _ => false,
+}
+
+fn param_deep(p: &ast::Param, d: usize) -> bool {
+    p.ty.as_ref().is_some_and(|t| type_deep(t, d)) || p.default.as_ref().is_some_and(|e| expr_deep(e, d))
+}
+
+fn type_deep(t: &ast::TypeExpr, d: usize) -> bool {
+    use ast::TypeKind::*;
+    if d > MAX_EXPR_DEPTH {
+        return true;
+    }
+    let d = d + 1;
+    match &t.kind {
+        Named { args, .. } => args.iter().flatten().any(|a| match a {
+            ast::DimArg::Dim { dim, .. } => dim_deep(dim, d),
+            ast::DimArg::Rest(_) => false,
+        }),
+        Tuple(ts) => ts.iter().any(|t| type_deep(t, d)),
+        Fn { params, ret } => params.iter().any(|t| type_deep(t, d)) || type_deep(ret, d),
+        Error => false,
+    }
+}
+
+fn dim_deep(e: &ast::DimExpr, d: usize) -> bool {
+    use ast::DimKind::*;
+    if d > MAX_EXPR_DEPTH {
+        return true;
+    }
+    match &e.kind {
+        Int(_) | Var(_) | Infer | Error => false,
+        Bin(_, a, b) => dim_deep(a, d + 1) || dim_deep(b, d + 1),
+        Neg(a) => dim_deep(a, d + 1),
     }
 }
 
 fn block_deep(b: &ast::Block, d: usize) -> bool {
     use ast::StmtKind::*;
     b.stmts.iter().any(|s| match &s.kind {
-        Let { value, .. } | Var { value, .. } | Expr(value) => expr_deep(value, d + 1),
+        Let { ty, value, .. } | Var { ty, value, .. } => {
+            ty.as_ref().is_some_and(|t| type_deep(t, d + 1)) || expr_deep(value, d + 1)
+        }
+        Expr(value) => expr_deep(value, d + 1),
         Assign { target, value, .. } => expr_deep(target, d + 1) || expr_deep(value, d + 1),
         Return(Some(e)) => expr_deep(e, d + 1),
         Return(None) | Error => false,
@@ -222,7 +266,7 @@ fn expr_deep(e: &ast::Expr, d: usize) -> bool {
                     }
                 })
         }
-        Closure { body, .. } => expr_deep(body, d),
+        Closure { params, body } => params.iter().any(|p| param_deep(p, d)) || expr_deep(body, d),
         Block(b) => block_deep(b, d),
         If { cond, then, els } => {
             expr_deep(cond, d) || block_deep(then, d) || els.as_ref().is_some_and(|e| expr_deep(e, d))

@@ -32,6 +32,9 @@ impl Rat {
         Rat { num: n, den: 1 }
     }
     pub fn new(num: i128, den: i128) -> Rat {
+        // Saturating arithmetic can reach `i128::MIN`, whose negation and `abs` overflow; keep
+        // values in the symmetric range so that `neg`, `abs` and the sign fix below are safe.
+        let (num, den) = (num.max(-i128::MAX), den.max(-i128::MAX));
         let g = gcd(num, den);
         let s = if den < 0 { -1 } else { 1 };
         Rat { num: s * num / g, den: s * den / g }
@@ -125,6 +128,13 @@ impl Dim {
             }
             _ => None,
         }
+    }
+
+    /// True when a coefficient left the 64-bit range (the arithmetic saturates there, so the
+    /// value is no longer exact): such a dim cannot be the size of any real tensor.
+    pub fn overflows(&self) -> bool {
+        let big = |v: i128| i64::try_from(v).is_err();
+        self.terms.values().any(|c| big(c.num) || big(c.den))
     }
 
     /// A constant that is not an integer (from an inexact division such as `6/4`).
@@ -299,6 +309,18 @@ mod tests {
         assert_eq!(e.div(&h).unwrap().display(&names).to_string(), "E/H");
         assert_eq!(Dim::constant(6).div(&Dim::constant(3)).unwrap().as_const(), Some(2));
         assert!(Dim::constant(6).div(&Dim::constant(4)).unwrap().is_fractional_const());
+    }
+
+    #[test]
+    fn saturates_without_panicking() {
+        let mut d = Dim::constant(-2);
+        for _ in 0..200 {
+            d = d.mul(&Dim::constant(2));
+        }
+        assert!(d.overflows());
+        let _ = d.neg().mul(&Dim::constant(-3)).add(&d).div(&d);
+        assert!(d.display(&names).to_string().starts_with('-'));
+        assert!(!Dim::constant(i64::MAX).overflows());
     }
 
     #[test]

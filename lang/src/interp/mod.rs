@@ -1,0 +1,622 @@
+//! The eager interpreter over the typed IR: msl's reference semantics.
+//!
+//! Every primitive is evaluated by the CPU kernels (`kernels::ops`); the JIT and other devices
+//! are checked against what this interpreter computes.
+
+mod data;
+mod prims;
+mod transforms;
+pub mod value;
+
+use crate::diag::{Code, Diagnostic};
+use crate::ir::{self, Expr, ExprKind, FnTarget, Lit, Local, Pat, Program, Stmt};
+use crate::source::Span;
+use crate::types::{Dim, FuncId, RestSym, ShapeItem, Sym, Type, TypeArg};
+use kernels::{DType, KernelError, Tensor};
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+pub use value::{FnValue, ModelValue, Value};
+
+/// A run-time failure: a message and the span of the operation that failed (exit status 2).
+#[derive(Clone, Debug)]
+pub struct RuntimeError {
+    pub code: Code,
+    pub message: String,
+    pub span: Span,
+}
+
+impl RuntimeError {
+    pub fn to_diagnostic(&self) -> Diagnostic {
+        Diagnostic::error(self.code, self.span, self.message.clone())
+    }
+}
+
+/// Non-local control flow: `return`, or an error unwinding to the caller.
+pub enum Ctrl {
+    Return(Value),
+    Error(RuntimeError),
+}
+
+pub type R<T> = Result<T, Ctrl>;
+
+pub(crate) fn kerr(e: KernelError, span: Span) -> Ctrl {
+    let code = match &e {
+        KernelError::DivisionByZero => Code::E0603,
+        KernelError::IndexOutOfRange { .. } | KernelError::AxisOutOfRange { .. } | KernelError::ShapeMismatch { .. } => {
+            Code::E0602
+        }
+        KernelError::Io { .. } | KernelError::FileMismatch { .. } => Code::E0601,
+        _ => Code::E0605,
+    };
+    Ctrl::Error(RuntimeError { code, message: e.to_string(), span })
+}
+
+pub(crate) fn rt(code: Code, message: impl Into<String>, span: Span) -> Ctrl {
+    Ctrl::Error(RuntimeError { code, message: message.into(), span })
+}
+
+/// One function activation: its locals and the values of its dims.
+pub struct Frame {
+    pub locals: Vec<Option<Value>>,
+    pub dims: HashMap<Sym, i64>,
+    pub rests: HashMap<RestSym, Vec<i64>>,
+}
+
+/// Watches the progress of long loops (`batches`), for progress bars.
+pub trait Observer {
+    fn batches_start(&mut self, _total: usize) {}
+    fn batch_done(&mut self) {}
+    fn batches_end(&mut self) {}
+}
+
+struct NoObserver;
+impl Observer for NoObserver {}
+
+pub struct Interp<'p> {
+    pub prog: &'p Program,
+    pub out: Box<dyn Write + 'p>,
+    consts: Vec<Option<Value>>,
+    /// The seed and field path of the model initialiser running now.
+    pub(crate) init_keys: Vec<(i64, String)>,
+    /// Directory of the program's source, where relative `load` paths are tried second.
+    pub source_dir: Option<PathBuf>,
+    pub interrupt: Arc<AtomicBool>,
+    pub observer: Box<dyn Observer + 'p>,
+}
+
+impl<'p> Interp<'p> {
+    pub fn new(prog: &'p Program, out: Box<dyn Write + 'p>) -> Interp<'p> {
+        Interp {
+            prog,
+            out,
+            consts: vec![None; prog.consts.len()],
+            init_keys: Vec::new(),
+            source_dir: None,
+            interrupt: Arc::new(AtomicBool::new(false)),
+            observer: Box::new(NoObserver),
+        }
+    }
+
+    pub fn span(&self, e: &Expr) -> Span {
+        self.prog.span(e.span)
+    }
+
+    /// Runs a function with no parameters (`main`, a test) to completion.
+    pub fn run_main(&mut self, f: FuncId) -> Result<Value, RuntimeError> {
+        match self.call(f, vec![], HashMap::new(), vec![]) {
+            Ok(v) => {
+                let _ = self.out.flush();
+                Ok(v)
+            }
+            Err(Ctrl::Return(v)) => Ok(v),
+            Err(Ctrl::Error(e)) => {
+                let _ = self.out.flush();
+                Err(e)
+            }
+        }
+    }
+
+    /// Calls a function with arguments; generic dims come from `dims` or, when absent, from the
+    /// shapes of the arguments.
+    pub fn call(&mut self, f: FuncId, args: Vec<Value>, dims: HashMap<Sym, i64>, captures: Vec<(Local, Value)>) -> R<Value> {
+        let func = self.prog.func(f);
+        let mut frame = Frame { locals: vec![None; func.locals.len()], dims, rests: HashMap::new() };
+        for (l, v) in captures {
+            if let Some(slot) = frame.locals.get_mut(l.0 as usize) {
+                *slot = Some(v);
+            }
+        }
+        for (l, v) in func.params.iter().zip(args) {
+            let ty = &func.locals[l.0 as usize].ty;
+            bind_dims_from(ty, &v, &mut frame);
+            frame.locals[l.0 as usize] = Some(v);
+        }
+        match self.eval(&func.body, &mut frame) {
+            Ok(v) => Ok(v),
+            Err(Ctrl::Return(v)) => Ok(v),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub fn dim(&self, frame: &Frame, d: &Dim, span: Span) -> R<i64> {
+        let v = d.subst(&|s| frame.dims.get(&s).map(|&x| Dim::constant(x)));
+        match v.as_const() {
+            Some(x) => Ok(x),
+            None if v.is_fractional_const() => {
+                Err(rt(Code::E0602, format!("a dimension is not a whole number here ({})", crate::types::dim_str(d, self.prog)), span))
+            }
+            None => Err(rt(
+                Code::E0605,
+                format!("dimension {} is not known at run time", crate::types::dim_str(d, self.prog)),
+                span,
+            )),
+        }
+    }
+
+    pub fn dims_usize(&self, frame: &Frame, ds: &[Dim], span: Span) -> R<Vec<usize>> {
+        ds.iter()
+            .map(|d| {
+                let v = self.dim(frame, d, span)?;
+                usize::try_from(v).map_err(|_| rt(Code::E0602, format!("negative dimension {v}"), span))
+            })
+            .collect()
+    }
+
+    fn check_interrupt(&self, span: Span) -> R<()> {
+        if self.interrupt.load(Ordering::Relaxed) {
+            return Err(rt(Code::E0605, "interrupted", span));
+        }
+        Ok(())
+    }
+
+    pub fn eval(&mut self, e: &Expr, frame: &mut Frame) -> R<Value> {
+        match &e.kind {
+            ExprKind::Lit(l) => Ok(lit_value(l, &e.ty)),
+            ExprKind::Local(l) => frame.locals[l.0 as usize]
+                .clone()
+                .ok_or_else(|| rt(Code::E0605, "use of a variable before it has a value", self.span(e))),
+            ExprKind::Const(c) => {
+                if let Some(v) = &self.consts[c.0 as usize] {
+                    return Ok(v.clone());
+                }
+                let mut f = Frame { locals: vec![], dims: HashMap::new(), rests: HashMap::new() };
+                let v = self.eval(&self.prog.consts[c.0 as usize].value, &mut f)?;
+                self.consts[c.0 as usize] = Some(v.clone());
+                Ok(v)
+            }
+            ExprKind::DimValue(d) => {
+                let v = self.dim(frame, d, self.span(e))?;
+                Ok(Value::Tensor(Tensor::scalar_i32(v as i32)))
+            }
+            ExprKind::Prim { prim, args, attrs } => {
+                let mut vals = Vec::with_capacity(args.len());
+                if *prim == ir::Prim::Map {
+                    for a in args {
+                        vals.push(self.eval(a, frame)?);
+                    }
+                    return self.map(vals, self.span(e));
+                }
+                for a in args {
+                    vals.push(self.eval(a, frame)?);
+                }
+                self.prim(*prim, vals, attrs, e, frame)
+            }
+            ExprKind::Call { func, dims, args } => {
+                let mut vals = Vec::with_capacity(args.len());
+                for a in args {
+                    vals.push(self.eval(a, frame)?);
+                }
+                let callee = self.prog.func(*func);
+                let mut env = HashMap::new();
+                for (s, d) in callee.dims.iter().zip(dims) {
+                    if let Ok(v) = self.dim(frame, d, self.span(e)) {
+                        env.insert(*s, v);
+                    }
+                }
+                self.call(*func, vals, env, vec![])
+            }
+            ExprKind::CallValue { callee, target, args } => {
+                let f = self.eval(callee, frame)?;
+                let mut vals = Vec::with_capacity(args.len());
+                for a in args {
+                    vals.push(self.eval(a, frame)?);
+                }
+                let Value::Fn(fv) = f else { return Err(rt(Code::E0605, "called value is not a function", self.span(e))) };
+                self.apply(&fv, target, vals, self.span(e))
+            }
+            ExprKind::FuncRef(f) => {
+                Ok(Value::Fn(Rc::new(FnValue::Func { target: FnTarget::Func(*f), captures: vec![], closure: None })))
+            }
+            ExprKind::Closure { id, captures } => {
+                let caps = captures
+                    .iter()
+                    .filter_map(|l| frame.locals.get(l.0 as usize).cloned().flatten().map(|v| (*l, v)))
+                    .collect();
+                Ok(Value::Fn(Rc::new(FnValue::Func { target: FnTarget::Dynamic, captures: caps, closure: Some(*id) })))
+            }
+            ExprKind::Transform { target, callee } => {
+                let f = self.eval(callee, frame)?;
+                let Value::Fn(fv) = f else { return Err(rt(Code::E0605, "not a function", self.span(e))) };
+                let (captures, closure) = match &*fv {
+                    FnValue::Func { captures, closure, .. } => (captures.clone(), *closure),
+                    FnValue::Pullback { .. } => (vec![], None),
+                };
+                Ok(Value::Fn(Rc::new(FnValue::Func { target: target.clone(), captures, closure })))
+            }
+            ExprKind::Jvp { .. } | ExprKind::Vjp { .. } => self.transform_expr(e, frame),
+            ExprKind::Tuple(items) => {
+                let mut vals = Vec::with_capacity(items.len());
+                for a in items {
+                    vals.push(self.eval(a, frame)?);
+                }
+                Ok(Value::Tuple(Rc::new(vals)))
+            }
+            ExprKind::TupleGet(a, i) => match self.eval(a, frame)? {
+                Value::Tuple(ts) => ts.get(*i).cloned().ok_or_else(|| rt(Code::E0605, "tuple index out of range", self.span(e))),
+                _ => Err(rt(Code::E0605, "not a tuple", self.span(e))),
+            },
+            ExprKind::Field(a, i) => match self.eval(a, frame)? {
+                Value::Model(m) => m.fields.get(*i).cloned().ok_or_else(|| rt(Code::E0605, "no such field", self.span(e))),
+                _ => Err(rt(Code::E0605, "not a model", self.span(e))),
+            },
+            ExprKind::ModelInit { model, args, seed } => {
+                let s = self.eval(seed, frame)?;
+                let seed = s.tensor().and_then(value::scalar_i64).unwrap_or(0);
+                let dims = self.type_arg_dims(args, frame, self.span(e))?;
+                self.init_model(*model, dims, seed, String::new(), self.span(e))
+            }
+            ExprKind::ModelBuild { fields } => {
+                let mut vals = Vec::with_capacity(fields.len());
+                for f in fields {
+                    vals.push(self.eval(f, frame)?);
+                }
+                let Type::Model(id, args) = &e.ty else { return Err(rt(Code::E0605, "not a model type", self.span(e))) };
+                let dims = self.type_arg_dims(args, frame, self.span(e)).unwrap_or_default();
+                Ok(Value::Model(Rc::new(ModelValue { model: *id, dims, fields: vals })))
+            }
+            ExprKind::Block { stmts, result } => {
+                for s in stmts {
+                    self.stmt(s, frame)?;
+                }
+                self.eval(result, frame)
+            }
+            ExprKind::If { cond, then, els } => {
+                let c = self.eval(cond, frame)?;
+                if truthy(&c) {
+                    self.eval(then, frame)
+                } else {
+                    self.eval(els, frame)
+                }
+            }
+            ExprKind::ForRange { var, start, end, body } => {
+                let a = self.eval(start, frame)?.tensor().and_then(value::scalar_i64).unwrap_or(0);
+                let b = self.eval(end, frame)?.tensor().and_then(value::scalar_i64).unwrap_or(0);
+                for i in a..b {
+                    self.check_interrupt(self.span(e))?;
+                    frame.locals[var.0 as usize] = Some(Value::Tensor(Tensor::scalar_i32(i as i32)));
+                    self.eval(body, frame)?;
+                }
+                Ok(Value::unit())
+            }
+            ExprKind::ForBatches { vars, data, size, shuffle, body } => self.for_batches(e, vars, data, size, shuffle.as_deref(), body, frame),
+            ExprKind::While { cond, body } => {
+                while truthy(&self.eval(cond, frame)?) {
+                    self.check_interrupt(self.span(e))?;
+                    self.eval(body, frame)?;
+                }
+                Ok(Value::unit())
+            }
+            ExprKind::Return(v) => {
+                let v = self.eval(v, frame)?;
+                Err(Ctrl::Return(v))
+            }
+        }
+    }
+
+    fn stmt(&mut self, s: &Stmt, frame: &mut Frame) -> R<()> {
+        match s {
+            Stmt::Let { pat, value } | Stmt::Assign { pat, value } => {
+                let v = self.eval(value, frame)?;
+                bind_pat(pat, v, frame);
+                Ok(())
+            }
+            Stmt::Expr(e) => self.eval(e, frame).map(|_| ()),
+            Stmt::BindDims { local, dims, rank, span } => {
+                let Some(Value::Tensor(t)) = &frame.locals[local.0 as usize] else { return Ok(()) };
+                let shape = t.shape().to_vec();
+                let span = self.prog.span(*span);
+                if shape.len() != *rank {
+                    return Err(rt(Code::E0601, format!("loaded array has rank {} ({:?}), expected rank {rank}", shape.len(), shape), span));
+                }
+                for (i, sym, d) in dims {
+                    match sym {
+                        Some(s) => match frame.dims.get(s) {
+                            Some(&prev) if prev != shape[*i] as i64 => {
+                                return Err(rt(
+                                    Code::E0601,
+                                    format!(
+                                        "loaded array has {} in dimension {i}, but `{}` is already {prev}",
+                                        shape[*i],
+                                        self.prog.sym_names[s.0 as usize]
+                                    ),
+                                    span,
+                                ))
+                            }
+                            _ => {
+                                frame.dims.insert(*s, shape[*i] as i64);
+                            }
+                        },
+                        None => {
+                            let want = self.dim(frame, d, span)?;
+                            if want != shape[*i] as i64 {
+                                return Err(rt(
+                                    Code::E0601,
+                                    format!("loaded array has shape {:?}, but dimension {i} must be {want}", shape),
+                                    span,
+                                ));
+                            }
+                        }
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    pub(crate) fn type_arg_dims(&self, args: &[TypeArg], frame: &Frame, span: Span) -> R<Vec<i64>> {
+        let mut out = Vec::new();
+        for a in args {
+            if let TypeArg::Dim(d) = a {
+                out.push(self.dim(frame, d, span)?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Initialises a model: each tensor field runs its initialiser with the generator keyed by
+    /// (seed, field path); nested model fields recurse with a longer path.
+    pub(crate) fn init_model(&mut self, id: crate::types::ModelId, dims: Vec<i64>, seed: i64, prefix: String, span: Span) -> R<Value> {
+        let def = self.prog.model(id);
+        let mut env = HashMap::new();
+        for (s, v) in def.dims.iter().zip(&dims) {
+            env.insert(*s, *v);
+        }
+        let frame = Frame { locals: vec![], dims: env, rests: HashMap::new() };
+        let mut fields = Vec::new();
+        for f in &def.fields {
+            let name = self.prog.names.get(f.name);
+            let path = if prefix.is_empty() { name.to_string() } else { format!("{prefix}.{name}") };
+            match (&f.ty, f.init) {
+                (_, Some(init)) => {
+                    self.init_keys.push((seed, path));
+                    let r = self.call(init, vec![], frame.dims.clone(), vec![]);
+                    self.init_keys.pop();
+                    fields.push(r?);
+                }
+                (Type::Model(mid, margs), None) => {
+                    let mdims = self.type_arg_dims(margs, &frame, span)?;
+                    fields.push(self.init_model(*mid, mdims, seed, path, span)?);
+                }
+                _ => {
+                    return Err(rt(Code::E0605, format!("field `{path}` has no initialiser"), span));
+                }
+            }
+        }
+        Ok(Value::Model(Rc::new(ModelValue { model: id, dims, fields })))
+    }
+
+    /// Calls a function value.
+    pub fn apply(&mut self, f: &FnValue, target: &FnTarget, args: Vec<Value>, span: Span) -> R<Value> {
+        let (captures, closure, own) = match f {
+            FnValue::Func { captures, closure, target: own } => (captures.clone(), *closure, own.clone()),
+            FnValue::Pullback { .. } => return self.apply_pullback(f, args, span),
+        };
+        // The static target wins; a dynamic call uses what the value itself says.
+        let target = match target {
+            FnTarget::Dynamic => own,
+            t => t.clone(),
+        };
+        self.apply_target(&target, closure, &captures, args, span)
+    }
+
+    pub(crate) fn apply_target(
+        &mut self,
+        target: &FnTarget,
+        closure: Option<crate::types::ClosureId>,
+        captures: &[(Local, Value)],
+        args: Vec<Value>,
+        span: Span,
+    ) -> R<Value> {
+        match target {
+            FnTarget::Func(fid) => self.call(*fid, args, HashMap::new(), captures.to_vec()),
+            FnTarget::Dynamic => {
+                let Some(cid) = closure else { return Err(rt(Code::E0605, "cannot call this function value", span)) };
+                let fid = self.pick_instance(cid, &args).ok_or_else(|| rt(Code::E0605, "closure was never checked for these argument types", span))?;
+                self.call(fid, args, HashMap::new(), captures.to_vec())
+            }
+            FnTarget::Vmap { inner, in_axes } => self.vmap(inner, in_axes, closure, captures, args, span),
+            FnTarget::Grad { .. } => self.grad_call(target, closure, captures, args, span),
+        }
+    }
+
+    /// The closure instance whose parameters match the arguments' element types and ranks.
+    fn pick_instance(&self, cid: crate::types::ClosureId, args: &[Value]) -> Option<FuncId> {
+        let insts = &self.prog.closures.get(cid.0 as usize)?.instances;
+        let fits = |fid: FuncId| {
+            let f = self.prog.func(fid);
+            f.params.iter().zip(args).all(|(l, a)| match (&f.locals[l.0 as usize].ty, a) {
+                (Type::Tensor(e, s), Value::Tensor(t)) => {
+                    let rank_ok = s.iter().any(|i| matches!(i, ShapeItem::Rest(_))) || s.len() == t.rank();
+                    rank_ok && dtype_of(e.materialise()) == t.dtype()
+                }
+                _ => true,
+            })
+        };
+        insts.iter().map(|(_, f)| *f).find(|f| fits(*f)).or_else(|| insts.first().map(|(_, f)| *f))
+    }
+
+    /// `vmap`: the reference semantics is a loop over the mapped axis, stacking the results.
+    fn vmap(
+        &mut self,
+        inner: &FnTarget,
+        in_axes: &[Option<usize>],
+        closure: Option<crate::types::ClosureId>,
+        captures: &[(Local, Value)],
+        args: Vec<Value>,
+        span: Span,
+    ) -> R<Value> {
+        let axes: Vec<Option<usize>> = if in_axes.is_empty() { vec![Some(0); args.len()] } else { in_axes.to_vec() };
+        let mut n = None;
+        for (a, ax) in args.iter().zip(&axes) {
+            if let (Value::Tensor(t), Some(ax)) = (a, ax) {
+                let len = t.shape().get(*ax).copied().ok_or_else(|| rt(Code::E0602, "vmap axis out of range", span))?;
+                if n.is_some_and(|m| m != len) {
+                    return Err(rt(Code::E0602, "vmap mapped dims differ", span));
+                }
+                n = Some(len);
+            }
+        }
+        let n = n.unwrap_or(1);
+        let mut outs = Vec::with_capacity(n);
+        for i in 0..n {
+            let mut sub = Vec::with_capacity(args.len());
+            for (a, ax) in args.iter().zip(&axes) {
+                match (a, ax) {
+                    (Value::Tensor(t), Some(ax)) => {
+                        let mut specs = vec![kernels::ops::SliceSpec::Full; *ax];
+                        specs.push(kernels::ops::SliceSpec::Index(i as i64));
+                        sub.push(Value::Tensor(kernels::ops::slice(t, &specs).map_err(|e| kerr(e, span))?));
+                    }
+                    (v, _) => sub.push(v.clone()),
+                }
+            }
+            outs.push(self.apply_target(inner, closure, captures, sub, span)?);
+        }
+        stack_values(outs, span)
+    }
+}
+
+fn stack_values(outs: Vec<Value>, span: Span) -> R<Value> {
+    match outs.first() {
+        Some(Value::Tensor(_)) => {
+            let ts: Vec<Tensor> = outs.into_iter().filter_map(|v| if let Value::Tensor(t) = v { Some(t) } else { None }).collect();
+            Ok(Value::Tensor(kernels::ops::stack(&ts, 0).map_err(|e| kerr(e, span))?))
+        }
+        Some(Value::Tuple(first)) => {
+            let k = first.len();
+            let mut cols: Vec<Vec<Value>> = vec![Vec::new(); k];
+            for v in outs {
+                if let Value::Tuple(ts) = v {
+                    for (i, x) in ts.iter().enumerate() {
+                        cols[i].push(x.clone());
+                    }
+                }
+            }
+            let items = cols.into_iter().map(|c| stack_values(c, span)).collect::<R<Vec<_>>>()?;
+            Ok(Value::Tuple(Rc::new(items)))
+        }
+        _ => Ok(Value::unit()),
+    }
+}
+
+pub(crate) fn dtype_of(t: crate::types::ElemTy) -> DType {
+    use crate::types::ElemTy;
+    match t {
+        ElemTy::F32 | ElemTy::Bf16 | ElemTy::F16 => DType::F32,
+        ElemTy::F64 => DType::F64,
+        ElemTy::I32 => DType::I32,
+        ElemTy::Bool => DType::Bool,
+    }
+}
+
+fn lit_value(l: &Lit, ty: &Type) -> Value {
+    use crate::types::Elem;
+    let elem = match ty {
+        Type::Tensor(e, _) => *e,
+        _ => Elem::WeakFloat,
+    };
+    match l {
+        Lit::Bool(b) => Value::Tensor(Tensor::scalar_bool(*b)),
+        Lit::Str(s) => Value::Str(s.as_str().into()),
+        Lit::Int(n) => Value::Tensor(match elem {
+            Elem::T(t) => Tensor::scalar_f64(*n as f64).cast(dtype_of(t)),
+            Elem::WeakFloat => Tensor::scalar_f64(*n as f64),
+            Elem::WeakInt => Tensor::scalar_i32(*n as i32),
+        }),
+        Lit::Float(x) => Value::Tensor(match elem {
+            Elem::T(t) => Tensor::scalar_f64(*x).cast(dtype_of(t)),
+            _ => Tensor::scalar_f64(*x),
+        }),
+    }
+}
+
+fn truthy(v: &Value) -> bool {
+    match v {
+        Value::Tensor(t) => t.as_bool().is_some_and(|b| b.first().copied().unwrap_or(false)),
+        _ => false,
+    }
+}
+
+fn bind_pat(p: &Pat, v: Value, frame: &mut Frame) {
+    match p {
+        Pat::Local(l) => frame.locals[l.0 as usize] = Some(v),
+        Pat::Ignore => {}
+        Pat::Tuple(ps) => {
+            if let Value::Tuple(vs) = v {
+                for (p, v) in ps.iter().zip(vs.iter()) {
+                    bind_pat(p, v.clone(), frame);
+                }
+            }
+        }
+    }
+}
+
+/// Binds the generic dims of a parameter type from an argument's actual shape.
+pub(crate) fn bind_dims_from(ty: &Type, v: &Value, frame: &mut Frame) {
+    match (ty, v) {
+        (Type::Tensor(_, shape), Value::Tensor(t)) => {
+            let dims = t.shape();
+            let rest = shape.iter().position(|i| matches!(i, ShapeItem::Rest(_)));
+            let suffix = rest.map(|r| shape.len() - r - 1);
+            for (i, item) in shape.iter().enumerate() {
+                let actual = match (rest, suffix) {
+                    (Some(r), Some(sfx)) if i > r => dims.len().checked_sub(sfx - (i - r - 1)).and_then(|j| dims.get(j)),
+                    _ => dims.get(i),
+                };
+                match item {
+                    ShapeItem::Dim(d) => {
+                        if let (Some(s), Some(&a)) = (d.as_var(), actual) {
+                            frame.dims.entry(s).or_insert(a as i64);
+                        }
+                    }
+                    ShapeItem::Rest(r) => {
+                        let sfx = suffix.unwrap_or(0);
+                        let end = dims.len().saturating_sub(sfx);
+                        let mid: Vec<i64> = dims.get(i..end).unwrap_or(&[]).iter().map(|&x| x as i64).collect();
+                        frame.rests.insert(*r, mid);
+                    }
+                }
+            }
+        }
+        (Type::Model(_, args), Value::Model(m)) => {
+            let mut vals = m.dims.iter();
+            for a in args {
+                if let TypeArg::Dim(d) = a {
+                    if let (Some(s), Some(&x)) = (d.as_var(), vals.next()) {
+                        frame.dims.entry(s).or_insert(x);
+                    }
+                }
+            }
+        }
+        (Type::Tuple(ts), Value::Tuple(vs)) => {
+            for (t, v) in ts.iter().zip(vs.iter()) {
+                bind_dims_from(t, v, frame);
+            }
+        }
+        _ => {}
+    }
+}

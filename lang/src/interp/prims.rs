@@ -1,0 +1,367 @@
+//! Evaluation of each primitive through the CPU kernels: the interpreter's column of the
+//! primitive table.
+
+use super::value::{scalar_i64, ModelValue, Value};
+use super::{dtype_of, kerr, rt, Frame, Interp, R};
+use crate::diag::Code;
+use crate::ir::{Attrs, Expr, Prim};
+use crate::source::Span;
+use crate::types::{ElemTy, Type};
+use kernels::ops::{self, BinaryOp, ReduceOp, SliceSpec, UnaryOp};
+use kernels::{rng, DType, Tensor};
+use std::rc::Rc;
+
+fn unary_op(p: Prim) -> Option<UnaryOp> {
+    Some(match p {
+        Prim::Neg => UnaryOp::Neg,
+        Prim::Not => UnaryOp::Not,
+        Prim::Exp => UnaryOp::Exp,
+        Prim::Log => UnaryOp::Log,
+        Prim::Sqrt => UnaryOp::Sqrt,
+        Prim::Rsqrt => UnaryOp::Rsqrt,
+        Prim::Tanh => UnaryOp::Tanh,
+        Prim::Sigmoid => UnaryOp::Sigmoid,
+        Prim::Relu => UnaryOp::Relu,
+        Prim::Gelu => UnaryOp::Gelu,
+        Prim::Sin => UnaryOp::Sin,
+        Prim::Cos => UnaryOp::Cos,
+        Prim::Abs => UnaryOp::Abs,
+        Prim::Sign => UnaryOp::Sign,
+        Prim::Floor => UnaryOp::Floor,
+        _ => return None,
+    })
+}
+
+pub(crate) fn binary_op(p: Prim) -> Option<BinaryOp> {
+    Some(match p {
+        Prim::Add => BinaryOp::Add,
+        Prim::Sub => BinaryOp::Sub,
+        Prim::Mul => BinaryOp::Mul,
+        Prim::Div => BinaryOp::Div,
+        Prim::Rem => BinaryOp::Rem,
+        Prim::Pow => BinaryOp::Pow,
+        Prim::Maximum => BinaryOp::Max,
+        Prim::Minimum => BinaryOp::Min,
+        Prim::Eq => BinaryOp::Eq,
+        Prim::Ne => BinaryOp::Ne,
+        Prim::Lt => BinaryOp::Lt,
+        Prim::Le => BinaryOp::Le,
+        Prim::Gt => BinaryOp::Gt,
+        Prim::Ge => BinaryOp::Ge,
+        Prim::And => BinaryOp::And,
+        Prim::Or => BinaryOp::Or,
+        _ => return None,
+    })
+}
+
+/// Two tensors whose element types differ only because one came from a weak literal: the
+/// narrower one takes the other's type.
+fn unify_dtypes(a: Tensor, b: Tensor) -> (Tensor, Tensor) {
+    if a.dtype() == b.dtype() {
+        return (a, b);
+    }
+    let rank = |d: DType| match d {
+        DType::Bool => 0,
+        DType::I32 => 1,
+        DType::F32 => 2,
+        DType::F64 => 3,
+    };
+    // A scalar adapts to a tensor; otherwise the wider type wins.
+    if a.rank() == 0 && b.rank() > 0 {
+        let d = b.dtype();
+        return (a.cast(d), b);
+    }
+    if b.rank() == 0 && a.rank() > 0 {
+        let d = a.dtype();
+        return (a, b.cast(d));
+    }
+    if rank(a.dtype()) >= rank(b.dtype()) {
+        let d = a.dtype();
+        (a, b.cast(d))
+    } else {
+        let d = b.dtype();
+        (a.cast(d), b)
+    }
+}
+
+pub(crate) fn tensor_binary(op: BinaryOp, a: &Tensor, b: &Tensor, span: Span) -> R<Tensor> {
+    let (a, b) = unify_dtypes(a.clone(), b.clone());
+    ops::binary(op, &a, &b).map_err(|e| kerr(e, span))
+}
+
+fn reduce_op(p: Prim) -> Option<ReduceOp> {
+    Some(match p {
+        Prim::Sum => ReduceOp::Sum,
+        Prim::Mean => ReduceOp::Mean,
+        Prim::Max => ReduceOp::Max,
+        Prim::Min => ReduceOp::Min,
+        _ => return None,
+    })
+}
+
+fn t(v: &Value, span: Span) -> R<&Tensor> {
+    v.tensor().ok_or_else(|| rt(Code::E0605, "expected a tensor value", span))
+}
+
+impl Interp<'_> {
+    pub(crate) fn prim(&mut self, p: Prim, args: Vec<Value>, attrs: &Attrs, e: &Expr, frame: &mut Frame) -> R<Value> {
+        let span = self.span(e);
+        let k = |r: Result<Tensor, kernels::KernelError>| r.map(Value::Tensor).map_err(|e| kerr(e, span));
+        if let Some(op) = unary_op(p) {
+            let x = t(&args[0], span)?;
+            // A weak integer literal under a float function is computed in floating point.
+            let x = if x.dtype() == DType::I32 && !matches!(p, Prim::Neg | Prim::Abs | Prim::Sign | Prim::Relu) {
+                x.cast(DType::F64)
+            } else {
+                x.clone()
+            };
+            return k(ops::unary(op, &x));
+        }
+        if let Some(op) = binary_op(p) {
+            return self.binary(op, &args[0], &args[1], span);
+        }
+        if let Some(op) = reduce_op(p) {
+            let x = t(&args[0], span)?;
+            let x = if x.dtype() == DType::Bool { x.cast(DType::I32) } else { x.clone() };
+            return k(ops::reduce(op, &x, attrs.axis, attrs.keepdims));
+        }
+        match p {
+            Prim::Argmax => k(ops::argmax(t(&args[0], span)?, attrs.axis, attrs.keepdims)),
+            Prim::Argmin => k(ops::argmin(t(&args[0], span)?, attrs.axis, attrs.keepdims)),
+            Prim::Logsumexp => k(ops::logsumexp(t(&args[0], span)?, attrs.axis, attrs.keepdims)),
+            Prim::MatMul => {
+                let (a, b) = unify_dtypes(t(&args[0], span)?.clone(), t(&args[1], span)?.clone());
+                k(ops::matmul(&a, &b))
+            }
+            Prim::Where => {
+                let c = t(&args[0], span)?;
+                let (a, b) = unify_dtypes(t(&args[1], span)?.clone(), t(&args[2], span)?.clone());
+                k(ops::where_(c, &a, &b))
+            }
+            Prim::Cast => {
+                let to = dtype_of(attrs.dtype.unwrap_or(ElemTy::F32));
+                k(Ok(t(&args[0], span)?.cast(to)))
+            }
+            Prim::Reshape => {
+                let shape = self.dims_usize(frame, &attrs.shape, span)?;
+                k(ops::reshape(t(&args[0], span)?, &shape))
+            }
+            Prim::BroadcastTo => {
+                let shape = self.dims_usize(frame, &attrs.shape, span)?;
+                k(ops::broadcast_to(t(&args[0], span)?, &shape))
+            }
+            Prim::Transpose | Prim::Permute => k(ops::permute(t(&args[0], span)?, &attrs.perm)),
+            Prim::Concat | Prim::Stack => {
+                let ts: Vec<Tensor> = args.iter().map(|a| t(a, span).cloned()).collect::<R<_>>()?;
+                let axis = attrs.axis.unwrap_or(0);
+                k(if p == Prim::Concat { ops::concat(&ts, axis) } else { ops::stack(&ts, axis) })
+            }
+            Prim::ExpandDims => k(ops::expand_dims(t(&args[0], span)?, attrs.axis.unwrap_or(0))),
+            Prim::Squeeze => {
+                // `squeeze(x)` removes exactly the dims the checker removed (literal 1s).
+                let x = t(&args[0], span)?;
+                let out_shape: Vec<usize> = match &e.ty {
+                    Type::Tensor(_, s) => self.dims_usize(frame, &shape_dims(s), span)?,
+                    _ => vec![],
+                };
+                k(ops::reshape(x, &out_shape))
+            }
+            Prim::Gather => k(ops::gather(t(&args[0], span)?, t(&args[1], span)?, attrs.axis.unwrap_or(0))),
+            Prim::OneHot => {
+                let n = self.dims_usize(frame, &attrs.shape, span)?;
+                k(ops::one_hot(t(&args[0], span)?, n[0], dtype_of(attrs.dtype.unwrap_or(ElemTy::F32))))
+            }
+            Prim::Einsum => {
+                let ts: Vec<Tensor> = args.iter().map(|a| t(a, span).cloned()).collect::<R<_>>()?;
+                k(ops::einsum(attrs.spec.as_deref().unwrap_or(""), &ts))
+            }
+            Prim::Slice => {
+                let x = t(&args[0], span)?;
+                let mut specs = Vec::new();
+                let mut it = args[1..].iter();
+                let next = |it: &mut std::slice::Iter<Value>| -> R<i64> {
+                    it.next().and_then(|v| v.tensor()).and_then(scalar_i64).ok_or_else(|| rt(Code::E0605, "bad slice bound", span))
+                };
+                for kind in &attrs.perm {
+                    specs.push(match kind {
+                        0 => SliceSpec::Index(next(&mut it)?),
+                        1 => {
+                            let start = next(&mut it)?;
+                            let end = next(&mut it)?;
+                            SliceSpec::Range { start, end }
+                        }
+                        _ => SliceSpec::Full,
+                    });
+                }
+                k(ops::slice(x, &specs))
+            }
+            Prim::Zeros | Prim::Ones | Prim::Full | Prim::Arange | Prim::Eye => {
+                let shape = self.dims_usize(frame, &attrs.shape, span)?;
+                let dt = dtype_of(attrs.dtype.unwrap_or(ElemTy::F32));
+                Ok(Value::Tensor(match p {
+                    Prim::Zeros => ops::zeros(dt, &shape),
+                    Prim::Ones => ops::ones(dt, &shape),
+                    Prim::Full => {
+                        let v = t(&args[0], span)?.scalar_value_f64().unwrap_or(0.0);
+                        ops::full(dt, &shape, v)
+                    }
+                    Prim::Arange => ops::arange(shape[0], dt),
+                    _ => ops::eye(shape[0], dt),
+                }))
+            }
+            Prim::Normal | Prim::Uniform | Prim::HeNormal | Prim::GlorotUniform => {
+                let shape = self.dims_usize(frame, &attrs.shape, span)?;
+                let dt = dtype_of(attrs.dtype.unwrap_or(ElemTy::F32));
+                let key = match args.first() {
+                    Some(v) => rng::stream_key(t(v, span).map(|x| scalar_i64(x).unwrap_or(0))? as u64, ""),
+                    None => match self.init_keys.last() {
+                        Some((seed, path)) => rng::stream_key(*seed as u64, path),
+                        None => return Err(rt(Code::E0605, "random creation outside `init` needs `seed:`", span)),
+                    },
+                };
+                Ok(Value::Tensor(match p {
+                    Prim::Normal => rng::normal(dt, &shape, key, 0.0, 1.0),
+                    Prim::Uniform => rng::uniform(dt, &shape, key, 0.0, 1.0),
+                    Prim::HeNormal => rng::normal(dt, &shape, key, 0.0, (2.0 / shape[0].max(1) as f64).sqrt()),
+                    _ => {
+                        let a = (6.0 / (shape[0] + shape[1]).max(1) as f64).sqrt();
+                        rng::uniform(dt, &shape, key, -a, a)
+                    }
+                }))
+            }
+            Prim::Params => {
+                let mut leaves = Vec::new();
+                args[0].leaves(&mut leaves);
+                let n: usize = leaves.iter().map(|t| t.len()).sum();
+                Ok(Value::Tensor(Tensor::scalar_i32(n as i32)))
+            }
+            Prim::StopGradient => Ok(args.into_iter().next().unwrap_or_else(Value::unit)),
+            Prim::Print => {
+                let parts: Vec<String> = args.iter().map(|v| v.display(self.prog)).collect();
+                let line = parts.join(" ");
+                let _ = writeln!(self.out, "{line}");
+                Ok(Value::unit())
+            }
+            Prim::Load => self.load(&args[0], &e.ty, span, frame),
+            Prim::Save => self.save(&args[0], &args[1], span),
+            Prim::Assert => {
+                let ok = t(&args[0], span)?.as_bool().is_some_and(|b| b.first().copied().unwrap_or(false));
+                if ok {
+                    return Ok(Value::unit());
+                }
+                let msg = match args.get(1) {
+                    Some(Value::Str(s)) => format!("assertion failed: {s}"),
+                    _ => "assertion failed".to_string(),
+                };
+                Err(rt(Code::E0604, msg, span))
+            }
+            Prim::AssertClose => self.assert_close(&args, span),
+            Prim::Map => self.map(args, span),
+            _ => Err(rt(Code::E0605, format!("`{}` cannot be evaluated here", p.name()), span)),
+        }
+    }
+
+    /// Elementwise binary operation; models combine field by field and scale by scalars.
+    pub(crate) fn binary(&mut self, op: BinaryOp, a: &Value, b: &Value, span: Span) -> R<Value> {
+        match (a, b) {
+            (Value::Tensor(x), Value::Tensor(y)) => tensor_binary(op, x, y, span).map(Value::Tensor),
+            (Value::Model(m), Value::Model(n)) => {
+                let fields = m
+                    .fields
+                    .iter()
+                    .zip(&n.fields)
+                    .map(|(x, y)| self.binary(op, x, y, span))
+                    .collect::<R<Vec<_>>>()?;
+                Ok(Value::Model(Rc::new(ModelValue { model: m.model, dims: m.dims.clone(), fields })))
+            }
+            (Value::Model(m), s @ Value::Tensor(_)) => {
+                let fields = m.fields.iter().map(|x| self.binary(op, x, s, span)).collect::<R<Vec<_>>>()?;
+                Ok(Value::Model(Rc::new(ModelValue { model: m.model, dims: m.dims.clone(), fields })))
+            }
+            (s @ Value::Tensor(_), Value::Model(m)) => {
+                let fields = m.fields.iter().map(|x| self.binary(op, s, x, span)).collect::<R<Vec<_>>>()?;
+                Ok(Value::Model(Rc::new(ModelValue { model: m.model, dims: m.dims.clone(), fields })))
+            }
+            (Value::Tuple(x), Value::Tuple(y)) => {
+                let items = x.iter().zip(y.iter()).map(|(x, y)| self.binary(op, x, y, span)).collect::<R<Vec<_>>>()?;
+                Ok(Value::Tuple(Rc::new(items)))
+            }
+            _ => Err(rt(Code::E0605, "operands of incompatible kinds", span)),
+        }
+    }
+
+    /// `map(f, m, …)`: applies `f` to the tensors of one or more models of one type.
+    pub(crate) fn map(&mut self, args: Vec<Value>, span: Span) -> R<Value> {
+        let mut it = args.into_iter();
+        let Some(Value::Fn(f)) = it.next() else { return Err(rt(Code::E0605, "`map` needs a function", span)) };
+        let models: Vec<Value> = it.collect();
+        self.map_rec(&f, &models, span)
+    }
+
+    fn map_rec(&mut self, f: &Rc<super::FnValue>, vals: &[Value], span: Span) -> R<Value> {
+        match &vals[0] {
+            Value::Tensor(_) => self.apply(f, &crate::ir::FnTarget::Dynamic, vals.to_vec(), span),
+            Value::Model(m) => {
+                let mut fields = Vec::with_capacity(m.fields.len());
+                for i in 0..m.fields.len() {
+                    let col: Vec<Value> = vals
+                        .iter()
+                        .map(|v| match v {
+                            Value::Model(n) => n.fields[i].clone(),
+                            other => other.clone(),
+                        })
+                        .collect();
+                    fields.push(self.map_rec(f, &col, span)?);
+                }
+                Ok(Value::Model(Rc::new(ModelValue { model: m.model, dims: m.dims.clone(), fields })))
+            }
+            other => Ok(other.clone()),
+        }
+    }
+
+    fn assert_close(&mut self, args: &[Value], span: Span) -> R<Value> {
+        let a = t(&args[0], span)?.to_f64_vec();
+        let b = t(&args[1], span)?.to_f64_vec();
+        let rtol = t(&args[2], span)?.scalar_value_f64().unwrap_or(1e-5);
+        let atol = t(&args[3], span)?.scalar_value_f64().unwrap_or(1e-6);
+        let n = a.len().max(b.len());
+        let get = |v: &[f64], i: usize| if v.len() == 1 { v[0] } else { v[i] };
+        if a.len() != b.len() && a.len() != 1 && b.len() != 1 {
+            return Err(rt(Code::E0604, format!("assert_close: sizes differ ({} vs {})", a.len(), b.len()), span));
+        }
+        let mut worst: Option<(usize, f64, f64)> = None;
+        let mut bad = 0;
+        for i in 0..n {
+            let (x, y) = (get(&a, i), get(&b, i));
+            let ok = (x - y).abs() <= atol + rtol * y.abs() || (x == y);
+            if !ok || x.is_nan() || y.is_nan() {
+                bad += 1;
+                if worst.is_none_or(|(_, wx, wy)| (x - y).abs() > (wx - wy).abs() || x.is_nan() || y.is_nan()) {
+                    worst = Some((i, x, y));
+                }
+            }
+        }
+        match worst {
+            None => Ok(Value::unit()),
+            Some((i, x, y)) => {
+                let what = if x.is_nan() || y.is_nan() { "NaN in assert_close" } else { "assert_close failed" };
+                Err(rt(
+                    Code::E0604,
+                    format!("{what}: {bad} of {n} elements differ; worst at flat index {i}: {x} vs {y} (rtol {rtol}, atol {atol})"),
+                    span,
+                ))
+            }
+        }
+    }
+}
+
+fn shape_dims(s: &[crate::types::ShapeItem]) -> Vec<crate::types::Dim> {
+    s.iter()
+        .filter_map(|i| match i {
+            crate::types::ShapeItem::Dim(d) => Some(d.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+use std::io::Write as _;

@@ -1,0 +1,120 @@
+//! Run-time values of the interpreter and how `print` shows them.
+
+use crate::ir::{FnTarget, Local, Program};
+use crate::types::{ClosureId, ModelId};
+use kernels::format::format_tensor;
+use kernels::{DType, Tensor};
+use std::rc::Rc;
+
+#[derive(Clone, Debug)]
+pub enum Value {
+    Tensor(Tensor),
+    Tuple(Rc<Vec<Value>>),
+    Model(Rc<ModelValue>),
+    Str(Rc<str>),
+    Fn(Rc<FnValue>),
+    /// A model type used as a value (the argument of `init`); carries nothing at run time.
+    Type,
+}
+
+/// A model instance: its type's dim arguments (for binding generic dims) and its fields.
+#[derive(Clone, Debug)]
+pub struct ModelValue {
+    pub model: ModelId,
+    pub dims: Vec<i64>,
+    pub fields: Vec<Value>,
+}
+
+/// A function value.
+#[derive(Clone, Debug)]
+pub enum FnValue {
+    /// A named function, or one instance of a closure with its captured locals.
+    Func { target: FnTarget, captures: Vec<(Local, Value)>, closure: Option<ClosureId> },
+    /// The pullback returned by `vjp`: the function and primals it closes over.
+    Pullback { func: Rc<FnValue>, primals: Vec<Value> },
+}
+
+impl Value {
+    pub fn unit() -> Value {
+        Value::Tuple(Rc::new(vec![]))
+    }
+
+    pub fn tensor(&self) -> Option<&Tensor> {
+        match self {
+            Value::Tensor(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// Tensor leaves in field order (depth first), for `params`, `save` and `map`.
+    pub fn leaves<'a>(&'a self, out: &mut Vec<&'a Tensor>) {
+        match self {
+            Value::Tensor(t) => out.push(t),
+            Value::Model(m) => m.fields.iter().for_each(|f| f.leaves(out)),
+            Value::Tuple(ts) => ts.iter().for_each(|f| f.leaves(out)),
+            _ => {}
+        }
+    }
+
+    /// Tensor leaves with their dotted field paths (`layers.0.w` style), for safetensors.
+    pub fn named_leaves(&self, prog: &Program, prefix: &str, out: &mut Vec<(String, Tensor)>) {
+        match self {
+            Value::Tensor(t) => out.push((prefix.to_string(), t.clone())),
+            Value::Model(m) => {
+                let def = prog.model(m.model);
+                for (f, v) in def.fields.iter().zip(&m.fields) {
+                    let name = prog.names.get(f.name);
+                    let path = if prefix.is_empty() { name.to_string() } else { format!("{prefix}.{name}") };
+                    v.named_leaves(prog, &path, out);
+                }
+            }
+            Value::Tuple(ts) => {
+                for (i, v) in ts.iter().enumerate() {
+                    let path = if prefix.is_empty() { i.to_string() } else { format!("{prefix}.{i}") };
+                    v.named_leaves(prog, &path, out);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The text `print` writes for this value.
+    pub fn display(&self, prog: &Program) -> String {
+        match self {
+            Value::Tensor(t) => format_tensor(t),
+            Value::Str(s) => s.to_string(),
+            Value::Tuple(ts) => {
+                let items: Vec<String> = ts.iter().map(|v| v.display(prog)).collect();
+                if items.len() == 1 {
+                    format!("({},)", items[0])
+                } else {
+                    format!("({})", items.join(", "))
+                }
+            }
+            Value::Model(m) => {
+                let def = prog.model(m.model);
+                let items: Vec<String> = def
+                    .fields
+                    .iter()
+                    .zip(&m.fields)
+                    .map(|(f, v)| format!("{}: {}", prog.names.get(f.name), v.display(prog)))
+                    .collect();
+                format!("{} {{ {} }}", prog.names.get(def.name), items.join(", "))
+            }
+            Value::Fn(_) => "<function>".to_string(),
+            Value::Type => "<type>".to_string(),
+        }
+    }
+}
+
+/// The scalar value of a rank-0 tensor as i64 (indices, seeds, sizes).
+pub fn scalar_i64(t: &Tensor) -> Option<i64> {
+    if t.len() != 1 {
+        return None;
+    }
+    match t.dtype() {
+        DType::I32 => t.as_i32().map(|v| v[0] as i64),
+        DType::Bool => t.as_bool().map(|v| v[0] as i64),
+        _ => t.scalar_value_f64().map(|v| v as i64),
+    }
+}

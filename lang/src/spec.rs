@@ -1,0 +1,120 @@
+//! Literate specs: Markdown files whose ```` ```msl ```` blocks are programs and whose
+//! ```` ```error ```` / ```` ```output ```` blocks say what msl must do with them. Shared by
+//! `msl test` and the test-suite harness.
+
+use crate::check;
+use crate::interp::Interp;
+use std::path::Path;
+
+/// One program of a spec file with its expectation.
+pub struct Block {
+    /// Line (0-based) of the opening fence of the msl block.
+    pub start: usize,
+    pub code: String,
+    /// The expectation: kind (`error` or `output`), first and last line (fences), content.
+    pub expect: Option<(String, usize, usize, String)>,
+}
+
+pub fn parse_blocks(text: &str) -> Vec<Block> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut blocks = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let info = lines[i].trim_start().strip_prefix("```").map(str::trim);
+        if info.is_some_and(|s| s == "msl") {
+            let start = i;
+            let mut code = String::new();
+            i += 1;
+            while i < lines.len() && lines[i].trim_start() != "```" {
+                code.push_str(lines[i]);
+                code.push('\n');
+                i += 1;
+            }
+            i += 1;
+            let mut j = i;
+            while j < lines.len() && lines[j].trim().is_empty() {
+                j += 1;
+            }
+            let mut expect = None;
+            if let Some(kind) = lines.get(j).and_then(|l| l.trim_start().strip_prefix("```")).map(str::trim) {
+                if kind == "error" || kind == "output" {
+                    let first = j;
+                    let mut content = String::new();
+                    j += 1;
+                    while j < lines.len() && lines[j].trim_start() != "```" {
+                        content.push_str(lines[j]);
+                        content.push('\n');
+                        j += 1;
+                    }
+                    expect = Some((kind.to_string(), first, j, content));
+                    i = j + 1;
+                }
+            }
+            blocks.push(Block { start, code, expect });
+        } else {
+            i += 1;
+        }
+    }
+    blocks
+}
+
+pub enum Outcome {
+    /// Diagnostics, one per line: `CODE line:col: message`.
+    Rejected(String),
+    /// What the program printed, ending with `error[CODE] line:col: message` if it failed.
+    Ran(String),
+}
+
+impl Outcome {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Outcome::Rejected(_) => "error",
+            Outcome::Ran(_) => "output",
+        }
+    }
+    pub fn text(&self) -> &str {
+        match self {
+            Outcome::Rejected(s) | Outcome::Ran(s) => s,
+        }
+    }
+}
+
+/// Checks a block and, if it checks, runs its `main` and then its `test` blocks.
+pub fn run_block(code: &str, dir: &Path) -> Outcome {
+    let c = check::check_source("spec.msl", code, dir);
+    let pos = |span: crate::source::Span| {
+        let (line, col) = c.sources.line_col(span.file, span.start);
+        let file = c.sources.name(span.file);
+        if file == "spec.msl" {
+            format!("{line}:{col}")
+        } else {
+            format!("{file}:{line}:{col}")
+        }
+    };
+    if c.has_errors() {
+        let mut out = String::new();
+        for d in &c.diagnostics {
+            out.push_str(&format!("{} {}: {}\n", d.code, pos(d.primary.span), d.message));
+        }
+        return Outcome::Rejected(out);
+    }
+    let mut buf: Vec<u8> = Vec::new();
+    let mut failure = None;
+    {
+        let mut it = Interp::new(&c.program, Box::new(&mut buf));
+        it.source_dir = Some(dir.to_path_buf());
+        let mut funcs: Vec<crate::types::FuncId> = c.program.main.into_iter().collect();
+        funcs.extend(c.program.tests.iter().map(|t| t.func));
+        for f in funcs {
+            if let Err(e) = it.run_main(f) {
+                failure = Some(e);
+                break;
+            }
+        }
+    }
+    let mut out = String::from_utf8_lossy(&buf).into_owned();
+    if let Some(e) = failure {
+        out.push_str(&format!("error[{}] {}: {}\n", e.code, pos(e.span), e.message));
+    }
+    Outcome::Ran(out)
+}

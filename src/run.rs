@@ -1,0 +1,159 @@
+//! `msl run` and `msl test`: check, then interpret.
+
+use crate::cli::load;
+use lang::diag::{self, Code, Diagnostic};
+use lang::interp::{Interp, Observer};
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+
+/// A progress bar over `batches` when stderr is a terminal.
+struct Progress {
+    bar: Option<indicatif::ProgressBar>,
+}
+
+impl Observer for Progress {
+    fn batches_start(&mut self, total: usize) {
+        let bar = indicatif::ProgressBar::new(total as u64);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} batches [{elapsed_precise}<{eta_precise}]")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        self.bar = Some(bar);
+    }
+    fn batch_done(&mut self) {
+        if let Some(b) = &self.bar {
+            b.inc(1);
+        }
+    }
+    fn batches_end(&mut self) {
+        if let Some(b) = self.bar.take() {
+            b.finish_and_clear();
+        }
+    }
+}
+
+fn render(d: &[Diagnostic], c: &lang::check::Checked, json: bool) {
+    if json {
+        for x in d {
+            println!("{}", diag::to_json(x, &c.sources));
+        }
+    } else {
+        let color = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+        eprint!("{}", diag::render(d, &c.sources, color));
+    }
+}
+
+pub fn run_cmd(file: &Path, json: bool) -> u8 {
+    let c = match load(file) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    if c.has_errors() {
+        render(&c.diagnostics, &c, json);
+        return 1;
+    }
+    let Some(main) = c.program.main else {
+        let file_id = lang::source::FileId(0);
+        let d = Diagnostic::error(Code::E0211, lang::source::Span::new(file_id, 0, 0), "this program has no `main` function")
+            .with_help("add `fn main() { … }`; `msl test` runs `test` blocks instead");
+        render(&[d], &c, json);
+        return 1;
+    };
+    let stdout = std::io::stdout();
+    let mut it = Interp::new(&c.program, Box::new(std::io::BufWriter::new(stdout.lock())));
+    it.source_dir = file.parent().map(Path::to_path_buf);
+    if std::io::stderr().is_terminal() {
+        it.observer = Box::new(Progress { bar: None });
+    }
+    match it.run_main(main) {
+        Ok(_) => 0,
+        Err(e) => {
+            drop(it);
+            render(&[e.to_diagnostic()], &c, json);
+            2
+        }
+    }
+}
+
+fn collect(paths: &[PathBuf]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let roots: Vec<PathBuf> = if paths.is_empty() { vec![PathBuf::from(".")] } else { paths.to_vec() };
+    for p in roots {
+        if p.is_dir() {
+            let mut stack = vec![p];
+            while let Some(d) = stack.pop() {
+                let Ok(rd) = std::fs::read_dir(&d) else { continue };
+                for e in rd.flatten() {
+                    let q = e.path();
+                    let name = q.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                    if q.is_dir() {
+                        if !name.starts_with('.') && name != "target" {
+                            stack.push(q);
+                        }
+                    } else if q.extension().is_some_and(|x| x == "msl" || x == "md") {
+                        out.push(q);
+                    }
+                }
+            }
+        } else {
+            out.push(p);
+        }
+    }
+    out.sort();
+    out
+}
+
+pub fn test_cmd(paths: &[PathBuf]) -> u8 {
+    let (mut passed, mut failed) = (0usize, 0usize);
+    for f in collect(paths) {
+        if f.extension().is_some_and(|x| x == "md") {
+            let Ok(text) = std::fs::read_to_string(&f) else { continue };
+            let dir = f.parent().unwrap_or(Path::new(".")).to_path_buf();
+            for b in lang::spec::parse_blocks(&text) {
+                let out = lang::spec::run_block(&b.code, &dir);
+                let ok = match &b.expect {
+                    Some((k, _, _, content)) => k == out.kind() && content == out.text(),
+                    None => out.kind() == "output" && !out.text().contains("error["),
+                };
+                let label = format!("{}:{}", f.display(), b.start + 1);
+                if ok {
+                    passed += 1;
+                } else {
+                    failed += 1;
+                    println!("FAILED {label}\n{}", out.text());
+                }
+            }
+            continue;
+        }
+        let c = match load(&f) {
+            Ok(c) => c,
+            Err(_) => {
+                failed += 1;
+                continue;
+            }
+        };
+        if c.has_errors() {
+            render(&c.diagnostics, &c, false);
+            failed += 1;
+            continue;
+        }
+        for t in &c.program.tests {
+            let mut it = Interp::new(&c.program, Box::new(std::io::stdout()));
+            it.source_dir = f.parent().map(Path::to_path_buf);
+            match it.run_main(t.func) {
+                Ok(_) => {
+                    passed += 1;
+                    println!("test {} \"{}\" ... ok", f.display(), t.name);
+                }
+                Err(e) => {
+                    failed += 1;
+                    println!("test {} \"{}\" ... FAILED", f.display(), t.name);
+                    drop(it);
+                    render(&[e.to_diagnostic()], &c, false);
+                }
+            }
+        }
+    }
+    println!("{passed} passed, {failed} failed");
+    u8::from(failed > 0)
+}
