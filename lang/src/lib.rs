@@ -2,6 +2,7 @@
 //!
 //! This crate knows nothing of Cranelift, the LSP, MPI or CUDA; later stages consume its typed IR.
 
+pub mod autodiff;
 pub mod check;
 pub mod diag;
 pub mod interp;

@@ -111,6 +111,8 @@ pub struct Checker {
     /// Functions whose bodies are being checked (for recursion detection).
     checking: Vec<FuncId>,
     body_done: Vec<bool>,
+    /// Candidates that "did you mean" hints may still compare in this run (see `suggest_budgeted`).
+    suggest_budget: usize,
 }
 
 /// The result of checking a program.
@@ -138,8 +140,7 @@ pub fn check_file(path: &Path) -> Result<Checked, std::io::Error> {
         Err(e) => {
             let mut c = Checker::new();
             let text = String::from_utf8_lossy(e.as_bytes()).into_owned();
-            // Name the file as a readable one is named (by its canonical path).
-            let file = c.sources.add(canon.display().to_string(), text);
+            let file = c.sources.add(name.clone(), text);
             // In the lossy text the bad byte became U+FFFD (3 bytes): span the whole character.
             let bad = e.utf8_error().valid_up_to();
             let span = Span::new(file, bad, bad + char::REPLACEMENT_CHARACTER.len_utf8());
@@ -182,6 +183,7 @@ impl Checker {
             index: Index::default(),
             checking: Vec::new(),
             body_done: Vec::new(),
+            suggest_budget: SUGGEST_BUDGET,
         }
     }
 
@@ -213,6 +215,10 @@ impl Checker {
         self.body_done = vec![false; self.fn_sigs.len()];
         for &m in &order {
             self.check_bodies(m);
+        }
+        // Derivatives are generated from checked code only.
+        if !self.diags.iter().any(|d| d.is_error()) {
+            crate::autodiff::run(&mut self.prog, &mut self.diags);
         }
         // Functions synthesised while checking bodies (closures) are already checked.
         let root_scope = &self.scopes[root.0 as usize];
@@ -264,7 +270,22 @@ impl Checker {
         &self.prog
     }
 
+    /// `suggest` within a per-run budget of compared candidates. Thousands of unknown names in a
+    /// scope of thousands would otherwise cost quadratic time for hints alone; once the budget is
+    /// spent, later diagnostics simply come without a "did you mean".
+    pub(crate) fn suggest_budgeted(&mut self, name: &str, cands: &[String]) -> Option<String> {
+        if cands.len() > self.suggest_budget {
+            self.suggest_budget = 0;
+            return None;
+        }
+        self.suggest_budget -= cands.len();
+        suggest(name, cands.iter().map(String::as_str))
+    }
+
 }
+
+/// How many candidates "did you mean" hints compare in one run, all diagnostics together.
+const SUGGEST_BUDGET: usize = 1_000_000;
 
 /// The closest candidate by edit distance, for "did you mean" help.
 pub fn suggest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> Option<String> {

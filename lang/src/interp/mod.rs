@@ -205,7 +205,7 @@ impl<'p> Interp<'p> {
                 }
                 self.prim(*prim, vals, attrs, e, frame)
             }
-            ExprKind::Call { func, dims, args } => {
+            ExprKind::Call { func, dims, args, .. } => {
                 let mut vals = Vec::with_capacity(args.len());
                 for a in args {
                     vals.push(self.eval(a, frame)?);

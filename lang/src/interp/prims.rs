@@ -177,23 +177,17 @@ impl Interp<'_> {
             }
             Prim::Slice => {
                 let x = t(&args[0], span)?;
-                let mut specs = Vec::new();
-                let mut it = args[1..].iter();
-                let next = |it: &mut std::slice::Iter<Value>| -> R<i64> {
-                    it.next().and_then(|v| v.tensor()).and_then(scalar_i64).ok_or_else(|| rt(Code::E0605, "bad slice bound", span))
-                };
-                for kind in &attrs.perm {
-                    specs.push(match kind {
-                        0 => SliceSpec::Index(next(&mut it)?),
-                        1 => {
-                            let start = next(&mut it)?;
-                            let end = next(&mut it)?;
-                            SliceSpec::Range { start, end }
-                        }
-                        _ => SliceSpec::Full,
-                    });
-                }
+                let specs = self.slice_specs(&attrs.perm, &args[1..], span)?;
                 k(ops::slice(x, &specs))
+            }
+            Prim::SliceGrad | Prim::ScatterAdd => {
+                let shape = self.dims_usize(frame, &attrs.shape, span)?;
+                let upd = t(&args[0], span)?;
+                if p == Prim::ScatterAdd {
+                    return k(ops::scatter_add(&shape, t(&args[1], span)?, upd, attrs.axis.unwrap_or(0)));
+                }
+                let specs = self.slice_specs(&attrs.perm, &args[1..], span)?;
+                k(ops::slice_update_add(&shape, &specs, upd))
             }
             Prim::Zeros | Prim::Ones | Prim::Full | Prim::Arange | Prim::Eye => {
                 let shape = self.dims_usize(frame, &attrs.shape, span)?;
@@ -259,6 +253,26 @@ impl Interp<'_> {
             Prim::Map => self.map(args, span),
             _ => Err(rt(Code::E0605, format!("`{}` cannot be evaluated here", p.name()), span)),
         }
+    }
+
+    fn slice_specs(&self, kinds: &[usize], bounds: &[Value], span: Span) -> R<Vec<SliceSpec>> {
+        let mut it = bounds.iter();
+        let next = |it: &mut std::slice::Iter<Value>| -> R<i64> {
+            it.next().and_then(|v| v.tensor()).and_then(scalar_i64).ok_or_else(|| rt(Code::E0605, "bad slice bound", span))
+        };
+        let mut specs = Vec::new();
+        for kind in kinds {
+            specs.push(match kind {
+                0 => SliceSpec::Index(next(&mut it)?),
+                1 => {
+                    let start = next(&mut it)?;
+                    let end = next(&mut it)?;
+                    SliceSpec::Range { start, end }
+                }
+                _ => SliceSpec::Full,
+            });
+        }
+        Ok(specs)
     }
 
     /// Elementwise binary operation; models combine field by field and scale by scalars.

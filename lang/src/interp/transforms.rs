@@ -1,29 +1,58 @@
-//! Calls of transformed functions (`grad`, `value_and_grad`, `jvp`, `vjp`): the interpreter runs
-//! the derivative programs that the autodiff pass generates.
+//! Calls of transformed functions (`grad`, `value_and_grad`, `vjp` pullbacks): the interpreter
+//! runs the derivative programs that the autodiff pass generated.
 
 use super::value::{FnValue, Value};
 use super::{rt, Frame, Interp, R};
 use crate::diag::Code;
-use crate::ir::{Expr, FnTarget, Local};
+use crate::ir::{Expr, ExprKind, FnTarget, Local};
 use crate::source::Span;
+use std::collections::HashMap;
+use std::rc::Rc;
 
 impl Interp<'_> {
     pub(crate) fn grad_call(
         &mut self,
-        _target: &FnTarget,
+        target: &FnTarget,
         _closure: Option<crate::types::ClosureId>,
-        _captures: &[(Local, Value)],
-        _args: Vec<Value>,
+        captures: &[(Local, Value)],
+        args: Vec<Value>,
         span: Span,
     ) -> R<Value> {
-        Err(rt(Code::E0605, "differentiation is not available in this build yet", span))
+        let Some(f) = crate::autodiff::target_func(self.prog, target) else {
+            return Err(rt(Code::E0605, "this derivative was not generated (a function value known only at run time)", span));
+        };
+        self.call(f, args, HashMap::new(), captures.to_vec())
     }
 
-    pub(crate) fn transform_expr(&mut self, e: &Expr, _frame: &mut Frame) -> R<Value> {
-        Err(rt(Code::E0605, "differentiation is not available in this build yet", self.span(e)))
+    pub(crate) fn transform_expr(&mut self, e: &Expr, frame: &mut Frame) -> R<Value> {
+        let span = self.span(e);
+        match &e.kind {
+            ExprKind::Vjp { target, callee, primals } => {
+                let f = self.eval(callee, frame)?;
+                let Value::Fn(fv) = f else { return Err(rt(Code::E0605, "not a function", span)) };
+                let mut ps = Vec::new();
+                for p in primals {
+                    ps.push(self.eval(p, frame)?);
+                }
+                let value = self.apply(&fv, target, ps.clone(), span)?;
+                let (captures, closure) = match &*fv {
+                    FnValue::Func { captures, closure, .. } => (captures.clone(), *closure),
+                    FnValue::Pullback { .. } => (vec![], None),
+                };
+                let pb_target = FnTarget::Grad { inner: Box::new(target.clone()), wrt: usize::MAX, with_value: false };
+                let func = Rc::new(FnValue::Func { target: pb_target, captures, closure });
+                let pb = Value::Fn(Rc::new(FnValue::Pullback { func, primals: ps }));
+                Ok(Value::Tuple(Rc::new(vec![value, pb])))
+            }
+            _ => Err(rt(Code::E0605, "`jvp` (forward mode) is not available in this build yet", span)),
+        }
     }
 
-    pub(crate) fn apply_pullback(&mut self, _f: &FnValue, _args: Vec<Value>, span: Span) -> R<Value> {
-        Err(rt(Code::E0605, "differentiation is not available in this build yet", span))
+    pub(crate) fn apply_pullback(&mut self, f: &FnValue, args: Vec<Value>, span: Span) -> R<Value> {
+        let FnValue::Pullback { func, primals } = f else { return Err(rt(Code::E0605, "not a pullback", span)) };
+        let FnValue::Func { target, captures, closure } = &**func else { return Err(rt(Code::E0605, "not a pullback", span)) };
+        let mut all = primals.clone();
+        all.extend(args);
+        self.grad_call(target, *closure, captures, all, span)
     }
 }

@@ -209,7 +209,7 @@ impl Printer<'_> {
                 }
                 let _ = write!(self.out, "):{}", self.ty(&e.ty));
             }
-            ExprKind::Call { func, dims, args } => {
+            ExprKind::Call { func, dims, args, .. } => {
                 let ds: Vec<String> = dims.iter().map(|d| dim_str(d, self.p)).collect();
                 let _ = write!(self.out, "call {}[{}](", self.p.names.get(self.p.func(*func).name), ds.join(", "));
                 self.list(args, depth);

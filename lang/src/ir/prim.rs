@@ -65,6 +65,12 @@ pub enum Prim {
     /// `x[i, a:b, :]`: attrs.perm encodes each entry (0 index, 1 range, 2 full); the
     /// arguments after `x` are the index values and range bounds in order.
     Slice,
+    /// The adjoint of `Slice`: the first argument added into zeros of shape `attrs.shape` at the
+    /// sliced positions (the other arguments and `attrs.perm` are as for `Slice`).
+    SliceGrad,
+    /// The adjoint of `Gather`: `zeros(attrs.shape)` with the updates (first argument) added at
+    /// the indices (second argument) along `attrs.axis`.
+    ScatterAdd,
     // Creation (attrs.shape, attrs.dtype; random ones take an optional seed argument).
     Zeros,
     Ones,
@@ -214,6 +220,8 @@ impl Prim {
             OneHot => "one_hot",
             Einsum => "einsum",
             Slice => "slice",
+            SliceGrad => "slice_grad",
+            ScatterAdd => "scatter_add",
             Zeros => "zeros",
             Ones => "ones",
             Full => "full",

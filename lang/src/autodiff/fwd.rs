@@ -1,0 +1,1186 @@
+//! The generator of derived functions: the forward walk (inlining calls, SSA for `var`s,
+//! activity analysis, a tape of active operations) and the backward walk over that tape.
+
+use super::{err, rules, Mode};
+use crate::diag::Diagnostic;
+use crate::ir::{self, Attrs, Expr, ExprKind, FnTarget, Lit, Local, LocalInfo, Pat, Prim, Program, SpanId, Stmt};
+use crate::source::Span;
+use crate::types::unify::{Subst, Unifier};
+use crate::types::{ClosureId, Dim, Elem, ElemTy, FuncId, ShapeItem, Type, TypeArg};
+use std::collections::{HashMap, HashSet};
+use std::rc::Rc;
+
+pub(super) type Res<T> = Result<T, Diagnostic>;
+
+/// One inlined function activation.
+#[derive(Clone)]
+pub(super) struct FrameCx {
+    /// Current SSA value of each local of the inlined function.
+    env: HashMap<Local, Local>,
+    /// The function's dims in terms of the generated function's dims.
+    subst: Subst,
+    /// Where the function's own locals live in the generated function (for copied code).
+    base: u32,
+    returned: Option<Local>,
+}
+
+#[derive(Clone)]
+pub(super) enum Op {
+    Prim(Prim, Attrs),
+    Tuple,
+    TupleGet(usize),
+    Field(usize),
+    ModelBuild,
+}
+
+pub(super) enum Node {
+    Op { out: Local, op: Op, args: Vec<Local>, span: SpanId },
+    If { cond: Local, then: Rc<Expr>, els: Rc<Expr>, ctx: Vec<FrameCx>, assigned: Vec<Local>, outs: Vec<Local>, free: Vec<Local>, span: SpanId },
+    Loop(Box<LoopNode>),
+}
+
+pub(super) struct LoopNode {
+    /// `for`: the start and end values; `while`: `None` and the iteration count in `end`.
+    start: Option<Local>,
+    end: Local,
+    ivar: Option<Local>,
+    body: Rc<Expr>,
+    ctx: Vec<FrameCx>,
+    carried: Vec<Local>,
+    init: Vec<Local>,
+    outs: Vec<Local>,
+    free: Vec<Local>,
+    span: SpanId,
+}
+
+pub(super) struct Gen<'p> {
+    pub prog: &'p Program,
+    pub locals: Vec<LocalInfo>,
+    blocks: Vec<Vec<Stmt>>,
+    frames: Vec<FrameCx>,
+    pub active: HashSet<Local>,
+    /// Integer/boolean values computed from active ones, with the builtin that made them.
+    tainted: HashMap<Local, &'static str>,
+    closure_envs: HashMap<ClosureId, FrameCx>,
+    pub span: Span,
+    pub sid: SpanId,
+}
+
+pub(super) fn generate(prog: &Program, f: FuncId, mode: Mode, span: Span) -> Res<ir::Func> {
+    let func = prog.func(f);
+    let mut g = Gen {
+        prog,
+        locals: func.locals.iter().map(|l| LocalInfo { mutable: true, ..l.clone() }).collect(),
+        blocks: vec![vec![]],
+        frames: vec![],
+        active: HashSet::new(),
+        tainted: HashMap::new(),
+        closure_envs: HashMap::new(),
+        span,
+        sid: func.span,
+    };
+    // Parameters and captured locals are copied into SSA values so the original slots are free.
+    let mut env = HashMap::new();
+    let mut inputs: Vec<Local> = func.params.clone();
+    inputs.extend(free_locals(&func.body).into_iter().filter(|l| !func.params.contains(l)));
+    for l in &inputs {
+        let ty = func.locals[l.0 as usize].ty.clone();
+        let v = g.emit(mk(ExprKind::Local(*l), ty.clone(), g.sid), ty, "in");
+        env.insert(*l, v);
+    }
+    g.frames.push(FrameCx { env, subst: Subst::default(), base: 0, returned: None });
+    let wrt: Vec<usize> = match mode {
+        Mode::Grad { wrt } | Mode::ValueAndGrad { wrt } => vec![wrt],
+        Mode::Pullback => (0..func.params.len()).collect(),
+    };
+    for &i in &wrt {
+        let Some(p) = func.params.get(i) else { return Err(err(span, "`wrt` names no parameter")) };
+        let v = g.frames[0].env[p];
+        if is_float_type(&g.locals[v.0 as usize].ty) {
+            g.active.insert(v);
+        }
+    }
+    let mut tape = Vec::new();
+    let r = g.fwd(&func.body, &mut tape)?;
+    let r = g.frames[0].returned.unwrap_or(r);
+    let rty = g.ty_of(r);
+    let mut params = func.params.clone();
+    let seed = match mode {
+        Mode::Pullback => {
+            let ct = g.new_local(rty.clone(), "ct", false);
+            params.push(ct);
+            ct
+        }
+        _ => {
+            let et = match &rty {
+                Type::Tensor(Elem::T(t), _) => *t,
+                _ => ElemTy::F32,
+            };
+            g.lit(1.0, et)
+        }
+    };
+    let mut contribs: HashMap<Local, Vec<Local>> = HashMap::new();
+    if g.active.contains(&r) {
+        contribs.entry(r).or_default().push(seed);
+    }
+    g.bwd(&tape, &mut contribs)?;
+    let mut grads = Vec::new();
+    for &i in &wrt {
+        let v = g.frames[0].env[&func.params[i]];
+        grads.push(g.total(v, &mut contribs)?);
+    }
+    let gty: Vec<Type> = grads.iter().map(|v| g.ty_of(*v)).collect();
+    let (result, ret) = match mode {
+        Mode::Grad { .. } => (g.local(grads[0]), gty[0].clone()),
+        Mode::ValueAndGrad { .. } => {
+            let t = Type::Tuple(vec![rty.clone(), gty[0].clone()]);
+            (mk(ExprKind::Tuple(vec![g.local(r), g.local(grads[0])]), t.clone(), g.sid), t)
+        }
+        Mode::Pullback => {
+            let t = Type::Tuple(gty.clone());
+            (mk(ExprKind::Tuple(grads.iter().map(|v| g.local(*v)).collect()), t.clone(), g.sid), t)
+        }
+    };
+    let stmts = g.blocks.pop().unwrap_or_default();
+    let body = mk(ExprKind::Block { stmts, result: Box::new(result) }, ret.clone(), g.sid);
+    let name = prog.names.get(func.name).to_string();
+    let _ = name;
+    Ok(ir::Func {
+        name: func.name,
+        dims: func.dims.clone(),
+        rests: func.rests.clone(),
+        models: func.models.clone(),
+        n_captures: func.n_captures,
+        params,
+        ret,
+        locals: g.locals,
+        body,
+        annotations: vec![],
+        span: func.span,
+    })
+}
+
+pub(super) fn mk(kind: ExprKind, ty: Type, span: SpanId) -> Expr {
+    Expr { kind, ty, span }
+}
+
+pub(super) fn is_float_type(t: &Type) -> bool {
+    match t {
+        Type::Tensor(e, _) => e.is_float(),
+        Type::Model(..) | Type::ModelVar(_) => true,
+        Type::Tuple(ts) => ts.iter().any(is_float_type),
+        _ => false,
+    }
+}
+
+/// Locals read in `e` that no `let`, pattern or loop inside `e` defines.
+pub(super) fn free_locals(e: &Expr) -> Vec<Local> {
+    let mut defined = HashSet::new();
+    let mut used = Vec::new();
+    collect_locals(e, &mut defined, &mut used);
+    let mut out: Vec<Local> = used.into_iter().filter(|l| !defined.contains(l)).collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+fn pat_locals(p: &Pat, out: &mut HashSet<Local>) {
+    match p {
+        Pat::Local(l) => {
+            out.insert(*l);
+        }
+        Pat::Ignore => {}
+        Pat::Tuple(ps) => ps.iter().for_each(|p| pat_locals(p, out)),
+    }
+}
+
+fn collect_locals(e: &Expr, defined: &mut HashSet<Local>, used: &mut Vec<Local>) {
+    ir::dump::walk(e, &mut |x| match &x.kind {
+        ExprKind::Local(l) => used.push(*l),
+        ExprKind::Block { stmts, .. } => {
+            for s in stmts {
+                if let Stmt::Let { pat, .. } = s {
+                    pat_locals(pat, defined);
+                }
+            }
+        }
+        ExprKind::ForRange { var, .. } => {
+            defined.insert(*var);
+        }
+        ExprKind::ForBatches { vars, .. } => defined.extend(vars.iter().copied()),
+        ExprKind::Closure { captures, .. } => used.extend(captures.iter().copied()),
+        _ => {}
+    });
+}
+
+/// Outer locals that `e` assigns (`x = …` to a `var` declared outside `e`).
+fn assigned_locals(e: &Expr) -> Vec<Local> {
+    let mut defined = HashSet::new();
+    let mut assigned = Vec::new();
+    ir::dump::walk(e, &mut |x| {
+        if let ExprKind::Block { stmts, .. } = &x.kind {
+            for s in stmts {
+                match s {
+                    Stmt::Let { pat, .. } => pat_locals(pat, &mut defined),
+                    Stmt::Assign { pat, .. } => {
+                        let mut set = HashSet::new();
+                        pat_locals(pat, &mut set);
+                        assigned.extend(set);
+                    }
+                    _ => {}
+                }
+            }
+        }
+    });
+    let mut out: Vec<Local> = assigned.into_iter().filter(|l| !defined.contains(l)).collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+impl Gen<'_> {
+    pub fn new_local(&mut self, ty: Type, name: &str, mutable: bool) -> Local {
+        let _ = name;
+        let n = self.locals.first().map(|l| l.name).unwrap_or(ir::Name(0));
+        self.locals.push(LocalInfo { name: n, ty, mutable });
+        Local(self.locals.len() as u32 - 1)
+    }
+
+    pub fn ty_of(&self, l: Local) -> Type {
+        self.locals[l.0 as usize].ty.clone()
+    }
+
+    pub fn local(&self, l: Local) -> Expr {
+        mk(ExprKind::Local(l), self.ty_of(l), self.sid)
+    }
+
+    /// Emits `let v = e` and returns `v`.
+    pub fn emit(&mut self, e: Expr, ty: Type, name: &str) -> Local {
+        let v = self.new_local(ty, name, false);
+        self.blocks.last_mut().unwrap().push(Stmt::Let { pat: Pat::Local(v), value: e });
+        v
+    }
+
+    pub fn push_stmt(&mut self, s: Stmt) {
+        self.blocks.last_mut().unwrap().push(s);
+    }
+
+    /// Emits a primitive application on locals.
+    pub fn p(&mut self, prim: Prim, args: &[Local], attrs: Attrs, ty: Type) -> Local {
+        let a = args.iter().map(|l| self.local(*l)).collect();
+        let e = mk(ExprKind::Prim { prim, args: a, attrs: Box::new(attrs) }, ty.clone(), self.sid);
+        self.emit(e, ty, "t")
+    }
+
+    pub fn lit(&mut self, x: f64, et: ElemTy) -> Local {
+        let ty = Type::scalar(et);
+        self.emit(mk(ExprKind::Lit(Lit::Float(x)), ty.clone(), self.sid), ty, "c")
+    }
+
+    fn frame(&self) -> &FrameCx {
+        self.frames.last().unwrap()
+    }
+
+    fn sty(&self, t: &Type) -> Type {
+        self.frame().subst.ty(t)
+    }
+
+    fn sattrs(&self, a: &Attrs) -> Attrs {
+        let mut a = a.clone();
+        a.shape = a.shape.iter().map(|d| self.frame().subst.dim(d)).collect();
+        a
+    }
+
+    fn lookup(&self, l: Local) -> Res<Local> {
+        self.frame().env.get(&l).copied().ok_or_else(|| err(self.span, "internal: a value used before its definition"))
+    }
+
+    fn bind(&mut self, l: Local, v: Local) {
+        self.frames.last_mut().unwrap().env.insert(l, v);
+    }
+
+    fn is_active(&self, v: Local) -> bool {
+        self.active.contains(&v)
+    }
+
+    /// Copies an expression whose values are all inactive into the generated function:
+    /// locals it reads come from the current SSA values; locals it defines get their own slots.
+    fn copy_expr(&mut self, e: &Expr) -> Res<Expr> {
+        let base = self.frame().base;
+        let defined: HashSet<Local> = {
+            let all = free_locals(e);
+            let mut used = HashSet::new();
+            ir::dump::walk(e, &mut |x| {
+                if let ExprKind::Local(l) = &x.kind {
+                    used.insert(*l);
+                }
+            });
+            used.into_iter().filter(|l| !all.contains(l)).collect()
+        };
+        let mut defs = defined;
+        // Locals written by patterns and loops also live in the copied slots.
+        ir::dump::walk(e, &mut |x| match &x.kind {
+            ExprKind::Block { stmts, .. } => {
+                for s in stmts {
+                    if let Stmt::Let { pat, .. } | Stmt::Assign { pat, .. } = s {
+                        pat_locals(pat, &mut defs);
+                    }
+                }
+            }
+            ExprKind::ForRange { var, .. } => {
+                defs.insert(*var);
+            }
+            ExprKind::ForBatches { vars, .. } => defs.extend(vars.iter().copied()),
+            _ => {}
+        });
+        let env = self.frame().env.clone();
+        let subst = self.frame().subst.clone();
+        let map = |l: Local| -> Local {
+            if defs.contains(&l) {
+                Local(base + l.0)
+            } else {
+                env.get(&l).copied().unwrap_or(Local(base + l.0))
+            }
+        };
+        Ok(remap(e, &map, &subst))
+    }
+
+    /// The forward walk: emits `e` into the current block and returns the local holding it.
+    pub(super) fn fwd(&mut self, e: &Expr, tape: &mut Vec<Node>) -> Res<Local> {
+        let ty = self.sty(&e.ty);
+        match &e.kind {
+            ExprKind::Local(l) => self.lookup(*l),
+            ExprKind::Lit(_) | ExprKind::Const(_) | ExprKind::DimValue(_) | ExprKind::FuncRef(_) | ExprKind::ModelInit { .. } => {
+                let c = self.copy_expr(e)?;
+                Ok(self.emit(c, ty, "k"))
+            }
+            ExprKind::Prim { prim, args, attrs } => {
+                let mut vs = Vec::with_capacity(args.len());
+                for a in args {
+                    vs.push(self.fwd(a, tape)?);
+                }
+                let attrs = self.sattrs(attrs);
+                let out = self.p(*prim, &vs, attrs.clone(), ty.clone());
+                self.mark(*prim, &vs, out, &ty, e)?;
+                if self.is_active(out) {
+                    tape.push(Node::Op { out, op: Op::Prim(*prim, attrs), args: vs, span: e.span });
+                }
+                Ok(out)
+            }
+            ExprKind::Call { func, dims, rests, args } => {
+                let mut vs = Vec::with_capacity(args.len());
+                for a in args {
+                    vs.push(self.fwd(a, tape)?);
+                }
+                let callee = self.prog.func(*func);
+                let mut subst = Subst::default();
+                for (s, d) in callee.dims.iter().zip(dims) {
+                    subst.dims.insert(*s, self.frame().subst.dim(d));
+                }
+                for (r, sh) in callee.rests.iter().zip(rests) {
+                    subst.rests.insert(*r, self.frame().subst.shape(sh));
+                }
+                self.inline(*func, vs, subst, None, tape)
+            }
+            ExprKind::CallValue { callee, target, args } => {
+                let mut vs = Vec::with_capacity(args.len());
+                for a in args {
+                    vs.push(self.fwd(a, tape)?);
+                }
+                let any_active = vs.iter().any(|v| self.is_active(*v)) || self.closure_captures_active(callee);
+                let func = super::target_func(self.prog, target);
+                match func {
+                    Some(f) => {
+                        let closure = self.closure_of(callee, target);
+                        let subst = self.infer_subst(f, &vs);
+                        self.inline(f, vs, subst, closure, tape)
+                    }
+                    None if !any_active => {
+                        let c = self.copy_expr(e)?;
+                        Ok(self.emit(c, ty, "v"))
+                    }
+                    None => Err(err(self.prog.span(e.span), "cannot differentiate through this call yet (`vmap` or a function value known only at run time)")),
+                }
+            }
+            ExprKind::Closure { id, .. } => {
+                let fr = self.frame().clone();
+                self.closure_envs.insert(*id, fr);
+                let c = self.copy_expr(e)?;
+                Ok(self.emit(c, ty, "f"))
+            }
+            ExprKind::Transform { .. } | ExprKind::Jvp { .. } | ExprKind::Vjp { .. } | ExprKind::ForBatches { .. } => {
+                let fl = free_locals(e);
+                let active = fl.iter().any(|l| self.frame().env.get(l).is_some_and(|v| self.active.contains(v)));
+                if active {
+                    return Err(err(self.prog.span(e.span), "cannot differentiate through this construct yet"));
+                }
+                let c = self.copy_expr(e)?;
+                Ok(self.emit(c, ty, "v"))
+            }
+            ExprKind::Tuple(items) => {
+                let mut vs = Vec::new();
+                for a in items {
+                    vs.push(self.fwd(a, tape)?);
+                }
+                let out = self.emit(mk(ExprKind::Tuple(vs.iter().map(|v| self.local(*v)).collect()), ty.clone(), e.span), ty, "tup");
+                self.structural(out, Op::Tuple, vs, e.span, tape);
+                Ok(out)
+            }
+            ExprKind::TupleGet(a, i) => {
+                let v = self.fwd(a, tape)?;
+                let out = self.emit(mk(ExprKind::TupleGet(Box::new(self.local(v)), *i), ty.clone(), e.span), ty.clone(), "get");
+                if self.is_active(v) && is_float_type(&ty) {
+                    self.active.insert(out);
+                    tape.push(Node::Op { out, op: Op::TupleGet(*i), args: vec![v], span: e.span });
+                }
+                Ok(out)
+            }
+            ExprKind::Field(a, i) => {
+                let v = self.fwd(a, tape)?;
+                let out = self.emit(mk(ExprKind::Field(Box::new(self.local(v)), *i), ty.clone(), e.span), ty.clone(), "fld");
+                if self.is_active(v) && is_float_type(&ty) {
+                    self.active.insert(out);
+                    tape.push(Node::Op { out, op: Op::Field(*i), args: vec![v], span: e.span });
+                }
+                Ok(out)
+            }
+            ExprKind::ModelBuild { fields } => {
+                let mut vs = Vec::new();
+                for a in fields {
+                    vs.push(self.fwd(a, tape)?);
+                }
+                let out = self.emit(mk(ExprKind::ModelBuild { fields: vs.iter().map(|v| self.local(*v)).collect() }, ty.clone(), e.span), ty, "mdl");
+                self.structural(out, Op::ModelBuild, vs, e.span, tape);
+                Ok(out)
+            }
+            ExprKind::Block { stmts, result } => {
+                for s in stmts {
+                    if self.frame().returned.is_some() {
+                        break;
+                    }
+                    self.stmt(s, tape)?;
+                }
+                if let Some(r) = self.frame().returned {
+                    return Ok(r);
+                }
+                self.fwd(result, tape)
+            }
+            ExprKind::Return(v) => {
+                let r = self.fwd(v, tape)?;
+                self.frames.last_mut().unwrap().returned = Some(r);
+                Ok(r)
+            }
+            ExprKind::If { cond, then, els } => self.fwd_if(e, cond, then, els, tape),
+            ExprKind::ForRange { var, start, end, body } => {
+                let s = self.fwd(start, tape)?;
+                let en = self.fwd(end, tape)?;
+                self.fwd_loop(e, Some(s), en, Some(*var), None, body, tape)
+            }
+            ExprKind::While { cond, body } => self.fwd_while(e, cond, body, tape),
+        }
+    }
+
+    fn closure_captures_active(&self, callee: &Expr) -> bool {
+        free_locals(callee).iter().any(|l| self.frame().env.get(l).is_some_and(|v| self.active.contains(v)))
+    }
+
+    /// The closure a call goes to, when the callee is a closure created in this function.
+    fn closure_of(&self, _callee: &Expr, target: &FnTarget) -> Option<ClosureId> {
+        let f = super::innermost(target)?;
+        self.prog.closures.iter().position(|c| c.instances.iter().any(|(_, g)| *g == f)).map(|i| ClosureId(i as u32))
+    }
+
+    /// Generic dims of a function called through a value, from the argument types.
+    fn infer_subst(&self, f: FuncId, args: &[Local]) -> Subst {
+        let func = self.prog.func(f);
+        let generic: HashSet<_> = func.dims.iter().copied().collect();
+        let mut u = Unifier::new(&generic);
+        for (p, a) in func.params.iter().zip(args) {
+            let _ = u.ty(&func.locals[p.0 as usize].ty, &self.ty_of(*a));
+        }
+        let _ = u.finish();
+        u.subst
+    }
+
+    /// Inlines a call: the callee's body is walked with its parameters bound to `args`.
+    fn inline(&mut self, f: FuncId, args: Vec<Local>, subst: Subst, closure: Option<ClosureId>, tape: &mut Vec<Node>) -> Res<Local> {
+        if self.frames.len() > 200 {
+            return Err(err(self.span, "calls nested too deeply to differentiate"));
+        }
+        let func = self.prog.func(f);
+        let base = self.locals.len() as u32;
+        for l in &func.locals {
+            let ty = subst.ty(&l.ty);
+            let ty = self.frame().subst.ty(&ty);
+            self.locals.push(LocalInfo { name: l.name, ty, mutable: true });
+        }
+        let mut env = match closure.and_then(|c| self.closure_envs.get(&c)) {
+            Some(fr) => fr.env.clone(),
+            None => HashMap::new(),
+        };
+        // Captured locals of a closure made outside this derivation read their slots directly.
+        for l in free_locals(&func.body) {
+            if !func.params.contains(&l) && !env.contains_key(&l) {
+                if let Some(v) = self.frames[0].env.get(&l) {
+                    env.insert(l, *v);
+                }
+            }
+        }
+        for (p, a) in func.params.iter().zip(&args) {
+            env.insert(*p, *a);
+        }
+        let mut flat = Subst::default();
+        for (s, d) in &subst.dims {
+            flat.dims.insert(*s, self.frame().subst.dim(d));
+        }
+        for (r, sh) in &subst.rests {
+            flat.rests.insert(*r, self.frame().subst.shape(sh));
+        }
+        if let Some(c) = closure.and_then(|c| self.closure_envs.get(&c)) {
+            for (s, d) in &c.subst.dims {
+                flat.dims.entry(*s).or_insert_with(|| d.clone());
+            }
+        } else {
+            for (s, d) in &self.frame().subst.dims {
+                flat.dims.entry(*s).or_insert_with(|| d.clone());
+            }
+        }
+        self.frames.push(FrameCx { env, subst: flat, base, returned: None });
+        let r = self.fwd(&func.body, tape);
+        let fr = self.frames.pop().unwrap();
+        let r = r?;
+        Ok(fr.returned.unwrap_or(r))
+    }
+
+    fn stmt(&mut self, s: &Stmt, tape: &mut Vec<Node>) -> Res<()> {
+        match s {
+            Stmt::Let { pat, value } | Stmt::Assign { pat, value } => {
+                let v = self.fwd(value, tape)?;
+                self.bind_pat(pat, v, tape);
+                Ok(())
+            }
+            Stmt::Expr(e) => self.fwd(e, tape).map(|_| ()),
+            Stmt::BindDims { local, dims, rank, span } => {
+                let v = self.lookup(*local)?;
+                let slot = Local(self.frame().base + local.0);
+                let ty = self.ty_of(v);
+                self.locals[slot.0 as usize].ty = ty;
+                self.push_stmt(Stmt::Assign { pat: Pat::Local(slot), value: self.local(v) });
+                self.push_stmt(Stmt::BindDims { local: slot, dims: dims.clone(), rank: *rank, span: *span });
+                Ok(())
+            }
+        }
+    }
+
+    fn bind_pat(&mut self, pat: &Pat, v: Local, tape: &mut Vec<Node>) {
+        match pat {
+            Pat::Local(l) => self.bind(*l, v),
+            Pat::Ignore => {}
+            Pat::Tuple(ps) => {
+                let Type::Tuple(ts) = self.ty_of(v) else { return };
+                for (i, (p, t)) in ps.iter().zip(ts).enumerate() {
+                    let out = self.emit(mk(ExprKind::TupleGet(Box::new(self.local(v)), i), t.clone(), self.sid), t.clone(), "get");
+                    if self.is_active(v) && is_float_type(&t) {
+                        self.active.insert(out);
+                        tape.push(Node::Op { out, op: Op::TupleGet(i), args: vec![v], span: self.sid });
+                    }
+                    self.bind_pat(p, out, tape);
+                }
+            }
+        }
+    }
+
+    fn structural(&mut self, out: Local, op: Op, vs: Vec<Local>, span: SpanId, tape: &mut Vec<Node>) {
+        if vs.iter().any(|v| self.is_active(*v)) {
+            self.active.insert(out);
+            tape.push(Node::Op { out, op, args: vs, span });
+        }
+    }
+
+    /// Activity of a primitive's result, and the non-differentiable-builtin check.
+    fn mark(&mut self, prim: Prim, args: &[Local], out: Local, ty: &Type, e: &Expr) -> Res<()> {
+        let span = self.prog.span(e.span);
+        let any_active = args.iter().any(|a| self.is_active(*a));
+        let out_float = is_float_type(ty);
+        // A float value made from an integer or boolean that depends on what is differentiated.
+        if out_float && matches!(prim, Prim::Cast | Prim::OneHot) {
+            if let Some(name) = args.first().and_then(|a| self.tainted.get(a)) {
+                return Err(err(
+                    span,
+                    format!("cannot differentiate through `{name}`: its result is not differentiable"),
+                )
+                .with_help("wrap the non-differentiable part in `stop_gradient(…)` if no gradient should flow"));
+            }
+        }
+        if !any_active || prim == Prim::StopGradient || prim.has_effect() {
+            return Ok(());
+        }
+        if !out_float {
+            let name: &'static str = match prim {
+                Prim::Cast => "i32",
+                Prim::Eq => "==",
+                Prim::Ne => "!=",
+                Prim::Lt => "<",
+                Prim::Le => "<=",
+                Prim::Gt => ">",
+                Prim::Ge => ">=",
+                p => p.name(),
+            };
+            self.tainted.insert(out, name);
+            return Ok(());
+        }
+        if !prim.differentiable() || matches!(prim, Prim::Map | Prim::Params) {
+            return Err(err(span, format!("cannot differentiate through `{}`: it has no derivative", prim.name()))
+                .with_help("wrap it in `stop_gradient(…)` if no gradient should flow through it"));
+        }
+        // `where`'s condition and `gather`'s indices carry no gradient; the value operands do.
+        self.active.insert(out);
+        Ok(())
+    }
+
+    fn fwd_if(&mut self, e: &Expr, cond: &Expr, then: &Expr, els: &Expr, tape: &mut Vec<Node>) -> Res<Local> {
+        let c = self.fwd(cond, tape)?;
+        let assigned: Vec<Local> = {
+            let mut a = assigned_locals(then);
+            a.extend(assigned_locals(els));
+            a.sort();
+            a.dedup();
+            a.into_iter().filter(|l| self.frame().env.contains_key(l)).collect()
+        };
+        let mut free: Vec<Local> = free_locals(then).into_iter().chain(free_locals(els)).filter_map(|l| self.frame().env.get(&l).copied()).collect();
+        free.extend(assigned.iter().map(|l| self.frame().env[l]));
+        free.sort();
+        free.dedup();
+        let active = free.iter().any(|v| self.is_active(*v));
+        let ty = self.sty(&e.ty);
+        let ctx = self.frames.clone();
+        // Each branch yields its value and the new values of the assigned locals.
+        let branch = |g: &mut Gen, b: &Expr| -> Res<Expr> {
+            g.blocks.push(vec![]);
+            let mut sub = Vec::new();
+            let saved = g.frames.clone();
+            let r = g.fwd(b, &mut sub)?;
+            let outs: Vec<Expr> = std::iter::once(g.local(r)).chain(assigned.iter().map(|l| g.local(g.frame().env[l]))).collect();
+            g.frames = saved;
+            let stmts = g.blocks.pop().unwrap_or_default();
+            let tys: Vec<Type> = outs.iter().map(|o| o.ty.clone()).collect();
+            let t = Type::Tuple(tys);
+            Ok(mk(ExprKind::Block { stmts, result: Box::new(mk(ExprKind::Tuple(outs), t.clone(), g.sid)) }, t, g.sid))
+        };
+        let te = branch(self, then)?;
+        let ee = branch(self, els)?;
+        let tty = te.ty.clone();
+        let both = mk(ExprKind::If { cond: Box::new(self.local(c)), then: Box::new(te), els: Box::new(ee) }, tty.clone(), e.span);
+        let tup = self.emit(both, tty.clone(), "if");
+        let Type::Tuple(parts) = tty else { unreachable!() };
+        let mut outs = Vec::new();
+        for (i, t) in parts.iter().enumerate() {
+            let o = self.emit(mk(ExprKind::TupleGet(Box::new(self.local(tup)), i), t.clone(), self.sid), t.clone(), "ifo");
+            if active && is_float_type(t) {
+                self.active.insert(o);
+            }
+            outs.push(o);
+        }
+        for (l, o) in assigned.iter().zip(&outs[1..]) {
+            self.bind(*l, *o);
+        }
+        let _ = ty;
+        if active {
+            tape.push(Node::If { cond: c, then: Rc::new(then.clone()), els: Rc::new(els.clone()), ctx, assigned, outs: outs.clone(), free, span: e.span });
+        }
+        Ok(outs[0])
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn fwd_loop(&mut self, e: &Expr, start: Option<Local>, end: Local, ivar: Option<Local>, _cond: Option<&Expr>, body: &Expr, tape: &mut Vec<Node>) -> Res<Local> {
+        let carried: Vec<Local> = assigned_locals(body).into_iter().filter(|l| self.frame().env.contains_key(l)).collect();
+        let init: Vec<Local> = carried.iter().map(|l| self.frame().env[l]).collect();
+        let free: Vec<Local> = free_locals(body)
+            .into_iter()
+            .filter(|l| !carried.contains(l) && Some(*l) != ivar)
+            .filter_map(|l| self.frame().env.get(&l).copied())
+            .collect();
+        let active = init.iter().chain(&free).any(|v| self.is_active(*v));
+        let ctx = self.frames.clone();
+        // State slots, read and written by the emitted loop.
+        let slots: Vec<Local> = init
+            .iter()
+            .map(|v| {
+                let ty = self.ty_of(*v);
+                let s = self.new_local(ty, "s", true);
+                self.push_stmt(Stmt::Let { pat: Pat::Local(s), value: self.local(*v) });
+                s
+            })
+            .collect();
+        let iv = self.new_local(Type::scalar(ElemTy::I32), "i", false);
+        let body_e = self.loop_body(body, &carried, &slots, ivar, iv)?;
+        let loop_e = match start {
+            Some(s) => mk(ExprKind::ForRange { var: iv, start: Box::new(self.local(s)), end: Box::new(self.local(end)), body: Box::new(body_e) }, Type::unit(), e.span),
+            None => unreachable!(),
+        };
+        self.push_stmt(Stmt::Expr(loop_e));
+        let mut outs = Vec::new();
+        for (l, s) in carried.iter().zip(&slots) {
+            let ty = self.ty_of(*s);
+            let o = self.emit(self.local(*s), ty.clone(), "out");
+            if active && is_float_type(&ty) {
+                self.active.insert(o);
+            }
+            self.bind(*l, o);
+            outs.push(o);
+        }
+        if active {
+            tape.push(Node::Loop(Box::new(LoopNode { start, end, ivar, body: Rc::new(body.clone()), ctx, carried, init, outs, free, span: e.span })));
+        }
+        Ok(self.emit(mk(ExprKind::Tuple(vec![]), Type::unit(), self.sid), Type::unit(), "u"))
+    }
+
+    /// One iteration of a loop body as a block: reads the state slots, writes them back.
+    fn loop_body(&mut self, body: &Expr, carried: &[Local], slots: &[Local], ivar: Option<Local>, iv: Local) -> Res<Expr> {
+        let saved = self.frames.clone();
+        self.blocks.push(vec![]);
+        for (l, s) in carried.iter().zip(slots) {
+            let ty = self.ty_of(*s);
+            let v = self.emit(self.local(*s), ty, "st");
+            self.bind(*l, v);
+        }
+        if let Some(iv0) = ivar {
+            self.bind(iv0, iv);
+        }
+        let mut throwaway = Vec::new();
+        self.fwd(body, &mut throwaway)?;
+        for (l, s) in carried.iter().zip(slots) {
+            let v = self.frame().env[l];
+            self.push_stmt(Stmt::Assign { pat: Pat::Local(*s), value: self.local(v) });
+        }
+        let stmts = self.blocks.pop().unwrap_or_default();
+        self.frames = saved;
+        Ok(mk(ExprKind::Block { stmts, result: Box::new(mk(ExprKind::Tuple(vec![]), Type::unit(), self.sid)) }, Type::unit(), self.sid))
+    }
+
+    fn fwd_while(&mut self, e: &Expr, cond: &Expr, body: &Expr, tape: &mut Vec<Node>) -> Res<Local> {
+        // `while` runs as a counted loop: the forward pass counts iterations, and the backward
+        // pass (like a `for`) recomputes the state of each iteration from the initial state.
+        let carried: Vec<Local> = assigned_locals(body).into_iter().filter(|l| self.frame().env.contains_key(l)).collect();
+        let init: Vec<Local> = carried.iter().map(|l| self.frame().env[l]).collect();
+        let free: Vec<Local> = free_locals(body)
+            .into_iter()
+            .filter(|l| !carried.contains(l))
+            .filter_map(|l| self.frame().env.get(&l).copied())
+            .collect();
+        let active = init.iter().chain(&free).any(|v| self.is_active(*v));
+        let ctx = self.frames.clone();
+        let slots: Vec<Local> = init
+            .iter()
+            .map(|v| {
+                let ty = self.ty_of(*v);
+                let s = self.new_local(ty, "s", true);
+                self.push_stmt(Stmt::Let { pat: Pat::Local(s), value: self.local(*v) });
+                s
+            })
+            .collect();
+        let i32t = Type::scalar(ElemTy::I32);
+        let count = self.new_local(i32t.clone(), "n", true);
+        self.push_stmt(Stmt::Let { pat: Pat::Local(count), value: mk(ExprKind::Lit(Lit::Int(0)), i32t.clone(), self.sid) });
+        // Condition block over the slots.
+        let saved = self.frames.clone();
+        self.blocks.push(vec![]);
+        for (l, s) in carried.iter().zip(&slots) {
+            let ty = self.ty_of(*s);
+            let v = self.emit(self.local(*s), ty, "st");
+            self.bind(*l, v);
+        }
+        let mut throwaway = Vec::new();
+        let c = self.fwd(cond, &mut throwaway)?;
+        let cstmts = self.blocks.pop().unwrap_or_default();
+        self.frames = saved;
+        let cexpr = mk(ExprKind::Block { stmts: cstmts, result: Box::new(self.local(c)) }, Type::scalar(ElemTy::Bool), self.sid);
+        let iv = self.new_local(i32t.clone(), "i", false);
+        let body_e = self.loop_body(body, &carried, &slots, None, iv)?;
+        let one = mk(ExprKind::Lit(Lit::Int(1)), i32t.clone(), self.sid);
+        let inc = mk(ExprKind::Prim { prim: Prim::Add, args: vec![self.local(count), one], attrs: Box::default() }, i32t.clone(), self.sid);
+        let body_e = mk(
+            ExprKind::Block { stmts: vec![Stmt::Expr(body_e), Stmt::Assign { pat: Pat::Local(count), value: inc }], result: Box::new(mk(ExprKind::Tuple(vec![]), Type::unit(), self.sid)) },
+            Type::unit(),
+            self.sid,
+        );
+        self.push_stmt(Stmt::Expr(mk(ExprKind::While { cond: Box::new(cexpr), body: Box::new(body_e) }, Type::unit(), e.span)));
+        let n = self.emit(self.local(count), i32t, "cnt");
+        let mut outs = Vec::new();
+        for (l, s) in carried.iter().zip(&slots) {
+            let ty = self.ty_of(*s);
+            let o = self.emit(self.local(*s), ty.clone(), "out");
+            if active && is_float_type(&ty) {
+                self.active.insert(o);
+            }
+            self.bind(*l, o);
+            outs.push(o);
+        }
+        if active {
+            tape.push(Node::Loop(Box::new(LoopNode { start: None, end: n, ivar: None, body: Rc::new(body.clone()), ctx, carried, init, outs, free, span: e.span })));
+        }
+        Ok(self.emit(mk(ExprKind::Tuple(vec![]), Type::unit(), self.sid), Type::unit(), "u"))
+    }
+
+    // ------------------------------------------------------------------ backward
+
+    /// The sum of the contributions to `v`, or zeros of its type.
+    pub(super) fn total(&mut self, v: Local, contribs: &mut HashMap<Local, Vec<Local>>) -> Res<Local> {
+        match contribs.remove(&v) {
+            Some(cs) if !cs.is_empty() => Ok(self.sum(&cs)),
+            _ => self.zeros_like(v),
+        }
+    }
+
+    pub(super) fn sum(&mut self, cs: &[Local]) -> Local {
+        let mut acc = cs[0];
+        for c in &cs[1..] {
+            let ty = self.ty_of(acc);
+            acc = self.p(Prim::Add, &[acc, *c], Attrs::default(), ty);
+        }
+        acc
+    }
+
+    /// Zeros of the type of `v` (a tensor, a model or a tuple).
+    pub(super) fn zeros_like(&mut self, v: Local) -> Res<Local> {
+        let ty = self.ty_of(v);
+        self.zeros_of(&ty, v)
+    }
+
+    fn zeros_of(&mut self, ty: &Type, v: Local) -> Res<Local> {
+        match ty {
+            Type::Tensor(e, s) => {
+                let dims: Option<Vec<Dim>> = s
+                    .iter()
+                    .map(|i| match i {
+                        ShapeItem::Dim(d) => Some(d.clone()),
+                        ShapeItem::Rest(_) => None,
+                    })
+                    .collect();
+                let et = e.materialise();
+                match dims {
+                    Some(d) => Ok(self.p(Prim::Zeros, &[], Attrs { shape: d, dtype: Some(et), ..Attrs::default() }, ty.clone())),
+                    None => {
+                        let z = self.lit(0.0, et);
+                        Ok(self.p(Prim::Mul, &[v, z], Attrs::default(), ty.clone()))
+                    }
+                }
+            }
+            Type::Model(id, args) => {
+                let def = self.prog.model(*id);
+                let mut fields = Vec::new();
+                for (i, _) in def.fields.iter().enumerate() {
+                    let fty = self.field_type(*id, args, i);
+                    let fv = self.emit(mk(ExprKind::Field(Box::new(self.local(v)), i), fty.clone(), self.sid), fty.clone(), "zf");
+                    fields.push(self.zeros_of(&fty, fv)?);
+                }
+                Ok(self.emit(mk(ExprKind::ModelBuild { fields: fields.iter().map(|f| self.local(*f)).collect() }, ty.clone(), self.sid), ty.clone(), "zm"))
+            }
+            Type::Tuple(ts) => {
+                let mut items = Vec::new();
+                for (i, t) in ts.iter().enumerate() {
+                    let tv = self.emit(mk(ExprKind::TupleGet(Box::new(self.local(v)), i), t.clone(), self.sid), t.clone(), "zt");
+                    items.push(self.zeros_of(t, tv)?);
+                }
+                Ok(self.emit(mk(ExprKind::Tuple(items.iter().map(|f| self.local(*f)).collect()), ty.clone(), self.sid), ty.clone(), "ztup"))
+            }
+            _ => {
+                let z = self.lit(0.0, ElemTy::F32);
+                Ok(self.p(Prim::Mul, &[v, z], Attrs::default(), ty.clone()))
+            }
+        }
+    }
+
+    /// The type of field `i` of a model type, with its arguments substituted.
+    pub(super) fn field_type(&self, id: crate::types::ModelId, args: &[TypeArg], i: usize) -> Type {
+        let def = self.prog.model(id);
+        let mut s = Subst::default();
+        let (mut d, mut v) = (def.dims.iter(), def.models.iter());
+        for a in args {
+            match a {
+                TypeArg::Dim(x) => {
+                    if let Some(sym) = d.next() {
+                        s.dims.insert(*sym, x.clone());
+                    }
+                }
+                TypeArg::Type(t) => {
+                    if let Some(tv) = v.next() {
+                        s.models.insert(*tv, t.clone());
+                    }
+                }
+            }
+        }
+        s.ty(&def.fields[i].ty)
+    }
+
+    pub(super) fn bwd(&mut self, tape: &[Node], contribs: &mut HashMap<Local, Vec<Local>>) -> Res<()> {
+        for node in tape.iter().rev() {
+            match node {
+                Node::Op { out, op, args, span } => {
+                    let Some(cs) = contribs.remove(out) else { continue };
+                    if cs.is_empty() {
+                        continue;
+                    }
+                    let g = self.sum(&cs);
+                    self.sid = *span;
+                    let parts = rules::vjp(self, op, args, *out, g)?;
+                    for (i, c) in parts {
+                        if self.is_active(args[i]) {
+                            contribs.entry(args[i]).or_default().push(c);
+                        }
+                    }
+                }
+                Node::If { cond, then, els, ctx, assigned, outs, free, span } => {
+                    if !outs.iter().any(|o| contribs.contains_key(o)) {
+                        continue;
+                    }
+                    self.sid = *span;
+                    let mut seeds = Vec::new();
+                    for o in outs {
+                        let active = self.is_active(*o);
+                        seeds.push(if active { Some(self.total(*o, contribs)?) } else { None });
+                    }
+                    let free_act: Vec<Local> = free.iter().copied().filter(|v| self.is_active(*v)).collect();
+                    let te = self.if_branch_bwd(then, ctx, assigned, &seeds, &free_act)?;
+                    let ee = self.if_branch_bwd(els, ctx, assigned, &seeds, &free_act)?;
+                    let tty = te.ty.clone();
+                    let both = mk(ExprKind::If { cond: Box::new(self.local(*cond)), then: Box::new(te), els: Box::new(ee) }, tty.clone(), *span);
+                    let tup = self.emit(both, tty.clone(), "bif");
+                    let Type::Tuple(parts) = tty else { unreachable!() };
+                    for (i, (v, t)) in free_act.iter().zip(parts).enumerate() {
+                        let b = self.emit(mk(ExprKind::TupleGet(Box::new(self.local(tup)), i), t.clone(), self.sid), t, "bfr");
+                        contribs.entry(*v).or_default().push(b);
+                    }
+                }
+                Node::Loop(l) => self.loop_bwd(l, contribs)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Backward of one `if` branch: recompute its forward values, then run its backward.
+    fn if_branch_bwd(&mut self, b: &Expr, ctx: &[FrameCx], assigned: &[Local], seeds: &[Option<Local>], free: &[Local]) -> Res<Expr> {
+        let saved = std::mem::replace(&mut self.frames, ctx.to_vec());
+        self.blocks.push(vec![]);
+        let mut sub = Vec::new();
+        let r = self.fwd(b, &mut sub)?;
+        let mut local: HashMap<Local, Vec<Local>> = HashMap::new();
+        let results: Vec<Local> = std::iter::once(r).chain(assigned.iter().map(|l| self.frame().env[l])).collect();
+        for (res, seed) in results.iter().zip(seeds) {
+            if let Some(s) = seed {
+                if self.is_active(*res) {
+                    local.entry(*res).or_default().push(*s);
+                }
+            }
+        }
+        self.bwd(&sub, &mut local)?;
+        let mut outs = Vec::new();
+        for v in free {
+            let t = self.total(*v, &mut local)?;
+            outs.push(self.local(t));
+        }
+        let stmts = self.blocks.pop().unwrap_or_default();
+        self.frames = saved;
+        let t = Type::Tuple(outs.iter().map(|o| o.ty.clone()).collect());
+        Ok(mk(ExprKind::Block { stmts, result: Box::new(mk(ExprKind::Tuple(outs), t.clone(), self.sid)) }, t, self.sid))
+    }
+
+    /// Backward of a loop: for each iteration, last first, recompute the state at its start from
+    /// the state before the loop, then run the body's backward.
+    fn loop_bwd(&mut self, l: &LoopNode, contribs: &mut HashMap<Local, Vec<Local>>) -> Res<()> {
+        if !l.outs.iter().any(|o| contribs.contains_key(o)) {
+            return Ok(());
+        }
+        self.sid = l.span;
+        let i32t = Type::scalar(ElemTy::I32);
+        // Carried cotangents and accumulated cotangents of free values, as mutable slots.
+        let mut sb = Vec::new();
+        for (o, init) in l.outs.iter().zip(&l.init) {
+            let v = if self.is_active(*o) { self.total(*o, contribs)? } else { self.zeros_like(*init)? };
+            let ty = self.ty_of(v);
+            let s = self.new_local(ty, "sb", true);
+            self.push_stmt(Stmt::Let { pat: Pat::Local(s), value: self.local(v) });
+            sb.push(s);
+        }
+        let free_act: Vec<Local> = l.free.iter().copied().filter(|v| self.is_active(*v)).collect();
+        let mut fb = Vec::new();
+        for v in &free_act {
+            let z = self.zeros_like(*v)?;
+            let ty = self.ty_of(z);
+            let s = self.new_local(ty, "fb", true);
+            self.push_stmt(Stmt::Let { pat: Pat::Local(s), value: self.local(z) });
+            fb.push(s);
+        }
+        let start = match l.start {
+            Some(s) => s,
+            None => self.emit(mk(ExprKind::Lit(Lit::Int(0)), i32t.clone(), self.sid), i32t.clone(), "z"),
+        };
+        let n = self.p(Prim::Sub, &[l.end, start], Attrs::default(), i32t.clone());
+        let zero = self.emit(mk(ExprKind::Lit(Lit::Int(0)), i32t.clone(), self.sid), i32t.clone(), "z");
+        let r = self.new_local(i32t.clone(), "r", false);
+
+        // The body of the reverse loop.
+        self.blocks.push(vec![]);
+        let one = self.emit(mk(ExprKind::Lit(Lit::Int(1)), i32t.clone(), self.sid), i32t.clone(), "one");
+        let last = self.p(Prim::Sub, &[l.end, one], Attrs::default(), i32t.clone());
+        let it = self.p(Prim::Sub, &[last, r], Attrs::default(), i32t.clone());
+        // Recompute the state at the start of iteration `it`.
+        let saved = std::mem::replace(&mut self.frames, l.ctx.clone());
+        let tslots: Vec<Local> = l
+            .init
+            .iter()
+            .map(|v| {
+                let ty = self.ty_of(*v);
+                let s = self.new_local(ty, "t", true);
+                self.push_stmt(Stmt::Let { pat: Pat::Local(s), value: self.local(*v) });
+                s
+            })
+            .collect();
+        let j = self.new_local(i32t.clone(), "j", false);
+        let rec_body = self.loop_body(&l.body, &l.carried, &tslots, l.ivar, j)?;
+        self.push_stmt(Stmt::Expr(mk(
+            ExprKind::ForRange { var: j, start: Box::new(self.local(start)), end: Box::new(self.local(it)), body: Box::new(rec_body) },
+            Type::unit(),
+            self.sid,
+        )));
+        // One taped iteration at `it` from that state.
+        let mut state = Vec::new();
+        for (c, t) in l.carried.iter().zip(&tslots) {
+            let ty = self.ty_of(*t);
+            let v = self.emit(self.local(*t), ty, "st");
+            if self.active.contains(&l.init[state.len()]) || l.outs.iter().any(|o| self.active.contains(o)) {
+                self.active.insert(v);
+            }
+            self.bind(*c, v);
+            state.push(v);
+        }
+        if let Some(iv) = l.ivar {
+            self.bind(iv, it);
+        }
+        let mut sub = Vec::new();
+        self.fwd(&l.body, &mut sub)?;
+        let mut local: HashMap<Local, Vec<Local>> = HashMap::new();
+        for (c, s) in l.carried.iter().zip(&sb) {
+            let new = self.frame().env[c];
+            if self.is_active(new) {
+                local.entry(new).or_default().push(*s);
+            }
+        }
+        self.bwd(&sub, &mut local)?;
+        for (v, s) in state.iter().zip(&sb) {
+            let t = self.total(*v, &mut local)?;
+            self.push_stmt(Stmt::Assign { pat: Pat::Local(*s), value: self.local(t) });
+        }
+        for (v, s) in free_act.iter().zip(&fb) {
+            if let Some(cs) = local.remove(v) {
+                if !cs.is_empty() {
+                    let t = self.sum(&cs);
+                    let ty = self.ty_of(*s);
+                    let acc = self.p(Prim::Add, &[*s, t], Attrs::default(), ty);
+                    self.push_stmt(Stmt::Assign { pat: Pat::Local(*s), value: self.local(acc) });
+                }
+            }
+        }
+        self.frames = saved;
+        let stmts = self.blocks.pop().unwrap_or_default();
+        let body = mk(ExprKind::Block { stmts, result: Box::new(mk(ExprKind::Tuple(vec![]), Type::unit(), self.sid)) }, Type::unit(), self.sid);
+        self.push_stmt(Stmt::Expr(mk(
+            ExprKind::ForRange { var: r, start: Box::new(self.local(zero)), end: Box::new(self.local(n)), body: Box::new(body) },
+            Type::unit(),
+            self.sid,
+        )));
+        for (init, s) in l.init.iter().zip(&sb) {
+            if self.is_active(*init) {
+                let ty = self.ty_of(*s);
+                let v = self.emit(self.local(*s), ty, "sbo");
+                contribs.entry(*init).or_default().push(v);
+            }
+        }
+        for (v, s) in free_act.iter().zip(&fb) {
+            let ty = self.ty_of(*s);
+            let x = self.emit(self.local(*s), ty, "fbo");
+            contribs.entry(*v).or_default().push(x);
+        }
+        Ok(())
+    }
+}
+
+/// Rewrites locals and dims of a copied expression.
+fn remap(e: &Expr, map: &dyn Fn(Local) -> Local, s: &Subst) -> Expr {
+    let r = |x: &Expr| remap(x, map, s);
+    let rs = |xs: &[Expr]| xs.iter().map(|x| remap(x, map, s)).collect::<Vec<_>>();
+    let kind = match &e.kind {
+        ExprKind::Lit(l) => ExprKind::Lit(l.clone()),
+        ExprKind::Local(l) => ExprKind::Local(map(*l)),
+        ExprKind::Const(c) => ExprKind::Const(*c),
+        ExprKind::DimValue(d) => ExprKind::DimValue(s.dim(d)),
+        ExprKind::Prim { prim, args, attrs } => {
+            let mut a = (**attrs).clone();
+            a.shape = a.shape.iter().map(|d| s.dim(d)).collect();
+            ExprKind::Prim { prim: *prim, args: rs(args), attrs: Box::new(a) }
+        }
+        ExprKind::Call { func, dims, rests, args } => ExprKind::Call {
+            func: *func,
+            dims: dims.iter().map(|d| s.dim(d)).collect(),
+            rests: rests.iter().map(|r| s.shape(r)).collect(),
+            args: rs(args),
+        },
+        ExprKind::CallValue { callee, target, args } => ExprKind::CallValue { callee: Box::new(r(callee)), target: target.clone(), args: rs(args) },
+        ExprKind::FuncRef(f) => ExprKind::FuncRef(*f),
+        ExprKind::Closure { id, captures } => ExprKind::Closure { id: *id, captures: captures.iter().map(|l| map(*l)).collect() },
+        ExprKind::Transform { target, callee } => ExprKind::Transform { target: target.clone(), callee: Box::new(r(callee)) },
+        ExprKind::Jvp { target, callee, primals, tangents } => {
+            ExprKind::Jvp { target: target.clone(), callee: Box::new(r(callee)), primals: rs(primals), tangents: rs(tangents) }
+        }
+        ExprKind::Vjp { target, callee, primals } => ExprKind::Vjp { target: target.clone(), callee: Box::new(r(callee)), primals: rs(primals) },
+        ExprKind::Tuple(xs) => ExprKind::Tuple(rs(xs)),
+        ExprKind::TupleGet(a, i) => ExprKind::TupleGet(Box::new(r(a)), *i),
+        ExprKind::Field(a, i) => ExprKind::Field(Box::new(r(a)), *i),
+        ExprKind::ModelInit { model, args, seed } => ExprKind::ModelInit {
+            model: *model,
+            args: args
+                .iter()
+                .map(|a| match a {
+                    TypeArg::Dim(d) => TypeArg::Dim(s.dim(d)),
+                    TypeArg::Type(t) => TypeArg::Type(s.ty(t)),
+                })
+                .collect(),
+            seed: Box::new(r(seed)),
+        },
+        ExprKind::ModelBuild { fields } => ExprKind::ModelBuild { fields: rs(fields) },
+        ExprKind::Block { stmts, result } => ExprKind::Block {
+            stmts: stmts
+                .iter()
+                .map(|st| match st {
+                    Stmt::Let { pat, value } => Stmt::Let { pat: remap_pat(pat, map), value: r(value) },
+                    Stmt::Assign { pat, value } => Stmt::Assign { pat: remap_pat(pat, map), value: r(value) },
+                    Stmt::Expr(x) => Stmt::Expr(r(x)),
+                    Stmt::BindDims { local, dims, rank, span } => Stmt::BindDims { local: map(*local), dims: dims.clone(), rank: *rank, span: *span },
+                })
+                .collect(),
+            result: Box::new(r(result)),
+        },
+        ExprKind::If { cond, then, els } => ExprKind::If { cond: Box::new(r(cond)), then: Box::new(r(then)), els: Box::new(r(els)) },
+        ExprKind::ForRange { var, start, end, body } => {
+            ExprKind::ForRange { var: map(*var), start: Box::new(r(start)), end: Box::new(r(end)), body: Box::new(r(body)) }
+        }
+        ExprKind::ForBatches { vars, data, size, shuffle, body } => ExprKind::ForBatches {
+            vars: vars.iter().map(|l| map(*l)).collect(),
+            data: rs(data),
+            size: Box::new(r(size)),
+            shuffle: shuffle.as_ref().map(|x| Box::new(r(x))),
+            body: Box::new(r(body)),
+        },
+        ExprKind::While { cond, body } => ExprKind::While { cond: Box::new(r(cond)), body: Box::new(r(body)) },
+        ExprKind::Return(v) => ExprKind::Return(Box::new(r(v))),
+    };
+    Expr { kind, ty: s.ty(&e.ty), span: e.span }
+}
+
+fn remap_pat(p: &Pat, map: &dyn Fn(Local) -> Local) -> Pat {
+    match p {
+        Pat::Local(l) => Pat::Local(map(*l)),
+        Pat::Ignore => Pat::Ignore,
+        Pat::Tuple(ps) => Pat::Tuple(ps.iter().map(|p| remap_pat(p, map)).collect()),
+    }
+}

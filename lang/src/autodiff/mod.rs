@@ -1,0 +1,170 @@
+//! Reverse-mode differentiation as a pass from typed IR to typed IR.
+//!
+//! For every `grad`/`value_and_grad`/`vjp` target in the program the pass generates a new IR
+//! function: the forward computation (callees and closures inlined, `var`s turned into SSA
+//! values) followed by the backward computation, one rule per primitive (`rules.rs`).
+//! Control flow differentiates: an `if` recomputes its taken branch in the backward pass, and a
+//! loop recomputes the state at the start of each iteration from the state before the loop,
+//! so the backward pass keeps only the loop's initial state instead of a tape.
+//! Generated functions are ordinary IR: they are differentiated again for higher order.
+
+mod fwd;
+mod rules;
+
+use crate::diag::{Code, Diagnostic};
+use crate::ir::{dump::walk, ExprKind, FnTarget, Program};
+use crate::source::Span;
+use crate::types::FuncId;
+use std::collections::HashMap;
+
+/// What a derived function computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// `grad(f, wrt)`: the gradient of the scalar result with respect to one parameter.
+    Grad { wrt: usize },
+    /// `value_and_grad(f, wrt)`: `(value, gradient)`.
+    ValueAndGrad { wrt: usize },
+    /// The pullback of `vjp(f, …)`: takes the parameters and an output cotangent, returns the
+    /// tuple of cotangents of every parameter.
+    Pullback,
+}
+
+/// Derived functions already generated, by (function, mode).
+#[derive(Clone, Debug, Default)]
+pub struct Derived {
+    pub funcs: HashMap<(FuncId, Mode), FuncId>,
+}
+
+/// Generates every derived function the program needs; problems become diagnostics.
+pub fn run(prog: &mut Program, diags: &mut Vec<Diagnostic>) {
+    let n = prog.funcs.len();
+    let mut wanted = Vec::new();
+    for i in 0..n {
+        walk(&prog.funcs[i].body, &mut |e| match &e.kind {
+            // Call sites carry the static target (a `grad(f)` value itself may wrap a closure
+            // whose instance is only known where it is applied).
+            ExprKind::CallValue { target, .. } => wanted.push((target.clone(), prog.span(e.span))),
+            ExprKind::Vjp { target, .. } => wanted.push((pullback_marker(target), prog.span(e.span))),
+            _ => {}
+        });
+    }
+    for (t, span) in wanted {
+        if let Err(d) = ensure_target(prog, &t, span) {
+            diags.push(d);
+        }
+    }
+}
+
+/// A marker target meaning "the pullback of this function".
+fn pullback_marker(t: &FnTarget) -> FnTarget {
+    FnTarget::Grad { inner: Box::new(t.clone()), wrt: usize::MAX, with_value: false }
+}
+
+/// The function that implements a target, generating derived functions as needed.
+/// `Ok(None)` for dynamic targets (resolved at run time).
+pub fn ensure_target(prog: &mut Program, t: &FnTarget, span: Span) -> Result<Option<FuncId>, Diagnostic> {
+    match t {
+        FnTarget::Func(f) => Ok(Some(*f)),
+        FnTarget::Dynamic => Ok(None),
+        FnTarget::Vmap { inner, .. } => {
+            ensure_target(prog, inner, span)?;
+            Ok(None)
+        }
+        FnTarget::Grad { inner, wrt, with_value } => {
+            let Some(f) = ensure_target(prog, inner, span)? else {
+                return Err(Diagnostic::error(Code::E0403, span, "cannot differentiate a function value that is only known at run time")
+                    .label("differentiated here")
+                    .with_help("differentiate a named function or a closure written in place"));
+            };
+            derive(prog, f, mode_of(*wrt, *with_value), span).map(Some)
+        }
+    }
+}
+
+/// Generates (once) the derived function of `f` in `mode`.
+pub fn derive(prog: &mut Program, f: FuncId, mode: Mode, span: Span) -> Result<FuncId, Diagnostic> {
+    if let Some(&d) = prog.derived.funcs.get(&(f, mode)) {
+        return Ok(d);
+    }
+    // Derived functions that `f` (or anything it calls) uses must exist first: they are inlined.
+    let mut deps = Vec::new();
+    collect_targets(prog, f, &mut deps, &mut vec![]);
+    for t in deps {
+        if let FnTarget::Grad { .. } = t {
+            ensure_target(prog, &t, span)?;
+        }
+    }
+    let func = fwd::generate(prog, f, mode, span)?;
+    let id = FuncId(prog.funcs.len() as u32);
+    prog.funcs.push(func);
+    prog.derived.funcs.insert((f, mode), id);
+    Ok(id)
+}
+
+/// Grad targets used by `f` and by the functions it calls.
+fn collect_targets(prog: &Program, f: FuncId, out: &mut Vec<FnTarget>, seen: &mut Vec<FuncId>) {
+    if seen.contains(&f) {
+        return;
+    }
+    seen.push(f);
+    let mut calls = Vec::new();
+    walk(&prog.func(f).body, &mut |e| match &e.kind {
+        ExprKind::Call { func, .. } => calls.push(*func),
+        ExprKind::CallValue { target, .. } => {
+            if let FnTarget::Func(g) = target {
+                calls.push(*g);
+            }
+            out.push(target.clone());
+        }
+        _ => {}
+    });
+    for g in calls {
+        collect_targets(prog, g, out, seen);
+    }
+}
+
+/// The name of a derived function, for dumps and `msl grad`.
+pub fn derived_name(prog: &Program, f: FuncId, mode: Mode) -> String {
+    let base = prog.names.get(prog.func(f).name).to_string();
+    match mode {
+        Mode::Grad { wrt } => format!("grad_{base}_{wrt}"),
+        Mode::ValueAndGrad { wrt } => format!("value_and_grad_{base}_{wrt}"),
+        Mode::Pullback => format!("pullback_{base}"),
+    }
+}
+
+pub(crate) fn err(span: Span, msg: impl Into<String>) -> Diagnostic {
+    Diagnostic::error(Code::E0403, span, msg).label("differentiated through here")
+}
+
+/// The function that implements a static target: a named function, a closure instance, or a
+/// derived function the pass generated. `None` for targets resolved at run time.
+pub fn target_func(prog: &Program, t: &FnTarget) -> Option<FuncId> {
+    match t {
+        FnTarget::Func(f) => Some(*f),
+        FnTarget::Grad { inner, wrt, with_value } => {
+            let f = target_func(prog, inner)?;
+            prog.derived.funcs.get(&(f, mode_of(*wrt, *with_value))).copied()
+        }
+        _ => None,
+    }
+}
+
+fn mode_of(wrt: usize, with_value: bool) -> Mode {
+    if wrt == usize::MAX {
+        Mode::Pullback
+    } else if with_value {
+        Mode::ValueAndGrad { wrt }
+    } else {
+        Mode::Grad { wrt }
+    }
+}
+
+/// The innermost function of a target (what a closure's captures belong to).
+pub fn innermost(t: &FnTarget) -> Option<FuncId> {
+    match t {
+        FnTarget::Func(f) => Some(*f),
+        FnTarget::Grad { inner, .. } | FnTarget::Vmap { inner, .. } => innermost(inner),
+        FnTarget::Dynamic => None,
+    }
+}

@@ -1,0 +1,616 @@
+//! The reverse-mode rule of every differentiable primitive: given the cotangent of the result,
+//! the cotangent contributions to each operand, emitted as IR. Rules use only primitives that
+//! themselves have rules, so derived functions can be differentiated again.
+
+use super::fwd::{mk, Gen, Op, Res};
+use super::err;
+use crate::ir::{Attrs, ExprKind, Local, Prim};
+use crate::types::{Dim, Elem, ElemTy, ShapeItem, Type};
+
+fn shape(t: &Type) -> Vec<ShapeItem> {
+    match t {
+        Type::Tensor(_, s) => s.clone(),
+        _ => vec![],
+    }
+}
+
+fn elem(t: &Type) -> ElemTy {
+    match t {
+        Type::Tensor(e, _) => e.materialise(),
+        _ => ElemTy::F32,
+    }
+}
+
+fn fixed(s: &[ShapeItem]) -> Option<Vec<Dim>> {
+    s.iter()
+        .map(|i| match i {
+            ShapeItem::Dim(d) => Some(d.clone()),
+            ShapeItem::Rest(_) => None,
+        })
+        .collect()
+}
+
+fn tensor(e: ElemTy, s: Vec<ShapeItem>) -> Type {
+    Type::Tensor(Elem::T(e), s)
+}
+
+impl Gen<'_> {
+    fn bin(&mut self, p: Prim, a: Local, b: Local, ty: Type) -> Local {
+        self.p(p, &[a, b], Attrs::default(), ty)
+    }
+
+    /// Sums a cotangent of a broadcast result back to the shape of an operand.
+    pub(super) fn unbroadcast(&mut self, g: Local, target: &Type) -> Res<Local> {
+        let gt = self.ty_of(g);
+        if &gt == target || !matches!(target, Type::Tensor(..)) {
+            return Ok(g);
+        }
+        let (o, a) = (shape(&gt), shape(target));
+        let et = elem(&gt);
+        if a.is_empty() {
+            let attrs = Attrs { axis: None, ..Attrs::default() };
+            return Ok(self.p(Prim::Sum, &[g], attrs, tensor(et, vec![])));
+        }
+        if o.len() < a.len() {
+            return Err(err(self.span, "internal: cannot unbroadcast to a larger shape"));
+        }
+        let mut cur = g;
+        let mut cs = o.clone();
+        for _ in 0..(o.len() - a.len()) {
+            if matches!(cs[0], ShapeItem::Rest(_)) {
+                return Err(err(self.span, "cannot differentiate broadcasting over a `..` rest"));
+            }
+            cs.remove(0);
+            cur = self.p(Prim::Sum, &[cur], Attrs { axis: Some(0), ..Attrs::default() }, tensor(et, cs.clone()));
+        }
+        let one = Dim::constant(1);
+        for i in 0..a.len() {
+            if let (ShapeItem::Dim(ad), ShapeItem::Dim(cd)) = (&a[i], &cs[i]) {
+                if *ad == one && *cd != one {
+                    cs[i] = ShapeItem::Dim(one.clone());
+                    cur = self.p(Prim::Sum, &[cur], Attrs { axis: Some(i), keepdims: true, ..Attrs::default() }, tensor(et, cs.clone()));
+                }
+            }
+        }
+        Ok(cur)
+    }
+
+    /// `g` broadcast to the shape of `like`.
+    fn bcast_like(&mut self, g: Local, like: Local) -> Res<Local> {
+        let lt = self.ty_of(like);
+        let gt = self.ty_of(g);
+        if gt == lt {
+            return Ok(g);
+        }
+        match fixed(&shape(&lt)) {
+            Some(d) => {
+                let ty = tensor(elem(&gt), shape(&lt));
+                Ok(self.p(Prim::BroadcastTo, &[g], Attrs { shape: d, ..Attrs::default() }, ty))
+            }
+            None => {
+                let z = self.zeros_like(like)?;
+                Ok(self.bin(Prim::Add, z, g, lt))
+            }
+        }
+    }
+
+    /// A reduced cotangent with the reduced axis put back (size 1), ready to broadcast.
+    fn keep(&mut self, g: Local, axis: Option<usize>, keepdims: bool) -> Local {
+        match axis {
+            Some(k) if !keepdims => {
+                let gt = self.ty_of(g);
+                let mut s = shape(&gt);
+                s.insert(k.min(s.len()), ShapeItem::Dim(Dim::constant(1)));
+                self.p(Prim::ExpandDims, &[g], Attrs { axis: Some(k), ..Attrs::default() }, tensor(elem(&gt), s))
+            }
+            _ => g,
+        }
+    }
+
+    fn scalar(&mut self, x: f64, like: &Type) -> Local {
+        self.lit(x, elem(like))
+    }
+
+    fn cmp(&mut self, p: Prim, a: Local, b: Local) -> Local {
+        let at = self.ty_of(a);
+        let bt = self.ty_of(b);
+        let s = crate::types::unify::broadcast(&shape(&at), &shape(&bt)).unwrap_or_else(|_| shape(&at));
+        self.p(p, &[a, b], Attrs::default(), tensor(ElemTy::Bool, s))
+    }
+
+    fn select(&mut self, c: Local, yes: Local, no: Local, ty: Type) -> Local {
+        self.p(Prim::Where, &[c, yes, no], Attrs::default(), ty)
+    }
+
+    /// The cotangent of a dim count as a float scalar (for `mean`).
+    fn count(&mut self, d: Dim, et: ElemTy) -> Local {
+        let i = self.emit(mk(ExprKind::DimValue(d), Type::Tensor(Elem::WeakInt, vec![]), self.sid), Type::Tensor(Elem::WeakInt, vec![]), "n");
+        self.p(Prim::Cast, &[i], Attrs { dtype: Some(et), ..Attrs::default() }, Type::scalar(et))
+    }
+
+    fn swap_last(&mut self, x: Local) -> Res<Local> {
+        let t = self.ty_of(x);
+        let s = shape(&t);
+        if s.iter().any(|i| matches!(i, ShapeItem::Rest(_))) {
+            return Err(err(self.span, "cannot differentiate `@` over a `..` rest"));
+        }
+        let n = s.len();
+        let mut perm: Vec<usize> = (0..n).collect();
+        perm.swap(n - 2, n - 1);
+        let mut s2 = s.clone();
+        s2.swap(n - 2, n - 1);
+        Ok(self.p(Prim::Permute, &[x], Attrs { perm, ..Attrs::default() }, tensor(elem(&t), s2)))
+    }
+
+    fn matmul(&mut self, a: Local, b: Local) -> Local {
+        let (at, bt) = (self.ty_of(a), self.ty_of(b));
+        let (sa, sb) = (shape(&at), shape(&bt));
+        let et = elem(&at);
+        let mut out = Vec::new();
+        let (ba, bb) = (&sa[..sa.len().saturating_sub(2)], &sb[..sb.len().saturating_sub(2)]);
+        if sa.len() >= 2 && sb.len() >= 2 {
+            out = crate::types::unify::broadcast(&ba.to_vec(), &bb.to_vec()).unwrap_or_default();
+        }
+        if sa.len() >= 2 {
+            out.push(sa[sa.len() - 2].clone());
+        }
+        if sb.len() >= 2 {
+            out.push(sb[sb.len() - 1].clone());
+        }
+        self.p(Prim::MatMul, &[a, b], Attrs::default(), tensor(et, out))
+    }
+
+    fn expand(&mut self, x: Local, axis: usize) -> Local {
+        let t = self.ty_of(x);
+        let mut s = shape(&t);
+        s.insert(axis, ShapeItem::Dim(Dim::constant(1)));
+        self.p(Prim::ExpandDims, &[x], Attrs { axis: Some(axis), ..Attrs::default() }, tensor(elem(&t), s))
+    }
+}
+
+/// Cotangent contributions `(operand index, value)` of one operation.
+pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) -> Res<Vec<(usize, Local)>> {
+    let ot = g.ty_of(out);
+    let tys: Vec<Type> = args.iter().map(|a| g.ty_of(*a)).collect();
+    let act: Vec<bool> = args.iter().map(|a| g.active.contains(a)).collect();
+    let prim = match op {
+        Op::Prim(p, attrs) => (*p, attrs.clone()),
+        Op::Tuple => {
+            let mut v = Vec::new();
+            for (i, t) in tys.iter().enumerate() {
+                if act[i] {
+                    let x = g.emit(mk(ExprKind::TupleGet(Box::new(g.local(bar)), i), t.clone(), g.sid), t.clone(), "tb");
+                    v.push((i, x));
+                }
+            }
+            return Ok(v);
+        }
+        Op::ModelBuild => {
+            let mut v = Vec::new();
+            for (i, t) in tys.iter().enumerate() {
+                if act[i] {
+                    let x = g.emit(mk(ExprKind::Field(Box::new(g.local(bar)), i), t.clone(), g.sid), t.clone(), "mb");
+                    v.push((i, x));
+                }
+            }
+            return Ok(v);
+        }
+        Op::TupleGet(k) => {
+            let Type::Tuple(parts) = tys[0].clone() else { return Ok(vec![]) };
+            let mut items = Vec::new();
+            for (j, t) in parts.iter().enumerate() {
+                if j == *k {
+                    items.push(bar);
+                } else {
+                    let comp = g.emit(mk(ExprKind::TupleGet(Box::new(g.local(args[0])), j), t.clone(), g.sid), t.clone(), "tc");
+                    items.push(g.zeros_like(comp)?);
+                }
+            }
+            let e = mk(ExprKind::Tuple(items.iter().map(|x| g.local(*x)).collect()), tys[0].clone(), g.sid);
+            return Ok(vec![(0, g.emit(e, tys[0].clone(), "tgb"))]);
+        }
+        Op::Field(k) => {
+            let Type::Model(id, margs) = tys[0].clone() else {
+                return Err(err(g.span, "cannot differentiate a field of a generic model here"));
+            };
+            let n = g.prog.model(id).fields.len();
+            let mut items = Vec::new();
+            for j in 0..n {
+                if j == *k {
+                    items.push(bar);
+                } else {
+                    let ft = g.field_type(id, &margs, j);
+                    let comp = g.emit(mk(ExprKind::Field(Box::new(g.local(args[0])), j), ft.clone(), g.sid), ft, "fc");
+                    items.push(g.zeros_like(comp)?);
+                }
+            }
+            let e = mk(ExprKind::ModelBuild { fields: items.iter().map(|x| g.local(*x)).collect() }, tys[0].clone(), g.sid);
+            return Ok(vec![(0, g.emit(e, tys[0].clone(), "fb"))]);
+        }
+    };
+    let (p, attrs) = prim;
+    let a = args.first().copied();
+    let b = args.get(1).copied();
+    let model = |t: &Type| t.is_model();
+    let mut v = Vec::new();
+    match p {
+        Prim::Add | Prim::Sub => {
+            if act[0] {
+                if model(&tys[0]) != model(&ot) {
+                    return Err(err(g.span, "cannot differentiate the scalar of model arithmetic"));
+                }
+                v.push((0, g.unbroadcast(bar, &tys[0])?));
+            }
+            if act[1] {
+                if model(&tys[1]) != model(&ot) {
+                    return Err(err(g.span, "cannot differentiate the scalar of model arithmetic"));
+                }
+                let x = g.unbroadcast(bar, &tys[1])?;
+                let x = if p == Prim::Sub { negate(g, x) } else { x };
+                v.push((1, x));
+            }
+        }
+        Prim::Mul => {
+            let (a, b) = (a.unwrap(), b.unwrap());
+            for (i, other) in [(0, b), (1, a)] {
+                if act[i] {
+                    if model(&tys[i]) != model(&ot) {
+                        return Err(err(g.span, "cannot differentiate the scalar of model arithmetic"));
+                    }
+                    let m = g.bin(Prim::Mul, bar, other, ot.clone());
+                    v.push((i, g.unbroadcast(m, &tys[i])?));
+                }
+            }
+        }
+        Prim::Div => {
+            let b = b.unwrap();
+            if act[0] {
+                let m = g.bin(Prim::Div, bar, b, ot.clone());
+                v.push((0, g.unbroadcast(m, &tys[0])?));
+            }
+            if act[1] {
+                if model(&tys[1]) != model(&ot) {
+                    return Err(err(g.span, "cannot differentiate the scalar of model arithmetic"));
+                }
+                let m = g.bin(Prim::Mul, bar, out, ot.clone());
+                let m = g.bin(Prim::Div, m, b, ot.clone());
+                let m = negate(g, m);
+                v.push((1, g.unbroadcast(m, &tys[1])?));
+            }
+        }
+        Prim::Pow => {
+            let (a, b) = (a.unwrap(), b.unwrap());
+            if act[0] {
+                let one = g.scalar(1.0, &tys[1]);
+                let bm1 = g.bin(Prim::Sub, b, one, tys[1].clone());
+                let pw = g.bin(Prim::Pow, a, bm1, ot.clone());
+                let t = g.bin(Prim::Mul, bar, b, ot.clone());
+                let t = g.bin(Prim::Mul, t, pw, ot.clone());
+                v.push((0, g.unbroadcast(t, &tys[0])?));
+            }
+            if act[1] {
+                let la = g.p(Prim::Log, &[a], Attrs::default(), tys[0].clone());
+                let t = g.bin(Prim::Mul, bar, out, ot.clone());
+                let t = g.bin(Prim::Mul, t, la, ot.clone());
+                v.push((1, g.unbroadcast(t, &tys[1])?));
+            }
+        }
+        Prim::Neg => v.push((0, negate(g, bar))),
+        Prim::Exp => v.push((0, g.bin(Prim::Mul, bar, out, ot.clone()))),
+        Prim::Log => v.push((0, g.bin(Prim::Div, bar, a.unwrap(), ot.clone()))),
+        Prim::Sqrt => {
+            let h = g.scalar(0.5, &ot);
+            let t = g.bin(Prim::Div, bar, out, ot.clone());
+            v.push((0, g.bin(Prim::Mul, t, h, ot.clone())));
+        }
+        Prim::Rsqrt => {
+            let h = g.scalar(-0.5, &ot);
+            let y3 = g.bin(Prim::Mul, out, out, ot.clone());
+            let y3 = g.bin(Prim::Mul, y3, out, ot.clone());
+            let t = g.bin(Prim::Mul, bar, y3, ot.clone());
+            v.push((0, g.bin(Prim::Mul, t, h, ot.clone())));
+        }
+        Prim::Tanh => {
+            let one = g.scalar(1.0, &ot);
+            let y2 = g.bin(Prim::Mul, out, out, ot.clone());
+            let d = g.bin(Prim::Sub, one, y2, ot.clone());
+            v.push((0, g.bin(Prim::Mul, bar, d, ot.clone())));
+        }
+        Prim::Sigmoid => {
+            let one = g.scalar(1.0, &ot);
+            let d = g.bin(Prim::Sub, one, out, ot.clone());
+            let d = g.bin(Prim::Mul, out, d, ot.clone());
+            v.push((0, g.bin(Prim::Mul, bar, d, ot.clone())));
+        }
+        Prim::Relu => {
+            let a = a.unwrap();
+            let z = g.scalar(0.0, &ot);
+            let c = g.cmp(Prim::Gt, a, z);
+            v.push((0, g.select(c, bar, z, ot.clone())));
+        }
+        Prim::Gelu => {
+            // d/dx 0.5x(1+tanh(u)), u = c(x + 0.044715x³): 0.5(1+t) + 0.5x(1-t²)c(1+0.134145x²)
+            let x = a.unwrap();
+            let c = g.scalar(0.797_884_560_802_865_4, &ot);
+            let k = g.scalar(0.044_715, &ot);
+            let k3 = g.scalar(0.134_145, &ot);
+            let half = g.scalar(0.5, &ot);
+            let one = g.scalar(1.0, &ot);
+            let x2 = g.bin(Prim::Mul, x, x, ot.clone());
+            let x3 = g.bin(Prim::Mul, x2, x, ot.clone());
+            let kx3 = g.bin(Prim::Mul, k, x3, ot.clone());
+            let inner = g.bin(Prim::Add, x, kx3, ot.clone());
+            let u = g.bin(Prim::Mul, c, inner, ot.clone());
+            let t = g.p(Prim::Tanh, &[u], Attrs::default(), ot.clone());
+            let onept = g.bin(Prim::Add, one, t, ot.clone());
+            let left = g.bin(Prim::Mul, half, onept, ot.clone());
+            let t2 = g.bin(Prim::Mul, t, t, ot.clone());
+            let sech = g.bin(Prim::Sub, one, t2, ot.clone());
+            let kk = g.bin(Prim::Mul, k3, x2, ot.clone());
+            let du = g.bin(Prim::Add, one, kk, ot.clone());
+            let du = g.bin(Prim::Mul, c, du, ot.clone());
+            let r = g.bin(Prim::Mul, half, x, ot.clone());
+            let r = g.bin(Prim::Mul, r, sech, ot.clone());
+            let r = g.bin(Prim::Mul, r, du, ot.clone());
+            let d = g.bin(Prim::Add, left, r, ot.clone());
+            v.push((0, g.bin(Prim::Mul, bar, d, ot.clone())));
+        }
+        Prim::Sin => {
+            let c = g.p(Prim::Cos, &[a.unwrap()], Attrs::default(), ot.clone());
+            v.push((0, g.bin(Prim::Mul, bar, c, ot.clone())));
+        }
+        Prim::Cos => {
+            let s = g.p(Prim::Sin, &[a.unwrap()], Attrs::default(), ot.clone());
+            let m = g.bin(Prim::Mul, bar, s, ot.clone());
+            v.push((0, negate(g, m)));
+        }
+        Prim::Abs => {
+            let z = g.scalar(0.0, &ot);
+            let c = g.cmp(Prim::Ge, a.unwrap(), z);
+            let nb = negate(g, bar);
+            v.push((0, g.select(c, bar, nb, ot.clone())));
+        }
+        Prim::Maximum | Prim::Minimum => {
+            let (a, b) = (a.unwrap(), b.unwrap());
+            let c = g.cmp(if p == Prim::Maximum { Prim::Ge } else { Prim::Le }, a, b);
+            let z = g.scalar(0.0, &ot);
+            if act[0] {
+                let s = g.select(c, bar, z, ot.clone());
+                v.push((0, g.unbroadcast(s, &tys[0])?));
+            }
+            if act[1] {
+                let s = g.select(c, z, bar, ot.clone());
+                v.push((1, g.unbroadcast(s, &tys[1])?));
+            }
+        }
+        Prim::Where => {
+            let c = args[0];
+            let z = g.scalar(0.0, &ot);
+            if act[1] {
+                let s = g.select(c, bar, z, ot.clone());
+                v.push((1, g.unbroadcast(s, &tys[1])?));
+            }
+            if act[2] {
+                let s = g.select(c, z, bar, ot.clone());
+                v.push((2, g.unbroadcast(s, &tys[2])?));
+            }
+        }
+        Prim::Cast => {
+            let to = elem(&tys[0]);
+            v.push((0, g.p(Prim::Cast, &[bar], Attrs { dtype: Some(to), ..Attrs::default() }, tys[0].clone())));
+        }
+        Prim::StopGradient => {}
+        Prim::Sum | Prim::Mean => {
+            let k = g.keep(bar, attrs.axis, attrs.keepdims);
+            let mut x = g.bcast_like(k, a.unwrap())?;
+            if p == Prim::Mean {
+                let s = shape(&tys[0]);
+                let n = match attrs.axis {
+                    Some(ax) => match &s[ax] {
+                        ShapeItem::Dim(d) => d.clone(),
+                        _ => Dim::constant(1),
+                    },
+                    None => fixed(&s).unwrap_or_default().iter().fold(Dim::constant(1), |acc, d| acc.mul(d)),
+                };
+                let c = g.count(n, elem(&ot));
+                x = g.bin(Prim::Div, x, c, tys[0].clone());
+            }
+            v.push((0, x));
+        }
+        Prim::Max | Prim::Min => {
+            let k = g.keep(bar, attrs.axis, attrs.keepdims);
+            let kb = g.bcast_like(k, a.unwrap())?;
+            let y = g.keep(out, attrs.axis, attrs.keepdims);
+            let mask = g.cmp(Prim::Eq, a.unwrap(), y);
+            let z = g.scalar(0.0, &ot);
+            v.push((0, g.select(mask, kb, z, tys[0].clone())));
+        }
+        Prim::Logsumexp => {
+            let k = g.keep(bar, attrs.axis, attrs.keepdims);
+            let y = g.keep(out, attrs.axis, attrs.keepdims);
+            let d = g.bin(Prim::Sub, a.unwrap(), y, tys[0].clone());
+            let e = g.p(Prim::Exp, &[d], Attrs::default(), tys[0].clone());
+            v.push((0, g.bin(Prim::Mul, e, k, tys[0].clone())));
+        }
+        Prim::MatMul => {
+            let (a, b) = (a.unwrap(), b.unwrap());
+            let (ra, rb) = (shape(&tys[0]).len(), shape(&tys[1]).len());
+            match (ra, rb) {
+                (1, 1) => {
+                    let _ = ();
+                    if act[0] {
+                        v.push((0, g.bin(Prim::Mul, bar, b, tys[1].clone())));
+                    }
+                    if act[1] {
+                        v.push((1, g.bin(Prim::Mul, bar, a, tys[0].clone())));
+                    }
+                }
+                (1, _) => {
+                    // y[.., m] = a[k] @ b[.., k, m]
+                    if act[0] {
+                        let ge = g.expand(bar, shape(&ot).len() - 1);
+                        let bt = g.swap_last(b)?;
+                        let m = g.matmul(ge, bt);
+                        let mt = g.ty_of(m);
+                        let s = shape(&mt);
+                        let sq = tensor(elem(&mt), s[..s.len() - 2].iter().chain(std::iter::once(&s[s.len() - 1])).cloned().collect());
+                        let m = g.p(Prim::Squeeze, &[m], Attrs { axis: Some(s.len() - 2), ..Attrs::default() }, sq);
+                        v.push((0, g.unbroadcast(m, &tys[0])?));
+                    }
+                    if act[1] {
+                        // gb[.., k, m] = a[k] ⊗ g[.., m]
+                        let ae = g.expand(a, 1);
+                        let gr = g.expand(bar, shape(&ot).len() - 1);
+                        let m = g.matmul(ae, gr);
+                        v.push((1, g.unbroadcast(m, &tys[1])?));
+                    }
+                }
+                (_, 1) => {
+                    // y[.., n] = a[.., n, k] @ b[k]
+                    if act[0] {
+                        let ge = g.expand(bar, shape(&ot).len());
+                        let be = g.expand(b, 0);
+                        let m = g.matmul(ge, be);
+                        v.push((0, g.unbroadcast(m, &tys[0])?));
+                    }
+                    if act[1] {
+                        let at = g.swap_last(a)?;
+                        let ge = g.expand(bar, shape(&ot).len());
+                        let m = g.matmul(at, ge);
+                        let mt = g.ty_of(m);
+                        let s = shape(&mt);
+                        let sq = tensor(elem(&mt), s[..s.len() - 1].to_vec());
+                        let m = g.p(Prim::Squeeze, &[m], Attrs { axis: Some(s.len() - 1), ..Attrs::default() }, sq);
+                        v.push((1, g.unbroadcast(m, &tys[1])?));
+                    }
+                }
+                _ => {
+                    if act[0] {
+                        let bt = g.swap_last(b)?;
+                        let m = g.matmul(bar, bt);
+                        v.push((0, g.unbroadcast(m, &tys[0])?));
+                    }
+                    if act[1] {
+                        let at = g.swap_last(a)?;
+                        let m = g.matmul(at, bar);
+                        v.push((1, g.unbroadcast(m, &tys[1])?));
+                    }
+                }
+            }
+        }
+        Prim::Reshape | Prim::ExpandDims | Prim::Squeeze => {
+            let Some(d) = fixed(&shape(&tys[0])) else {
+                return Err(err(g.span, "cannot differentiate a reshape of a `..` rest"));
+            };
+            v.push((0, g.p(Prim::Reshape, &[bar], Attrs { shape: d, ..Attrs::default() }, tys[0].clone())));
+        }
+        Prim::Transpose | Prim::Permute => {
+            let mut inv = vec![0; attrs.perm.len()];
+            for (i, &p) in attrs.perm.iter().enumerate() {
+                inv[p] = i;
+            }
+            v.push((0, g.p(Prim::Permute, &[bar], Attrs { perm: inv, ..Attrs::default() }, tys[0].clone())));
+        }
+        Prim::BroadcastTo => v.push((0, g.unbroadcast(bar, &tys[0])?)),
+        Prim::Concat | Prim::Stack => {
+            let axis = attrs.axis.unwrap_or(0);
+            let mut off = Dim::constant(0);
+            for (i, t) in tys.iter().enumerate() {
+                let s = shape(t);
+                let rank = shape(&ot).len();
+                let mut kinds = vec![2usize; rank];
+                let i32t = Type::scalar(ElemTy::I32);
+                let mut bounds = Vec::new();
+                if p == Prim::Concat {
+                    let ShapeItem::Dim(size) = &s[axis] else { return Err(err(g.span, "concat over a rest")) };
+                    kinds[axis] = 1;
+                    let end = off.add(size);
+                    for d in [off.clone(), end.clone()] {
+                        bounds.push(g.emit(mk(ExprKind::DimValue(d), i32t.clone(), g.sid), i32t.clone(), "b"));
+                    }
+                    off = end;
+                } else {
+                    kinds[axis] = 0;
+                    bounds.push(g.emit(mk(ExprKind::Lit(crate::ir::Lit::Int(i as i64)), i32t.clone(), g.sid), i32t.clone(), "b"));
+                }
+                if act[i] {
+                    let mut xs = vec![bar];
+                    xs.extend(bounds);
+                    v.push((i, g.p(Prim::Slice, &xs, Attrs { perm: kinds, ..Attrs::default() }, t.clone())));
+                }
+            }
+        }
+        Prim::Slice => {
+            let Some(d) = fixed(&shape(&tys[0])) else { return Err(err(g.span, "slice of a rest")) };
+            let mut xs = vec![bar];
+            xs.extend(args[1..].iter().copied());
+            v.push((0, g.p(Prim::SliceGrad, &xs, Attrs { perm: attrs.perm.clone(), shape: d, ..Attrs::default() }, tys[0].clone())));
+        }
+        Prim::SliceGrad => {
+            let mut xs = vec![bar];
+            xs.extend(args[1..].iter().copied());
+            v.push((0, g.p(Prim::Slice, &xs, Attrs { perm: attrs.perm.clone(), ..Attrs::default() }, tys[0].clone())));
+        }
+        Prim::Gather => {
+            let Some(d) = fixed(&shape(&tys[0])) else { return Err(err(g.span, "gather from a rest")) };
+            let attrs2 = Attrs { axis: attrs.axis, shape: d, ..Attrs::default() };
+            v.push((0, g.p(Prim::ScatterAdd, &[bar, args[1]], attrs2, tys[0].clone())));
+        }
+        Prim::ScatterAdd => {
+            let attrs2 = Attrs { axis: attrs.axis, ..Attrs::default() };
+            v.push((0, g.p(Prim::Gather, &[bar, args[1]], attrs2, tys[0].clone())));
+        }
+        Prim::Einsum => {
+            let spec = attrs.spec.clone().unwrap_or_default();
+            let (lhs, out_l) = spec.split_once("->").unwrap_or((&spec, ""));
+            let ins: Vec<&str> = lhs.split(',').collect();
+            for (i, letters) in ins.iter().enumerate() {
+                if !act[i] {
+                    continue;
+                }
+                if letters.chars().collect::<std::collections::HashSet<_>>().len() != letters.len() {
+                    return Err(err(g.span, "cannot differentiate an einsum with a repeated letter in one operand"));
+                }
+                let mut others = vec![out_l.to_string()];
+                let mut ops = vec![bar];
+                for (j, l2) in ins.iter().enumerate() {
+                    if j != i {
+                        others.push(l2.to_string());
+                        ops.push(args[j]);
+                    }
+                }
+                let avail: String = others.concat();
+                let kept: String = letters.chars().filter(|c| avail.contains(*c)).collect();
+                let s = shape(&tys[i]);
+                let kept_shape: Vec<ShapeItem> =
+                    letters.chars().zip(s.iter()).filter(|(c, _)| avail.contains(*c)).map(|(_, d)| d.clone()).collect();
+                let spec2 = format!("{}->{kept}", others.join(","));
+                let ty2 = tensor(elem(&tys[i]), kept_shape);
+                let mut x = g.p(Prim::Einsum, &ops, Attrs { spec: Some(spec2), ..Attrs::default() }, ty2);
+                if kept.len() != letters.len() {
+                    // Letters summed away inside this operand alone: broadcast the cotangent back.
+                    for (pos, c) in letters.chars().enumerate() {
+                        if !avail.contains(c) {
+                            x = g.expand(x, pos);
+                        }
+                    }
+                    x = g.bcast_like(x, args[i])?;
+                }
+                v.push((i, x));
+            }
+        }
+        other => {
+            return Err(err(g.span, format!("cannot differentiate through `{}`: it has no derivative", other.name())));
+        }
+    }
+    Ok(v)
+}
+
+fn negate(g: &mut Gen, x: Local) -> Local {
+    let t = g.ty_of(x);
+    if t.is_model() {
+        let m = g.lit(-1.0, ElemTy::F32);
+        return g.p(Prim::Mul, &[m, x], Attrs::default(), t);
+    }
+    g.p(Prim::Neg, &[x], Attrs::default(), t)
+}
