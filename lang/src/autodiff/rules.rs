@@ -541,15 +541,67 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
             }
         }
         Prim::Slice => {
-            let Some(d) = fixed(&shape(&tys[0])) else { return Err(err(g.span, "slice of a rest")) };
-            let mut xs = vec![bar];
-            xs.extend(args[1..].iter().copied());
-            v.push((0, g.p(Prim::SliceGrad, &xs, Attrs { perm: attrs.perm.clone(), shape: d, ..Attrs::default() }, tys[0].clone())));
-        }
-        Prim::SliceGrad => {
-            let mut xs = vec![bar];
-            xs.extend(args[1..].iter().copied());
-            v.push((0, g.p(Prim::Slice, &xs, Attrs { perm: attrs.perm.clone(), ..Attrs::default() }, tys[0].clone())));
+            // A slice is a gather along each sliced axis; its adjoint scatters back, last axis
+            // first.
+            let Some(xd) = fixed(&shape(&tys[0])) else { return Err(err(g.span, "slice of a rest")) };
+            let od = fixed(&shape(&ot)).unwrap_or_default();
+            let i32t = Type::scalar(ElemTy::I32);
+            // Bound operands per axis, and output axis of each kept input axis.
+            let mut bounds = Vec::new();
+            let mut k = 1;
+            let mut out_axis = Vec::new();
+            let mut oi = 0;
+            for kind in &attrs.perm {
+                match kind {
+                    0 => {
+                        bounds.push(vec![args[k]]);
+                        k += 1;
+                        out_axis.push(None);
+                    }
+                    1 => {
+                        bounds.push(vec![args[k], args[k + 1]]);
+                        k += 2;
+                        out_axis.push(Some(oi));
+                        oi += 1;
+                    }
+                    _ => {
+                        bounds.push(vec![]);
+                        out_axis.push(Some(oi));
+                        oi += 1;
+                    }
+                }
+            }
+            let mut cur = bar;
+            let mut cur_dims = od.clone();
+            for j in (0..attrs.perm.len()).rev() {
+                let pos = attrs.perm[..j].iter().filter(|&&kd| kd != 0).count();
+                let (idx, new_dims) = match attrs.perm[j] {
+                    0 => {
+                        let i = bounds[j][0];
+                        let zero = g.emit(mk(ExprKind::Lit(crate::ir::Lit::Int(0)), i32t.clone(), g.sid), i32t.clone(), "z");
+                        let neg = g.cmp(Prim::Lt, i, zero);
+                        let n = g.emit(mk(ExprKind::DimValue(xd[j].clone()), i32t.clone(), g.sid), i32t.clone(), "n");
+                        let wrapped = g.bin(Prim::Add, i, n, i32t.clone());
+                        let idx = g.select(neg, wrapped, i, i32t.clone());
+                        let mut nd = cur_dims.clone();
+                        nd.insert(pos, xd[j].clone());
+                        (idx, nd)
+                    }
+                    1 => {
+                        let len = od[out_axis[j].unwrap_or(0)].clone();
+                        let ar = g.p(Prim::Arange, &[], Attrs { shape: vec![len.clone()], dtype: Some(ElemTy::I32), ..Attrs::default() }, Type::tensor(ElemTy::I32, vec![len]));
+                        let idx = g.bin(Prim::Add, ar, bounds[j][0], g.ty_of(ar));
+                        let mut nd = cur_dims.clone();
+                        nd[pos] = xd[j].clone();
+                        (idx, nd)
+                    }
+                    _ => continue,
+                };
+                let ty = tensor(elem(&tys[0]), new_dims.iter().cloned().map(ShapeItem::Dim).collect());
+                cur = g.p(Prim::ScatterAdd, &[cur, idx], Attrs { axis: Some(pos), shape: new_dims.clone(), ..Attrs::default() }, ty);
+                cur_dims = new_dims;
+            }
+            v.push((0, cur));
         }
         Prim::Gather => {
             let Some(d) = fixed(&shape(&tys[0])) else { return Err(err(g.span, "gather from a rest")) };

@@ -180,14 +180,9 @@ impl Interp<'_> {
                 let specs = self.slice_specs(&attrs.perm, &args[1..], span)?;
                 k(ops::slice(x, &specs))
             }
-            Prim::SliceGrad | Prim::ScatterAdd => {
+            Prim::ScatterAdd => {
                 let shape = self.dims_usize(frame, &attrs.shape, span)?;
-                let upd = t(&args[0], span)?;
-                if p == Prim::ScatterAdd {
-                    return k(ops::scatter_add(&shape, t(&args[1], span)?, upd, attrs.axis.unwrap_or(0)));
-                }
-                let specs = self.slice_specs(&attrs.perm, &args[1..], span)?;
-                k(ops::slice_update_add(&shape, &specs, upd))
+                k(ops::scatter_add(&shape, t(&args[1], span)?, t(&args[0], span)?, attrs.axis.unwrap_or(0)))
             }
             Prim::Zeros | Prim::Ones | Prim::Full | Prim::Arange | Prim::Eye => {
                 let shape = self.dims_usize(frame, &attrs.shape, span)?;

@@ -65,11 +65,8 @@ pub enum Prim {
     /// `x[i, a:b, :]`: attrs.perm encodes each entry (0 index, 1 range, 2 full); the
     /// arguments after `x` are the index values and range bounds in order.
     Slice,
-    /// The adjoint of `Slice`: the first argument added into zeros of shape `attrs.shape` at the
-    /// sliced positions (the other arguments and `attrs.perm` are as for `Slice`).
-    SliceGrad,
-    /// The adjoint of `Gather`: `zeros(attrs.shape)` with the updates (first argument) added at
-    /// the indices (second argument) along `attrs.axis`.
+    /// `scatter_add(upd, idx, n, axis: k)`, the adjoint of `gather`: zeros of the result shape
+    /// (`attrs.shape`) with `upd` added at the indices `idx` along axis `k`.
     ScatterAdd,
     // Creation (attrs.shape, attrs.dtype; random ones take an optional seed argument).
     Zeros,
@@ -141,6 +138,7 @@ impl Prim {
             "squeeze" => Squeeze,
             "broadcast_to" => BroadcastTo,
             "gather" => Gather,
+            "scatter_add" => ScatterAdd,
             "one_hot" => OneHot,
             "einsum" => Einsum,
             "zeros" => Zeros,
@@ -220,7 +218,6 @@ impl Prim {
             OneHot => "one_hot",
             Einsum => "einsum",
             Slice => "slice",
-            SliceGrad => "slice_grad",
             ScatterAdd => "scatter_add",
             Zeros => "zeros",
             Ones => "ones",
@@ -274,7 +271,7 @@ impl Prim {
             "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "gelu", "sin", "cos", "abs", "sign",
             "floor", "pow", "maximum", "minimum", "where", "sum", "mean", "max", "min", "argmax", "argmin",
             "logsumexp", "reshape", "transpose", "permute", "concat", "stack",
-            "expand_dims", "squeeze", "broadcast_to", "gather", "one_hot", "einsum", "zeros", "ones", "full",
+            "expand_dims", "squeeze", "broadcast_to", "gather", "scatter_add", "one_hot", "einsum", "zeros", "ones", "full",
             "arange", "eye", "normal", "uniform", "he_normal", "glorot_uniform", "params", "map",
             "stop_gradient", "print", "load", "save", "assert", "assert_close", "init", "grad",
             "value_and_grad", "jvp", "vjp", "vmap", "batches", "f32", "f64", "i32", "bool",
