@@ -387,6 +387,13 @@ impl Checker {
                     return self.error_expr(span);
                 };
                 let infer_at = items.iter().position(|i| matches!(i.kind, ast::ExprKind::Wild));
+                if let Some(second) = items.iter().filter(|i| matches!(i.kind, ast::ExprKind::Wild)).nth(1) {
+                    self.error(
+                        Diagnostic::error(Code::E0323, second.span, format!("`{name}` can infer only one dimension written `_`"))
+                            .label("a second `_`"),
+                    );
+                    return self.error_expr(span);
+                }
                 let mut dims = Vec::new();
                 for (i, it) in items.iter().enumerate() {
                     if Some(i) == infer_at {
@@ -507,6 +514,20 @@ impl Checker {
                         self.error(Diagnostic::error(Code::E0212, span, "`expand_dims` needs `axis: k`"));
                         return self.error_expr(span);
                     };
+                    // The new dim can go at any of rank + 1 positions.
+                    let r = dims.len() as i64 + 1;
+                    if k >= r || k < -r {
+                        let ts = self.ty_str(&v.ty);
+                        self.error(
+                            Diagnostic::error(
+                                Code::E0309,
+                                sp,
+                                format!("axis {k} is out of range for `expand_dims` of {ts}: the new dim goes at {} to {}", -r, r - 1),
+                            )
+                            .label(format!("valid axes are {} to {}", -r, r - 1)),
+                        );
+                        return self.error_expr(span);
+                    }
                     let Some(i) = self.axis(k, dims.len() + 1, sp, &v.ty) else { return self.error_expr(span) };
                     dims.insert(i, Dim::constant(1));
                     Some(i)
@@ -563,12 +584,63 @@ impl Checker {
                 };
                 let Some(k) = k else { return self.error_expr(span) };
                 let Some(xd) = self.fixed_dims(&xs, a.pos[0].1, name) else { return self.error_expr(span) };
-                let Some(ax) = self.axis(k, xd.len(), span, &x.ty) else { return self.error_expr(span) };
+                let axis_span = self.named(a, "axis").map_or(span, |x| x.span);
+                let Some(ax) = self.axis(k, xd.len(), axis_span, &x.ty) else { return self.error_expr(span) };
                 let mut shape: Vec<ShapeItem> = xd[..ax].iter().cloned().map(ShapeItem::Dim).collect();
                 shape.extend(is.iter().cloned());
                 shape.extend(xd[ax + 1..].iter().cloned().map(ShapeItem::Dim));
                 let attrs = Attrs { axis: Some(ax), ..Attrs::default() };
                 self.prim(p, vec![x, idx], attrs, Type::Tensor(e, shape), span)
+            }
+            Prim::ScatterAdd => {
+                // scatter_add(upd, idx, n, axis: k): upd is [pre(k), idx.shape…, post] and the
+                // result is [pre, n, post]: the adjoint of gather along axis k.
+                self.check_named(name, a, &["axis"]);
+                if !self.arity(name, a, 3, 3, span) {
+                    return self.error_expr(span);
+                }
+                let upd = self.check_expr(cx, a.pos[0].0, None);
+                let upd = self.materialise(upd);
+                let idx = self.check_expr(cx, a.pos[1].0, None);
+                let idx = self.materialise(idx);
+                let (Some((e, us)), Some((ie, is))) =
+                    (self.tensor_of(&upd, a.pos[0].1, name), self.tensor_of(&idx, a.pos[1].1, name))
+                else {
+                    return self.error_expr(span);
+                };
+                let (us, is) = (us.clone(), is.clone());
+                if ie != Elem::T(ElemTy::I32) {
+                    self.error(Diagnostic::error(Code::E0303, a.pos[1].1, format!("`scatter_add` indices must be i32, found {}", ie.name())));
+                    return self.error_expr(span);
+                }
+                let Some(n) = self.dim_args(cx, &a.pos[2..3], name) else { return self.error_expr(span) };
+                let k = match self.named(a, "axis") {
+                    Some(x) => self.const_int(cx, x, "axis"),
+                    None => Some(0),
+                };
+                let Some(k) = k else { return self.error_expr(span) };
+                let (Some(ud), Some(id)) = (self.fixed_dims(&us, a.pos[0].1, name), self.fixed_dims(&is, a.pos[1].1, name)) else {
+                    return self.error_expr(span);
+                };
+                let k = k.max(0) as usize;
+                if ud.len() < k + id.len() || ud[k..k + id.len()] != id[..] {
+                    let (us_s, is_s) = (self.ty_str(&upd.ty), self.ty_str(&idx.ty));
+                    self.error(
+                        Diagnostic::error(
+                            Code::E0306,
+                            span,
+                            format!("`scatter_add` updates {us_s} must hold the index shape of {is_s} at axis {k}"),
+                        )
+                        .with_secondary(a.pos[0].1, format!("this is {us_s}")),
+                    );
+                    return self.error_expr(span);
+                }
+                let mut dims: Vec<Dim> = ud[..k].to_vec();
+                dims.push(n[0].clone());
+                dims.extend(ud[k + id.len()..].iter().cloned());
+                let shape = dims.iter().cloned().map(ShapeItem::Dim).collect();
+                let attrs = Attrs { axis: Some(k), shape: dims, ..Attrs::default() };
+                self.prim(p, vec![upd, idx], attrs, Type::Tensor(e, shape), span)
             }
             Prim::OneHot => {
                 self.check_named(name, a, &[]);
@@ -619,7 +691,12 @@ impl Checker {
                     }).as_ref());
                     if let Type::Tensor(e, s) = &v.ty {
                         if !s.is_empty() {
-                            self.error(Diagnostic::error(Code::E0305, a.pos[0].1, "`full` needs a scalar fill value"));
+                            let ts = self.ty_str(&v.ty);
+                            self.error(
+                                Diagnostic::error(Code::E0305, a.pos[0].1, format!("`full` needs a scalar fill value, found {ts}"))
+                                    .with_help("to repeat a tensor, use `broadcast_to(x, [d, …])`"),
+                            );
+                            return self.error_expr(span);
                         }
                         if let Elem::T(t) = e {
                             et = *t;
