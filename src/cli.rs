@@ -53,6 +53,18 @@ enum Cmd {
         #[arg(long, value_enum, default_value = "human")]
         message_format: MessageFormat,
     },
+    /// Print the derivative of a function as msl source.
+    Grad {
+        file: PathBuf,
+        /// The function to differentiate (its result must be a float scalar).
+        func: String,
+        /// The parameter to differentiate with respect to (default: the first).
+        #[arg(long)]
+        wrt: Option<String>,
+        /// Also list the values the backward pass keeps from the forward pass.
+        #[arg(long)]
+        explain: bool,
+    },
     /// Run `test` blocks of .msl files and the examples of spec/*.md files.
     Test {
         /// Files or folders (default: the current folder).
@@ -95,6 +107,7 @@ pub fn main() -> u8 {
             crate::run::run_cmd(&file, message_format == MessageFormat::Json)
         }
         Cmd::Test { paths } => crate::run::test_cmd(&paths),
+        Cmd::Grad { file, func, wrt, explain } => crate::run::grad_cmd(&file, &func, wrt.as_deref(), explain),
     }
 }
 

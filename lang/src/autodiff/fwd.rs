@@ -62,11 +62,39 @@ pub(super) struct Gen<'p> {
     /// Integer/boolean values computed from active ones, with the builtin that made them.
     tainted: HashMap<Local, &'static str>,
     closure_envs: HashMap<ClosureId, FrameCx>,
+    /// Cotangents of single model fields, merged into one model value when the model's
+    /// cotangent is needed (so `m.w1`, `m.b1`, … do not each build a whole zero model).
+    field_contribs: HashMap<Local, HashMap<usize, Vec<Local>>>,
     pub span: Span,
     pub sid: SpanId,
 }
 
-pub(super) fn generate(prog: &Program, f: FuncId, mode: Mode, span: Span) -> Res<ir::Func> {
+/// Values of the forward pass that the backward pass reads: what must be kept in memory.
+fn residuals(stmts: &[Stmt], split: usize) -> Vec<Local> {
+    let mut defined = HashSet::new();
+    for s in &stmts[..split.min(stmts.len())] {
+        if let Stmt::Let { pat, .. } = s {
+            pat_locals(pat, &mut defined);
+        }
+    }
+    let mut used = Vec::new();
+    for s in &stmts[split.min(stmts.len())..] {
+        if let Stmt::Let { value, .. } | Stmt::Assign { value, .. } | Stmt::Expr(value) = s {
+            ir::dump::walk(value, &mut |e| {
+                if let ExprKind::Local(l) = &e.kind {
+                    if defined.contains(l) {
+                        used.push(*l);
+                    }
+                }
+            });
+        }
+    }
+    used.sort();
+    used.dedup();
+    used
+}
+
+pub(super) fn generate(prog: &Program, f: FuncId, mode: Mode, span: Span) -> Res<(ir::Func, Vec<Local>)> {
     let func = prog.func(f);
     let mut g = Gen {
         prog,
@@ -76,6 +104,7 @@ pub(super) fn generate(prog: &Program, f: FuncId, mode: Mode, span: Span) -> Res
         active: HashSet::new(),
         tainted: HashMap::new(),
         closure_envs: HashMap::new(),
+        field_contribs: HashMap::new(),
         span,
         sid: func.span,
     };
@@ -119,6 +148,7 @@ pub(super) fn generate(prog: &Program, f: FuncId, mode: Mode, span: Span) -> Res
             g.lit(1.0, et)
         }
     };
+    let split = g.blocks[0].len();
     let mut contribs: HashMap<Local, Vec<Local>> = HashMap::new();
     if g.active.contains(&r) {
         contribs.entry(r).or_default().push(seed);
@@ -142,10 +172,11 @@ pub(super) fn generate(prog: &Program, f: FuncId, mode: Mode, span: Span) -> Res
         }
     };
     let stmts = g.blocks.pop().unwrap_or_default();
+    let residuals = residuals(&stmts, split);
     let body = mk(ExprKind::Block { stmts, result: Box::new(result) }, ret.clone(), g.sid);
     let name = prog.names.get(func.name).to_string();
     let _ = name;
-    Ok(ir::Func {
+    Ok((ir::Func {
         name: func.name,
         dims: func.dims.clone(),
         rests: func.rests.clone(),
@@ -157,7 +188,7 @@ pub(super) fn generate(prog: &Program, f: FuncId, mode: Mode, span: Span) -> Res
         body,
         annotations: vec![],
         span: func.span,
-    })
+    }, residuals))
 }
 
 pub(super) fn mk(kind: ExprKind, ty: Type, span: SpanId) -> Expr {
@@ -241,8 +272,8 @@ fn assigned_locals(e: &Expr) -> Vec<Local> {
 impl Gen<'_> {
     pub fn new_local(&mut self, ty: Type, name: &str, mutable: bool) -> Local {
         let _ = name;
-        let n = self.locals.first().map(|l| l.name).unwrap_or(ir::Name(0));
-        self.locals.push(LocalInfo { name: n, ty, mutable });
+        // Generated locals have no source name; printers call them `v_N`.
+        self.locals.push(LocalInfo { name: ir::Name(u32::MAX), ty, mutable });
         Local(self.locals.len() as u32 - 1)
     }
 
@@ -826,10 +857,38 @@ impl Gen<'_> {
 
     /// The sum of the contributions to `v`, or zeros of its type.
     pub(super) fn total(&mut self, v: Local, contribs: &mut HashMap<Local, Vec<Local>>) -> Res<Local> {
-        match contribs.remove(&v) {
+        match self.take(v, contribs)? {
             Some(cs) if !cs.is_empty() => Ok(self.sum(&cs)),
             _ => self.zeros_like(v),
         }
+    }
+
+    fn has(&self, v: &Local, contribs: &HashMap<Local, Vec<Local>>) -> bool {
+        contribs.contains_key(v) || self.field_contribs.contains_key(v)
+    }
+
+    /// All cotangent contributions to `v`, with per-field ones merged into one model value.
+    fn take(&mut self, v: Local, contribs: &mut HashMap<Local, Vec<Local>>) -> Res<Option<Vec<Local>>> {
+        let mut cs = contribs.remove(&v);
+        if let Some(fields) = self.field_contribs.remove(&v) {
+            let ty = self.ty_of(v);
+            let Type::Model(id, args) = ty.clone() else { return Ok(cs) };
+            let n = self.prog.model(id).fields.len();
+            let mut items = Vec::new();
+            for i in 0..n {
+                match fields.get(&i) {
+                    Some(fc) if !fc.is_empty() => items.push(self.sum(fc)),
+                    _ => {
+                        let ft = self.field_type(id, &args, i);
+                        let fv = self.emit(mk(ExprKind::Field(Box::new(self.local(v)), i), ft.clone(), self.sid), ft.clone(), "zf");
+                        items.push(self.zeros_of(&ft, fv)?);
+                    }
+                }
+            }
+            let m = self.emit(mk(ExprKind::ModelBuild { fields: items.iter().map(|x| self.local(*x)).collect() }, ty.clone(), self.sid), ty, "gm");
+            cs.get_or_insert_with(Vec::new).push(m);
+        }
+        Ok(cs)
     }
 
     pub(super) fn sum(&mut self, cs: &[Local]) -> Local {
@@ -917,12 +976,18 @@ impl Gen<'_> {
         for node in tape.iter().rev() {
             match node {
                 Node::Op { out, op, args, span } => {
-                    let Some(cs) = contribs.remove(out) else { continue };
+                    let Some(cs) = self.take(*out, contribs)? else { continue };
                     if cs.is_empty() {
                         continue;
                     }
                     let g = self.sum(&cs);
                     self.sid = *span;
+                    if let (Op::Field(i), Type::Model(..)) = (op, self.ty_of(args[0])) {
+                        if self.is_active(args[0]) {
+                            self.field_contribs.entry(args[0]).or_default().entry(*i).or_default().push(g);
+                        }
+                        continue;
+                    }
                     let parts = rules::vjp(self, op, args, *out, g)?;
                     for (i, c) in parts {
                         if self.is_active(args[i]) {
@@ -931,7 +996,7 @@ impl Gen<'_> {
                     }
                 }
                 Node::If { cond, then, els, ctx, assigned, outs, free, span } => {
-                    if !outs.iter().any(|o| contribs.contains_key(o)) {
+                    if !outs.iter().any(|o| self.has(o, contribs)) {
                         continue;
                     }
                     self.sid = *span;
@@ -988,7 +1053,7 @@ impl Gen<'_> {
     /// Backward of a loop: for each iteration, last first, recompute the state at its start from
     /// the state before the loop, then run the body's backward.
     fn loop_bwd(&mut self, l: &LoopNode, contribs: &mut HashMap<Local, Vec<Local>>) -> Res<()> {
-        if !l.outs.iter().any(|o| contribs.contains_key(o)) {
+        if !l.outs.iter().any(|o| self.has(o, contribs)) {
             return Ok(());
         }
         self.sid = l.span;
@@ -1072,7 +1137,7 @@ impl Gen<'_> {
             self.push_stmt(Stmt::Assign { pat: Pat::Local(*s), value: self.local(t) });
         }
         for (v, s) in free_act.iter().zip(&fb) {
-            if let Some(cs) = local.remove(v) {
+            if let Some(cs) = self.take(*v, &mut local)? {
                 if !cs.is_empty() {
                     let t = self.sum(&cs);
                     let ty = self.ty_of(*s);

@@ -33,6 +33,8 @@ pub enum Mode {
 #[derive(Clone, Debug, Default)]
 pub struct Derived {
     pub funcs: HashMap<(FuncId, Mode), FuncId>,
+    /// For each derived function, the forward values its backward pass reads.
+    pub residuals: HashMap<FuncId, Vec<crate::ir::Local>>,
 }
 
 /// Generates every derived function the program needs; problems become diagnostics.
@@ -94,9 +96,10 @@ pub fn derive(prog: &mut Program, f: FuncId, mode: Mode, span: Span) -> Result<F
             ensure_target(prog, &t, span)?;
         }
     }
-    let func = fwd::generate(prog, f, mode, span)?;
+    let (func, residuals) = fwd::generate(prog, f, mode, span)?;
     let id = FuncId(prog.funcs.len() as u32);
     prog.funcs.push(func);
+    prog.derived.residuals.insert(id, residuals);
     prog.derived.funcs.insert((f, mode), id);
     Ok(id)
 }

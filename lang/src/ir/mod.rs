@@ -7,6 +7,7 @@
 
 pub mod dump;
 pub mod prim;
+pub mod source;
 pub mod verify;
 
 pub use prim::Prim;
@@ -36,7 +37,7 @@ impl Interner {
         n
     }
     pub fn get(&self, n: Name) -> &str {
-        &self.names[n.0 as usize]
+        self.names.get(n.0 as usize).map(String::as_str).unwrap_or("v")
     }
 }
 
