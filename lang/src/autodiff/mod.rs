@@ -9,6 +9,7 @@
 //! Generated functions are ordinary IR: they are differentiated again for higher order.
 
 mod fwd;
+mod jvp;
 mod rules;
 
 use crate::diag::{Code, Diagnostic};
@@ -27,6 +28,8 @@ pub enum Mode {
     /// The pullback of `vjp(f, …)`: takes the parameters and an output cotangent, returns the
     /// tuple of cotangents of every parameter.
     Pullback,
+    /// `jvp(f, x, v)`: takes the parameters and their tangents, returns `(value, tangent)`.
+    Jvp,
 }
 
 /// Derived functions already generated, by (function, mode).
@@ -41,17 +44,28 @@ pub struct Derived {
 pub fn run(prog: &mut Program, diags: &mut Vec<Diagnostic>) {
     let n = prog.funcs.len();
     let mut wanted = Vec::new();
+    let mut jvps = Vec::new();
     for i in 0..n {
         walk(&prog.funcs[i].body, &mut |e| match &e.kind {
             // Call sites carry the static target (a `grad(f)` value itself may wrap a closure
             // whose instance is only known where it is applied).
             ExprKind::CallValue { target, .. } => wanted.push((target.clone(), prog.span(e.span))),
             ExprKind::Vjp { target, .. } => wanted.push((pullback_marker(target), prog.span(e.span))),
+            ExprKind::Jvp { target, .. } => jvps.push((target.clone(), prog.span(e.span))),
             _ => {}
         });
     }
     for (t, span) in wanted {
         if let Err(d) = ensure_target(prog, &t, span) {
+            diags.push(d);
+        }
+    }
+    for (t, span) in jvps {
+        let r = ensure_target(prog, &t, span).and_then(|f| match f {
+            Some(f) => derive(prog, f, Mode::Jvp, span).map(|_| ()),
+            None => Err(err(span, "cannot take `jvp` of a function value known only at run time")),
+        });
+        if let Err(d) = r {
             diags.push(d);
         }
     }
@@ -96,7 +110,7 @@ pub fn derive(prog: &mut Program, f: FuncId, mode: Mode, span: Span) -> Result<F
             ensure_target(prog, &t, span)?;
         }
     }
-    let (func, residuals) = fwd::generate(prog, f, mode, span)?;
+    let (func, residuals) = if mode == Mode::Jvp { (jvp::generate(prog, f, span)?, vec![]) } else { fwd::generate(prog, f, mode, span)? };
     let id = FuncId(prog.funcs.len() as u32);
     prog.funcs.push(func);
     prog.derived.residuals.insert(id, residuals);
@@ -133,6 +147,7 @@ pub fn derived_name(prog: &Program, f: FuncId, mode: Mode) -> String {
         Mode::Grad { wrt } => format!("grad_{base}_{wrt}"),
         Mode::ValueAndGrad { wrt } => format!("value_and_grad_{base}_{wrt}"),
         Mode::Pullback => format!("pullback_{base}"),
+        Mode::Jvp => format!("jvp_{base}"),
     }
 }
 

@@ -44,7 +44,25 @@ impl Interp<'_> {
                 let pb = Value::Fn(Rc::new(FnValue::Pullback { func, primals: ps }));
                 Ok(Value::Tuple(Rc::new(vec![value, pb])))
             }
-            _ => Err(rt(Code::E0605, "`jvp` (forward mode) is not available in this build yet", span)),
+            ExprKind::Jvp { target, callee, primals, tangents } => {
+                let f = self.eval(callee, frame)?;
+                let captures = match &f {
+                    Value::Fn(fv) => match &**fv {
+                        FnValue::Func { captures, .. } => captures.clone(),
+                        FnValue::Pullback { .. } => vec![],
+                    },
+                    _ => vec![],
+                };
+                let mut args = Vec::new();
+                for p in primals.iter().chain(tangents) {
+                    args.push(self.eval(p, frame)?);
+                }
+                let jf = crate::autodiff::target_func(self.prog, target)
+                    .and_then(|f| self.prog.derived.funcs.get(&(f, crate::autodiff::Mode::Jvp)).copied())
+                    .ok_or_else(|| rt(Code::E0605, "this `jvp` was not generated", span))?;
+                self.call(jf, args, HashMap::new(), captures)
+            }
+            _ => Err(rt(Code::E0605, "not a transform", span)),
         }
     }
 
