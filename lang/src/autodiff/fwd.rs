@@ -37,6 +37,8 @@ pub(super) enum Node {
     Op { out: Local, op: Op, args: Vec<Local>, span: SpanId },
     If { cond: Local, then: Rc<Expr>, els: Rc<Expr>, ctx: Vec<FrameCx>, assigned: Vec<Local>, outs: Vec<Local>, free: Vec<Local>, span: SpanId },
     Loop(Box<LoopNode>),
+    /// A call of a function with a `@custom_vjp`: its cotangent function runs in the backward.
+    Custom { out: Local, args: Vec<Local>, bwd: FuncId, dims: Vec<Dim>, rests: Vec<crate::types::Shape>, span: SpanId },
 }
 
 pub(super) struct LoopNode {
@@ -404,6 +406,21 @@ impl Gen<'_> {
                     vs.push(self.fwd(a, tape)?);
                 }
                 let callee = self.prog.func(*func);
+                if let Some(&bwd) = self.prog.custom_vjp.get(func) {
+                    let dims: Vec<Dim> = dims.iter().map(|d| self.frame().subst.dim(d)).collect();
+                    let rests: Vec<crate::types::Shape> = rests.iter().map(|r| self.frame().subst.shape(r)).collect();
+                    let call = mk(
+                        ExprKind::Call { func: *func, dims: dims.clone(), rests: rests.clone(), args: vs.iter().map(|v| self.local(*v)).collect() },
+                        ty.clone(),
+                        e.span,
+                    );
+                    let out = self.emit(call, ty.clone(), "call");
+                    if vs.iter().any(|v| self.is_active(*v)) && is_float_type(&ty) {
+                        self.active.insert(out);
+                        tape.push(Node::Custom { out, args: vs, bwd, dims, rests, span: e.span });
+                    }
+                    return Ok(out);
+                }
                 let mut subst = Subst::default();
                 for (s, d) in callee.dims.iter().zip(dims) {
                     subst.dims.insert(*s, self.frame().subst.dim(d));
@@ -1018,6 +1035,41 @@ impl Gen<'_> {
                     }
                 }
                 Node::Loop(l) => self.loop_bwd(l, contribs)?,
+                Node::Custom { out, args, bwd, dims, rests, span } => {
+                    let Some(cs) = self.take(*out, contribs)? else { continue };
+                    if cs.is_empty() {
+                        continue;
+                    }
+                    self.sid = *span;
+                    let g = self.sum(&cs);
+                    let bf = self.prog.func(*bwd);
+                    let mut s = Subst::default();
+                    for (sym, d) in bf.dims.iter().zip(dims) {
+                        s.dims.insert(*sym, d.clone());
+                    }
+                    for (r, sh) in bf.rests.iter().zip(rests) {
+                        s.rests.insert(*r, sh.clone());
+                    }
+                    let rty = s.ty(&bf.ret);
+                    let mut a: Vec<Expr> = args.iter().map(|v| self.local(*v)).collect();
+                    a.push(self.local(*out));
+                    a.push(self.local(g));
+                    let call = mk(ExprKind::Call { func: *bwd, dims: dims.clone(), rests: rests.clone(), args: a }, rty.clone(), *span);
+                    let r = self.emit(call, rty.clone(), "cv");
+                    for (i, arg) in args.iter().enumerate() {
+                        if !self.is_active(*arg) {
+                            continue;
+                        }
+                        let c = if args.len() == 1 {
+                            r
+                        } else {
+                            let Type::Tuple(parts) = &rty else { continue };
+                            let t = parts[i].clone();
+                            self.emit(mk(ExprKind::TupleGet(Box::new(self.local(r)), i), t.clone(), self.sid), t, "cvi")
+                        };
+                        contribs.entry(*arg).or_default().push(c);
+                    }
+                }
             }
         }
         Ok(())

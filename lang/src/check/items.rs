@@ -10,6 +10,13 @@ use crate::syntax::ast::{self, ItemKind};
 use crate::types::{FuncId, ModelId, Type};
 use std::rc::Rc;
 
+/// The dims, rests and model parameters a `[…]` list declares, by source name.
+type GenericNames = (
+    Vec<(String, crate::types::Sym)>,
+    Vec<(String, crate::types::RestSym)>,
+    Vec<(String, crate::types::TyVar)>,
+);
+
 impl Checker {
     fn define(&mut self, m: ModuleId, name: &ast::Ident, r: ItemRef) {
         let scope = &mut self.scopes[m.0 as usize];
@@ -64,7 +71,7 @@ impl Checker {
                         module: m,
                         dims: vec![],
                         models: vec![],
-                        generic_is_model: md.generics.iter().map(|g| matches!(g, ast::Generic::Model(_))).collect(),
+                        generic_is_model: model_generics(&md.generics).iter().map(|(_, is_model)| *is_model).collect(),
                         fields: vec![],
                         span: md.name.span,
                         doc: doc.clone(),
@@ -191,7 +198,7 @@ impl Checker {
         }
     }
 
-    fn generics_env(&mut self, generics: &[ast::Generic], env: &mut TyEnv) -> (Vec<(String, crate::types::Sym)>, Vec<(String, crate::types::RestSym)>, Vec<(String, crate::types::TyVar)>) {
+    fn generics_env(&mut self, generics: &[ast::Generic], env: &mut TyEnv) -> GenericNames {
         let (mut dims, mut rests, mut models) = (vec![], vec![], vec![]);
         let mut seen = std::collections::HashSet::new();
         for g in generics {
@@ -297,6 +304,7 @@ impl Checker {
                     if let Some(ItemRef::Func(id)) = self.scopes[m.0 as usize].get(&f.name.name).cloned() {
                         if self.fn_sigs[id.0 as usize].decl.as_ref().is_some_and(|d| d.name.span == f.name.span) {
                             self.ensure_body(id);
+                            self.check_annotations(m, id, &item.annotations);
                         }
                     }
                 }
@@ -371,7 +379,14 @@ impl Checker {
     }
 
     fn coerce_result(&mut self, body: ir::Expr, ret: &Type, span: Span, ret_span: Option<Span>) -> ir::Expr {
-        if body.ty.has_error() || ret.has_error() {
+        // A `_` in the declared result was reported already (`E0307`); nothing can match it.
+        let infer_dim = |t: &Type| match t {
+            Type::Tensor(_, s) => s.iter().any(|i| {
+                matches!(i, crate::types::ShapeItem::Dim(d) if d.vars().any(|v| self.prog.sym_names[v.0 as usize] == "_"))
+            }),
+            _ => false,
+        };
+        if body.ty.has_error() || ret.has_error() || infer_dim(ret) {
             return body;
         }
         match self.try_coerce(body, ret) {
@@ -406,10 +421,8 @@ impl Checker {
             };
             let mut cx = FnCx::new(m);
             cx.in_init = true;
-            for (g, s) in sig.decl.generics.iter().zip(self.generic_bindings(&sig)) {
-                if let ast::Generic::Dim(n) | ast::Generic::Model(n) = g {
-                    cx.bind(&n.name, s);
-                }
+            for ((n, _), s) in model_generics(&sig.decl.generics).into_iter().zip(self.generic_bindings(&sig)) {
+                cx.bind(&n.name, s);
             }
             let v = self.check_expr(&mut cx, init, Some(&fty));
             let v = self.coerce(v, &fty, init.span, "field initialiser");
@@ -423,15 +436,16 @@ impl Checker {
         }
     }
 
+    /// A binding for each of `model_generics`, in order.
     fn generic_bindings(&self, sig: &ModelSig) -> Vec<Binding> {
         let (mut d, mut v) = (sig.dims.iter(), sig.models.iter());
         sig.generic_is_model
             .iter()
-            .map(|&is_model| {
+            .map_while(|&is_model| {
                 if is_model {
-                    Binding::Model(*v.next().unwrap())
+                    v.next().map(|x| Binding::Model(*x))
                 } else {
-                    Binding::Dim(crate::types::Dim::var(*d.next().unwrap()))
+                    d.next().map(|s| Binding::Dim(crate::types::Dim::var(*s)))
                 }
             })
             .collect()
@@ -498,3 +512,92 @@ fn placeholder_func(name: ir::Name, span: ir::SpanId) -> ir::Func {
         span,
     }
 }
+
+/// The `[…]` parameters of a model that its type takes as arguments, in order, with `true` for
+/// `M: Model`: as `generics_env` keeps them (a repeated name counts once, `..S` not at all), so
+/// that they line up with the signature's `dims` and `models`.
+fn model_generics(generics: &[ast::Generic]) -> Vec<(&ast::Ident, bool)> {
+    let mut seen = std::collections::HashSet::new();
+    generics
+        .iter()
+        .filter_map(|g| match g {
+            ast::Generic::Dim(i) => seen.insert(i.name.as_str()).then_some((i, false)),
+            ast::Generic::Model(i) => seen.insert(i.name.as_str()).then_some((i, true)),
+            ast::Generic::Rest(i) => {
+                seen.insert(i.name.as_str());
+                None
+            }
+        })
+        .collect()
+}
+
+impl Checker {
+    /// Annotations on functions: `@custom_vjp(f_vjp)` names the function that computes the
+    /// cotangents of `f`'s parameters from `(params…, out, g)`; other annotations are kept for
+    /// later passes (`@recompute`, `@pipeline`, `@copies`).
+    fn check_annotations(&mut self, m: ModuleId, id: FuncId, anns: &[ast::Annotation]) {
+        for a in anns {
+            if a.name.name != "custom_vjp" {
+                continue;
+            }
+            let target = match a.args.as_slice() {
+                [ast::Arg { name: None, value }] => match &value.kind {
+                    ast::ExprKind::Name(n) => match self.scopes[m.0 as usize].get(n).cloned() {
+                        Some(ItemRef::Func(b)) => Some((b, value.span)),
+                        _ => {
+                            self.diags.push(Diagnostic::error(Code::E0201, value.span, format!("unknown function `{n}`")));
+                            None
+                        }
+                    },
+                    _ => None,
+                },
+                _ => None,
+            };
+            let Some((b, bspan)) = target else {
+                self.diags.push(
+                    Diagnostic::error(Code::E0404, a.span, "`@custom_vjp` takes the name of the function computing the cotangents")
+                        .with_help("write `@custom_vjp(f_vjp)` where `fn f_vjp(params…, out, g)` returns the parameters' cotangents"),
+                );
+                continue;
+            };
+            let f = self.fn_sigs[id.0 as usize].clone();
+            let bs = self.fn_sigs[b.0 as usize].clone();
+            let mut want: Vec<Type> = f.params.iter().map(|p| p.ty.clone()).collect();
+            want.push(f.ret.clone());
+            want.push(f.ret.clone());
+            let ret_want = if f.params.len() == 1 { f.params[0].ty.clone() } else { Type::Tuple(f.params.iter().map(|p| p.ty.clone()).collect()) };
+            // Compare shapes by renaming the derivative's dims to the function's, in order.
+            let mut subst = crate::types::unify::Subst::default();
+            for (s, t) in bs.dims.iter().zip(&f.dims) {
+                subst.dims.insert(*s, crate::types::Dim::var(*t));
+            }
+            for (r, t) in bs.rests.iter().zip(&f.rests) {
+                subst.rests.insert(*r, vec![crate::types::ShapeItem::Rest(*t)]);
+            }
+            for (v, t) in bs.models.iter().zip(&f.models) {
+                subst.models.insert(*v, Type::ModelVar(*t));
+            }
+            let got: Vec<Type> = bs.params.iter().map(|p| subst.ty(&p.ty)).collect();
+            if got != want || subst.ty(&bs.ret) != ret_want {
+                let ws: Vec<String> = want.iter().map(|t| self.ty_str(t)).collect();
+                self.diags.push(
+                    Diagnostic::error(
+                        Code::E0404,
+                        bspan,
+                        format!(
+                            "`{}` must have parameters ({}) and return {}",
+                            bs.name,
+                            ws.join(", "),
+                            self.ty_str(&ret_want)
+                        ),
+                    )
+                    .with_secondary(bs.span, "defined here"),
+                );
+                continue;
+            }
+            self.ensure_body(b);
+            self.prog.custom_vjp.insert(id, b);
+        }
+    }
+}
+
