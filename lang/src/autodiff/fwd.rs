@@ -122,7 +122,7 @@ pub(super) fn generate(prog: &Program, f: FuncId, mode: Mode, span: Span) -> Res
     g.frames.push(FrameCx { env, subst: Subst::default(), base: 0, returned: None });
     let wrt: Vec<usize> = match mode {
         Mode::Grad { wrt } | Mode::ValueAndGrad { wrt } => vec![wrt],
-        Mode::Pullback | Mode::Jvp => (0..func.params.len()).collect(),
+        Mode::Pullback | Mode::Jvp | Mode::Vmap { .. } => (0..func.params.len()).collect(),
     };
     for &i in &wrt {
         let Some(p) = func.params.get(i) else { return Err(err(span, "`wrt` names no parameter")) };
@@ -168,7 +168,7 @@ pub(super) fn generate(prog: &Program, f: FuncId, mode: Mode, span: Span) -> Res
             let t = Type::Tuple(vec![rty.clone(), gty[0].clone()]);
             (mk(ExprKind::Tuple(vec![g.local(r), g.local(grads[0])]), t.clone(), g.sid), t)
         }
-        Mode::Pullback | Mode::Jvp => {
+        Mode::Pullback | Mode::Jvp | Mode::Vmap { .. } => {
             let t = Type::Tuple(gty.clone());
             (mk(ExprKind::Tuple(grads.iter().map(|v| g.local(*v)).collect()), t.clone(), g.sid), t)
         }

@@ -11,6 +11,7 @@
 mod fwd;
 mod jvp;
 mod rules;
+pub mod vmap;
 
 use crate::diag::{Code, Diagnostic};
 use crate::ir::{dump::walk, ExprKind, FnTarget, Program};
@@ -30,6 +31,8 @@ pub enum Mode {
     Pullback,
     /// `jvp(f, x, v)`: takes the parameters and their tangents, returns `(value, tangent)`.
     Jvp,
+    /// `vmap(f, in_axes)`: the batched function (`in_axes` packed by `vmap::axes_code`).
+    Vmap { code: u64 },
 }
 
 /// Derived functions already generated, by (function, mode).
@@ -82,9 +85,9 @@ pub fn ensure_target(prog: &mut Program, t: &FnTarget, span: Span) -> Result<Opt
     match t {
         FnTarget::Func(f) => Ok(Some(*f)),
         FnTarget::Dynamic => Ok(None),
-        FnTarget::Vmap { inner, .. } => {
-            ensure_target(prog, inner, span)?;
-            Ok(None)
+        FnTarget::Vmap { inner, in_axes } => {
+            let Some(f) = ensure_target(prog, inner, span)? else { return Ok(None) };
+            derive(prog, f, Mode::Vmap { code: vmap::axes_code(in_axes) }, span).map(Some)
         }
         FnTarget::Grad { inner, wrt, with_value } => {
             let Some(f) = ensure_target(prog, inner, span)? else {
@@ -106,11 +109,19 @@ pub fn derive(prog: &mut Program, f: FuncId, mode: Mode, span: Span) -> Result<F
     let mut deps = Vec::new();
     collect_targets(prog, f, &mut deps, &mut vec![]);
     for t in deps {
-        if let FnTarget::Grad { .. } = t {
+        if let FnTarget::Grad { .. } | FnTarget::Vmap { .. } = t {
             ensure_target(prog, &t, span)?;
         }
     }
-    let (func, residuals) = if mode == Mode::Jvp { (jvp::generate(prog, f, span)?, vec![]) } else { fwd::generate(prog, f, mode, span)? };
+    let (func, residuals) = match mode {
+        Mode::Jvp => (jvp::generate(prog, f, span)?, vec![]),
+        Mode::Vmap { code } => {
+            prog.sym_names.push("B".to_string());
+            let b = crate::types::Sym(prog.sym_names.len() as u32 - 1);
+            (vmap::generate(prog, f, code, b, span)?, vec![])
+        }
+        _ => fwd::generate(prog, f, mode, span)?,
+    };
     let id = FuncId(prog.funcs.len() as u32);
     prog.funcs.push(func);
     prog.derived.residuals.insert(id, residuals);
@@ -148,6 +159,7 @@ pub fn derived_name(prog: &Program, f: FuncId, mode: Mode) -> String {
         Mode::ValueAndGrad { wrt } => format!("value_and_grad_{base}_{wrt}"),
         Mode::Pullback => format!("pullback_{base}"),
         Mode::Jvp => format!("jvp_{base}"),
+        Mode::Vmap { .. } => format!("vmap_{base}"),
     }
 }
 
@@ -164,7 +176,11 @@ pub fn target_func(prog: &Program, t: &FnTarget) -> Option<FuncId> {
             let f = target_func(prog, inner)?;
             prog.derived.funcs.get(&(f, mode_of(*wrt, *with_value))).copied()
         }
-        _ => None,
+        FnTarget::Vmap { inner, in_axes } => {
+            let f = target_func(prog, inner)?;
+            prog.derived.funcs.get(&(f, Mode::Vmap { code: vmap::axes_code(in_axes) })).copied()
+        }
+        FnTarget::Dynamic => None,
     }
 }
 

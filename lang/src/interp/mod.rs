@@ -438,7 +438,11 @@ impl<'p> Interp<'p> {
                 let fid = self.pick_instance(cid, &args).ok_or_else(|| rt(Code::E0605, "closure was never checked for these argument types", span))?;
                 self.call(fid, args, HashMap::new(), captures.to_vec())
             }
-            FnTarget::Vmap { inner, in_axes } => self.vmap(inner, in_axes, closure, captures, args, span),
+            FnTarget::Vmap { inner, in_axes } => match crate::autodiff::target_func(self.prog, target) {
+                // The batched function the vmap pass generated; the loop is the fallback.
+                Some(f) => self.call(f, args, HashMap::new(), captures.to_vec()),
+                None => self.vmap(inner, in_axes, closure, captures, args, span),
+            },
             FnTarget::Grad { .. } => self.grad_call(target, closure, captures, args, span),
         }
     }
