@@ -392,7 +392,18 @@ impl Gen<'_> {
                 for a in args {
                     vs.push(self.fwd(a, tape)?);
                 }
-                let attrs = self.sattrs(attrs);
+                let mut attrs = self.sattrs(attrs);
+                if attrs.from_end {
+                    let s = match self.ty_of(vs[0]) {
+                        Type::Tensor(_, s) => s,
+                        _ => vec![],
+                    };
+                    if s.iter().any(|i| matches!(i, ShapeItem::Rest(_))) {
+                        return Err(err(self.prog.span(e.span), "cannot differentiate a reduction over `axis: -k` of a `..` rest; call it with a tensor of known rank"));
+                    }
+                    attrs.axis = attrs.axis.map(|k| s.len().saturating_sub(k));
+                    attrs.from_end = false;
+                }
                 let out = self.p(*prim, &vs, attrs.clone(), ty.clone());
                 self.mark(*prim, &vs, out, &ty, e)?;
                 if self.is_active(out) {

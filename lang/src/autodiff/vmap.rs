@@ -277,6 +277,17 @@ impl V<'_> {
                 }
                 let mut attrs = (**attrs).clone();
                 attrs.shape = attrs.shape.iter().map(|d| self.frame().subst.dim(d)).collect();
+                if attrs.from_end {
+                    // Per-sample rank of the operand decides the axis.
+                    let (l, b) = &vs[0];
+                    let s = shape(&self.ty_of(*l));
+                    if s.iter().any(|i| matches!(i, ShapeItem::Rest(_))) {
+                        return Err(err(self.prog.span(e.span), "`vmap` of a reduction over `axis: -k` of a `..` rest"));
+                    }
+                    let rank = s.len() - usize::from(*b == Bat::Yes);
+                    attrs.axis = attrs.axis.map(|k| rank.saturating_sub(k));
+                    attrs.from_end = false;
+                }
                 self.prim(*prim, vs, attrs, ty)
             }
             ExprKind::Call { func, dims, rests, args } => {

@@ -55,7 +55,7 @@ impl Checker {
         if n < min || n > max {
             let want = if min == max { format!("{min}") } else if max == usize::MAX { format!("at least {min}") } else { format!("{min} to {max}") };
             self.error(
-                Diagnostic::error(Code::E0312, span, format!("`{name}` takes {want} arguments, found {n}"))
+                Diagnostic::error(Code::E0312, span, format!("`{name}` takes {want} argument{}, found {n}", if want == "1" { "" } else { "s" }))
                     .label("wrong number of arguments"),
             );
             return false;
@@ -135,7 +135,7 @@ impl Checker {
             match self.static_dim(cx, e) {
                 Some(d) => {
                     if d.as_const().is_some_and(|v| v < 0) {
-                        self.error(Diagnostic::error(Code::E0323, *s, format!("{what}: a dimension cannot be negative")));
+                        self.error(Diagnostic::error(Code::E0323, *s, format!("`{what}`: a dimension cannot be negative")));
                         ok = false;
                     }
                     out.push(d)
@@ -145,7 +145,7 @@ impl Checker {
                         Diagnostic::error(
                             Code::E0323,
                             *s,
-                            format!("{what} needs dimensions known at compile time (integers or dim names)"),
+                            format!("`{what}` needs dimensions known at compile time (integers or dim names)"),
                         )
                         .label("a run-time value")
                         .with_help("shapes are types in msl: use a dim such as `N` or a literal"),
@@ -209,8 +209,9 @@ impl Checker {
                 let elem = if e == Elem::WeakInt && needs_float { Elem::WeakFloat } else { e };
                 if (needs_float && !elem.is_float()) || elem == Elem::T(ElemTy::Bool) {
                     let ts = self.ty_str(&v.ty);
+                    let kind = if needs_float { "float" } else { "numeric" };
                     self.error(
-                        Diagnostic::error(Code::E0318, a.pos[0].1, format!("`{name}` needs a float tensor, found {ts}"))
+                        Diagnostic::error(Code::E0318, a.pos[0].1, format!("`{name}` needs a {kind} tensor, found {ts}"))
                             .label(ts)
                             .with_help("convert it with `f32(…)`"),
                     );
@@ -326,7 +327,10 @@ impl Checker {
                 (Some(i), shape)
             }
         };
-        let attrs = Attrs { axis, keepdims, ..Attrs::default() };
+        // Over a `..` rest a negative axis stays relative to the end: the rank is known at run time.
+        let from_end = axis.is_some() && s.iter().any(|i| matches!(i, ShapeItem::Rest(_))) && self.named(a, "axis").and_then(|x| self.static_dim(cx, x)).and_then(|d| d.as_const()).is_some_and(|k| k < 0);
+        let axis = if from_end { axis.map(|i| s.len() - i) } else { axis };
+        let attrs = Attrs { axis, keepdims, from_end, ..Attrs::default() };
         self.prim(p, vec![v], attrs, Type::Tensor(out_elem, shape), span)
     }
 
@@ -1305,20 +1309,31 @@ impl Checker {
                     return self.error_expr(span);
                 };
                 let prim_vals = self.tuple_items(cx, a.pos[1].0);
-                let tan_vals = self.tuple_items(cx, a.pos[2].0);
-                if prim_vals.len() != tan_vals.len() {
+                let tan_exprs: Vec<&ast::Expr> = match &a.pos[2].0.kind {
+                    ast::ExprKind::Tuple(es) => es.iter().collect(),
+                    _ => vec![a.pos[2].0],
+                };
+                if prim_vals.len() != tan_exprs.len() {
                     self.error(Diagnostic::error(
                         Code::E0404,
                         a.pos[2].1,
-                        format!("`jvp` has {} primals but {} tangents", prim_vals.len(), tan_vals.len()),
+                        format!(
+                            "`jvp` has {} primal{} but {} tangent{}",
+                            prim_vals.len(),
+                            if prim_vals.len() == 1 { "" } else { "s" },
+                            tan_exprs.len(),
+                            if tan_exprs.len() == 1 { "" } else { "s" }
+                        ),
                     ));
                     return self.error_expr(span);
                 }
                 let args: Vec<(Type, Span)> = prim_vals.iter().map(|v| (v.ty.clone(), a.pos[1].1)).collect();
                 let Some((ret, target)) = self.apply_fn_type(&fty, &args, span, false) else { return self.error_expr(span) };
                 let mut tans = Vec::new();
-                for (t, p) in tan_vals.into_iter().zip(&prim_vals) {
-                    tans.push(self.coerce_with(t, &p.ty, a.pos[2].1, Code::E0404, "tangent"));
+                for (t, p) in tan_exprs.into_iter().zip(&prim_vals) {
+                    // A literal tangent takes its primal's type, like any weakly typed literal.
+                    let v = self.check_expr(cx, t, Some(&p.ty));
+                    tans.push(self.coerce_with(v, &p.ty, t.span, Code::E0404, "tangent"));
                 }
                 let s = self.span_id(span);
                 let ty = Type::Tuple(vec![ret.clone(), ret]);

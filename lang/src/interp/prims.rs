@@ -106,6 +106,15 @@ fn t(v: &Value, span: Span) -> R<&Tensor> {
 impl Interp<'_> {
     pub(crate) fn prim(&mut self, p: Prim, args: Vec<Value>, attrs: &Attrs, e: &Expr, frame: &mut Frame) -> R<Value> {
         let span = self.span(e);
+        let normalised;
+        let attrs = if attrs.from_end {
+            let rank = args.first().and_then(|v| v.tensor()).map(|t| t.rank()).unwrap_or(0);
+            let k = attrs.axis.unwrap_or(1);
+            normalised = Attrs { axis: Some(rank.saturating_sub(k)), from_end: false, ..attrs.clone() };
+            &normalised
+        } else {
+            attrs
+        };
         let k = |r: Result<Tensor, kernels::KernelError>| r.map(Value::Tensor).map_err(|e| kerr(e, span));
         if let Some(op) = unary_op(p) {
             let x = t(&args[0], span)?;

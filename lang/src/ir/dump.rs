@@ -183,7 +183,7 @@ impl Printer<'_> {
                 self.list(args, depth);
                 let mut extra = Vec::new();
                 if let Some(a) = attrs.axis {
-                    extra.push(format!("axis: {a}"));
+                    extra.push(if attrs.from_end { format!("axis: -{a}") } else { format!("axis: {a}") });
                 }
                 if attrs.keepdims {
                     extra.push("keepdims".to_string());

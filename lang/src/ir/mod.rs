@@ -70,8 +70,10 @@ pub enum Lit {
 /// Compile-time attributes of a primitive application.
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct Attrs {
-    /// A normalised (non-negative) axis.
+    /// A normalised (non-negative) axis, or with `from_end` the axis counted from the end
+    /// (`axis: -k` over a rank-polymorphic `..S` shape, whose rank is known only at run time).
     pub axis: Option<usize>,
+    pub from_end: bool,
     pub keepdims: bool,
     /// Target shape (`reshape`, `broadcast_to`, creation ops) as symbolic dims.
     pub shape: Vec<Dim>,

@@ -245,7 +245,7 @@ impl Printer<'_> {
                     _ => {
                         let mut all = a.clone();
                         if let Some(ax) = attrs.axis {
-                            all.push(format!("axis: {ax}"));
+                            all.push(if attrs.from_end { format!("axis: -{ax}") } else { format!("axis: {ax}") });
                         }
                         if attrs.keepdims {
                             all.push("keepdims: true".to_string());
