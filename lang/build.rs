@@ -3,6 +3,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 fn main() {
+    println!("cargo:rerun-if-changed=src/syntax/grammar.lalrpop");
     lalrpop::Configuration::new()
         .use_cargo_dir_conventions()
         .process()

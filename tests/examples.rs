@@ -19,7 +19,7 @@ fn every_example_checks() {
             }
         }
     }
-    assert!(n >= 2, "expected the mlp and transformer examples, found {n} programs");
+    assert!(n >= 4, "expected the mlp, transformer, pinn and md examples, found {n} programs");
 }
 
 #[test]
@@ -35,4 +35,32 @@ fn mlp_example_reaches_96_percent() {
     assert!(acc >= 0.96, "test accuracy {acc} < 0.96:\n{stdout}");
     assert!(dir.join("mlp.safetensors").exists(), "the trained model is saved");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn run_example(rel: &str) -> String {
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(rel);
+    let out = msl().arg("run").arg(&file).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{rel}: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    stdout
+}
+
+/// The number after `key` on the last line that has it.
+fn figure(out: &str, key: &str) -> f64 {
+    let line = out.lines().rev().find(|l| l.contains(key)).unwrap_or_else(|| panic!("no `{key}` in:\n{out}"));
+    line.split(key).nth(1).unwrap().split_whitespace().next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn pinn_example_is_within_1e_2_of_the_exact_solution() {
+    let out = run_example("examples/pinn/train.msl");
+    let err = figure(&out, "max error");
+    assert!(err < 1e-2, "max error {err}:\n{out}");
+}
+
+#[test]
+fn md_example_conserves_energy_to_1e_3() {
+    let out = run_example("examples/md/simulate.msl");
+    let drift = figure(&out, "max relative drift");
+    assert!(drift < 1e-3, "drift {drift}:\n{out}");
 }

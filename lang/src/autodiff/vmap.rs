@@ -59,6 +59,8 @@ struct Frame {
 
 struct V<'p> {
     prog: &'p Program,
+    /// The scope each closure was created in, for inlining its instances.
+    closure_envs: HashMap<crate::types::ClosureId, (HashMap<Local, (Local, Bat)>, Subst)>,
     locals: Vec<LocalInfo>,
     blocks: Vec<Vec<Stmt>>,
     frames: Vec<Frame>,
@@ -104,7 +106,7 @@ pub(super) fn generate(prog: &Program, f: FuncId, code: u64, bsym: crate::types:
     if axes.len() != func.params.len() {
         return Err(err(span, "`vmap` in_axes do not match the parameters"));
     }
-    let mut v = V { prog, locals: func.locals.clone(), blocks: vec![vec![]], frames: vec![], b: Dim::constant(1), span, sid: func.span };
+    let mut v = V { prog, closure_envs: HashMap::new(), locals: func.locals.clone(), blocks: vec![vec![]], frames: vec![], b: Dim::constant(1), span, sid: func.span };
     // Parameters: mapped ones get the batch dim inserted at their axis; inside, it is moved to 0.
     let mut params = Vec::new();
     let mut env = HashMap::new();
@@ -313,6 +315,9 @@ impl V<'_> {
                 let Some(f) = target_func(self.prog, target) else {
                     return Err(err(self.prog.span(e.span), "`vmap` cannot batch a call of a function value known only at run time"));
                 };
+                let closure = super::innermost(target).and_then(|g| {
+                    self.prog.closures.iter().position(|c| c.instances.iter().any(|(_, h)| *h == g)).map(|i| crate::types::ClosureId(i as u32))
+                });
                 let callee = self.prog.func(f);
                 let generic: HashSet<_> = callee.dims.iter().copied().collect();
                 let mut u = Unifier::new(&generic);
@@ -323,10 +328,12 @@ impl V<'_> {
                 }
                 let _ = u.finish();
                 let mut s = u.subst;
-                for (sym, d) in &self.frame().subst.dims {
+                let base = closure.and_then(|c| self.closure_envs.get(&c).cloned());
+                let outer = base.as_ref().map(|(_, s)| s.clone()).unwrap_or_else(|| self.frame().subst.clone());
+                for (sym, d) in &outer.dims {
                     s.dims.entry(*sym).or_insert_with(|| d.clone());
                 }
-                self.inline(f, vs, s)
+                self.inline_with(f, vs, s, base.map(|(env, _)| env))
             }
             ExprKind::Tuple(items) => {
                 let mut vs = Vec::new();
@@ -417,6 +424,12 @@ impl V<'_> {
                 let copied = copy_local_refs(e, &map);
                 Ok((self.emit(copied), Bat::No))
             }
+            ExprKind::Closure { id, captures } => {
+                let fr = self.frame();
+                self.closure_envs.insert(*id, (fr.env.clone(), fr.subst.clone()));
+                let caps = captures.iter().filter_map(|l| self.frame().env.get(l).map(|(v, _)| *v)).collect();
+                Ok((self.emit(mk(ExprKind::Closure { id: *id, captures: caps }, ty, e.span)), Bat::No))
+            }
             _ => Err(err(self.prog.span(e.span), "`vmap` cannot batch this construct")),
         }
     }
@@ -470,14 +483,18 @@ impl V<'_> {
     }
 
     fn inline(&mut self, f: FuncId, args: Vec<(Local, Bat)>, subst: Subst) -> Res<(Local, Bat)> {
+        self.inline_with(f, args, subst, None)
+    }
+
+    fn inline_with(&mut self, f: FuncId, args: Vec<(Local, Bat)>, subst: Subst, base: Option<HashMap<Local, (Local, Bat)>>) -> Res<(Local, Bat)> {
         if self.frames.len() > 200 {
             return Err(err(self.span, "calls nested too deeply to batch"));
         }
         let func = self.prog.func(f);
-        let mut env = HashMap::new();
+        let mut env = base.unwrap_or_default();
         // Captured values of closures made outside read their own slots (shared by the batch).
         for l in crate::autodiff::fwd::free_locals(&func.body) {
-            if !func.params.contains(&l) {
+            if !func.params.contains(&l) && !env.contains_key(&l) {
                 if let Some(v) = self.frames[0].env.get(&l) {
                     env.insert(l, v.clone());
                 } else if (l.0 as usize) < self.locals.len() {

@@ -86,6 +86,8 @@ pub struct Interp<'p> {
     pub source_dir: Option<PathBuf>,
     pub interrupt: Arc<AtomicBool>,
     pub observer: Box<dyn Observer + 'p>,
+    /// Dims of the scope of the closure being applied (closures see their creator's dims).
+    closure_dims: HashMap<Sym, i64>,
 }
 
 impl<'p> Interp<'p> {
@@ -98,6 +100,7 @@ impl<'p> Interp<'p> {
             source_dir: None,
             interrupt: Arc::new(AtomicBool::new(false)),
             observer: Box::new(NoObserver),
+            closure_dims: HashMap::new(),
         }
     }
 
@@ -124,6 +127,12 @@ impl<'p> Interp<'p> {
     /// shapes of the arguments.
     pub fn call(&mut self, f: FuncId, args: Vec<Value>, dims: HashMap<Sym, i64>, captures: Vec<(Local, Value)>) -> R<Value> {
         let func = self.prog.func(f);
+        let mut dims = dims;
+        if !captures.is_empty() || func.n_captures > 0 {
+            for (k, v) in &self.closure_dims {
+                dims.entry(*k).or_insert(*v);
+            }
+        }
         let mut frame = Frame { locals: vec![None; func.locals.len()], dims, rests: HashMap::new() };
         for (l, v) in captures {
             if let Some(slot) = frame.locals.get_mut(l.0 as usize) {
@@ -229,23 +238,23 @@ impl<'p> Interp<'p> {
                 self.apply(&fv, target, vals, self.span(e))
             }
             ExprKind::FuncRef(f) => {
-                Ok(Value::Fn(Rc::new(FnValue::Func { target: FnTarget::Func(*f), captures: vec![], closure: None })))
+                Ok(Value::Fn(Rc::new(FnValue::Func { target: FnTarget::Func(*f), captures: vec![], closure: None, dims: vec![] })))
             }
             ExprKind::Closure { id, captures } => {
                 let caps = captures
                     .iter()
                     .filter_map(|l| frame.locals.get(l.0 as usize).cloned().flatten().map(|v| (*l, v)))
                     .collect();
-                Ok(Value::Fn(Rc::new(FnValue::Func { target: FnTarget::Dynamic, captures: caps, closure: Some(*id) })))
+                Ok(Value::Fn(Rc::new(FnValue::Func { target: FnTarget::Dynamic, captures: caps, closure: Some(*id), dims: frame.dims.iter().map(|(k, v)| (*k, *v)).collect() })))
             }
             ExprKind::Transform { target, callee } => {
                 let f = self.eval(callee, frame)?;
                 let Value::Fn(fv) = f else { return Err(rt(Code::E0605, "not a function", self.span(e))) };
-                let (captures, closure) = match &*fv {
-                    FnValue::Func { captures, closure, .. } => (captures.clone(), *closure),
-                    FnValue::Pullback { .. } => (vec![], None),
+                let (captures, closure, dims) = match &*fv {
+                    FnValue::Func { captures, closure, dims, .. } => (captures.clone(), *closure, dims.clone()),
+                    FnValue::Pullback { .. } => (vec![], None, vec![]),
                 };
-                Ok(Value::Fn(Rc::new(FnValue::Func { target: target.clone(), captures, closure })))
+                Ok(Value::Fn(Rc::new(FnValue::Func { target: target.clone(), captures, closure, dims })))
             }
             ExprKind::Jvp { .. } | ExprKind::Vjp { .. } => self.transform_expr(e, frame),
             ExprKind::Tuple(items) => {
@@ -411,8 +420,8 @@ impl<'p> Interp<'p> {
 
     /// Calls a function value.
     pub fn apply(&mut self, f: &FnValue, target: &FnTarget, args: Vec<Value>, span: Span) -> R<Value> {
-        let (captures, closure, own) = match f {
-            FnValue::Func { captures, closure, target: own } => (captures.clone(), *closure, own.clone()),
+        let (captures, closure, own, dims) = match f {
+            FnValue::Func { captures, closure, target: own, dims } => (captures.clone(), *closure, own.clone(), dims.clone()),
             FnValue::Pullback { .. } => return self.apply_pullback(f, args, span),
         };
         // The static target wins; a dynamic call uses what the value itself says.
@@ -420,7 +429,10 @@ impl<'p> Interp<'p> {
             FnTarget::Dynamic => own,
             t => t.clone(),
         };
-        self.apply_target(&target, closure, &captures, args, span)
+        let saved = std::mem::replace(&mut self.closure_dims, dims.into_iter().collect());
+        let r = self.apply_target(&target, closure, &captures, args, span);
+        self.closure_dims = saved;
+        r
     }
 
     pub(crate) fn apply_target(

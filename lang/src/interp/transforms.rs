@@ -35,12 +35,12 @@ impl Interp<'_> {
                     ps.push(self.eval(p, frame)?);
                 }
                 let value = self.apply(&fv, target, ps.clone(), span)?;
-                let (captures, closure) = match &*fv {
-                    FnValue::Func { captures, closure, .. } => (captures.clone(), *closure),
-                    FnValue::Pullback { .. } => (vec![], None),
+                let (captures, closure, dims) = match &*fv {
+                    FnValue::Func { captures, closure, dims, .. } => (captures.clone(), *closure, dims.clone()),
+                    FnValue::Pullback { .. } => (vec![], None, vec![]),
                 };
                 let pb_target = FnTarget::Grad { inner: Box::new(target.clone()), wrt: usize::MAX, with_value: false };
-                let func = Rc::new(FnValue::Func { target: pb_target, captures, closure });
+                let func = Rc::new(FnValue::Func { target: pb_target, captures, closure, dims });
                 let pb = Value::Fn(Rc::new(FnValue::Pullback { func, primals: ps }));
                 Ok(Value::Tuple(Rc::new(vec![value, pb])))
             }
@@ -68,7 +68,7 @@ impl Interp<'_> {
 
     pub(crate) fn apply_pullback(&mut self, f: &FnValue, args: Vec<Value>, span: Span) -> R<Value> {
         let FnValue::Pullback { func, primals } = f else { return Err(rt(Code::E0605, "not a pullback", span)) };
-        let FnValue::Func { target, captures, closure } = &**func else { return Err(rt(Code::E0605, "not a pullback", span)) };
+        let FnValue::Func { target, captures, closure, .. } = &**func else { return Err(rt(Code::E0605, "not a pullback", span)) };
         let mut all = primals.clone();
         all.extend(args);
         self.grad_call(target, *closure, captures, all, span)
