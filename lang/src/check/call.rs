@@ -149,7 +149,9 @@ impl Checker {
                         self.error(Diagnostic::error(Code::E0212, n.span, format!("argument `{}` is given twice", n.name)));
                     }
                     None => {
-                        let mut d = Diagnostic::error(Code::E0212, n.span, format!("{what} has no parameter `{}`", n.name))
+                        // A constructor's named arguments are the model's fields.
+                        let noun = if what.starts_with("model ") { "field" } else { "parameter" };
+                        let mut d = Diagnostic::error(Code::E0212, n.span, format!("{what} has no {noun} `{}`", n.name))
                             .label("unknown argument name");
                         d = match super::suggest(&n.name, names.iter().map(String::as_str)) {
                             Some(s) => d.with_help(format!("did you mean `{s}`?")),
@@ -238,7 +240,9 @@ impl Checker {
         }
         let dims: Vec<Dim> = sig.dims.iter().map(|s| subst.dims.get(s).cloned().unwrap_or_else(|| Dim::var(*s))).collect();
         let s = self.span_id(span);
-        mk(ExprKind::Call { func: id, dims, args: out }, ret, s)
+        let rests: Vec<crate::types::Shape> =
+            sig.rests.iter().map(|r| subst.rests.get(r).cloned().unwrap_or_else(|| vec![ShapeItem::Rest(*r)])).collect();
+        mk(ExprKind::Call { func: id, dims, rests, args: out }, ret, s)
     }
 
     /// Unifies a named function's parameters with argument types; reports mismatches.
@@ -250,7 +254,13 @@ impl Checker {
                     Diagnostic::error(
                         Code::E0312,
                         span,
-                        format!("`{}` takes {} arguments, found {}", sig.name, sig.params.len(), args.len()),
+                        format!(
+                            "`{}` takes {} argument{}, found {}",
+                            sig.name,
+                            sig.params.len(),
+                            if sig.params.len() == 1 { "" } else { "s" },
+                            args.len()
+                        ),
                     )
                     .with_secondary(sig.span, "defined here"),
                 );
@@ -312,6 +322,23 @@ impl Checker {
                 return None;
             }
         }
+        // A generic dim solved from `2 * N` = 7 has no whole-number size.
+        for s in &sig.dims {
+            if let Some(q) = u.subst.dims.get(s).filter(|q| q.is_fractional_const()) {
+                if !quiet {
+                    let (n, qs) = (self.names().sym(*s), self.dim_str(q));
+                    self.error(
+                        Diagnostic::error(
+                            Code::E0307,
+                            span,
+                            format!("the arguments of `{}` give dim {n} the size {qs}, which is not a whole number", sig.name),
+                        )
+                        .with_secondary(sig.span, "declared here"),
+                    );
+                }
+                return None;
+            }
+        }
         // A dim such as `E / H` in the signature must divide exactly once the call fixes E and H.
         let mut dims = Vec::new();
         for t in sig.params.iter().map(|p| &p.ty).chain(std::iter::once(&sig.ret)) {
@@ -363,7 +390,18 @@ impl Checker {
     ) {
         let pname = &params[i].name;
         let expected = self.ty_str(&subst.ty(pty));
-        let found = self.ty_str(aty);
+        // Literals inside a tuple read better as the types they default to: `(f32, f32)`.
+        let found = match aty {
+            Type::Tuple(ts) => self.ty_str(&Type::Tuple(
+                ts.iter()
+                    .map(|t| match t {
+                        Type::Tensor(e, s) => Type::Tensor(Elem::T(e.materialise()), s.clone()),
+                        t => t.clone(),
+                    })
+                    .collect(),
+            )),
+            _ => self.ty_str(aty),
+        };
         let d = match m {
             Mismatch::Elem { expected: e, found: f } => Diagnostic::error(
                 if f.is_weak() { Code::E0322 } else { Code::E0303 },
@@ -372,12 +410,16 @@ impl Checker {
             )
             .label(format!("this is {found}"))
             .with_help(format!("convert it with `{}(…)`", e.materialise().name())),
-            Mismatch::Rank { expected: r, found: fr } => Diagnostic::error(
-                Code::E0305,
-                aspan,
-                format!("argument `{pname}` of `{fname}` has rank {fr}, expected rank {r} ({expected})"),
-            )
-            .label(format!("this is {found}")),
+            Mismatch::Rank { expected: r, found: fr } => {
+                let rest = matches!(aty, Type::Tensor(_, s) if s.iter().any(|i| matches!(i, ShapeItem::Rest(_))));
+                let has = if rest { format!("a shape of unknown rank ({found})") } else { format!("rank {fr}") };
+                Diagnostic::error(
+                    Code::E0305,
+                    aspan,
+                    format!("argument `{pname}` of `{fname}` has {has}, expected rank {r} ({expected})"),
+                )
+                .label(format!("this is {found}"))
+            }
             Mismatch::Dim { index, expected: e, found: f } => {
                 // If the dim was fixed by an earlier argument, say which.
                 let orig = match pty {
@@ -404,11 +446,18 @@ impl Checker {
                         .label(format!("this is {found}"))
                         .with_secondary(arg_spans[j], format!("{vname} = {} here", self.dim_str(&e)))
                     }
+                    // A model argument: its type arguments differ.
+                    None if !matches!(pty, Type::Tensor(..)) => Diagnostic::error(
+                        Code::E0306,
+                        aspan,
+                        format!("argument `{pname}` of `{fname}` has type {found}, expected {expected}"),
+                    )
+                    .label(format!("{} where {} is expected", self.dim_str(&f), self.dim_str(&e))),
                     None => Diagnostic::error(
                         Code::E0306,
                         aspan,
                         format!(
-                            "argument `{pname}` of `{fname}`: dimension {index} is {}, expected {}",
+                            "argument `{pname}` of `{fname}` has type {found}, expected {expected}: dimension {index} is {}, not {}",
                             self.dim_str(&f),
                             self.dim_str(&e)
                         ),
@@ -445,7 +494,12 @@ impl Checker {
                         self.error(Diagnostic::error(
                             Code::E0312,
                             span,
-                            format!("function takes {} arguments, found {}", params.len(), args.len()),
+                            format!(
+                                "function takes {} argument{}, found {}",
+                                params.len(),
+                                if params.len() == 1 { "" } else { "s" },
+                                args.len()
+                            ),
                         ));
                     }
                     return None;
@@ -527,7 +581,13 @@ impl Checker {
                     self.error(Diagnostic::error(
                         Code::E0404,
                         span,
-                        format!("`vmap` has {} `in_axes` entries but is called with {} arguments", axes.len(), args.len()),
+                        format!(
+                            "`vmap` has {} `in_axes` {} but is called with {} argument{}",
+                            axes.len(),
+                            if axes.len() == 1 { "entry" } else { "entries" },
+                            args.len(),
+                            if args.len() == 1 { "" } else { "s" }
+                        ),
                     ));
                     return None;
                 }
@@ -608,7 +668,11 @@ impl Checker {
         let ast::ExprKind::Closure { params, body } = &def.ast.kind else { return None };
         if params.len() != args.len() {
             self.error(
-                Diagnostic::error(Code::E0312, span, format!("closure takes {} arguments, found {}", params.len(), args.len()))
+                Diagnostic::error(
+                    Code::E0312,
+                    span,
+                    format!("closure takes {} argument{}, found {}", params.len(), if params.len() == 1 { "" } else { "s" }, args.len()),
+                )
                     .with_secondary(def.ast.span, "closure defined here"),
             );
             return None;
@@ -823,7 +887,7 @@ impl Checker {
             let dim_args: Vec<ast::DimArg> = args
                 .iter()
                 .map(|a| match a {
-                    ast::IndexArg::Expr(e) => ast::DimArg::Dim { dim: expr_to_dim(e), shard: None },
+                    ast::IndexArg::Expr(e) => expr_to_dim_arg(e),
                     ast::IndexArg::Slice { span, .. } => {
                         ast::DimArg::Dim { dim: ast::DimExpr { kind: ast::DimKind::Error, span: *span }, shard: None }
                     }
@@ -893,7 +957,8 @@ impl Checker {
                             bad = true;
                         }
                     }
-                    let v = self.coerce(v, &i32t, e.span, "index");
+                    // A non-integer index was reported above; coercing it would report it again.
+                    let v = if bad { v } else { self.coerce(v, &i32t, e.span, "index") };
                     operands.push(v);
                     kinds.push(0);
                 }
@@ -1011,12 +1076,46 @@ fn add_leading(t: &Type, b: &Dim) -> Type {
     }
 }
 
+/// Reads an expression written as a model type argument: a nested model type with arguments
+/// (`Stack[Dense[4, 2]]`) or a dim expression.
+fn expr_to_dim_arg(e: &ast::Expr) -> ast::DimArg {
+    use ast::ExprKind as K;
+    let path = |b: &ast::Expr| match &b.kind {
+        K::Name(n) => Some(vec![ast::Ident { name: n.clone(), span: b.span }]),
+        K::Field(m, item) => match &m.kind {
+            K::Name(n) => Some(vec![ast::Ident { name: n.clone(), span: m.span }, item.clone()]),
+            _ => None,
+        },
+        _ => None,
+    };
+    if let K::Index(base, args) = &e.kind {
+        if let Some(path) = path(base) {
+            let args = args
+                .iter()
+                .map(|a| match a {
+                    ast::IndexArg::Expr(e) => expr_to_dim_arg(e),
+                    ast::IndexArg::Slice { span, .. } => {
+                        ast::DimArg::Dim { dim: ast::DimExpr { kind: ast::DimKind::Error, span: *span }, shard: None }
+                    }
+                })
+                .collect();
+            let kind = ast::TypeKind::Named { path, args: Some(args) };
+            return ast::DimArg::Type(ast::TypeExpr { kind, span: e.span });
+        }
+    }
+    ast::DimArg::Dim { dim: expr_to_dim(e), shard: None }
+}
+
 /// Reads an expression written as a model type argument as a dim expression.
 fn expr_to_dim(e: &ast::Expr) -> ast::DimExpr {
     use ast::{DimExpr, DimKind, ExprKind as K};
     let kind = match &e.kind {
         K::Int(n) => DimKind::Int(*n),
         K::Name(n) => DimKind::Var(n.clone()),
+        K::Field(base, item) => match &base.kind {
+            K::Name(m) => DimKind::Var(format!("{m}.{}", item.name)),
+            _ => DimKind::Error,
+        },
         K::Wild => DimKind::Infer,
         K::Unary(ast::UnOp::Neg, a) => DimKind::Neg(Box::new(expr_to_dim(a))),
         K::Binary(op @ (ast::BinOp::Add | ast::BinOp::Sub | ast::BinOp::Mul | ast::BinOp::Div), a, b) => {

@@ -230,7 +230,18 @@ impl Checker {
         match &t.kind {
             ast::ExprKind::Name(n) => match cx.lookup(n) {
                 Some((Binding::Local(l), def)) => {
-                    if !cx.locals[l.0 as usize].mutable {
+                    if !cx.locals[l.0 as usize].mutable && def == Span::default() {
+                        // Parameters and loop variables are bound without a `let` span.
+                        self.error(
+                            Diagnostic::error(
+                                Code::E0210,
+                                t.span,
+                                format!("cannot assign to `{n}`: it is a parameter or loop variable, not a `var`"),
+                            )
+                            .label("assignment to an immutable name")
+                            .with_help(format!("copy it into a variable first: `var {n}2 = {n}`")),
+                        );
+                    } else if !cx.locals[l.0 as usize].mutable {
                         self.error(
                             Diagnostic::error(Code::E0210, t.span, format!("cannot assign twice to `{n}`: it is a `let` binding"))
                                 .label("assignment to an immutable name")
@@ -250,6 +261,14 @@ impl Checker {
             },
             ast::ExprKind::Wild => Pat::Ignore,
             ast::ExprKind::Tuple(es) => Pat::Tuple(es.iter().map(|e| self.assign_target(cx, e)).collect()),
+            ast::ExprKind::Field(_, f) => {
+                self.error(
+                    Diagnostic::error(Code::E0210, t.span, format!("cannot assign to field `{}`: models are values", f.name))
+                        .label("fields cannot be assigned")
+                        .with_help("build a new model: with its constructor, model arithmetic or `map`"),
+                );
+                Pat::Ignore
+            }
             _ => {
                 self.error(
                     Diagnostic::error(Code::E0210, t.span, "cannot assign to this expression")
@@ -413,6 +432,8 @@ impl Checker {
     }
 
     /// Checks that a value fits a type exactly (weak literals adapt) or explains why not.
+    /// The error hands the expression back so that checking goes on with it.
+    #[allow(clippy::result_large_err)]
     pub(crate) fn try_coerce(&mut self, v: ir::Expr, t: &Type) -> Result<ir::Expr, (ir::Expr, String)> {
         if v.ty.has_error() || t.has_error() {
             return Ok(v);
@@ -487,8 +508,8 @@ impl Checker {
                     Type::Fn(f) => f.clone(),
                     _ => unreachable!(),
                 };
-                let args: Vec<(Type, Span)> = params.iter().map(|p| (p.clone(), Span::default())).collect();
                 let span = self.prog.span(v.span);
+                let args: Vec<(Type, Span)> = params.iter().map(|p| (p.clone(), span)).collect();
                 match self.apply_fn_type(&fty, &args, span, true) {
                     Some((r, _)) if self.types_equal(&r, ret) => Ok(v),
                     Some((r, _)) => {
@@ -529,14 +550,17 @@ impl Checker {
             Ok(e) => e,
             Err((e, why)) => {
                 let code = if code == Code::E0304 { mismatch_code(&e.ty, t) } else { code };
-                self.error(
-                    Diagnostic::error(
-                        code,
-                        span,
-                        format!("{what} has type {}, expected {}", self.ty_str(&e.ty), self.ty_str(t)),
-                    )
-                    .label(why),
-                );
+                let msg = match (&e.ty, t) {
+                    // `let i: i32 = 1.5`: say that the literal is what does not fit.
+                    (Type::Tensor(we, ws), Type::Tensor(te, _))
+                        if we.is_weak() && ws.is_empty() && crate::types::unify::elem_accepts(*te, *we).is_err() =>
+                    {
+                        let article = if *we == Elem::WeakInt { "an" } else { "a" };
+                        format!("{what} is {article} {}, which cannot be used as {}", we.name(), self.ty_str(t))
+                    }
+                    _ => format!("{what} has type {}, expected {}", self.ty_str(&e.ty), self.ty_str(t)),
+                };
+                self.error(Diagnostic::error(code, span, msg).label(why));
                 e
             }
         }
@@ -674,6 +698,15 @@ impl Checker {
         if t.ty.has_error() || f.ty.has_error() {
             return (t, f);
         }
+        if let (Type::Tensor(a, sa), Type::Tensor(b, _)) = (&t.ty, &f.ty) {
+            if a.is_weak() && b.is_weak() && a != b {
+                // `if c { 1 } else { 2.5 }`: the two literals meet as a float (f32, like `2.5` alone).
+                let target = Type::Tensor(Elem::T(ElemTy::F32), sa.clone());
+                if let (Ok(t2), Ok(f2)) = (self.try_coerce(t.clone(), &target), self.try_coerce(f.clone(), &target)) {
+                    return (t2, f2);
+                }
+            }
+        }
         if let (Type::Tensor(a, _), Type::Tensor(b, _)) = (&t.ty, &f.ty) {
             if a.is_weak() && !b.is_weak() {
                 let target = f.ty.clone();
@@ -731,8 +764,21 @@ impl Checker {
                         l
                     }
                     ast::Pattern::Wild(_) => cx.new_local(self, "_", i32t.clone(), false),
-                    ast::Pattern::Tuple(_, s) => {
+                    ast::Pattern::Tuple(ps, s) => {
                         self.error(Diagnostic::error(Code::E0319, *s, "a range gives one integer, not a tuple"));
+                        // Bind the names (as errors) so that their uses are not reported again.
+                        fn names(p: &ast::Pattern, out: &mut Vec<String>) {
+                            match p {
+                                ast::Pattern::Name(n) => out.push(n.name.clone()),
+                                ast::Pattern::Wild(_) => {}
+                                ast::Pattern::Tuple(ps, _) => ps.iter().for_each(|p| names(p, out)),
+                            }
+                        }
+                        let mut ns = Vec::new();
+                        ps.iter().for_each(|p| names(p, &mut ns));
+                        for n in ns {
+                            cx.new_local(self, &n, Type::Error, false);
+                        }
                         cx.new_local(self, "_", i32t.clone(), false)
                     }
                 };
@@ -935,11 +981,14 @@ impl Checker {
     }
 
     pub(crate) fn unknown_name(&mut self, cx: &FnCx, n: &str, span: Span) {
-        let mut cands: Vec<String> = cx.names_in_scope();
-        cands.extend(self.scopes[cx.module.0 as usize].keys().cloned());
-        cands.extend(Prim::builtin_names().iter().map(|s| s.to_string()));
+        let mut cands: Vec<String> = Vec::new();
+        if self.suggest_budget > 0 {
+            cands = cx.names_in_scope();
+            cands.extend(self.scopes[cx.module.0 as usize].keys().cloned());
+            cands.extend(Prim::builtin_names().iter().map(|s| s.to_string()));
+        }
         let mut d = Diagnostic::error(Code::E0201, span, format!("unknown name `{n}`")).label("not found in this scope");
-        if let Some(s) = super::suggest(n, cands.iter().map(String::as_str)) {
+        if let Some(s) = self.suggest_budgeted(n, &cands) {
             d = d.with_help(format!("did you mean `{s}`?"));
         }
         self.error(d);
@@ -1246,13 +1295,25 @@ impl Checker {
 
     pub(crate) fn broadcast_error(&mut self, a: &Type, b: &Type, e: BroadcastError, span: Span, aspan: Span, bspan: Span) {
         let (xs, ys) = (self.ty_str(a), self.ty_str(b));
+        let fixed_rank = |t: &Type| match t {
+            Type::Tensor(_, s) if !s.iter().any(|i| matches!(i, ShapeItem::Rest(_))) => Some(s.len()),
+            _ => None,
+        };
+        let ranks = (fixed_rank(a), fixed_rank(b));
         let msg = match e {
-            BroadcastError::Dims { from_end, a, b } => format!(
-                "shapes do not broadcast: {} vs {} in dimension {} from the end",
-                self.dim_str(&a),
-                self.dim_str(&b),
-                from_end
-            ),
+            BroadcastError::Dims { from_end, a, b } => {
+                let which = match ranks {
+                    _ if from_end == 1 => "the last dimension".to_string(),
+                    // Same rank: count from the front, as people index.
+                    (Some(ra), Some(rb)) if ra == rb => format!("dimension {}", ra - from_end),
+                    _ => format!("dimension {from_end} from the end"),
+                };
+                format!(
+                    "shapes {xs} and {ys} do not broadcast: {} vs {} in {which}",
+                    self.dim_str(&a),
+                    self.dim_str(&b),
+                )
+            }
             BroadcastError::Rest => "rank-polymorphic shapes do not broadcast: their `..` rests differ".to_string(),
         };
         self.error(
@@ -1338,8 +1399,18 @@ impl Checker {
         let batch = match broadcast(&a_batch, &b_batch) {
             Ok(b) => b,
             Err(e) => {
-                let (xt, yt) = (x.ty.clone(), y.ty.clone());
-                self.broadcast_error(&xt, &yt, e, span, aspan, bspan);
+                // The batch dims (all but the last two) broadcast; say so, with both types.
+                let (xs, ys) = (self.ty_str(&x.ty), self.ty_str(&y.ty));
+                let why = match e {
+                    BroadcastError::Dims { a, b, .. } => format!("{} vs {}", self.dim_str(&a), self.dim_str(&b)),
+                    BroadcastError::Rest => "their `..` rests differ".to_string(),
+                };
+                self.error(
+                    Diagnostic::error(Code::E0302, span, format!("matmul batch dimensions do not broadcast: {why} ({xs} @ {ys})"))
+                        .with_secondary(aspan, format!("this is {xs}"))
+                        .with_secondary(bspan, format!("this is {ys}"))
+                        .with_help("`@` multiplies the last two dims; the dims before them broadcast like `+`"),
+                );
                 return self.error_expr(span);
             }
         };

@@ -411,6 +411,10 @@ impl Checker {
     fn check_model_inits(&mut self, m: ModuleId, id: ModelId) {
         let sig = self.model_sigs[id.0 as usize].clone();
         for (i, f) in sig.decl.fields.iter().enumerate() {
+            // A repeated field was reported (`E0205`); its initialiser is not checked against the first.
+            if sig.decl.fields[..i].iter().any(|g| g.name.name == f.name.name) {
+                continue;
+            }
             let Some((_, fty, _)) = sig.fields.iter().find(|(n, _, _)| *n == f.name.name).cloned() else { continue };
             let idx = sig.fields.iter().position(|(n, _, _)| *n == f.name.name).unwrap_or(i);
             let Some(init) = &f.init else {

@@ -48,7 +48,7 @@ impl Checker {
     /// (a diagnostic was reported at `at`).
     pub(super) fn load_module(&mut self, origin: Origin, text: String, name: String) -> ModuleId {
         let display = match &origin {
-            Origin::File(p) => p.display().to_string(),
+            Origin::File(p) => display_path(p),
             Origin::Stdlib(m) => format!("<stdlib>/{}.msl", m.replace('.', "/")),
             Origin::Memory { name, .. } => name.clone(),
         };
@@ -119,9 +119,9 @@ impl Checker {
                                     Diagnostic::error(
                                         Code::E0204,
                                         *pspan,
-                                        format!("cannot find file `{}`", full.display()),
+                                        format!("cannot find file `{path}`"),
                                     )
-                                    .label("no such file")
+                                    .label(format!("no such file: {}", display_path(&full)))
                                     .with_help("paths in `use \"…\"` are relative to the file that uses them"),
                                 );
                                 return None;
@@ -134,6 +134,18 @@ impl Checker {
                                 return None;
                             }
                             return Some(m);
+                        }
+                        // Only regular files: reading `/dev/zero` or a FIFO would never end.
+                        if !canon.is_file() {
+                            self.diags.push(
+                                Diagnostic::error(
+                                    Code::E0204,
+                                    *pspan,
+                                    format!("cannot read `{}`: not a regular file", canon.display()),
+                                )
+                                .label("not a file"),
+                            );
+                            return None;
                         }
                         let bytes = match std::fs::read(&canon) {
                             Ok(b) => b,
@@ -222,6 +234,17 @@ impl Checker {
 
     pub(super) fn module(&self, id: ModuleId) -> &Module {
         &self.modules[id.0 as usize]
+    }
+}
+
+/// How a file is named in diagnostics: relative to the working directory when it lies below it
+/// (as rustc does), so that messages do not depend on where the project is checked out.
+fn display_path(p: &Path) -> String {
+    let cwd = std::env::current_dir().ok().and_then(|d| std::fs::canonicalize(d).ok());
+    let abs = std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    match cwd.as_ref().and_then(|d| abs.strip_prefix(d).ok()) {
+        Some(rel) => rel.display().to_string(),
+        None => p.display().to_string(),
     }
 }
 

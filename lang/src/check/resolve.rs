@@ -24,7 +24,9 @@ impl Checker {
             DimKind::Infer => {
                 if env.fresh.is_some() {
                     let s = self.new_sym("_");
-                    env.fresh.as_mut().unwrap().push(("_".to_string(), s));
+                    if let Some(fresh) = env.fresh.as_mut() {
+                        fresh.push(("_".to_string(), s));
+                    }
                     Dim::var(s)
                 } else {
                     self.error(
@@ -41,7 +43,15 @@ impl Checker {
                 if let Some(ItemRef::Dim(x)) = self.scopes[m.0 as usize].get(name) {
                     return x.clone();
                 }
-                if let Some(fresh) = env.fresh.as_mut() {
+                // A dim of a used module: `layers.Width`.
+                if let Some((module, item)) = name.split_once('.') {
+                    if let Some(ItemRef::Module(u)) = self.scopes[m.0 as usize].get(module) {
+                        if let Some(ItemRef::Dim(x)) = self.scopes[u.0 as usize].get(item) {
+                            return x.clone();
+                        }
+                    }
+                }
+                if let Some(fresh) = env.fresh.as_mut().filter(|_| !name.contains('.')) {
                     if let Some((_, s)) = fresh.iter().find(|(n, _)| n == name) {
                         return Dim::var(*s);
                     }
@@ -58,7 +68,7 @@ impl Checker {
                 );
                 let mut diag = Diagnostic::error(Code::E0209, d.span, format!("unknown dimension `{name}`"))
                     .label("not declared");
-                diag = match super::suggest(name, cands.iter().map(String::as_str)) {
+                diag = match self.suggest_budgeted(name, &cands) {
                     Some(s) => diag.with_help(format!("did you mean `{s}`?")),
                     None => diag.with_help(format!(
                         "declare it in the `[…]` list of the function or model, or as `dim {name} = …`"
@@ -80,7 +90,14 @@ impl Checker {
                 };
                 self.dim_in_range(r, &x, &y, d.span)
             }
-            DimKind::Error => Dim::var(self.new_sym("?")),
+            DimKind::Error => {
+                self.error(
+                    Diagnostic::error(Code::E0209, d.span, "expected a dimension")
+                        .label("not a dimension")
+                        .with_help("a dimension is an integer, a dim name, or `+ - * /` of them, e.g. `2 * D`"),
+                );
+                Dim::var(self.new_sym("?"))
+            }
         }
     }
 
@@ -169,7 +186,7 @@ impl Checker {
                         );
                         let mut d = Diagnostic::error(Code::E0208, t.span, format!("unknown type `{name}`"))
                             .label("not a type");
-                        if let Some(s) = super::suggest(&name, cands.iter().map(String::as_str)) {
+                        if let Some(s) = self.suggest_budgeted(&name, &cands) {
                             d = d.with_help(format!("did you mean `{s}`?"));
                         }
                         self.error(d);
@@ -190,6 +207,13 @@ impl Checker {
                     if let Some(axis) = shard {
                         self.check_shard_axis(m, axis);
                     }
+                }
+                DimArg::Type(t) => {
+                    self.error(
+                        Diagnostic::error(Code::E0209, t.span, "expected a dimension, found a model type")
+                            .label("a tensor's `[…]` holds dimensions"),
+                    );
+                    shape.push(ShapeItem::Dim(Dim::var(self.new_sym("?"))));
                 }
                 DimArg::Rest(name) => {
                     rests += 1;
@@ -309,6 +333,14 @@ impl Checker {
                             self.check_shard_axis(m, axis);
                         }
                     }
+                }
+                DimArg::Type(t) if is_model => out.push(TypeArg::Type(self.resolve_type(m, t, env))),
+                DimArg::Type(t) => {
+                    self.error(
+                        Diagnostic::error(Code::E0209, t.span, format!("model `{name}` expects a dimension here, found a model type"))
+                            .label("not a dimension"),
+                    );
+                    out.push(TypeArg::Dim(Dim::var(self.new_sym("?"))));
                 }
                 DimArg::Rest(n) => {
                     self.error(Diagnostic::error(Code::E0305, n.span, "a model type argument cannot be `..`"));

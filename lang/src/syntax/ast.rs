@@ -109,6 +109,8 @@ pub enum TypeKind {
 pub enum DimArg {
     Dim { dim: DimExpr, shard: Option<Ident> },
     Rest(Ident),
+    /// A model type with arguments as the argument of a generic model: `AdamState[Mlp[4, 8, 2]]`.
+    Type(TypeExpr),
 }
 
 #[derive(Clone, Debug, PartialEq)]

@@ -213,6 +213,7 @@ fn type_deep(t: &ast::TypeExpr, d: usize) -> bool {
         Named { args, .. } => args.iter().flatten().any(|a| match a {
             ast::DimArg::Dim { dim, .. } => dim_deep(dim, d),
             ast::DimArg::Rest(_) => false,
+            ast::DimArg::Type(t) => type_deep(t, d),
         }),
         Tuple(ts) => ts.iter().any(|t| type_deep(t, d)),
         Fn { params, ret } => params.iter().any(|t| type_deep(t, d)) || type_deep(ret, d),

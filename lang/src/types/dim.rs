@@ -75,15 +75,37 @@ impl Dim {
     }
 
     pub fn add(&self, o: &Dim) -> Dim {
-        let mut terms = self.terms.clone();
+        let mut out = self.clone();
         for (m, c) in &o.terms {
-            let e = terms.entry(m.clone()).or_insert(Rat::int(0));
-            *e = e.add(*c);
-            if e.is_zero() {
-                terms.remove(m);
+            out.add_term(m.clone(), *c);
+        }
+        out
+    }
+
+    /// Adds `c * m` in place (no copy of the other terms).
+    fn add_term(&mut self, m: Mono, c: Rat) {
+        use std::collections::btree_map::Entry;
+        match self.terms.entry(m) {
+            Entry::Vacant(v) => {
+                if !c.is_zero() {
+                    v.insert(Rat::int(0).add(c));
+                }
+            }
+            Entry::Occupied(mut o) => {
+                let sum = o.get().add(c);
+                if sum.is_zero() {
+                    o.remove();
+                } else {
+                    *o.get_mut() = sum;
+                }
             }
         }
-        Dim { terms }
+    }
+
+    /// The value a product too large to expand stands for: a saturated constant, which
+    /// `overflows`, so the checker reports it instead of spending unbounded time and memory.
+    fn saturated() -> Dim {
+        Dim { terms: BTreeMap::from([(Vec::new(), Rat::int(i128::MAX))]) }
     }
 
     pub fn neg(&self) -> Dim {
@@ -95,12 +117,14 @@ impl Dim {
     }
 
     pub fn mul(&self, o: &Dim) -> Dim {
+        // Expanding products of sums grows combinatorially (`(A+B+C+D)**40` has 12,341 terms).
+        if self.terms.len().saturating_mul(o.terms.len()) > MAX_PRODUCT_TERMS {
+            return Dim::saturated();
+        }
         let mut out = Dim::default();
         for (m1, c1) in &self.terms {
             for (m2, c2) in &o.terms {
-                let mut single = BTreeMap::new();
-                single.insert(mono_mul(m1, m2), c1.mul(*c2));
-                out = out.add(&Dim { terms: single });
+                out.add_term(mono_mul(m1, m2), c1.mul(*c2));
             }
         }
         out
@@ -173,7 +197,7 @@ impl Dim {
                 let factor = if e >= 0 {
                     pow(&base, e as u32)
                 } else {
-                    match pow(&base, (-e) as u32).div_opt_one() {
+                    match pow(&base, e.unsigned_abs()).div_opt_one() {
                         Some(d) => d,
                         None => {
                             // A sum in a denominator cannot be normalised; keep the variable.
@@ -185,7 +209,9 @@ impl Dim {
                 };
                 term = term.mul(&factor);
             }
-            out = out.add(&term);
+            for (m, c) in term.terms {
+                out.add_term(m, c);
+            }
         }
         out
     }
@@ -218,10 +244,21 @@ impl Dim {
     }
 }
 
-fn pow(d: &Dim, e: u32) -> Dim {
+/// Most term pairs one product may expand; beyond it the product saturates (see `saturated`).
+const MAX_PRODUCT_TERMS: usize = 1 << 14;
+
+/// `d ** e` by repeated squaring: exponents can be huge (`I*I*…` nested through models).
+fn pow(d: &Dim, mut e: u32) -> Dim {
     let mut out = Dim::constant(1);
-    for _ in 0..e {
-        out = out.mul(d);
+    let mut base = d.clone();
+    while e > 0 {
+        if e & 1 == 1 {
+            out = out.mul(&base);
+        }
+        e >>= 1;
+        if e > 0 {
+            base = base.mul(&base);
+        }
     }
     out
 }
@@ -229,7 +266,8 @@ fn pow(d: &Dim, e: u32) -> Dim {
 fn mono_mul(a: &Mono, b: &Mono) -> Mono {
     let mut map: BTreeMap<Sym, i32> = BTreeMap::new();
     for &(s, e) in a.iter().chain(b.iter()) {
-        *map.entry(s).or_insert(0) += e;
+        let x = map.entry(s).or_insert(0);
+        *x = x.saturating_add(e);
     }
     map.into_iter().filter(|&(_, e)| e != 0).collect()
 }
@@ -321,6 +359,11 @@ mod tests {
         let _ = d.neg().mul(&Dim::constant(-3)).add(&d).div(&d);
         assert!(d.display(&names).to_string().starts_with('-'));
         assert!(!Dim::constant(i64::MAX).overflows());
+        // Huge exponents and combinatorial expansions finish at once and saturate.
+        let sum = (0..4).map(|i| Dim::var(Sym(i))).fold(Dim::default(), |a, b| a.add(&b));
+        assert!(pow(&sum, 200).overflows());
+        assert!(pow(&Dim::constant(2), u32::MAX).overflows());
+        assert_eq!(pow(&sum, 3), sum.mul(&sum).mul(&sum));
     }
 
     #[test]
