@@ -85,8 +85,58 @@ fn unify_dtypes(a: Tensor, b: Tensor) -> (Tensor, Tensor) {
 }
 
 pub(crate) fn tensor_binary(op: BinaryOp, a: &Tensor, b: &Tensor, span: Span) -> R<Tensor> {
+    if let Some(t) = scalar_binary(op, a, b) {
+        return Ok(t);
+    }
     let (a, b) = unify_dtypes(a.clone(), b.clone());
     ops::binary(op, &a, &b).map_err(|e| kerr(e, span))
+}
+
+/// Host-code arithmetic on two scalars of one type, without going through a kernel (loop
+/// counters, accumulators). Integer division and remainder by zero take the kernel path, which
+/// reports the error.
+fn scalar_binary(op: BinaryOp, a: &Tensor, b: &Tensor) -> Option<Tensor> {
+    if a.rank() != 0 || b.rank() != 0 || a.dtype() != b.dtype() {
+        return None;
+    }
+    match a.dtype() {
+        DType::I32 => {
+            let (x, y) = (a.as_i32()?[0], b.as_i32()?[0]);
+            let v = match op {
+                BinaryOp::Add => x.wrapping_add(y),
+                BinaryOp::Sub => x.wrapping_sub(y),
+                BinaryOp::Mul => x.wrapping_mul(y),
+                BinaryOp::Div if y != 0 => x.wrapping_div(y),
+                BinaryOp::Rem if y != 0 => x.wrapping_rem(y),
+                BinaryOp::Max => x.max(y),
+                BinaryOp::Min => x.min(y),
+                BinaryOp::Eq => return Some(Tensor::scalar_bool(x == y)),
+                BinaryOp::Ne => return Some(Tensor::scalar_bool(x != y)),
+                BinaryOp::Lt => return Some(Tensor::scalar_bool(x < y)),
+                BinaryOp::Le => return Some(Tensor::scalar_bool(x <= y)),
+                BinaryOp::Gt => return Some(Tensor::scalar_bool(x > y)),
+                BinaryOp::Ge => return Some(Tensor::scalar_bool(x >= y)),
+                _ => return None,
+            };
+            Some(Tensor::scalar_i32(v))
+        }
+        DType::F32 => {
+            let (x, y) = (a.as_f32()?[0], b.as_f32()?[0]);
+            let v = match op {
+                BinaryOp::Add => x + y,
+                BinaryOp::Sub => x - y,
+                BinaryOp::Mul => x * y,
+                BinaryOp::Div => x / y,
+                BinaryOp::Lt => return Some(Tensor::scalar_bool(x < y)),
+                BinaryOp::Le => return Some(Tensor::scalar_bool(x <= y)),
+                BinaryOp::Gt => return Some(Tensor::scalar_bool(x > y)),
+                BinaryOp::Ge => return Some(Tensor::scalar_bool(x >= y)),
+                _ => return None,
+            };
+            Some(Tensor::scalar_f32(v))
+        }
+        _ => None,
+    }
 }
 
 fn reduce_op(p: Prim) -> Option<ReduceOp> {
