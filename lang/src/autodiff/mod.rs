@@ -11,6 +11,7 @@
 mod fwd;
 mod jvp;
 mod rules;
+pub mod simplify;
 pub mod vmap;
 
 use crate::diag::{Code, Diagnostic};
@@ -122,6 +123,16 @@ pub fn derive(prog: &mut Program, f: FuncId, mode: Mode, span: Span) -> Result<F
         }
         _ => fwd::generate(prog, f, mode, span)?,
     };
+    let mut func = func;
+    simplify::simplify(&mut func);
+    // Residuals that simplification removed (shared or dead) are no longer kept.
+    let mut live = std::collections::HashSet::new();
+    walk(&func.body, &mut |e| {
+        if let ExprKind::Local(l) = &e.kind {
+            live.insert(*l);
+        }
+    });
+    let residuals: Vec<_> = residuals.into_iter().filter(|l| live.contains(l)).collect();
     let id = FuncId(prog.funcs.len() as u32);
     prog.funcs.push(func);
     prog.derived.residuals.insert(id, residuals);

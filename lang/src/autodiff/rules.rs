@@ -407,22 +407,38 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
                 let s = shape(&tys[0]);
                 let n = match attrs.axis {
                     Some(ax) => match &s[ax] {
-                        ShapeItem::Dim(d) => d.clone(),
-                        _ => Dim::constant(1),
+                        ShapeItem::Dim(d) => Some(d.clone()),
+                        _ => Some(Dim::constant(1)),
                     },
-                    None => fixed(&s).unwrap_or_default().iter().fold(Dim::constant(1), |acc, d| acc.mul(d)),
+                    None => fixed(&s).map(|ds| ds.iter().fold(Dim::constant(1), |acc, d| acc.mul(d))),
                 };
-                let c = g.count(n, elem(&ot));
+                let c = match n {
+                    Some(n) => g.count(n, elem(&ot)),
+                    None => {
+                        // The mean of a `..` rest: its element count is only known at run time.
+                        let z = g.zeros_like(a.unwrap())?;
+                        let one = g.scalar(1.0, &tys[0]);
+                        let ones = g.bin(Prim::Add, z, one, tys[0].clone());
+                        g.p(Prim::Sum, &[ones], Attrs::default(), tensor(elem(&ot), vec![]))
+                    }
+                };
                 x = g.bin(Prim::Div, x, c, tys[0].clone());
             }
             v.push((0, x));
         }
         Prim::Max | Prim::Min => {
-            let k = g.keep(bar, attrs.axis, attrs.keepdims);
-            let kb = g.bcast_like(k, a.unwrap())?;
+            // Entries that tie for the extremum share the cotangent equally (as in JAX and
+            // PyTorch), so the gradient stays a subgradient: it sums to the cotangent.
             let y = g.keep(out, attrs.axis, attrs.keepdims);
             let mask = g.cmp(Prim::Eq, a.unwrap(), y);
             let z = g.scalar(0.0, &ot);
+            let one = g.scalar(1.0, &ot);
+            let ind = g.select(mask, one, z, tys[0].clone());
+            let red = Attrs { axis: attrs.axis, keepdims: attrs.keepdims, ..Attrs::default() };
+            let cnt = g.p(Prim::Sum, &[ind], red, ot.clone());
+            let share = g.bin(Prim::Div, bar, cnt, ot.clone());
+            let k = g.keep(share, attrs.axis, attrs.keepdims);
+            let kb = g.bcast_like(k, a.unwrap())?;
             v.push((0, g.select(mask, kb, z, tys[0].clone())));
         }
         Prim::Logsumexp => {

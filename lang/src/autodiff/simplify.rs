@@ -1,0 +1,216 @@
+//! Clean-up of generated functions: common subexpressions are shared and values nobody reads
+//! are dropped (dead-code removal), so derivatives stay small and readable.
+
+use crate::ir::{dump::walk, Expr, ExprKind, Func, Local, Pat, Stmt};
+use std::collections::{HashMap, HashSet};
+
+/// Simplifies a function in place.
+pub fn simplify(f: &mut Func) {
+    let mutable: HashSet<Local> = f.locals.iter().enumerate().filter(|(_, l)| l.mutable).map(|(i, _)| Local(i as u32)).collect();
+    let mut assigned = HashSet::new();
+    walk(&f.body, &mut |e| {
+        if let ExprKind::Block { stmts, .. } = &e.kind {
+            for s in stmts {
+                if let Stmt::Assign { pat, .. } = s {
+                    pat_locals(pat, &mut assigned);
+                }
+            }
+        }
+    });
+    let _ = mutable;
+    let mut renames = HashMap::new();
+    cse(&mut f.body, &mut HashMap::new(), &mut renames, &assigned);
+    for _ in 0..8 {
+        let mut used = HashSet::new();
+        walk(&f.body, &mut |e| {
+            if let ExprKind::Local(l) = &e.kind {
+                used.insert(*l);
+            }
+            if let ExprKind::Block { stmts, .. } = &e.kind {
+                for s in stmts {
+                    if let Stmt::BindDims { local, .. } = s {
+                        used.insert(*local);
+                    }
+                }
+            }
+        });
+        if !dce(&mut f.body, &used) {
+            break;
+        }
+    }
+}
+
+fn pat_locals(p: &Pat, out: &mut HashSet<Local>) {
+    match p {
+        Pat::Local(l) => {
+            out.insert(*l);
+        }
+        Pat::Ignore => {}
+        Pat::Tuple(ps) => ps.iter().for_each(|p| pat_locals(p, out)),
+    }
+}
+
+/// A value whose evaluation has no effect and whose result depends only on its operands.
+fn pure(e: &Expr) -> bool {
+    let mut ok = true;
+    walk(e, &mut |x| match &x.kind {
+        ExprKind::Prim { prim, .. } if prim.has_effect() || matches!(prim, crate::ir::Prim::Normal | crate::ir::Prim::Uniform | crate::ir::Prim::HeNormal | crate::ir::Prim::GlorotUniform) => ok = false,
+        ExprKind::Call { .. }
+        | ExprKind::CallValue { .. }
+        | ExprKind::Block { .. }
+        | ExprKind::If { .. }
+        | ExprKind::ForRange { .. }
+        | ExprKind::ForBatches { .. }
+        | ExprKind::While { .. }
+        | ExprKind::Return(_)
+        | ExprKind::ModelInit { .. }
+        | ExprKind::Closure { .. }
+        | ExprKind::Jvp { .. }
+        | ExprKind::Vjp { .. } => ok = false,
+        _ => {}
+    });
+    ok
+}
+
+fn rename(e: &mut Expr, renames: &HashMap<Local, Local>) {
+    if renames.is_empty() {
+        return;
+    }
+    visit_mut(e, &mut |x| {
+        if let ExprKind::Local(l) = &mut x.kind {
+            if let Some(n) = renames.get(l) {
+                *l = *n;
+            }
+        }
+    });
+}
+
+fn visit_mut(e: &mut Expr, f: &mut dyn FnMut(&mut Expr)) {
+    f(e);
+    match &mut e.kind {
+        ExprKind::Prim { args, .. } | ExprKind::Call { args, .. } | ExprKind::Tuple(args) => args.iter_mut().for_each(|a| visit_mut(a, f)),
+        ExprKind::ModelBuild { fields } => fields.iter_mut().for_each(|a| visit_mut(a, f)),
+        ExprKind::CallValue { callee, args, .. } => {
+            visit_mut(callee, f);
+            args.iter_mut().for_each(|a| visit_mut(a, f));
+        }
+        ExprKind::Transform { callee, .. } => visit_mut(callee, f),
+        ExprKind::Jvp { callee, primals, tangents, .. } => {
+            visit_mut(callee, f);
+            primals.iter_mut().chain(tangents.iter_mut()).for_each(|a| visit_mut(a, f));
+        }
+        ExprKind::Vjp { callee, primals, .. } => {
+            visit_mut(callee, f);
+            primals.iter_mut().for_each(|a| visit_mut(a, f));
+        }
+        ExprKind::TupleGet(a, _) | ExprKind::Field(a, _) | ExprKind::Return(a) => visit_mut(a, f),
+        ExprKind::ModelInit { seed, .. } => visit_mut(seed, f),
+        ExprKind::Block { stmts, result } => {
+            for s in stmts {
+                match s {
+                    Stmt::Let { value, .. } | Stmt::Assign { value, .. } | Stmt::Expr(value) => visit_mut(value, f),
+                    Stmt::BindDims { .. } => {}
+                }
+            }
+            visit_mut(result, f);
+        }
+        ExprKind::If { cond, then, els } => {
+            visit_mut(cond, f);
+            visit_mut(then, f);
+            visit_mut(els, f);
+        }
+        ExprKind::ForRange { start, end, body, .. } => {
+            visit_mut(start, f);
+            visit_mut(end, f);
+            visit_mut(body, f);
+        }
+        ExprKind::ForBatches { data, size, shuffle, body, .. } => {
+            data.iter_mut().for_each(|a| visit_mut(a, f));
+            visit_mut(size, f);
+            if let Some(s) = shuffle {
+                visit_mut(s, f);
+            }
+            visit_mut(body, f);
+        }
+        ExprKind::While { cond, body } => {
+            visit_mut(cond, f);
+            visit_mut(body, f);
+        }
+        _ => {}
+    }
+}
+
+/// Shares equal pure values within a block (and with the blocks it encloses).
+fn cse(e: &mut Expr, seen: &mut HashMap<String, Local>, renames: &mut HashMap<Local, Local>, assigned: &HashSet<Local>) {
+    match &mut e.kind {
+        ExprKind::Block { stmts, result } => {
+            let mut scope = seen.clone();
+            let mut kept = Vec::with_capacity(stmts.len());
+            for mut s in std::mem::take(stmts) {
+                match &mut s {
+                    Stmt::Let { pat: Pat::Local(l), value } => {
+                        rename(value, renames);
+                        cse(value, &mut scope, renames, assigned);
+                        let reads_mutable = {
+                            let mut r = false;
+                            walk(value, &mut |x| {
+                                if let ExprKind::Local(m) = &x.kind {
+                                    r |= assigned.contains(m);
+                                }
+                            });
+                            r
+                        };
+                        if pure(value) && !reads_mutable && !assigned.contains(l) {
+                            let key = format!("{:?}|{:?}", value.kind, value.ty);
+                            if let Some(prev) = scope.get(&key) {
+                                renames.insert(*l, *prev);
+                                continue;
+                            }
+                            scope.insert(key, *l);
+                        }
+                    }
+                    Stmt::Let { value, .. } | Stmt::Assign { value, .. } | Stmt::Expr(value) => {
+                        rename(value, renames);
+                        cse(value, &mut scope, renames, assigned);
+                    }
+                    Stmt::BindDims { .. } => {}
+                }
+                kept.push(s);
+            }
+            *stmts = kept;
+            rename(result, renames);
+            cse(result, &mut scope, renames, assigned);
+        }
+        ExprKind::If { cond, then, els } => {
+            rename(cond, renames);
+            cse(then, seen, renames, assigned);
+            cse(els, seen, renames, assigned);
+        }
+        ExprKind::ForRange { start, end, body, .. } => {
+            rename(start, renames);
+            rename(end, renames);
+            cse(body, seen, renames, assigned);
+        }
+        ExprKind::While { cond, body } => {
+            cse(cond, seen, renames, assigned);
+            cse(body, seen, renames, assigned);
+        }
+        _ => rename(e, renames),
+    }
+}
+
+/// Drops `let`s of pure values nobody reads; returns whether anything changed.
+fn dce(e: &mut Expr, used: &HashSet<Local>) -> bool {
+    let mut changed = false;
+    visit_mut(e, &mut |x| {
+        if let ExprKind::Block { stmts, .. } = &mut x.kind {
+            let before = stmts.len();
+            stmts.retain(|s| match s {
+                Stmt::Let { pat: Pat::Local(l), value } => used.contains(l) || !pure(value),
+                _ => true,
+            });
+            changed |= stmts.len() != before;
+        }
+    });
+    changed
+}
