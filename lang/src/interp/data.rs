@@ -38,6 +38,15 @@ impl Interp<'_> {
         let Value::Str(p) = path else { return Err(rt(Code::E0605, "`load` needs a path", span)) };
         let (file, entry) = Self::split_entry(p);
         let full = self.resolve(file);
+        // Messages name the file as the program wrote it, not where it was found.
+        let shown = full.display().to_string();
+        let kerr = |e: kernels::KernelError, span: Span| match kerr(e, span) {
+            super::Ctrl::Error(mut r) => {
+                r.message = r.message.replace(&shown, file);
+                super::Ctrl::Error(r)
+            }
+            c => c,
+        };
         match ty {
             Type::Tensor(Elem::T(et), shape) => {
                 let t = io::load(&full, entry).map_err(|e| kerr(e, span))?;
@@ -76,7 +85,7 @@ impl Interp<'_> {
                         Code::E0601,
                         format!(
                             "{}: expected {expected} but the file holds {} {:?}",
-                            full.display(),
+                            file,
                             t.dtype(),
                             t.shape()
                         ),
