@@ -43,16 +43,16 @@ pub(super) enum Node {
 
 pub(super) struct LoopNode {
     /// `for`: the start and end values; `while`: `None` and the iteration count in `end`.
-    start: Option<Local>,
-    end: Local,
-    ivar: Option<Local>,
-    body: Rc<Expr>,
-    ctx: Vec<FrameCx>,
-    carried: Vec<Local>,
-    init: Vec<Local>,
-    outs: Vec<Local>,
-    free: Vec<Local>,
-    span: SpanId,
+    pub start: Option<Local>,
+    pub end: Local,
+    pub ivar: Option<Local>,
+    pub body: Rc<Expr>,
+    pub ctx: Vec<FrameCx>,
+    pub carried: Vec<Local>,
+    pub init: Vec<Local>,
+    pub outs: Vec<Local>,
+    pub free: Vec<Local>,
+    pub span: SpanId,
 }
 
 pub(super) struct Gen<'p> {
@@ -67,6 +67,8 @@ pub(super) struct Gen<'p> {
     /// Cotangents of single model fields, merged into one model value when the model's
     /// cotangent is needed (so `m.w1`, `m.b1`, … do not each build a whole zero model).
     field_contribs: HashMap<Local, HashMap<usize, Vec<Local>>>,
+    /// Forward mode differentiates through `@custom_vjp` functions by inlining them.
+    no_custom: bool,
     pub span: Span,
     pub sid: SpanId,
 }
@@ -107,6 +109,7 @@ pub(super) fn generate(prog: &Program, f: FuncId, mode: Mode, span: Span) -> Res
         tainted: HashMap::new(),
         closure_envs: HashMap::new(),
         field_contribs: HashMap::new(),
+        no_custom: mode == Mode::Jvp,
         span,
         sid: func.span,
     };
@@ -135,6 +138,30 @@ pub(super) fn generate(prog: &Program, f: FuncId, mode: Mode, span: Span) -> Res
     let r = g.fwd(&func.body, &mut tape)?;
     let r = g.frames[0].returned.unwrap_or(r);
     let rty = g.ty_of(r);
+    if mode == Mode::Jvp {
+        // Forward mode: one tangent parameter per parameter, swept forward over the tape.
+        let mut params = func.params.clone();
+        let mut tan = HashMap::new();
+        for p in &func.params {
+            let v = g.frames[0].env[p];
+            let t = g.new_local(g.ty_of(v), "t", false);
+            params.push(t);
+            if g.active.contains(&v) {
+                tan.insert(v, t);
+            }
+        }
+        g.tangents(&tape, &mut tan)?;
+        let tr = match tan.get(&r) {
+            Some(t) => *t,
+            None => g.zeros_like(r)?,
+        };
+        let ret = Type::Tuple(vec![rty.clone(), g.ty_of(tr)]);
+        let result = mk(ExprKind::Tuple(vec![g.local(r), g.local(tr)]), ret.clone(), g.sid);
+        let stmts = g.blocks.pop().unwrap_or_default();
+        let body = mk(ExprKind::Block { stmts, result: Box::new(result) }, ret.clone(), g.sid);
+        let out = ir::Func { name: func.name, dims: func.dims.clone(), rests: func.rests.clone(), models: func.models.clone(), n_captures: func.n_captures, params, ret, locals: g.locals, body, annotations: vec![], span: func.span };
+        return Ok((out, vec![]));
+    }
     let mut params = func.params.clone();
     let seed = match mode {
         Mode::Pullback | Mode::Jvp => {
@@ -314,6 +341,26 @@ impl Gen<'_> {
         self.frames.last().unwrap()
     }
 
+    pub(super) fn replace_frames(&mut self, f: Vec<FrameCx>) -> Vec<FrameCx> {
+        std::mem::replace(&mut self.frames, f)
+    }
+
+    pub(super) fn push_block(&mut self) {
+        self.blocks.push(vec![]);
+    }
+
+    pub(super) fn pop_block(&mut self) -> Vec<Stmt> {
+        self.blocks.pop().unwrap_or_default()
+    }
+
+    pub(super) fn env_of(&self, l: Local) -> Local {
+        self.frame().env.get(&l).copied().unwrap_or(l)
+    }
+
+    pub(super) fn bind_env(&mut self, l: Local, v: Local) {
+        self.bind(l, v);
+    }
+
     fn sty(&self, t: &Type) -> Type {
         self.frame().subst.ty(t)
     }
@@ -417,7 +464,7 @@ impl Gen<'_> {
                     vs.push(self.fwd(a, tape)?);
                 }
                 let callee = self.prog.func(*func);
-                if let Some(&bwd) = self.prog.custom_vjp.get(func) {
+                if let Some(&bwd) = self.prog.custom_vjp.get(func).filter(|_| !self.no_custom) {
                     let dims: Vec<Dim> = dims.iter().map(|d| self.frame().subst.dim(d)).collect();
                     let rests: Vec<crate::types::Shape> = rests.iter().map(|r| self.frame().subst.shape(r)).collect();
                     let call = mk(

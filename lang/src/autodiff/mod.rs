@@ -9,8 +9,8 @@
 //! Generated functions are ordinary IR: they are differentiated again for higher order.
 
 mod fwd;
-mod jvp;
 mod rules;
+mod tangent;
 pub mod simplify;
 pub mod vmap;
 
@@ -115,7 +115,6 @@ pub fn derive(prog: &mut Program, f: FuncId, mode: Mode, span: Span) -> Result<F
         }
     }
     let (func, residuals) = match mode {
-        Mode::Jvp => (jvp::generate(prog, f, span)?, vec![]),
         Mode::Vmap { code } => {
             prog.sym_names.push("B".to_string());
             let b = crate::types::Sym(prog.sym_names.len() as u32 - 1);
