@@ -7,3 +7,14 @@ if ! command -v cargo >/dev/null; then
     exit 1
 fi
 rustup component list --installed 2>/dev/null | grep -q rustfmt || rustup component add rustfmt clippy >/dev/null 2>&1 || true
+
+# Neovim, whose built-in LSP client tests `msl lsp` as a real editor would (tests/nvim.rs; the
+# test is skipped with a printed reason where nvim is absent). Only as root, only with apt.
+if ! command -v nvim >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    if apt-get update -qq >/dev/null 2>&1 &&
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends neovim >/dev/null 2>&1; then
+        echo "installed $(nvim --version | head -n 1)"
+    else
+        echo "note: could not install neovim; the editor test will be skipped" >&2
+    fi
+fi
