@@ -63,6 +63,8 @@ pub(super) struct Gen<'p> {
     pub active: HashSet<Local>,
     /// Integer/boolean values computed from active ones, with the builtin that made them.
     tainted: HashMap<Local, &'static str>,
+    /// Inside `stop_gradient(…)`: nothing is differentiated, so nothing is rejected.
+    quiet: usize,
     closure_envs: HashMap<ClosureId, FrameCx>,
     /// Cotangents of single model fields, merged into one model value when the model's
     /// cotangent is needed (so `m.w1`, `m.b1`, … do not each build a whole zero model).
@@ -107,6 +109,7 @@ pub(super) fn generate(prog: &Program, f: FuncId, mode: Mode, span: Span) -> Res
         frames: vec![],
         active: HashSet::new(),
         tainted: HashMap::new(),
+        quiet: 0,
         closure_envs: HashMap::new(),
         field_contribs: HashMap::new(),
         no_custom: mode == Mode::Jvp,
@@ -436,9 +439,16 @@ impl Gen<'_> {
             }
             ExprKind::Prim { prim, args, attrs } => {
                 let mut vs = Vec::with_capacity(args.len());
+                let quiet = usize::from(*prim == Prim::StopGradient);
+                self.quiet += quiet;
                 for a in args {
-                    vs.push(self.fwd(a, tape)?);
+                    let v = self.fwd(a, tape);
+                    if v.is_err() {
+                        self.quiet -= quiet;
+                    }
+                    vs.push(v?);
                 }
+                self.quiet -= quiet;
                 let mut attrs = self.sattrs(attrs);
                 if attrs.from_end {
                     let s = match self.ty_of(vs[0]) {
@@ -486,6 +496,7 @@ impl Gen<'_> {
                 for (r, sh) in callee.rests.iter().zip(rests) {
                     subst.rests.insert(*r, self.frame().subst.shape(sh));
                 }
+                subst.models = self.infer_subst(*func, &vs).models;
                 self.inline(*func, vs, subst, None, tape)
             }
             ExprKind::CallValue { callee, target, args } => {
@@ -560,9 +571,16 @@ impl Gen<'_> {
                 Ok(out)
             }
             ExprKind::Block { stmts, result } => {
-                for s in stmts {
+                for (i, s) in stmts.iter().enumerate() {
                     if self.frame().returned.is_some() {
                         break;
+                    }
+                    // `if c { …; return a } rest` is `if c { …; a } else { rest }` (and the
+                    // mirror): the early return becomes the value of a branch.
+                    if let Some(joined) = join_early_return(s, &stmts[i + 1..], result) {
+                        let r = self.fwd(&joined, tape)?;
+                        self.frames.last_mut().unwrap().returned = Some(r);
+                        return Ok(r);
                     }
                     self.stmt(s, tape)?;
                 }
@@ -642,6 +660,12 @@ impl Gen<'_> {
         for (r, sh) in &subst.rests {
             flat.rests.insert(*r, self.frame().subst.shape(sh));
         }
+        for (v, t) in &subst.models {
+            flat.models.insert(*v, self.frame().subst.ty(t));
+        }
+        for (v, t) in &self.frame().subst.models {
+            flat.models.entry(*v).or_insert_with(|| t.clone());
+        }
         if let Some(c) = closure.and_then(|c| self.closure_envs.get(&c)) {
             for (s, d) in &c.subst.dims {
                 flat.dims.entry(*s).or_insert_with(|| d.clone());
@@ -706,8 +730,17 @@ impl Gen<'_> {
     /// Activity of a primitive's result, and the non-differentiable-builtin check.
     fn mark(&mut self, prim: Prim, args: &[Local], out: Local, ty: &Type, e: &Expr) -> Res<()> {
         let span = self.prog.span(e.span);
+        if self.quiet > 0 {
+            return Ok(());
+        }
         let any_active = args.iter().any(|a| self.is_active(*a));
         let out_float = is_float_type(ty);
+        // Integers and booleans computed from tainted ones stay tainted (`argmax(x) == y`).
+        if !out_float && !any_active {
+            if let Some(name) = args.iter().find_map(|a| self.tainted.get(a)).copied() {
+                self.tainted.insert(out, name);
+            }
+        }
         // A float value made from an integer or boolean that depends on what is differentiated.
         if out_float && matches!(prim, Prim::Cast | Prim::OneHot) {
             if let Some(name) = args.first().and_then(|a| self.tainted.get(a)) {
@@ -766,6 +799,9 @@ impl Gen<'_> {
             let mut sub = Vec::new();
             let saved = g.frames.clone();
             let r = g.fwd(b, &mut sub)?;
+            if g.frame().returned.is_some() {
+                return Err(err(g.prog.span(b.span), "cannot differentiate a `return` inside `if`: assign the result to a variable and return it at the end"));
+            }
             let outs: Vec<Expr> = std::iter::once(g.local(r)).chain(assigned.iter().map(|l| g.local(g.frame().env[l]))).collect();
             g.frames = saved;
             let stmts = g.blocks.pop().unwrap_or_default();
@@ -855,6 +891,9 @@ impl Gen<'_> {
         }
         let mut throwaway = Vec::new();
         self.fwd(body, &mut throwaway)?;
+        if self.frame().returned.is_some() {
+            return Err(err(self.prog.span(body.span), "cannot differentiate a `return` inside a loop"));
+        }
         for (l, s) in carried.iter().zip(slots) {
             let v = self.frame().env[l];
             self.push_stmt(Stmt::Assign { pat: Pat::Local(*s), value: self.local(v) });
@@ -1238,7 +1277,11 @@ impl Gen<'_> {
         for (c, s) in l.carried.iter().zip(&sb) {
             let new = self.frame().env[c];
             if self.is_active(new) {
-                local.entry(new).or_default().push(*s);
+                // Read the slot once: contributions may pass it through unchanged, and the
+                // slots are reassigned before the free values' cotangents are accumulated.
+                let ty = self.ty_of(*s);
+                let cur = self.emit(self.local(*s), ty, "sbv");
+                local.entry(new).or_default().push(cur);
             }
         }
         self.bwd(&sub, &mut local)?;
@@ -1278,6 +1321,52 @@ impl Gen<'_> {
         }
         Ok(())
     }
+}
+
+/// The block with its final `return v` replaced by `v`, if it always ends in a `return`.
+fn strip_return(e: &Expr) -> Option<Expr> {
+    match &e.kind {
+        ExprKind::Return(v) => Some((**v).clone()),
+        ExprKind::Block { stmts, result } => {
+            if let Some(r) = strip_return(result) {
+                return Some(Expr { kind: ExprKind::Block { stmts: stmts.clone(), result: Box::new(r.clone()) }, ty: r.ty.clone(), span: e.span });
+            }
+            match stmts.last() {
+                Some(Stmt::Expr(last)) => {
+                    let r = strip_return(last)?;
+                    let rest = stmts[..stmts.len() - 1].to_vec();
+                    Some(Expr { kind: ExprKind::Block { stmts: rest, result: Box::new(r.clone()) }, ty: r.ty.clone(), span: e.span })
+                }
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
+/// `if c { …; return a }` followed by the rest of a block, as one `if` whose branches are the
+/// value of the function.
+fn join_early_return(s: &Stmt, rest: &[Stmt], result: &Expr) -> Option<Expr> {
+    let Stmt::Expr(e) = s else { return None };
+    let ExprKind::If { cond, then, els } = &e.kind else { return None };
+    let (t, f) = (strip_return(then), strip_return(els));
+    if t.is_none() && f.is_none() {
+        return None;
+    }
+    let tail = Expr { kind: ExprKind::Block { stmts: rest.to_vec(), result: Box::new(result.clone()) }, ty: result.ty.clone(), span: result.span };
+    let seq = |b: &Expr| -> Expr {
+        let mut stmts = vec![Stmt::Expr(b.clone())];
+        stmts.extend(rest.iter().cloned());
+        Expr { kind: ExprKind::Block { stmts, result: Box::new(result.clone()) }, ty: result.ty.clone(), span: b.span }
+    };
+    let then2 = t.unwrap_or_else(|| seq(then));
+    let els2 = match f {
+        Some(f) => f,
+        None if matches!(&els.kind, ExprKind::Tuple(v) if v.is_empty()) => tail,
+        None => seq(els),
+    };
+    let ty = then2.ty.clone();
+    Some(Expr { kind: ExprKind::If { cond: cond.clone(), then: Box::new(then2), els: Box::new(els2) }, ty, span: e.span })
 }
 
 /// Rewrites locals and dims of a copied expression.

@@ -295,6 +295,33 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
                 v.push((1, g.unbroadcast(t, &tys[1])?));
             }
         }
+        Prim::Rem => {
+            // x % y = x - q·y with q = trunc(x / y), locally constant: d/dx = 1, d/dy = -q.
+            // q is written (x - out) / y so that the rule itself stays differentiable.
+            let (a, b) = (a.unwrap(), b.unwrap());
+            if act[0] {
+                v.push((0, g.unbroadcast(bar, &tys[0])?));
+            }
+            if act[1] {
+                let d = g.bin(Prim::Sub, a, out, ot.clone());
+                let q = g.bin(Prim::Div, d, b, ot.clone());
+                let m = g.bin(Prim::Mul, bar, q, ot.clone());
+                let m = negate(g, m);
+                v.push((1, g.unbroadcast(m, &tys[1])?));
+            }
+        }
+        Prim::Full => {
+            // `full(v, d…)`: every element is `v`, so its cotangent is the sum.
+            if act[0] {
+                let s = g.unbroadcast(bar, &tys[0])?;
+                let s = if elem(&tys[0]) == elem(&ot) {
+                    s
+                } else {
+                    g.p(Prim::Cast, &[s], Attrs { dtype: Some(elem(&tys[0])), ..Attrs::default() }, tys[0].clone())
+                };
+                v.push((0, s));
+            }
+        }
         Prim::Neg => v.push((0, negate(g, bar))),
         Prim::Exp => v.push((0, g.bin(Prim::Mul, bar, out, ot.clone()))),
         Prim::Log => v.push((0, g.bin(Prim::Div, bar, a.unwrap(), ot.clone()))),
