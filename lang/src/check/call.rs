@@ -111,7 +111,48 @@ impl Checker {
                     Ok(v) | Err((v, _)) => v,
                 })
                 .collect(),
-            _ => vals.into_iter().map(|v| self.materialise(v)).collect(),
+            _ => {
+                // Weak literals take the parameter types of the function the value calls.
+                let tys: Vec<(Type, Span)> = vals.iter().map(|v| (v.ty.clone(), Span::default())).collect();
+                let params = self.param_types(fty, &tys);
+                vals.into_iter()
+                    .enumerate()
+                    .map(|(i, v)| match params.as_ref().and_then(|p| p.get(i)) {
+                        Some(p) if matches!(v.ty, Type::Tensor(e, _) if e.is_weak()) => match self.try_coerce(v, p) {
+                            Ok(v) => v,
+                            Err((v, _)) => self.materialise(v),
+                        },
+                        _ => self.materialise(v),
+                    })
+                    .collect()
+            }
+        }
+    }
+
+    /// The parameter types a function value expects for these arguments, where known.
+    fn param_types(&mut self, fty: &FnTy, args: &[(Type, Span)]) -> Option<Vec<Type>> {
+        match fty {
+            FnTy::Item(id) => {
+                let (_, subst) = self.instantiate(*id, args, Span::default(), true)?;
+                Some(self.fn_sigs[id.0 as usize].params.iter().map(|p| subst.ty(&p.ty)).collect())
+            }
+            FnTy::Grad { inner, .. } => self.param_types(inner, args),
+            FnTy::Closure(cid) => {
+                let def = &self.closures[cid.0 as usize];
+                let ast::ExprKind::Closure { params, .. } = &def.ast.kind else { return None };
+                let mut env = self.env_of(&def.cx.clone());
+                let m = def.cx.module;
+                let ps = params.clone();
+                let mut out = Vec::new();
+                for (p, (a, _)) in ps.iter().zip(args) {
+                    out.push(match &p.ty {
+                        Some(t) => self.resolve_type(m, t, &mut env),
+                        None => a.clone(),
+                    });
+                }
+                Some(out)
+            }
+            _ => None,
         }
     }
 
