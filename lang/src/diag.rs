@@ -198,8 +198,24 @@ impl Diagnostic {
 pub fn render(diags: &[Diagnostic], sources: &SourceMap, color: bool) -> String {
     use ariadne::{Config, IndexType, Label as ALabel, Report, ReportKind};
     let mut out = Vec::new();
+    if diags.is_empty() {
+        return String::new();
+    }
+    let file = |id: FileId| sources.name(id).to_string();
+    // One cache for all reports: building it copies and indexes every source file.
+    let mut cache = ariadne::sources(sources.files().map(|(id, f)| (file(id), f.text.clone())).collect::<Vec<_>>());
     for d in diags {
-        let file = |id: FileId| sources.name(id).to_string();
+        // ariadne prints every line a label touches in full: on a line longer than
+        // `MAX_RENDER_LINE` (generated or minified code, garbage) use the one-line form instead.
+        let labels = std::iter::once(&d.primary).chain(&d.secondary);
+        let long = |o: u32, f: FileId| sources.line_range(f, o).len() > MAX_RENDER_LINE;
+        if labels.into_iter().any(|l| long(l.span.start, l.span.file) || long(l.span.end, l.span.file)) {
+            out.extend_from_slice(render_short(std::slice::from_ref(d), sources).as_bytes());
+            if let Some(h) = &d.help {
+                out.extend_from_slice(format!("  help: {h}\n").as_bytes());
+            }
+            continue;
+        }
         let kind = match d.severity {
             Severity::Error => ReportKind::Error,
             Severity::Warning => ReportKind::Warning,
@@ -221,14 +237,14 @@ pub fn render(diags: &[Diagnostic], sources: &SourceMap, color: bool) -> String 
         if let Some(h) = &d.help {
             report = report.with_help(h);
         }
-        let cache = ariadne::sources(
-            sources.files().map(|(id, f)| (file(id), f.text.clone())).collect::<Vec<_>>(),
-        );
         // Writing into a Vec cannot fail; a rendering error would only drop this report.
-        let _ = report.finish().write(cache, &mut out);
+        let _ = report.finish().write(&mut cache, &mut out);
     }
     String::from_utf8_lossy(&out).into_owned()
 }
+
+/// Longest source line (in bytes) that `render` shows with ariadne.
+const MAX_RENDER_LINE: usize = 2000;
 
 /// A span's byte range clamped to its file and widened to character boundaries: ariadne slices
 /// the text with it and panics on a range that splits a character or runs past the end.

@@ -37,6 +37,8 @@ pub struct SourceFile {
     pub text: String,
     /// Byte offset of the start of every line.
     line_starts: Vec<usize>,
+    /// The text is all ASCII (a column in characters is then a column in bytes).
+    ascii: bool,
 }
 
 /// All files of one compilation: the user's files, files they `use`, and stdlib modules.
@@ -54,7 +56,8 @@ impl SourceMap {
         let text = text.into();
         let mut line_starts = vec![0];
         line_starts.extend(text.match_indices('\n').map(|(i, _)| i + 1));
-        self.files.push(SourceFile { name: name.into(), text, line_starts });
+        let ascii = text.is_ascii();
+        self.files.push(SourceFile { name: name.into(), text, line_starts, ascii });
         FileId(self.files.len() as u32 - 1)
     }
 
@@ -80,8 +83,24 @@ impl SourceMap {
         let offset = (offset as usize).min(f.text.len());
         let line = f.line_starts.partition_point(|&s| s <= offset) - 1;
         let start = f.line_starts[line];
-        let col = f.text.get(start..offset).map(|s| s.chars().count()).unwrap_or(offset - start);
+        // Counting characters costs the length of the line; in an ASCII file bytes are characters
+        // (so thousands of diagnostics on one megabyte-long line stay cheap).
+        let col = match f.text.get(start..offset) {
+            Some(s) if f.ascii => s.len(),
+            Some(s) => s.chars().count(),
+            None => offset - start,
+        };
         (line + 1, col + 1)
+    }
+
+    /// The byte range of the line that contains `offset` (without its newline).
+    pub fn line_range(&self, id: FileId, offset: u32) -> Range<usize> {
+        let f = self.get(id);
+        let offset = (offset as usize).min(f.text.len());
+        let line = f.line_starts.partition_point(|&s| s <= offset) - 1;
+        let start = f.line_starts[line];
+        let end = f.line_starts.get(line + 1).map_or(f.text.len(), |&next| next - 1);
+        start..end.max(start)
     }
 
     /// 0-based line and UTF-16 column of a byte offset, as the LSP counts positions.

@@ -974,12 +974,14 @@ impl Checker {
         let bad = |c: &mut Checker, msg: String| {
             c.error(Diagnostic::error(Code::E0311, sspan, msg).label("in this specification"));
         };
-        if inputs.len() != vals.len() {
-            bad(self, format!("einsum specification has {} operands but {} tensors are given", inputs.len(), vals.len()));
+        // Letters and `,` before the one `->`, letters after it.
+        let bad_lhs = lhs.chars().any(|c| !(c.is_ascii_alphabetic() || c == ','));
+        if bad_lhs || rhs.as_deref().is_some_and(|r| r.chars().any(|c| !c.is_ascii_alphabetic())) {
+            bad(self, format!("einsum specification `{spec}` may only contain letters, `,` and `->`"));
             return self.error_expr(span);
         }
-        if compact.chars().any(|c| !(c.is_ascii_alphabetic() || c == ',' || c == '-' || c == '>')) {
-            bad(self, format!("einsum specification `{spec}` may only contain letters, `,` and `->`"));
+        if inputs.len() != vals.len() {
+            bad(self, format!("einsum specification has {} operands but {} tensors are given", inputs.len(), vals.len()));
             return self.error_expr(span);
         }
         let mut sizes: Vec<(char, Dim, usize)> = Vec::new();

@@ -328,10 +328,25 @@ impl Checker {
         }
     }
 
-    /// Checks a function body once; called in module order and on demand by calls.
+    /// Checks a function body once; called in module order and on demand by calls. A call of a
+    /// function defined later checks that body first, recursively; the depth of that recursion
+    /// is bounded by `MAX_BODY_DEPTH`.
     pub(crate) fn ensure_body(&mut self, id: FuncId) {
         let i = id.0 as usize;
         if self.body_done.get(i).copied().unwrap_or(true) {
+            return;
+        }
+        if self.checking.len() >= MAX_BODY_DEPTH {
+            // Left unchecked for now: `check_all` comes back to it with an empty stack.
+            self.diags.push(
+                Diagnostic::error(
+                    Code::E0106,
+                    self.fn_sigs[i].span,
+                    format!("calls nested more than {MAX_BODY_DEPTH} deep through functions defined after their callers"),
+                )
+                .label("reached through that chain")
+                .with_help("define functions before the functions that call them"),
+            );
             return;
         }
         self.body_done[i] = true;
@@ -605,3 +620,6 @@ impl Checker {
     }
 }
 
+/// Deepest chain of on-demand body checks: each level takes a few dozen KiB of stack in a debug
+/// build, and the checker must fit in the CLI's 1 GiB stack (and a 256 MiB test thread).
+const MAX_BODY_DEPTH: usize = 4096;

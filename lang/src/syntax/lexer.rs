@@ -233,6 +233,18 @@ impl Tok<'_> {
 
 pub type Spanned<'a> = (usize, Tok<'a>, usize);
 
+/// Lexical errors reported per file; past them the lexer goes on but stays quiet, so that a
+/// binary or garbage file gives a screenful of errors rather than one per byte.
+pub const MAX_LEX_ERRORS: usize = 100;
+
+/// Source text quoted in a message, cut after 40 characters.
+fn elide(s: &str) -> String {
+    match s.char_indices().nth(40) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_string(),
+    }
+}
+
 /// Lexes a whole file into the token stream the grammar reads, with separators already filtered.
 /// Lexical errors become diagnostics; the offending text is skipped so that parsing goes on.
 pub fn lex(file: FileId, src: &str) -> (Vec<Spanned<'_>>, Vec<Diagnostic>) {
@@ -246,6 +258,16 @@ pub fn lex(file: FileId, src: &str) -> (Vec<Spanned<'_>>, Vec<Diagnostic>) {
             Ok(Tok::LineComment | Tok::BlockComment) => {}
             Ok(t) => raw.push((r.start, t, r.end)),
             Err(e) => {
+                // A run of characters that start no token is one error, not one per character.
+                if e == LexError::Unknown {
+                    let adjacent = |d: &&mut Diagnostic| d.code == Code::E0101 && d.primary.span.end as usize == r.start;
+                    if let Some(last) = diags.last_mut().filter(adjacent) {
+                        last.primary.span.end = r.end as u32;
+                        let run = elide(&src[last.primary.span.range()]);
+                        last.message = format!("unexpected characters `{run}`");
+                        continue;
+                    }
+                }
                 let d = match e {
                     LexError::Unknown => {
                         let ch = src[r.clone()].chars().next().unwrap_or('?');
@@ -255,7 +277,7 @@ pub fn lex(file: FileId, src: &str) -> (Vec<Spanned<'_>>, Vec<Diagnostic>) {
                     LexError::BadInt => Diagnostic::error(
                         Code::E0105,
                         span,
-                        format!("integer literal {} does not fit in 64 bits", &src[r.clone()]),
+                        format!("integer literal {} does not fit in 64 bits", elide(&src[r.clone()])),
                     )
                     .label("too large"),
                     LexError::Unterminated(what) => {
@@ -269,7 +291,13 @@ pub fn lex(file: FileId, src: &str) -> (Vec<Spanned<'_>>, Vec<Diagnostic>) {
                     )
                     .with_help("the escapes are \\n \\t \\\\ and \\\""),
                 };
-                diags.push(d);
+                if diags.len() + 1 == MAX_LEX_ERRORS {
+                    diags.push(d.with_help(format!(
+                        "this is the {MAX_LEX_ERRORS}th lexical error in this file; further ones are not reported"
+                    )));
+                } else if diags.len() < MAX_LEX_ERRORS {
+                    diags.push(d);
+                }
                 // Keep the token stream well formed: a bad literal still stands for a value.
                 match e {
                     LexError::BadInt => raw.push((r.start, Tok::Int(0), r.end)),
