@@ -52,6 +52,9 @@ enum Cmd {
         device: DeviceKind,
         #[arg(long, value_enum, default_value = "human")]
         message_format: MessageFormat,
+        /// With `--mode jit`: print what was fused and every fallback (on stderr).
+        #[arg(long)]
+        explain: bool,
     },
     /// Print the derivative of a function as msl source.
     Grad {
@@ -81,6 +84,10 @@ enum Cmd {
         #[arg(long, value_enum)]
         emit: Option<Emit>,
     },
+    /// Start the language server (LSP over stdin/stdout) for editors.
+    Lsp,
+    /// Start an interactive session; `:help` inside lists its commands.
+    Repl,
 }
 
 pub fn main() -> u8 {
@@ -94,10 +101,9 @@ pub fn main() -> u8 {
     };
     match cli.cmd {
         Cmd::Check { files, message_format, emit } => check_cmd(&files, message_format, emit),
-        Cmd::Run { file, mode, opt, device, message_format } => {
-            if mode == Mode::Jit {
-                eprintln!("error: `--mode jit` is not available in this build; run with `--mode eager`");
-                return 2;
+        Cmd::Run { file, mode, opt, device, message_format, explain } => {
+            if mode == Mode::Jit && device == DeviceKind::Cpu {
+                return crate::jit_cmd::run(&file, opt, explain, message_format == MessageFormat::Json);
             }
             if device == DeviceKind::Cuda {
                 eprintln!("error: `--device cuda` is not available in this build; run with `--device cpu`");
@@ -107,6 +113,8 @@ pub fn main() -> u8 {
             crate::run::run_cmd(&file, message_format == MessageFormat::Json)
         }
         Cmd::Test { paths } => crate::run::test_cmd(&paths),
+        Cmd::Lsp => lsp::run(),
+        Cmd::Repl => crate::repl::main(),
         Cmd::Grad { file, func, wrt, explain } => crate::run::grad_cmd(&file, &func, wrt.as_deref(), explain),
     }
 }

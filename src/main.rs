@@ -3,6 +3,8 @@
 //! Exit status: 0 success, 1 the program was rejected (diagnostics), 2 a run-time error.
 
 mod cli;
+mod jit_cmd;
+mod repl;
 mod run;
 
 use std::process::ExitCode;

@@ -5,6 +5,8 @@
 //!   line as `CODE line:col: message`.
 //! - Every other block is run (`main`, then its `test` blocks); its printed output must match the
 //!   `output` block that follows it, if any, and it must not fail.
+//! - Every block also runs with the JIT installed (`--mode jit -O1`): its outcome must be exactly
+//!   the interpreter's.
 //!
 //! `MSL_BLESS=1 cargo test --test spec` rewrites the expectation blocks from what msl does now
 //! (and adds an `error` block to a rejected block that has none); review the diff before committing.
@@ -13,7 +15,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use lang::spec::{parse_blocks, run_block};
+use lang::spec::{parse_blocks, run_block, run_block_with};
 
 fn spec_files(root: &Path) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(root)
@@ -37,6 +39,7 @@ fn run() -> bool {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("spec");
     let bless = std::env::var_os("MSL_BLESS").is_some();
     let (mut passed, mut failed) = (0usize, 0usize);
+    let (mut jit_calls, mut jit_fallbacks, mut jit_blocks) = (0u64, 0u64, 0usize);
     let mut report = String::new();
     for file in spec_files(&root) {
         let text = std::fs::read_to_string(&file).unwrap();
@@ -48,6 +51,18 @@ fn run() -> bool {
             let label = format!("{name}:{}", b.start + 1);
             let outcome = run_block(&b.code, &root);
             let (actual_kind, actual) = (outcome.kind(), outcome.text().to_string());
+            let mut jit_report = None;
+            let jit = run_block_with(&b.code, &root, &mut |it| jit_report = Some(jit::install(it, jit::Options::level(1))));
+            if let Some(r) = jit_report {
+                let r = r.borrow();
+                jit_calls += r.calls();
+                jit_fallbacks += r.fallbacks();
+                jit_blocks += usize::from(r.calls() > 0);
+            }
+            if jit.kind() != actual_kind || jit.text() != actual {
+                failed += 1;
+                let _ = writeln!(report, "\n--- {label} [jit]\n{}interpreter:\n```{actual_kind}\n{actual}```\njit -O1:\n```{}\n{}```", b.code, jit.kind(), jit.text());
+            }
             let ok = match (&b.expect, actual_kind) {
                 (Some((k, _, _, content)), ak) => k == ak && content == &actual,
                 (None, "output") => !actual.contains("error["),
@@ -89,5 +104,6 @@ fn run() -> bool {
     }
     print!("{report}");
     println!("spec: {passed} passed, {failed} failed");
+    println!("spec [jit -O1]: {jit_calls} fused calls in {jit_blocks} blocks, {jit_fallbacks} fallbacks");
     failed == 0
 }

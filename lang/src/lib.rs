@@ -5,6 +5,7 @@
 pub mod autodiff;
 pub mod check;
 pub mod diag;
+pub mod ide;
 pub mod interp;
 pub mod spec;
 pub mod ir;

@@ -81,6 +81,12 @@ impl Outcome {
 
 /// Checks a block and, if it checks, runs its `main` and then its `test` blocks.
 pub fn run_block(code: &str, dir: &Path) -> Outcome {
+    run_block_with(code, dir, &mut |_| {})
+}
+
+/// `run_block` with a hook that configures the interpreter before anything runs; the spec
+/// harness installs the JIT's accelerator with it, so every block also runs compiled.
+pub fn run_block_with(code: &str, dir: &Path, setup: &mut dyn FnMut(&mut Interp<'_>)) -> Outcome {
     let c = check::check_source("spec.msl", code, dir);
     let pos = |span: crate::source::Span| {
         let (line, col) = c.sources.line_col(span.file, span.start);
@@ -103,6 +109,7 @@ pub fn run_block(code: &str, dir: &Path) -> Outcome {
     {
         let mut it = Interp::new(&c.program, Box::new(&mut buf));
         it.source_dir = Some(dir.to_path_buf());
+        setup(&mut it);
         let mut funcs: Vec<crate::types::FuncId> = c.program.main.into_iter().collect();
         funcs.extend(c.program.tests.iter().map(|t| t.func));
         for f in funcs {

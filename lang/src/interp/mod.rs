@@ -3,6 +3,7 @@
 //! Every primitive is evaluated by the CPU kernels (`kernels::ops`); the JIT and other devices
 //! are checked against what this interpreter computes.
 
+pub mod accel;
 mod data;
 mod prims;
 mod transforms;
@@ -19,6 +20,7 @@ use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+pub use accel::Accel;
 pub use value::{FnValue, ModelValue, Value};
 
 /// A run-time failure: a message and the span of the operation that failed (exit status 2).
@@ -88,6 +90,8 @@ pub struct Interp<'p> {
     pub observer: Box<dyn Observer + 'p>,
     /// Dims of the scope of the closure being applied (closures see their creator's dims).
     closure_dims: HashMap<Sym, i64>,
+    /// A compiler that takes over trees of primitives (`--mode jit`); `None` interprets op by op.
+    pub accel: Option<Box<dyn Accel + 'p>>,
 }
 
 impl<'p> Interp<'p> {
@@ -101,6 +105,7 @@ impl<'p> Interp<'p> {
             interrupt: Arc::new(AtomicBool::new(false)),
             observer: Box::new(NoObserver),
             closure_dims: HashMap::new(),
+            accel: None,
         }
     }
 
@@ -202,6 +207,11 @@ impl<'p> Interp<'p> {
                 Ok(Value::Tensor(Tensor::scalar_i32(v as i32)))
             }
             ExprKind::Prim { prim, args, attrs } => {
+                if self.accel.is_some() {
+                    if let Some(r) = self.eval_accel(e, frame) {
+                        return r;
+                    }
+                }
                 let mut vals = Vec::with_capacity(args.len());
                 if *prim == ir::Prim::Map {
                     for a in args {

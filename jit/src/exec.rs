@@ -1,0 +1,208 @@
+//! Running a compiled loop over broadcast inputs: the loop nest around the generated code.
+//!
+//! The output shape is the NumPy broadcast of the inputs' shapes. Dimensions of size 1 are
+//! dropped and neighbours that are contiguous in every input are merged (as the CPU kernels'
+//! `Plan` does), leaving rows: the innermost merged dimension, along which each input is either
+//! contiguous or broadcast (read once). The generated function computes one row, or a chunk of
+//! one long row; this module walks the outer dimensions and spreads work over rayon's threads.
+
+use crate::codegen::KernelFn;
+use kernels::{DType, Storage, Tensor};
+use rayon::prelude::*;
+
+/// Outputs with at least this many elements are computed by several threads.
+const PAR_MIN: usize = 1 << 15;
+
+/// How the outputs of one call are laid out over its inputs.
+#[derive(Clone, Debug)]
+pub struct Layout {
+    pub shape: Vec<usize>,
+    pub n: usize,
+    /// Length of one row.
+    pub row_len: usize,
+    /// Sizes of the outer dimensions (outermost first) and each input's stride in each.
+    outer: Vec<usize>,
+    outer_strides: Vec<Vec<usize>>,
+    /// For each input: true when it is read once per row (stride 0 along the row).
+    pub bcast: Vec<bool>,
+}
+
+/// The layout for these inputs, or `None` when their shapes do not broadcast together.
+pub fn layout(inputs: &[Tensor]) -> Option<Layout> {
+    // The common case first: inputs of one shape, and scalars.
+    let first = inputs
+        .iter()
+        .find(|t| t.rank() > 0)
+        .map_or(&[][..], |t| t.shape());
+    if inputs.iter().all(|t| t.rank() == 0 || t.shape() == first) {
+        let n = first.iter().product();
+        return Some(Layout {
+            shape: first.to_vec(),
+            n,
+            row_len: n,
+            outer: Vec::new(),
+            outer_strides: vec![Vec::new(); inputs.len()],
+            bcast: inputs.iter().map(|t| t.rank() == 0).collect(),
+        });
+    }
+    let mut shape: Vec<usize> = Vec::new();
+    for t in inputs {
+        shape = kernels::ops::broadcast_shapes("fused", &shape, t.shape()).ok()?;
+    }
+    let n: usize = shape.iter().product();
+    let strides: Vec<Vec<usize>> = inputs
+        .iter()
+        .map(|t| broadcast_strides(t.shape(), &shape))
+        .collect();
+    // Merge, innermost last: (size, per-input strides).
+    let mut dims: Vec<(usize, Vec<usize>)> = Vec::new();
+    for (i, &size) in shape.iter().enumerate() {
+        if size == 1 {
+            continue;
+        }
+        let st: Vec<usize> = strides.iter().map(|s| s[i]).collect();
+        if let Some(last) = dims.last_mut() {
+            if last
+                .1
+                .iter()
+                .zip(&st)
+                .all(|(&outer, &inner)| outer == inner * size)
+            {
+                last.0 *= size;
+                last.1 = st;
+                continue;
+            }
+        }
+        dims.push((size, st));
+    }
+    let (row_len, row_strides) = dims.pop().unwrap_or((1, vec![0; inputs.len()]));
+    // Contiguous inputs have stride 1 or 0 along the innermost dimension of size > 1.
+    if row_strides.iter().any(|&s| s > 1) {
+        return None;
+    }
+    let bcast = row_strides.iter().map(|&s| s == 0).collect();
+    let outer_strides = (0..inputs.len())
+        .map(|k| dims.iter().map(|d| d.1[k]).collect())
+        .collect();
+    Some(Layout {
+        n,
+        row_len: if n == 0 { 0 } else { row_len },
+        outer: dims.iter().map(|d| d.0).collect(),
+        outer_strides,
+        shape,
+        bcast,
+    })
+}
+
+/// Strides (in elements) that read a contiguous tensor of shape `src` broadcast to `out`.
+fn broadcast_strides(src: &[usize], out: &[usize]) -> Vec<usize> {
+    let lead = out.len() - src.len();
+    let mut own = vec![0; src.len()];
+    let mut acc = 1;
+    for i in (0..src.len()).rev() {
+        own[i] = if src[i] == 1 { 0 } else { acc };
+        acc *= src[i];
+    }
+    (0..out.len())
+        .map(|i| if i < lead { 0 } else { own[i - lead] })
+        .collect()
+}
+
+fn data_ptr(t: &Tensor) -> usize {
+    match t.storage() {
+        Storage::F32(v) => v.as_ptr() as usize,
+        Storage::F64(v) => v.as_ptr() as usize,
+        Storage::I32(v) => v.as_ptr() as usize,
+        Storage::Bool(v) => v.as_ptr() as usize,
+    }
+}
+
+/// Runs `f` over the layout and returns the output tensor of element type `out`.
+pub fn run(f: KernelFn, inputs: &[Tensor], lay: &Layout, out: DType) -> Tensor {
+    let base: Vec<usize> = inputs.iter().map(data_ptr).collect();
+    let size: Vec<usize> = inputs.iter().map(|t| t.dtype().size_in_bytes()).collect();
+    let osize = out.size_in_bytes();
+    // Large zeroed allocations come from fresh pages, so zeroing costs nothing extra.
+    let mut buf = match out {
+        DType::F32 => Buf::F32(vec![0f32; lay.n]),
+        DType::F64 => Buf::F64(vec![0f64; lay.n]),
+        DType::I32 => Buf::I32(vec![0i32; lay.n]),
+        DType::Bool => Buf::Bool(vec![false; lay.n]),
+    };
+    let obase = match &mut buf {
+        Buf::F32(v) => v.as_mut_ptr() as usize,
+        Buf::F64(v) => v.as_mut_ptr() as usize,
+        Buf::I32(v) => v.as_mut_ptr() as usize,
+        Buf::Bool(v) => v.as_mut_ptr() as usize,
+    };
+    if lay.n > 0 {
+        let rows = lay.n / lay.row_len;
+        // The pointers of row `r`'s inputs, starting `start` elements into the row.
+        let row_ptrs = |r: usize, start: usize, ptrs: &mut Vec<*const u8>| {
+            ptrs.clear();
+            for k in 0..base.len() {
+                let mut off = if lay.bcast[k] { 0 } else { start };
+                let mut rest = r;
+                for d in (0..lay.outer.len()).rev() {
+                    off += (rest % lay.outer[d]) * lay.outer_strides[k][d];
+                    rest /= lay.outer[d];
+                }
+                ptrs.push((base[k] + off * size[k]) as *const u8);
+            }
+        };
+        let call = |r: usize, start: usize, len: usize, ptrs: &mut Vec<*const u8>| {
+            row_ptrs(r, start, ptrs);
+            let o = (obase + (r * lay.row_len + start) * osize) as *mut u8;
+            // SAFETY: every pointer addresses `len` elements (contiguous inputs) or one element
+            // (broadcast inputs) of a live tensor, and `o` addresses `len` elements of the
+            // output, which no other call writes; `f` was compiled for exactly these element
+            // types and broadcast flags.
+            unsafe { f(ptrs.as_ptr(), o, len) };
+        };
+        let threads = rayon::current_num_threads();
+        if lay.n < PAR_MIN || threads < 2 {
+            let mut ptrs = Vec::with_capacity(base.len());
+            for r in 0..rows {
+                call(r, 0, lay.row_len, &mut ptrs);
+            }
+        } else if rows < threads * 4 {
+            // Few long rows: split each row into chunks (whole vectors, 64-byte lines).
+            let tasks_per_row = (threads * 4).div_ceil(rows);
+            let chunk = lay
+                .row_len
+                .div_ceil(tasks_per_row)
+                .next_multiple_of(16)
+                .max(PAR_MIN / 8);
+            let per_row = lay.row_len.div_ceil(chunk);
+            (0..rows * per_row).into_par_iter().for_each(|t| {
+                let (r, c) = (t / per_row, t % per_row);
+                let start = c * chunk;
+                call(r, start, chunk.min(lay.row_len - start), &mut Vec::new());
+            });
+        } else {
+            let group = rows.div_ceil(threads * 4);
+            (0..rows.div_ceil(group)).into_par_iter().for_each(|g| {
+                let mut ptrs = Vec::with_capacity(base.len());
+                for r in g * group..((g + 1) * group).min(rows) {
+                    call(r, 0, lay.row_len, &mut ptrs);
+                }
+            });
+        }
+    }
+    let shape = lay.shape.clone();
+    match buf {
+        Buf::F32(v) => Tensor::from_vec(shape, v),
+        Buf::F64(v) => Tensor::from_vec(shape, v),
+        Buf::I32(v) => Tensor::from_vec(shape, v),
+        Buf::Bool(v) => Tensor::from_vec(shape, v),
+    }
+    .expect("the output has the layout's element count")
+}
+
+/// The output buffer while the loop writes it.
+enum Buf {
+    F32(Vec<f32>),
+    F64(Vec<f64>),
+    I32(Vec<i32>),
+    Bool(Vec<bool>),
+}

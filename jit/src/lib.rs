@@ -1,0 +1,284 @@
+//! msl's Cranelift JIT, first slice: automatic fusion of elementwise trees (`-O1`).
+//!
+//! The interpreter stays in charge of the program (host code, calls, control flow, every
+//! non-elementwise kernel); through `lang::interp::Accel` it hands this crate each maximal tree
+//! of elementwise primitives over float and bool tensors (`gelu(x * w + b)`, the body of
+//! `nn.layer_norm` after its reductions). Each tree becomes one Cranelift loop that reads every
+//! input once and writes the output once (`codegen`), run over broadcast shapes and threads by
+//! `exec`. A process-wide (per thread) compile cache keyed by the tree's structure and element
+//! types means a loop body or a second call reuses code; sizes are run-time arguments, so one
+//! compile serves every shape. Trees whose run-time element types the JIT does not handle fall
+//! back to op-by-op interpretation from the same inputs, and are counted.
+//!
+//! Results are bit-identical to the interpreter's (see `codegen`); the spec harness runs every
+//! spec block both ways, and `tests/ops.rs` compares every op on random and special inputs.
+
+pub mod codegen;
+pub mod exec;
+pub mod fuse;
+mod helpers;
+
+use codegen::{Jit, Spec};
+use kernels::{KernelError, Tensor};
+use lang::interp::{Accel, Interp};
+use lang::ir::{Expr, SpanId};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+/// How much the JIT does.
+#[derive(Clone, Copy, Debug)]
+pub struct Options {
+    /// The `-O` level: 0 interprets op by op, 1 fuses elementwise trees; 2 is 1 for now.
+    pub level: u8,
+    /// Trees with fewer operations are left to the interpreter's kernels (a lone op gains
+    /// nothing from fusion).
+    pub min_ops: usize,
+}
+
+impl Options {
+    /// The options of `msl run --mode jit -O<level>`.
+    pub fn level(level: u8) -> Options {
+        Options { level, min_ops: 2 }
+    }
+}
+
+/// What happened at one fused tree (one source location), for `--explain`.
+#[derive(Clone, Debug)]
+pub struct Site {
+    pub span: SpanId,
+    /// The tree as a term over its inputs (`gelu(add(mul(in0, in1), in2))`).
+    pub term: String,
+    pub ops: Vec<&'static str>,
+    pub inputs: usize,
+    /// Calls run by compiled code, and calls that fell back to the interpreter.
+    pub calls: u64,
+    pub fallbacks: u64,
+    /// Why the last fallback happened.
+    pub fallback_reason: Option<String>,
+    /// Compilations for this tree (one per distinct element types / broadcast pattern) and
+    /// their code generation times in microseconds.
+    pub compiles: Vec<f64>,
+    /// Whether the last compiled run used vector code.
+    pub vector: Option<kernels::DType>,
+}
+
+/// Everything the JIT did in one run, shared with whoever installed it.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub sites: Vec<Site>,
+    /// Site of each tree root, by the address of its expression.
+    index: HashMap<usize, usize>,
+}
+
+impl Report {
+    /// The total number of fallbacks.
+    pub fn fallbacks(&self) -> u64 {
+        self.sites.iter().map(|s| s.fallbacks).sum()
+    }
+    /// The total number of fused calls that ran compiled code.
+    pub fn calls(&self) -> u64 {
+        self.sites.iter().map(|s| s.calls).sum()
+    }
+}
+
+thread_local! {
+    static JIT: RefCell<Option<Result<Jit, String>>> = const { RefCell::new(None) };
+}
+
+/// The accelerator installed into the interpreter.
+pub struct JitAccel {
+    opts: Options,
+    /// Every primitive application `plan` has seen, by address: its tree, or `None` when it
+    /// does not root one.
+    planned: HashMap<usize, Option<Planned>>,
+    report: Rc<RefCell<Report>>,
+}
+
+struct Planned {
+    tree: Rc<fuse::Tree>,
+    site: usize,
+    /// What the last call compiled to, reused while the inputs keep their element types, ranks
+    /// and broadcast pattern (loops call the same tree with the same kinds of inputs).
+    memo: Option<Memo>,
+}
+
+struct Memo {
+    inputs: Vec<(kernels::DType, bool)>,
+    bcast: Vec<bool>,
+    out: kernels::DType,
+    f: codegen::KernelFn,
+}
+
+impl JitAccel {
+    pub fn new(opts: Options) -> (JitAccel, Rc<RefCell<Report>>) {
+        let report = Rc::new(RefCell::new(Report::default()));
+        let accel = JitAccel {
+            opts,
+            planned: HashMap::new(),
+            report: report.clone(),
+        };
+        (accel, report)
+    }
+
+    fn site(&self, tree: &fuse::Tree, addr: usize) -> usize {
+        let mut r = self.report.borrow_mut();
+        if let Some(&i) = r.index.get(&addr) {
+            return i;
+        }
+        let site = Site {
+            span: tree.span,
+            term: tree.term(),
+            ops: tree.op_names(),
+            inputs: tree.n_inputs,
+            calls: 0,
+            fallbacks: 0,
+            fallback_reason: None,
+            compiles: Vec::new(),
+            vector: None,
+        };
+        r.sites.push(site);
+        let i = r.sites.len() - 1;
+        r.index.insert(addr, i);
+        i
+    }
+
+    fn fallback(&self, site: usize, why: String) -> Option<Result<Tensor, KernelError>> {
+        let mut r = self.report.borrow_mut();
+        r.sites[site].fallbacks += 1;
+        r.sites[site].fallback_reason = Some(why);
+        None
+    }
+
+    /// Types, lays out and compiles (or finds in the cache) the loop for these inputs.
+    fn prepare(&mut self, addr: usize, inputs: &[Tensor]) -> Result<(Memo, exec::Layout), String> {
+        let p = self
+            .planned
+            .get(&addr)
+            .and_then(Option::as_ref)
+            .ok_or("not planned")?;
+        let tree = p.tree.clone();
+        let site = p.site;
+        let Some(typed) = fuse::type_tree(&tree, inputs) else {
+            let types: Vec<String> = inputs.iter().map(|t| t.dtype().to_string()).collect();
+            return Err(format!(
+                "input element types ({}) not compiled",
+                types.join(", ")
+            ));
+        };
+        let lay = exec::layout(inputs).ok_or("input shapes do not broadcast along rows")?;
+        let vector = fuse::vector_type(&tree, &typed, inputs);
+        let key = fuse::key(&tree, &typed, &lay.bcast, vector);
+        let spec = Spec {
+            tree: &tree,
+            typed: &typed,
+            bcast: &lay.bcast,
+            vector,
+        };
+        let (c, fresh) = JIT.with(|j| {
+            let mut j = j.borrow_mut();
+            match j.get_or_insert_with(Jit::new) {
+                Ok(jit) => jit.get_or_compile(&key, &spec),
+                Err(e) => Err(e.clone()),
+            }
+        })?;
+        let mut r = self.report.borrow_mut();
+        r.sites[site].vector = vector;
+        if fresh {
+            r.sites[site].compiles.push(c.micros);
+        }
+        let memo = Memo {
+            inputs: inputs.iter().map(|t| (t.dtype(), t.rank() == 0)).collect(),
+            bcast: lay.bcast.clone(),
+            out: *typed.dtype.last().ok_or("empty tree")?,
+            f: c.f,
+        };
+        Ok((memo, lay))
+    }
+}
+
+/// Installs the JIT into an interpreter (nothing at `-O0`); the report fills as the program runs.
+pub fn install(it: &mut Interp<'_>, opts: Options) -> Rc<RefCell<Report>> {
+    let (accel, report) = JitAccel::new(opts);
+    if opts.level >= 1 {
+        it.accel = Some(Box::new(accel));
+    }
+    report
+}
+
+impl Accel for JitAccel {
+    fn plan<'e>(&mut self, e: &'e Expr) -> Option<Vec<&'e Expr>> {
+        if !fuse::may_root(e) {
+            return None;
+        }
+        let addr = e as *const Expr as usize;
+        match self.planned.get(&addr) {
+            Some(None) => None,
+            Some(Some(p)) => {
+                let mut leaves = Vec::with_capacity(p.tree.n_inputs);
+                fuse::leaves(e, &mut leaves);
+                Some(leaves)
+            }
+            None => {
+                let (tree, leaves) = fuse::analyse(e);
+                if tree.op_names().len() < self.opts.min_ops {
+                    self.planned.insert(addr, None);
+                    return None;
+                }
+                let site = self.site(&tree, addr);
+                let tree = Rc::new(tree);
+                self.planned.insert(
+                    addr,
+                    Some(Planned {
+                        tree,
+                        site,
+                        memo: None,
+                    }),
+                );
+                Some(leaves)
+            }
+        }
+    }
+
+    fn try_eval(&mut self, e: &Expr, inputs: &[Tensor]) -> Option<Result<Tensor, KernelError>> {
+        let addr = e as *const Expr as usize;
+        let p = self.planned.get(&addr)?.as_ref()?;
+        let site = p.site;
+        let same_kinds = |m: &Memo| {
+            m.inputs.len() == inputs.len()
+                && m.inputs
+                    .iter()
+                    .zip(inputs)
+                    .all(|(k, t)| k.0 == t.dtype() && k.1 == (t.rank() == 0))
+        };
+        let hit = p.memo.as_ref().filter(|m| same_kinds(m)).and_then(|m| {
+            let lay = exec::layout(inputs)?;
+            (lay.bcast == m.bcast).then_some((m.f, m.out, lay))
+        });
+        let (f, out, lay) = match hit {
+            Some(h) => h,
+            None => match self.prepare(addr, inputs) {
+                Ok((memo, lay)) => {
+                    let h = (memo.f, memo.out, lay);
+                    if let Some(Some(p)) = self.planned.get_mut(&addr) {
+                        p.memo = Some(memo);
+                    }
+                    h
+                }
+                Err(why) => return self.fallback(site, why),
+            },
+        };
+        self.report.borrow_mut().sites[site].calls += 1;
+        Some(Ok(exec::run(f, inputs, &lay, out)))
+    }
+}
+
+/// The number of loops in this thread's compile cache.
+pub fn cached_loops() -> usize {
+    JIT.with(|j| {
+        j.borrow()
+            .as_ref()
+            .and_then(|r| r.as_ref().ok())
+            .map_or(0, Jit::cached)
+    })
+}

@@ -1,0 +1,95 @@
+//! The accelerator hook: how a compiler (the `jit` crate) takes over trees of primitives from
+//! the interpreter without `lang` knowing anything about it.
+//!
+//! When the interpreter meets a primitive application and an accelerator is installed, it asks
+//! the accelerator to [`plan`](Accel::plan) the tree rooted there. A plan names the
+//! subexpressions the accelerator needs as inputs (its leaves), in the order the interpreter
+//! would evaluate them; the interpreter evaluates those itself (so nested trees are planned in
+//! turn, and effects happen in source order) and hands the values to
+//! [`try_eval`](Accel::try_eval). When the accelerator declines at that point (an element type
+//! or shape it does not handle), the interpreter evaluates the tree op by op from the same input
+//! values, so a fallback never evaluates anything twice. The interpreter stays the reference
+//! semantics: an accelerator must return exactly what the op-by-op evaluation would.
+
+use super::{kerr, lit_value, Frame, Interp, Value, R};
+use crate::ir::{Expr, ExprKind, Lit};
+use crate::types::Type;
+use kernels::{KernelError, Tensor};
+
+/// A compiler that evaluates whole trees of primitives at once.
+pub trait Accel {
+    /// Called when the interpreter is about to evaluate the primitive application `e`. Returns
+    /// the subexpressions of `e` whose values the accelerator needs (pre-order, left to right),
+    /// or `None` to let the interpreter evaluate `e` as usual.
+    fn plan<'e>(&mut self, e: &'e Expr) -> Option<Vec<&'e Expr>>;
+
+    /// Evaluates the tree `plan` accepted, given the tensors of its inputs in the same order.
+    /// `None` declines (the interpreter then evaluates the tree op by op from these inputs).
+    fn try_eval(&mut self, e: &Expr, inputs: &[Tensor]) -> Option<Result<Tensor, KernelError>>;
+}
+
+/// The value of a literal of type `ty`, exactly as the interpreter makes it (accelerators that
+/// fold literals into code use this so that constants round the same way).
+pub fn literal(l: &Lit, ty: &Type) -> Option<Tensor> {
+    match lit_value(l, ty) {
+        Value::Tensor(t) => Some(t),
+        _ => None,
+    }
+}
+
+/// The tensor element type the interpreter uses for a language element type.
+pub fn dtype(t: crate::types::ElemTy) -> kernels::DType {
+    super::dtype_of(t)
+}
+
+impl Interp<'_> {
+    /// Evaluates `e` through the accelerator when one is installed and plans it; `None` when the
+    /// interpreter should evaluate `e` itself.
+    pub(crate) fn eval_accel(&mut self, e: &Expr, frame: &mut Frame) -> Option<R<Value>> {
+        let leaves = self.accel.as_mut()?.plan(e)?;
+        Some(self.run_planned(e, &leaves, frame))
+    }
+
+    fn run_planned(&mut self, e: &Expr, leaves: &[&Expr], frame: &mut Frame) -> R<Value> {
+        let mut vals = Vec::with_capacity(leaves.len());
+        for l in leaves {
+            vals.push(self.eval(l, frame)?);
+        }
+        let tensors: Option<Vec<Tensor>> = vals.iter().map(|v| v.tensor().cloned()).collect();
+        if let Some(ts) = tensors {
+            let r = self.accel.as_mut().and_then(|a| a.try_eval(e, &ts));
+            if let Some(r) = r {
+                return r.map(Value::Tensor).map_err(|k| kerr(k, self.span(e)));
+            }
+        }
+        let mut next = 0;
+        self.eval_with_leaves(e, leaves, &vals, &mut next, frame)
+    }
+
+    /// Op-by-op evaluation of a planned tree whose leaves already have values (walked in the
+    /// same pre-order as the plan, so the next leaf is always `leaves[*next]`).
+    fn eval_with_leaves(
+        &mut self,
+        e: &Expr,
+        leaves: &[&Expr],
+        vals: &[Value],
+        next: &mut usize,
+        frame: &mut Frame,
+    ) -> R<Value> {
+        if leaves.get(*next).is_some_and(|l| std::ptr::eq(*l, e)) {
+            *next += 1;
+            return Ok(vals[*next - 1].clone());
+        }
+        match &e.kind {
+            ExprKind::Prim { prim, args, attrs } => {
+                let mut xs = Vec::with_capacity(args.len());
+                for a in args {
+                    xs.push(self.eval_with_leaves(a, leaves, vals, next, frame)?);
+                }
+                self.prim(*prim, xs, attrs, e, frame)
+            }
+            // Anything else the plan kept inside the tree is a pure expression (a literal).
+            _ => self.eval(e, frame),
+        }
+    }
+}
