@@ -4,10 +4,7 @@ use std::path::Path;
 
 fn main() {
     println!("cargo:rerun-if-changed=src/syntax/grammar.lalrpop");
-    lalrpop::Configuration::new()
-        .use_cargo_dir_conventions()
-        .process()
-        .expect("lalrpop grammar");
+    lalrpop::Configuration::new().use_cargo_dir_conventions().process().expect("lalrpop grammar");
     embed_stdlib();
 }
 
@@ -38,11 +35,8 @@ fn collect(root: &Path, dir: &Path, files: &mut Vec<(String, std::path::PathBuf)
             collect(root, &path, files);
         } else if path.extension().is_some_and(|e| e == "msl") {
             let rel = path.strip_prefix(root).unwrap().with_extension("");
-            let module = rel
-                .components()
-                .map(|c| c.as_os_str().to_string_lossy().into_owned())
-                .collect::<Vec<_>>()
-                .join(".");
+            let module =
+                rel.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect::<Vec<_>>().join(".");
             files.push((module, path.canonicalize().unwrap()));
         }
     }

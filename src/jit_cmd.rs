@@ -27,15 +27,7 @@ pub fn run(file: &Path, level: u8, explain: bool, json: bool) -> u8 {
     }
     let Some(main) = c.program.main else {
         let span = lang::source::Span::new(lang::source::FileId(0), 0, 0);
-        render(
-            &[Diagnostic::error(
-                Code::E0211,
-                span,
-                "this program has no `main` function",
-            )],
-            &c,
-            json,
-        );
+        render(&[Diagnostic::error(Code::E0211, span, "this program has no `main` function")], &c, json);
         return 1;
     };
     let stdout = std::io::stdout();
@@ -72,38 +64,24 @@ fn place(c: &Checked, id: lang::ir::SpanId) -> (String, String) {
     let span = c.program.span(id);
     let (line, col) = c.sources.line_col(span.file, span.start);
     let text = c.sources.text(span.file);
-    let snippet = text
-        .get(span.start as usize..span.end as usize)
-        .unwrap_or("");
+    let snippet = text.get(span.start as usize..span.end as usize).unwrap_or("");
     let mut snippet = snippet.split_whitespace().collect::<Vec<_>>().join(" ");
     if snippet.chars().count() > 72 {
         snippet = snippet.chars().take(69).collect::<String>() + "...";
     }
-    (
-        format!("{}:{line}:{col}", c.sources.name(span.file)),
-        snippet,
-    )
+    (format!("{}:{line}:{col}", c.sources.name(span.file)), snippet)
 }
 
 fn explain_text(c: &Checked, level: u8, r: &jit::Report) -> String {
     use std::fmt::Write as _;
     let mut s = String::new();
     if level == 0 {
-        let _ = writeln!(
-            s,
-            "jit -O0: every primitive runs op by op in the interpreter (no fusion); 0 fallbacks"
-        );
+        let _ = writeln!(s, "jit -O0: every primitive runs op by op in the interpreter (no fusion); 0 fallbacks");
         return s;
     }
-    let _ = writeln!(
-        s,
-        "jit -O{level}: fusion of elementwise trees into Cranelift loops"
-    );
+    let _ = writeln!(s, "jit -O{level}: fusion of elementwise trees into Cranelift loops");
     if level == 2 {
-        let _ = writeln!(
-            s,
-            "  note: -O2 is -O1 for now (no CSE, constant folding or memory planning yet)"
-        );
+        let _ = writeln!(s, "  note: -O2 is -O1 for now (no CSE, constant folding or memory planning yet)");
     }
     let mut sites: Vec<&jit::Site> = r.sites.iter().collect();
     sites.sort_by_key(|x| {
@@ -118,14 +96,7 @@ fn explain_text(c: &Checked, level: u8, r: &jit::Report) -> String {
             None => "scalar loop",
         };
         let _ = writeln!(s, "  fused #{} at {at}: `{snippet}`", i + 1);
-        let _ = writeln!(
-            s,
-            "     {} ops ({}), {} inputs: {}",
-            x.ops.len(),
-            x.ops.join(", "),
-            x.inputs,
-            x.term
-        );
+        let _ = writeln!(s, "     {} ops ({}), {} inputs: {}", x.ops.len(), x.ops.join(", "), x.inputs, x.term);
         let compiles: Vec<String> = x.compiles.iter().map(|us| format!("{us:.0} µs")).collect();
         let _ = writeln!(
             s,
@@ -133,11 +104,7 @@ fn explain_text(c: &Checked, level: u8, r: &jit::Report) -> String {
             x.calls,
             x.compiles.len(),
             if x.compiles.len() == 1 { "" } else { "s" },
-            if compiles.is_empty() {
-                "cached".to_string()
-            } else {
-                compiles.join(", ")
-            }
+            if compiles.is_empty() { "cached".to_string() } else { compiles.join(", ") }
         );
         if x.fallbacks > 0 {
             let why = x.fallback_reason.as_deref().unwrap_or("");

@@ -31,7 +31,7 @@ fn mlp_example_reaches_96_percent() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     let last = stdout.lines().rev().find(|l| l.contains("test_acc")).expect("an epoch line");
-    let acc: f64 = last.rsplit("test_acc").next().unwrap().trim().split_whitespace().next().unwrap().parse().unwrap();
+    let acc: f64 = last.rsplit("test_acc").next().unwrap().split_whitespace().next().unwrap().parse().unwrap();
     assert!(acc >= 0.96, "test accuracy {acc} < 0.96:\n{stdout}");
     assert!(dir.join("mlp.safetensors").exists(), "the trained model is saved");
     let _ = std::fs::remove_dir_all(&dir);

@@ -33,7 +33,11 @@ fn golden(func: &str, wrt: Option<&str>) {
     std::fs::write(&combined, text).unwrap();
     let check = msl().arg("check").arg(&combined).output().unwrap();
     let _ = std::fs::remove_file(&combined);
-    assert!(check.status.success(), "the derivative of {func} does not check:\n{}\n{printed}", String::from_utf8_lossy(&check.stderr));
+    assert!(
+        check.status.success(),
+        "the derivative of {func} does not check:\n{}\n{printed}",
+        String::from_utf8_lossy(&check.stderr)
+    );
 }
 
 #[test]

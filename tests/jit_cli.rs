@@ -15,11 +15,7 @@ fn main() {
 ";
 
 fn msl(args: &[&str], file: &std::path::Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_msl"))
-        .args(args)
-        .arg(file)
-        .output()
-        .unwrap()
+    Command::new(env!("CARGO_BIN_EXE_msl")).args(args).arg(file).output().unwrap()
 }
 
 #[test]
@@ -29,19 +25,12 @@ fn jit_levels_print_what_eager_prints_and_explain_fusion() {
     let file = dir.join("fuse.msl");
     std::fs::write(&file, PROGRAM).unwrap();
     let eager = msl(&["run"], &file);
-    assert!(
-        eager.status.success(),
-        "{}",
-        String::from_utf8_lossy(&eager.stderr)
-    );
+    assert!(eager.status.success(), "{}", String::from_utf8_lossy(&eager.stderr));
     for level in ["-O0", "-O1", "-O2"] {
         let out = msl(&["run", "--mode", "jit", level, "--explain"], &file);
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{level}: {err}");
-        assert_eq!(
-            out.stdout, eager.stdout,
-            "{level} prints something else than eager"
-        );
+        assert_eq!(out.stdout, eager.stdout, "{level} prints something else than eager");
         if level == "-O0" {
             assert!(err.contains("no fusion"), "{err}");
             continue;
@@ -49,10 +38,7 @@ fn jit_levels_print_what_eager_prints_and_explain_fusion() {
         // `gelu(x @ w + b)`: the matmul is an input, `add` and `gelu` one loop with `b`
         // broadcast along rows; the tail of `layer_norm` (in nn.msl) is another tree.
         assert!(err.contains("fuse.msl:7:13: `gelu(x @ w + b)`"), "{err}");
-        assert!(
-            err.contains("2 ops (add, gelu), 2 inputs: gelu(add(in0, in1))"),
-            "{err}"
-        );
+        assert!(err.contains("2 ops (add, gelu), 2 inputs: gelu(add(in0, in1))"), "{err}");
         assert!(err.contains("nn.msl"), "{err}");
         assert!(err.contains(", 0 fallbacks"), "{err}");
         assert_eq!(err.contains("-O2 is -O1 for now"), level == "-O2", "{err}");

@@ -58,13 +58,7 @@ impl Client {
             }
         });
         let stdin = child.stdin.take();
-        Client {
-            child,
-            stdin,
-            rx,
-            next_id: 1,
-            backlog: vec![],
-        }
+        Client { child, stdin, rx, next_id: 1, backlog: vec![] }
     }
 
     fn send(&mut self, v: Value) {
@@ -86,10 +80,7 @@ impl Client {
         let end = Instant::now() + TIMEOUT;
         loop {
             let left = end.saturating_duration_since(Instant::now());
-            let v = self
-                .rx
-                .recv_timeout(left)
-                .unwrap_or_else(|_| panic!("timed out waiting for {what}"));
+            let v = self.rx.recv_timeout(left).unwrap_or_else(|_| panic!("timed out waiting for {what}"));
             if pred(&v) {
                 return v;
             }
@@ -113,10 +104,7 @@ impl Client {
                 && m["params"]["uri"] == uri
                 && m["params"]["version"] == version
         });
-        v["params"]["diagnostics"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
+        v["params"]["diagnostics"].as_array().cloned().unwrap_or_default()
     }
 }
 
@@ -151,18 +139,10 @@ fn main() {
 
 /// (line, UTF-16 column) of the `nth` occurrence of `needle`, plus `extra` bytes (ASCII).
 fn pos(text: &str, needle: &str, nth: usize, extra: usize) -> (u64, u64) {
-    let at = text
-        .match_indices(needle)
-        .nth(nth)
-        .unwrap_or_else(|| panic!("no {needle:?}"))
-        .0
-        + extra;
+    let at = text.match_indices(needle).nth(nth).unwrap_or_else(|| panic!("no {needle:?}")).0 + extra;
     let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
     let line = text[..at].matches('\n').count();
-    (
-        line as u64,
-        text[line_start..at].encode_utf16().count() as u64,
-    )
+    (line as u64, text[line_start..at].encode_utf16().count() as u64)
 }
 
 fn td(uri: &str, (line, character): (u64, u64)) -> Value {
@@ -177,18 +157,11 @@ fn lsp_session_over_stdio() {
     let uri = format!("file://{}", path.display());
     let mut c = Client::start();
 
-    let init = c.request(
-        "initialize",
-        json!({"processId": null, "rootUri": null, "capabilities": {}}),
-    );
+    let init = c.request("initialize", json!({"processId": null, "rootUri": null, "capabilities": {}}));
     let caps = &init["capabilities"];
-    for cap in [
-        "hoverProvider",
-        "definitionProvider",
-        "completionProvider",
-        "inlayHintProvider",
-        "signatureHelpProvider",
-    ] {
+    for cap in
+        ["hoverProvider", "definitionProvider", "completionProvider", "inlayHintProvider", "signatureHelpProvider"]
+    {
         assert!(!caps[cap].is_null(), "missing {cap}: {init}");
     }
     c.notify("initialized", json!({}));
@@ -207,10 +180,7 @@ fn lsp_session_over_stdio() {
     let (line, col) = pos(&broken, "b @ b", 0, 0);
     assert_eq!(d["range"]["start"]["line"], line);
     assert_eq!(d["range"]["start"]["character"], col, "UTF-16 column: {d}");
-    assert!(
-        !d["relatedInformation"].as_array().unwrap().is_empty(),
-        "secondary labels as related information: {d}"
-    );
+    assert!(!d["relatedInformation"].as_array().unwrap().is_empty(), "secondary labels as related information: {d}");
 
     // Fixed: the diagnostics go away.
     c.notify(
@@ -225,46 +195,22 @@ fn lsp_session_over_stdio() {
     assert!(text.contains("y: f32[N, 4]"), "{h}");
     let h = c.request("textDocument/hover", td(&uri, pos(GOOD, "double(a)", 0, 1)));
     let text = h["contents"]["value"].as_str().unwrap();
-    assert!(
-        text.contains("fn double[N](x: f32[N, 4]) -> f32[N, 4]"),
-        "{h}"
-    );
+    assert!(text.contains("fn double[N](x: f32[N, 4]) -> f32[N, 4]"), "{h}");
     assert!(text.contains("Doubles a tensor."), "{h}");
     assert!(text.contains("N = 3"), "{h}");
-    let h = c.request(
-        "textDocument/hover",
-        td(&uri, pos(GOOD, "c = linear", 0, 0)),
-    );
-    assert!(
-        h["contents"]["value"]
-            .as_str()
-            .unwrap()
-            .contains("c: f32[3, 2]"),
-        "{h}"
-    );
+    let h = c.request("textDocument/hover", td(&uri, pos(GOOD, "c = linear", 0, 0)));
+    assert!(h["contents"]["value"].as_str().unwrap().contains("c: f32[3, 2]"), "{h}");
 
     // Go to definition: a local, a function, a model field, and into the stdlib.
     let d = c.request("textDocument/definition", td(&uri, pos(GOOD, "y\n}", 0, 0)));
     assert_eq!(d["uri"], uri);
     assert_eq!(
-        (
-            d["range"]["start"]["line"].as_u64().unwrap(),
-            d["range"]["start"]["character"].as_u64().unwrap()
-        ),
+        (d["range"]["start"]["line"].as_u64().unwrap(), d["range"]["start"]["character"].as_u64().unwrap()),
         pos(GOOD, "y = x", 0, 0)
     );
-    let d = c.request(
-        "textDocument/definition",
-        td(&uri, pos(GOOD, "double(a)", 0, 0)),
-    );
-    assert_eq!(
-        d["range"]["start"]["line"].as_u64().unwrap(),
-        pos(GOOD, "double[N]", 0, 0).0
-    );
-    let d = c.request(
-        "textDocument/definition",
-        td(&uri, pos(GOOD, "linear(b", 0, 0)),
-    );
+    let d = c.request("textDocument/definition", td(&uri, pos(GOOD, "double(a)", 0, 0)));
+    assert_eq!(d["range"]["start"]["line"].as_u64().unwrap(), pos(GOOD, "double[N]", 0, 0).0);
+    let d = c.request("textDocument/definition", td(&uri, pos(GOOD, "linear(b", 0, 0)));
     let target = d["uri"].as_str().unwrap();
     assert!(target.ends_with("/nn.msl"), "{d}");
     let stdlib = std::fs::read_to_string(target.trim_start_matches("file://"))
@@ -277,27 +223,14 @@ fn lsp_session_over_stdio() {
 
     // Inlay hints after every untyped `let`.
     let hints = c.request("textDocument/inlayHint", json!({"textDocument": {"uri": uri}, "range": {"start": {"line": 0, "character": 0}, "end": {"line": 100, "character": 0}}}));
-    let labels: Vec<&str> = hints
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|h| h["label"].as_str().unwrap())
-        .collect();
+    let labels: Vec<&str> = hints.as_array().unwrap().iter().map(|h| h["label"].as_str().unwrap()).collect();
     for want in [": f32[N, 4]", ": f32[3, 4]", ": Lin[4, 2]", ": f32[3, 2]"] {
         assert!(labels.contains(&want), "no hint {want}: {labels:?}");
     }
 
     // Document symbols.
-    let syms = c.request(
-        "textDocument/documentSymbol",
-        json!({"textDocument": {"uri": uri}}),
-    );
-    let names: Vec<&str> = syms
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["name"].as_str().unwrap())
-        .collect();
+    let syms = c.request("textDocument/documentSymbol", json!({"textDocument": {"uri": uri}}));
+    let names: Vec<&str> = syms.as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["double", "Lin", "main"]);
 
     // Completion after `m.` in half-typed code: the model's fields.
@@ -308,23 +241,10 @@ fn lsp_session_over_stdio() {
     );
     let (l, ch) = pos(&typing, "m.\n", 0, 2);
     let items = c.request("textDocument/completion", td(&uri, (l, ch)));
-    let labels: Vec<&str> = items
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["label"].as_str().unwrap())
-        .collect();
+    let labels: Vec<&str> = items.as_array().unwrap().iter().map(|i| i["label"].as_str().unwrap()).collect();
     assert_eq!(labels, ["w", "b"], "{items}");
-    let items = c.request(
-        "textDocument/completion",
-        td(&uri, pos(GOOD, "print(c)", 0, 0)),
-    );
-    let labels: Vec<&str> = items
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["label"].as_str().unwrap())
-        .collect();
+    let items = c.request("textDocument/completion", td(&uri, pos(GOOD, "print(c)", 0, 0)));
+    let labels: Vec<&str> = items.as_array().unwrap().iter().map(|i| i["label"].as_str().unwrap()).collect();
     for want in ["a", "b", "m", "double", "Lin", "linear", "zeros", "for"] {
         assert!(labels.contains(&want), "no completion {want}: {labels:?}");
     }
@@ -335,19 +255,12 @@ fn lsp_session_over_stdio() {
         "textDocument/didChange",
         json!({"textDocument": {"uri": uri, "version": 4}, "contentChanges": [{"text": calling}]}),
     );
-    let s = c.request(
-        "textDocument/signatureHelp",
-        td(&uri, pos(&calling, "double(\n", 0, 7)),
-    );
-    assert_eq!(
-        s["signatures"][0]["label"], "fn double[N](x: f32[N, 4]) -> f32[N, 4]",
-        "{s}"
-    );
+    let s = c.request("textDocument/signatureHelp", td(&uri, pos(&calling, "double(\n", 0, 7)));
+    assert_eq!(s["signatures"][0]["label"], "fn double[N](x: f32[N, 4]) -> f32[N, 4]", "{s}");
 
     // Broken half-way through an edit: every request still answers, diagnostics still arrive.
-    let half = GOOD
-        .replace("let b = double(a)", "let b = double(a @ [1, (")
-        .replace("model Lin[I, O] {", "model Lin[I, O");
+    let half =
+        GOOD.replace("let b = double(a)", "let b = double(a @ [1, (").replace("model Lin[I, O] {", "model Lin[I, O");
     c.notify(
         "textDocument/didChange",
         json!({"textDocument": {"uri": uri, "version": 5}, "contentChanges": [{"text": half}]}),
@@ -361,11 +274,7 @@ fn lsp_session_over_stdio() {
     c.request("textDocument/inlayHint", json!({"textDocument": {"uri": uri}, "range": {"start": {"line": 0, "character": 0}, "end": {"line": 100, "character": 0}}}));
     let ds = c.diagnostics(&uri, 5);
     assert!(!ds.is_empty());
-    assert!(
-        ds.iter()
-            .all(|d| d["code"].as_str().unwrap().starts_with("E01")),
-        "syntax errors: {ds:?}"
-    );
+    assert!(ds.iter().all(|d| d["code"].as_str().unwrap().starts_with("E01")), "syntax errors: {ds:?}");
 
     // Shutdown, exit: the process ends, with status 0.
     assert_eq!(c.request("shutdown", Value::Null), Value::Null);
@@ -392,17 +301,13 @@ fn used_files_get_diagnostics_and_definitions() {
         "/// Scales by two.\nfn scale[N](x: f32[N]) -> f32[N] { x * 2.0 }\n\nfn wrong(x: f32[3]) -> f32[4] { x }\n",
     )
     .unwrap();
-    let main =
-        "use \"./layers.msl\"\n\nfn main() {\n    let y = layers.scale(ones(5))\n    print(y)\n}\n";
+    let main = "use \"./layers.msl\"\n\nfn main() {\n    let y = layers.scale(ones(5))\n    print(y)\n}\n";
     let path = dir.join("main.msl");
     std::fs::write(&path, main).unwrap();
     let uri = format!("file://{}", path.display());
     let used = format!("file://{}", dir.join("layers.msl").display());
     let mut c = Client::start();
-    c.request(
-        "initialize",
-        json!({"processId": null, "rootUri": null, "capabilities": {}}),
-    );
+    c.request("initialize", json!({"processId": null, "rootUri": null, "capabilities": {}}));
     c.notify("initialized", json!({}));
     c.notify(
         "textDocument/didOpen",
@@ -420,15 +325,10 @@ fn used_files_get_diagnostics_and_definitions() {
     let h = c.request("textDocument/hover", td(&uri, pos(main, "scale(", 0, 1)));
     let text = h["contents"]["value"].as_str().unwrap();
     assert!(
-        text.contains("fn scale[N](x: f32[N]) -> f32[N]")
-            && text.contains("N = 5")
-            && text.contains("Scales by two."),
+        text.contains("fn scale[N](x: f32[N]) -> f32[N]") && text.contains("N = 5") && text.contains("Scales by two."),
         "{h}"
     );
-    let d = c.request(
-        "textDocument/definition",
-        td(&uri, pos(main, "scale(", 0, 1)),
-    );
+    let d = c.request("textDocument/definition", td(&uri, pos(main, "scale(", 0, 1)));
     assert_eq!(d["uri"], used.as_str());
     assert_eq!(d["range"]["start"]["line"], 1);
     c.request("shutdown", Value::Null);

@@ -8,13 +8,7 @@ use std::time::{Duration, Instant};
 
 #[test]
 fn neovim_gets_a_diagnostic_and_a_hover() {
-    if Command::new("nvim")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_err()
-    {
+    if Command::new("nvim").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_err() {
         println!("skipped: nvim not found");
         return;
     }
@@ -59,26 +53,15 @@ fn neovim_gets_a_diagnostic_and_a_hover() {
         }
         if Instant::now() > end {
             let _ = child.kill();
-            panic!(
-                "nvim did not finish; so far:\n{}",
-                std::fs::read_to_string(&out).unwrap_or_default()
-            );
+            panic!("nvim did not finish; so far:\n{}", std::fs::read_to_string(&out).unwrap_or_default());
         }
         std::thread::sleep(Duration::from_millis(50));
     };
     let report = std::fs::read_to_string(&out).unwrap_or_default();
     println!("{report}");
-    assert!(
-        status.success() && report.contains("RESULT ok"),
-        "nvim reported:\n{report}"
-    );
+    assert!(status.success() && report.contains("RESULT ok"), "nvim reported:\n{report}");
     // The diagnostic sits on the line that was broken.
-    let bad_line = broken[..broken.find("linear(h, m.w1").unwrap()]
-        .matches('\n')
-        .count();
-    assert!(
-        report.contains(&format!("diagnostic {bad_line}:")),
-        "{report}"
-    );
+    let bad_line = broken[..broken.find("linear(h, m.w1").unwrap()].matches('\n').count();
+    assert!(report.contains(&format!("diagnostic {bad_line}:")), "{report}");
     let _ = std::fs::remove_dir_all(&dir);
 }

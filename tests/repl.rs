@@ -10,30 +10,16 @@ fn repl(input: &str) -> (String, String, Option<i32>) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_msl"))
         .arg("repl")
         .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .env(
-            "XDG_DATA_HOME",
-            std::env::temp_dir().join("msl-repl-test-data"),
-        )
+        .env("XDG_DATA_HOME", std::env::temp_dir().join("msl-repl-test-data"))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("start msl repl");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
+    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
     let out = child.wait_with_output().unwrap();
-    let (o, e) = (
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    );
-    assert!(
-        !o.contains('\x1b') && !e.contains('\x1b'),
-        "terminal escapes in piped output:\n{o}\n{e}"
-    );
+    let (o, e) = (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned());
+    assert!(!o.contains('\x1b') && !e.contains('\x1b'), "terminal escapes in piped output:\n{o}\n{e}");
     assert!(!o.contains("msl> "), "a prompt in piped output:\n{o}");
     (o, e, out.status.code())
 }
@@ -86,14 +72,7 @@ let x: f32[4, 3] = ones(4, 3)
     assert_eq!(err, "");
     assert_eq!(
         lines(&out),
-        [
-            "fn noisy() -> f32[2]",
-            "x: f32[4, 3]",
-            "f32[4, 4]",
-            "f32[2]",
-            "fn noisy() -> f32[2]",
-            "f32[3]"
-        ]
+        ["fn noisy() -> f32[2]", "x: f32[4, 3]", "f32[4, 4]", "f32[2]", "fn noisy() -> f32[2]", "f32[3]"]
     );
 }
 
@@ -112,28 +91,12 @@ x2
 ",
     );
     assert_eq!(code, Some(0));
-    assert!(
-        err.contains("[E0301]") && err.contains("matmul inner dimensions differ: 3 vs 2"),
-        "{err}"
-    );
-    assert!(
-        err.contains("[E0201]") && err.contains("undefined_name"),
-        "{err}"
-    );
-    assert!(
-        err.contains("boom"),
-        "a run-time failure is reported: {err}"
-    );
+    assert!(err.contains("[E0301]") && err.contains("matmul inner dimensions differ: 3 vs 2"), "{err}");
+    assert!(err.contains("[E0201]") && err.contains("undefined_name"), "{err}");
+    assert!(err.contains("boom"), "a run-time failure is reported: {err}");
     assert!(err.contains("unknown command `:nope`"), "{err}");
     // The failed `let` bound nothing; the session goes on with everything else.
-    assert_eq!(
-        lines(&out),
-        [
-            "x: f32[2, 3]",
-            "x2: f32[2, 3]",
-            "[[2.0, 2.0, 2.0], [2.0, 2.0, 2.0]]"
-        ]
-    );
+    assert_eq!(lines(&out), ["x: f32[2, 3]", "x2: f32[2, 3]", "[[2.0, 2.0, 2.0], [2.0, 2.0, 2.0]]"]);
 }
 
 #[test]
@@ -171,11 +134,7 @@ fn load_grad_reset_and_redefinition() {
     let dir = std::env::temp_dir().join(format!("msl-repl-load-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("lib.msl");
-    std::fs::write(
-        &file,
-        "/// Squared norm.\nfn sq(v: f32[3]) -> f32 {\n    sum(v * v)\n}\n",
-    )
-    .unwrap();
+    std::fs::write(&file, "/// Squared norm.\nfn sq(v: f32[3]) -> f32 {\n    sum(v * v)\n}\n").unwrap();
     let (out, err, _) = repl(&format!(
         ":load {}
 let v = ones(3)
@@ -190,16 +149,10 @@ v
     ));
     assert!(out.contains("loaded"), "{out}");
     assert!(out.contains("3.0\n"), "{out}");
-    assert!(
-        out.contains("fn grad_sq_v(v_0: f32[3]) -> f32[3] {"),
-        "the derivative as msl source:\n{out}"
-    );
+    assert!(out.contains("fn grad_sq_v(v_0: f32[3]) -> f32[3] {"), "the derivative as msl source:\n{out}");
     assert!(out.contains("6.0\n"), "the redefinition is used:\n{out}");
     assert!(out.contains("session cleared"), "{out}");
-    assert!(
-        err.contains("unknown name `v`"),
-        "after :reset nothing is left: {err}"
-    );
+    assert!(err.contains("unknown name `v`"), "after :reset nothing is left: {err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

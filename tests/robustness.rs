@@ -24,25 +24,11 @@ use std::time::{Duration, Instant};
 const LIMIT: Duration = Duration::from_secs(20);
 
 /// Words that only appear in stderr when msl crashed.
-const CRASH_MARKERS: [&str; 4] = [
-    "panicked",
-    "RUST_BACKTRACE",
-    "internal compiler error",
-    "overflowed its stack",
-];
+const CRASH_MARKERS: [&str; 4] = ["panicked", "RUST_BACKTRACE", "internal compiler error", "overflowed its stack"];
 
 /// The keys every `--message-format json` diagnostic carries (LANGUAGE.md §9).
-const JSON_KEYS: [&str; 9] = [
-    "code",
-    "severity",
-    "message",
-    "file",
-    "line",
-    "column",
-    "end_line",
-    "end_column",
-    "labels",
-];
+const JSON_KEYS: [&str; 9] =
+    ["code", "severity", "message", "file", "line", "column", "end_line", "end_column", "labels"];
 
 // ---------------------------------------------------------------- helpers
 
@@ -141,16 +127,9 @@ fn tail(s: &str) -> &str {
 }
 
 fn assert_robust(name: &str, o: &Outcome, allowed: &[i32]) {
-    assert!(
-        o.elapsed < LIMIT,
-        "{name}: msl check did not finish within {LIMIT:?}"
-    );
+    assert!(o.elapsed < LIMIT, "{name}: msl check did not finish within {LIMIT:?}");
     for bad in CRASH_MARKERS {
-        assert!(
-            !o.stderr.contains(bad),
-            "{name}: stderr contains {bad:?}:\n{}",
-            tail(&o.stderr)
-        );
+        assert!(!o.stderr.contains(bad), "{name}: stderr contains {bad:?}:\n{}", tail(&o.stderr));
     }
     assert!(
         o.code.is_some_and(|c| allowed.contains(&c)),
@@ -167,23 +146,15 @@ fn json_diagnostics(name: &str, o: &Outcome) -> Vec<serde_json::Value> {
         .stdout
         .lines()
         .map(|line| {
-            let v: serde_json::Value = serde_json::from_str(line)
-                .unwrap_or_else(|e| panic!("{name}: not a JSON line ({e}): {}", tail(line)));
+            let v: serde_json::Value =
+                serde_json::from_str(line).unwrap_or_else(|e| panic!("{name}: not a JSON line ({e}): {}", tail(line)));
             assert!(v.is_object(), "{name}: not a JSON object: {}", tail(line));
             for k in JSON_KEYS {
-                assert!(
-                    v.get(k).is_some(),
-                    "{name}: JSON diagnostic lacks `{k}`: {}",
-                    tail(line)
-                );
+                assert!(v.get(k).is_some(), "{name}: JSON diagnostic lacks `{k}`: {}", tail(line));
             }
             assert!(v["labels"].is_array(), "{name}: `labels` is not an array");
             for k in ["line", "column", "end_line", "end_column"] {
-                assert!(
-                    v[k].as_u64().is_some_and(|n| n >= 1),
-                    "{name}: bad `{k}` in {}",
-                    tail(line)
-                );
+                assert!(v[k].as_u64().is_some_and(|n| n >= 1), "{name}: bad `{k}` in {}", tail(line));
             }
             v
         })
@@ -207,20 +178,14 @@ fn check_bytes(name: &str, bytes: &[u8]) -> Vec<serde_json::Value> {
     assert_robust(&format!("{name} (human)"), &human, &[0, 1]);
     let json = run_check(&file, "json");
     assert_robust(&format!("{name} (json)"), &json, &[0, 1]);
-    assert_eq!(
-        human.code, json.code,
-        "{name}: formats disagree on the exit status"
-    );
+    assert_eq!(human.code, json.code, "{name}: formats disagree on the exit status");
     let diags = json_diagnostics(name, &json);
     let _ = std::fs::remove_dir_all(&dir);
     diags
 }
 
 fn codes(diags: &[serde_json::Value]) -> Vec<String> {
-    diags
-        .iter()
-        .map(|d| d["code"].as_str().unwrap_or("?").to_string())
-        .collect()
+    diags.iter().map(|d| d["code"].as_str().unwrap_or("?").to_string()).collect()
 }
 
 // ---------------------------------------------------------------- hostile files
@@ -231,20 +196,14 @@ fn garbage_bytes() {
     let random: Vec<u8> = (0..65_536).map(|_| rng.next() as u8).collect();
     check_bytes("random_bytes", &random);
     // Printable garbage gets past the UTF-8 check and into the lexer and parser.
-    let printable: Vec<u8> = (0..65_536)
-        .map(|_| b' ' + (rng.next() % 95) as u8)
-        .collect();
+    let printable: Vec<u8> = (0..65_536).map(|_| b' ' + (rng.next() % 95) as u8).collect();
     check_bytes("random_ascii", &printable);
     // Random multi-byte characters (valid UTF-8) exercise column and span arithmetic.
-    let chars = [
-        'é', '∑', '𝔽', '\u{0}', '\t', '\n', '"', '(', 'a', '1', '\u{FEFF}', '\u{202E}',
-    ];
+    let chars = ['é', '∑', '𝔽', '\u{0}', '\t', '\n', '"', '(', 'a', '1', '\u{FEFF}', '\u{202E}'];
     let unicode: String = (0..20_000).map(|_| *rng.pick(&chars)).collect();
     check_bytes("random_unicode", unicode.as_bytes());
     let punct = "()[]{},.:;@=+-*/|!<>\"";
-    let soup: String = (0..20_000)
-        .map(|_| punct.as_bytes()[rng.below(punct.len())] as char)
-        .collect();
+    let soup: String = (0..20_000).map(|_| punct.as_bytes()[rng.below(punct.len())] as char).collect();
     check_bytes("punctuation_soup", soup.as_bytes());
 }
 
@@ -319,10 +278,7 @@ fn deep_nesting() {
     check_bytes("pow_chain", pow.as_bytes());
     let closures = format!("fn f() {{ let g = {}1 }}\n", "|a| ".repeat(n));
     check_bytes("closure_chain", closures.as_bytes());
-    let elses = format!(
-        "fn f() -> i32 {{ {}{{ 2 }} }}\n",
-        "if true { 1 } else ".repeat(n)
-    );
+    let elses = format!("fn f() -> i32 {{ {}{{ 2 }} }}\n", "if true { 1 } else ".repeat(n));
     check_bytes("else_if_chain", elses.as_bytes());
     let calls = format!("fn f() -> i32 {{ f{} }}\n", "()".repeat(n));
     check_bytes("call_chain", calls.as_bytes());
@@ -331,10 +287,7 @@ fn deep_nesting() {
     // Types and dimensions nest without brackets too; these used to overflow the stack.
     let fn_types = format!("fn f(x: {}f32) -> i32 {{ 1 }}\n", "fn() -> ".repeat(n));
     check_bytes("fn_type_chain", fn_types.as_bytes());
-    let dim_neg = format!(
-        "fn f(x: f32[{}1]) -> f32 {{ sum(x) }}\n",
-        "-".repeat(10 * n)
-    );
+    let dim_neg = format!("fn f(x: f32[{}1]) -> f32 {{ sum(x) }}\n", "-".repeat(10 * n));
     check_bytes("dim_negation", dim_neg.as_bytes());
     let dim_sum = format!("dim X = 1{}\n", " + 1".repeat(10 * n));
     check_bytes("dim_sum", dim_sum.as_bytes());
@@ -353,49 +306,24 @@ fn deep_nesting() {
 fn huge_numbers() {
     let diags = check_bytes("huge_int", b"fn f() -> i32 { 99999999999999999999999 }\n");
     assert_eq!(codes(&diags), ["E0105"]);
-    check_bytes(
-        "huge_float",
-        b"fn f() -> f32 { 1e999999 + 0.0000000000000000000000000000001e-99999 }\n",
-    );
-    check_bytes(
-        "int_edges",
-        b"fn f() -> i32 { 9223372036854775807 + 1 - -9223372036854775807 * 2 }\n",
-    );
+    check_bytes("huge_float", b"fn f() -> f32 { 1e999999 + 0.0000000000000000000000000000001e-99999 }\n");
+    check_bytes("int_edges", b"fn f() -> i32 { 9223372036854775807 + 1 - -9223372036854775807 * 2 }\n");
     // Dimension arithmetic beyond 64 bits: rejected with E0105, not a panic or silent wrap.
     let p = "*2".repeat(130);
     for (name, src) in [
-        (
-            "dim_overflow",
-            format!("fn f(x: f32[2{p}]) -> f32 {{ sum(x) }}\n"),
-        ),
-        (
-            "dim_overflow_neg",
-            format!("fn f(x: f32[-2{p}]) -> f32 {{ sum(x) }}\n"),
-        ),
-        (
-            "dim_overflow_sub",
-            format!("fn f(x: f32[(0 - 2{p}) * 4]) -> f32 {{ sum(x) }}\n"),
-        ),
-        (
-            "dim_overflow_div",
-            format!("fn f[N](x: f32[N / (2{p})]) -> f32 {{ sum(x) }}\n"),
-        ),
-        (
-            "dim_overflow_expr",
-            format!("fn f() -> f32 {{ sum(zeros(2{p})) }}\n"),
-        ),
+        ("dim_overflow", format!("fn f(x: f32[2{p}]) -> f32 {{ sum(x) }}\n")),
+        ("dim_overflow_neg", format!("fn f(x: f32[-2{p}]) -> f32 {{ sum(x) }}\n")),
+        ("dim_overflow_sub", format!("fn f(x: f32[(0 - 2{p}) * 4]) -> f32 {{ sum(x) }}\n")),
+        ("dim_overflow_div", format!("fn f[N](x: f32[N / (2{p})]) -> f32 {{ sum(x) }}\n")),
+        ("dim_overflow_expr", format!("fn f() -> f32 {{ sum(zeros(2{p})) }}\n")),
     ] {
         let diags = check_bytes(name, src.as_bytes());
-        assert!(
-            codes(&diags).contains(&"E0105".to_string()),
-            "{name}: {diags:?}"
-        );
+        assert!(codes(&diags).contains(&"E0105".to_string()), "{name}: {diags:?}");
     }
     // Substituting into high powers expands polynomials: bounded, not exponential.
     let i40 = vec!["I"; 40].join("*");
-    let blowup = format!(
-        "model A[I] {{ w: f32[{i40}] }}\nfn g[P, Q, R, S](a: A[P + Q + R + S]) -> f32 {{ sum(a.w) }}\n"
-    );
+    let blowup =
+        format!("model A[I] {{ w: f32[{i40}] }}\nfn g[P, Q, R, S](a: A[P + Q + R + S]) -> f32 {{ sum(a.w) }}\n");
     check_bytes("dim_polynomial_blowup", blowup.as_bytes());
     let i1000 = vec!["I"; 1000].join("*");
     let j1000 = vec!["J"; 1000].join("*");
@@ -443,11 +371,7 @@ fn missing_file_is_exit_2() {
     let dir = scratch("missing");
     let o = run_check(&dir.join("does-not-exist.msl"), "human");
     assert_robust("missing file", &o, &[2]);
-    assert!(
-        o.stderr.contains("does-not-exist.msl"),
-        "the message names the file: {}",
-        o.stderr
-    );
+    assert!(o.stderr.contains("does-not-exist.msl"), "the message names the file: {}", o.stderr);
     let o = run_check(&dir.join("does-not-exist.msl"), "json");
     assert_robust("missing file (json)", &o, &[2]);
     // A directory is not a file either.
@@ -481,10 +405,7 @@ fn msl_blocks(markdown: &str) -> Vec<(usize, String)> {
 fn language_contract_programs() {
     let spec = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/design/LANGUAGE.md");
     let Ok(text) = std::fs::read_to_string(&spec) else {
-        println!(
-            "skipped: {} is not there (it lives outside the repository)",
-            spec.display()
-        );
+        println!("skipped: {} is not there (it lives outside the repository)", spec.display());
         return;
     };
     let blocks = msl_blocks(&text);
@@ -503,10 +424,7 @@ fn language_contract_programs() {
 const MUTATION_CASES: usize = 3000;
 
 fn env_number(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
 /// Seed programs: every ```` ```msl ```` block of `spec/*.md`, and the stdlib sources.
@@ -548,11 +466,7 @@ fn token_starts(s: &str) -> Vec<(usize, usize)> {
         let start = i;
         let c = b[i];
         if c.is_ascii_alphanumeric() || c == b'_' {
-            while i < b.len()
-                && (b[i].is_ascii_alphanumeric()
-                    || b[i] == b'_'
-                    || b[i] == b'.' && c.is_ascii_digit())
-            {
+            while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_' || b[i] == b'.' && c.is_ascii_digit()) {
                 i += 1;
             }
         } else if c.is_ascii_whitespace() {
@@ -574,8 +488,8 @@ fn token_starts(s: &str) -> Vec<(usize, usize)> {
 }
 
 const PUNCT: &[&str] = &[
-    "(", ")", "[", "]", "{", "}", ",", ".", ":", ";", "@", "=", "+", "-", "*", "/", "|", "!", "<",
-    ">", "\"", "..", "->", "**", "||", "&&", "==", "\n", " ",
+    "(", ")", "[", "]", "{", "}", ",", ".", ":", ";", "@", "=", "+", "-", "*", "/", "|", "!", "<", ">", "\"", "..",
+    "->", "**", "||", "&&", "==", "\n", " ",
 ];
 
 const WORDS: &[&str] = &[
@@ -702,11 +616,7 @@ fn mutate(rng: &mut Rng, s: &str, donor: &str) -> String {
         1 => format!("{}{tok}{}", &s[..b], &s[b..]),
         // Swap two tokens.
         2 => {
-            let ((a, b), (c, d)) = if a <= c {
-                ((a, b), (c, d))
-            } else {
-                ((c, d), (a, b))
-            };
+            let ((a, b), (c, d)) = if a <= c { ((a, b), (c, d)) } else { ((c, d), (a, b)) };
             if b > c {
                 return s.to_string();
             }
@@ -727,11 +637,7 @@ fn mutate(rng: &mut Rng, s: &str, donor: &str) -> String {
         // Replace an identifier or a number.
         6 | 7 => {
             let first = tok.as_bytes()[0];
-            let new = if first.is_ascii_digit() || rng.below(4) == 0 {
-                rng.pick(NUMBERS)
-            } else {
-                rng.pick(WORDS)
-            };
+            let new = if first.is_ascii_digit() || rng.below(4) == 0 { rng.pick(NUMBERS) } else { rng.pick(WORDS) };
             format!("{}{new}{}", &s[..a], &s[b..])
         }
         // Truncate.
@@ -808,9 +714,7 @@ fn mutated_programs_never_panic() {
                     // the input that did it is left in this file.
                     let _ = std::fs::write(&last, &text);
                     let t0 = Instant::now();
-                    let r = panic::catch_unwind(AssertUnwindSafe(|| {
-                        check_everything("mutant.msl", &text, &dir)
-                    }));
+                    let r = panic::catch_unwind(AssertUnwindSafe(|| check_everything("mutant.msl", &text, &dir)));
                     if t0.elapsed() > slowest.0 {
                         slowest = (t0.elapsed(), text.clone());
                     }

@@ -52,7 +52,8 @@ fn run() -> bool {
             let outcome = run_block(&b.code, &root);
             let (actual_kind, actual) = (outcome.kind(), outcome.text().to_string());
             let mut jit_report = None;
-            let jit = run_block_with(&b.code, &root, &mut |it| jit_report = Some(jit::install(it, jit::Options::level(1))));
+            let jit =
+                run_block_with(&b.code, &root, &mut |it| jit_report = Some(jit::install(it, jit::Options::level(1))));
             if let Some(r) = jit_report {
                 let r = r.borrow();
                 jit_calls += r.calls();
@@ -61,7 +62,13 @@ fn run() -> bool {
             }
             if jit.kind() != actual_kind || jit.text() != actual {
                 failed += 1;
-                let _ = writeln!(report, "\n--- {label} [jit]\n{}interpreter:\n```{actual_kind}\n{actual}```\njit -O1:\n```{}\n{}```", b.code, jit.kind(), jit.text());
+                let _ = writeln!(
+                    report,
+                    "\n--- {label} [jit]\n{}interpreter:\n```{actual_kind}\n{actual}```\njit -O1:\n```{}\n{}```",
+                    b.code,
+                    jit.kind(),
+                    jit.text()
+                );
             }
             let ok = match (&b.expect, actual_kind) {
                 (Some((k, _, _, content)), ak) => k == ak && content == &actual,
@@ -92,7 +99,11 @@ fn run() -> bool {
                 Some((k, _, _, c)) => format!("```{k}\n{c}```"),
                 None => "(no error)".to_string(),
             };
-            let _ = writeln!(report, "\n--- {label}\n{}expected:\n{expected}\nactual:\n```{actual_kind}\n{actual}```", b.code);
+            let _ = writeln!(
+                report,
+                "\n--- {label}\n{}expected:\n{expected}\nactual:\n```{actual_kind}\n{actual}```",
+                b.code
+            );
         }
         if bless && !edits.is_empty() {
             edits.sort_by_key(|e| std::cmp::Reverse(e.0));

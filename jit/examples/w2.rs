@@ -28,11 +28,7 @@ fn call(src: &lang::check::Checked, inputs: &[Value], level: u8) -> (f64, Tensor
         Err(Ctrl::Error(e)) => panic!("{}", e.message),
     };
     let dt = t.elapsed().as_secs_f64() * 1e3;
-    let compile = report
-        .borrow()
-        .sites
-        .first()
-        .and_then(|s| s.compiles.first().copied());
+    let compile = report.borrow().sites.first().and_then(|s| s.compiles.first().copied());
     (dt, v.tensor().cloned().expect("a tensor"), compile)
 }
 
@@ -64,13 +60,7 @@ fn main() {
     let inputs: Vec<Value> = (1..=3u64)
         .map(|seed| {
             let key = kernels::rng::stream_key(seed, "");
-            Value::Tensor(kernels::rng::normal(
-                kernels::DType::F32,
-                &[n],
-                key,
-                0.0,
-                1.0,
-            ))
+            Value::Tensor(kernels::rng::normal(kernels::DType::F32, &[n], key, 0.0, 1.0))
         })
         .collect();
     let threads = rayon::current_num_threads();
@@ -85,26 +75,16 @@ fn main() {
     // compiles), in a process whose JIT module already exists: the median of 21.
     let mut src = String::new();
     for i in 0..21 {
-        src += &format!(
-            "fn f{i}[N](x: f32[N], w: f32[N], b: f32[N]) -> f32[N] {{ gelu(x * w + b * {i}.5) }}\n"
-        );
+        src += &format!("fn f{i}[N](x: f32[N], w: f32[N], b: f32[N]) -> f32[N] {{ gelu(x * w + b * {i}.5) }}\n");
     }
     let c2 = lang::check::check_source("w2b.msl", &src, Path::new("."));
-    let small: Vec<Value> = (0..3)
-        .map(|_| Value::Tensor(Tensor::from_f32(vec![4], vec![1.0; 4]).unwrap()))
-        .collect();
+    let small: Vec<Value> = (0..3).map(|_| Value::Tensor(Tensor::from_f32(vec![4], vec![1.0; 4]).unwrap())).collect();
     let mut warm = Vec::new();
     for (_, g) in &c2.program.root_funcs {
         let mut it = Interp::new(&c2.program, Box::new(std::io::sink()));
         let report = install(&mut it, Options::level(1));
         let _ = it.call(*g, small.clone(), HashMap::new(), vec![]);
-        warm.extend(
-            report
-                .borrow()
-                .sites
-                .first()
-                .and_then(|s| s.compiles.first().copied()),
-        );
+        warm.extend(report.borrow().sites.first().and_then(|s| s.compiles.first().copied()));
     }
     println!(
         "  compile of one fused tree: first in the process {:.0} µs (creates the JIT module), then median {:.0} µs",

@@ -16,8 +16,8 @@ use crate::fuse::{Node, Tree, Typed};
 use crate::helpers;
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{
-    types, AbiParam, BlockArg, Endianness, FuncRef, InstBuilder, MemFlagsData, StackSlot,
-    StackSlotData, StackSlotKind, Type, UserFuncName, Value,
+    types, AbiParam, BlockArg, Endianness, FuncRef, InstBuilder, MemFlagsData, StackSlot, StackSlotData, StackSlotKind,
+    Type, UserFuncName, Value,
 };
 use cranelift_codegen::settings::{self, Configurable};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
@@ -70,16 +70,9 @@ impl Jit {
         flags.set("use_colocated_libcalls", "false").map_err(err)?;
         flags.set("is_pic", "false").map_err(err)?;
         // The IR verifier costs about as much as compiling; debug builds keep it.
-        let verify = if cfg!(debug_assertions) {
-            "true"
-        } else {
-            "false"
-        };
+        let verify = if cfg!(debug_assertions) { "true" } else { "false" };
         flags.set("enable_verifier", verify).map_err(err)?;
-        let isa = cranelift_native::builder()
-            .map_err(err)?
-            .finish(settings::Flags::new(flags))
-            .map_err(err)?;
+        let isa = cranelift_native::builder().map_err(err)?.finish(settings::Flags::new(flags)).map_err(err)?;
         let mut jb = JITBuilder::with_isa(isa, default_libcall_names());
         for (name, addr) in helpers::all_symbols() {
             jb.symbol(name, addr as *const u8);
@@ -91,24 +84,12 @@ impl Jit {
             let (_, dt, sym, _, vsym, _) = h;
             let t = float_type(dt);
             let mut sig = module.make_signature();
-            sig.params
-                .extend(std::iter::repeat_n(AbiParam::new(t), arity));
+            sig.params.extend(std::iter::repeat_n(AbiParam::new(t), arity));
             sig.returns.push(AbiParam::new(t));
-            ids.insert(
-                sym,
-                module
-                    .declare_function(sym, Linkage::Import, &sig)
-                    .map_err(err)?,
-            );
+            ids.insert(sym, module.declare_function(sym, Linkage::Import, &sig).map_err(err)?);
             let mut vsig = module.make_signature();
-            vsig.params
-                .extend(std::iter::repeat_n(AbiParam::new(types::I64), arity));
-            ids.insert(
-                vsym,
-                module
-                    .declare_function(vsym, Linkage::Import, &vsig)
-                    .map_err(err)?,
-            );
+            vsig.params.extend(std::iter::repeat_n(AbiParam::new(types::I64), arity));
+            ids.insert(vsym, module.declare_function(vsym, Linkage::Import, &vsig).map_err(err)?);
         }
         Ok(Jit {
             ctx: module.make_context(),
@@ -133,10 +114,7 @@ impl Jit {
         // SAFETY: `define` built a function with exactly this signature (three pointer-sized
         // integer parameters, no results) for the host's calling convention.
         let f = unsafe { std::mem::transmute::<*const u8, KernelFn>(code) };
-        let c = Compiled {
-            f,
-            micros: t.elapsed().as_secs_f64() * 1e6,
-        };
+        let c = Compiled { f, micros: t.elapsed().as_secs_f64() * 1e6 };
         self.cache.insert(key.to_string(), c);
         Ok((c, true))
     }
@@ -149,14 +127,10 @@ impl Jit {
     fn define(&mut self, spec: &Spec) -> Result<FuncId, String> {
         let ptr = types::I64;
         let mut sig = self.module.make_signature();
-        sig.params
-            .extend([AbiParam::new(ptr), AbiParam::new(ptr), AbiParam::new(ptr)]);
+        sig.params.extend([AbiParam::new(ptr), AbiParam::new(ptr), AbiParam::new(ptr)]);
         let name = format!("msl_fused_{}", self.next);
         self.next += 1;
-        let id = self
-            .module
-            .declare_function(&name, Linkage::Local, &sig)
-            .map_err(err)?;
+        let id = self.module.declare_function(&name, Linkage::Local, &sig).map_err(err)?;
         self.module.clear_context(&mut self.ctx);
         self.ctx.func.signature = sig;
         self.ctx.func.name = UserFuncName::user(0, id.as_u32());
@@ -175,10 +149,7 @@ impl Jit {
         g.body();
         b.seal_all_blocks();
         b.finalize(cfg);
-        let r = self
-            .module
-            .define_function(id, &mut self.ctx)
-            .map_err(|e| format!("{e:?}"));
+        let r = self.module.define_function(id, &mut self.ctx).map_err(|e| format!("{e:?}"));
         self.module.clear_context(&mut self.ctx);
         r?;
         Ok(id)
@@ -260,16 +231,11 @@ impl Gen<'_, '_, '_> {
         let (ins, out, n) = (params[0], params[1], params[2]);
         let leaf_dtype = leaf_dtypes(spec);
         for (i, d) in leaf_dtype.iter().enumerate() {
-            let p = self
-                .b
-                .ins()
-                .load(ptr, MemFlagsData::trusted(), ins, (8 * i) as i32);
+            let p = self.b.ins().load(ptr, MemFlagsData::trusted(), ins, (8 * i) as i32);
             self.ptrs.push(p);
             if spec.bcast[i] {
                 let s = self.b.ins().load(Mode::Scalar.ty(*d), mem(), p, 0);
-                let v = spec
-                    .vector
-                    .map(|vt| self.b.ins().splat(Mode::Vector(vt).ty(*d), s));
+                let v = spec.vector.map(|vt| self.b.ins().splat(Mode::Vector(vt).ty(*d), s));
                 self.pre.push(Some((s, v)));
             } else {
                 self.pre.push(None);
@@ -290,9 +256,7 @@ impl Gen<'_, '_, '_> {
             self.b.switch_to_block(head);
             let i = self.b.block_params(head)[0];
             let more = self.b.ins().icmp(IntCC::UnsignedLessThan, i, nv);
-            self.b
-                .ins()
-                .brif(more, body, &[], tail_head, &[BlockArg::Value(i)]);
+            self.b.ins().brif(more, body, &[], tail_head, &[BlockArg::Value(i)]);
             self.b.switch_to_block(body);
             self.iteration(mode, i, out);
             let next = self.b.ins().iadd_imm_s(i, mode.lanes());
@@ -375,11 +339,7 @@ impl Gen<'_, '_, '_> {
 
     /// A float constant; `x` is exactly representable in `d`.
     fn fconst(&mut self, mode: Mode, d: DType, x: f64) -> Value {
-        let s = if d == DType::F64 {
-            self.b.ins().f64const(x)
-        } else {
-            self.b.ins().f32const(x as f32)
-        };
+        let s = if d == DType::F64 { self.b.ins().f64const(x) } else { self.b.ins().f32const(x as f32) };
         match mode {
             Mode::Scalar => s,
             Mode::Vector(_) => self.b.ins().splat(mode.ty(d), s),
@@ -406,11 +366,7 @@ impl Gen<'_, '_, '_> {
                 let c = if self.b.func.dfg.value_type(c) == ty {
                     c
                 } else {
-                    self.b.ins().bitcast(
-                        ty,
-                        MemFlagsData::new().with_endianness(Endianness::Little),
-                        c,
-                    )
+                    self.b.ins().bitcast(ty, MemFlagsData::new().with_endianness(Endianness::Little), c)
                 };
                 self.b.ins().bitselect(c, a, b)
             }
@@ -446,9 +402,7 @@ impl Gen<'_, '_, '_> {
         if let Some(f) = self.refs.get(sym) {
             return *f;
         }
-        let f = self
-            .module
-            .declare_func_in_func(self.helpers[sym], self.b.func);
+        let f = self.module.declare_func_in_func(self.helpers[sym], self.b.func);
         self.refs.insert(sym, f);
         f
     }
@@ -457,9 +411,8 @@ impl Gen<'_, '_, '_> {
         if let Some(s) = self.slots {
             return s;
         }
-        let mk = |b: &mut FunctionBuilder| {
-            b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, 16, 4))
-        };
+        let mk =
+            |b: &mut FunctionBuilder| b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, 16, 4));
         let s = (mk(self.b), mk(self.b));
         self.slots = Some(s);
         s
@@ -468,8 +421,7 @@ impl Gen<'_, '_, '_> {
     /// Calls the Rust helper for `op` on one value (scalar) or on each lane (vector, in place
     /// in a stack slot).
     fn call(&mut self, mode: Mode, op: &str, d: DType, xs: &[Value]) -> Value {
-        let (sym, vsym) =
-            helpers::symbols(op, d).expect("a helper exists for every transcendental op");
+        let (sym, vsym) = helpers::symbols(op, d).expect("a helper exists for every transcendental op");
         match mode {
             Mode::Scalar => {
                 let f = self.helper(sym);
@@ -545,11 +497,7 @@ impl Gen<'_, '_, '_> {
             Prim::Pow => self.call(mode, "pow", d, &[a, b]),
             Prim::Maximum | Prim::Minimum => {
                 // `Num::max_p`: `a` when `a` is NaN or wins the comparison, else `b`.
-                let cc = if prim == Prim::Maximum {
-                    FloatCC::GreaterThanOrEqual
-                } else {
-                    FloatCC::LessThanOrEqual
-                };
+                let cc = if prim == Prim::Maximum { FloatCC::GreaterThanOrEqual } else { FloatCC::LessThanOrEqual };
                 let nan = self.b.ins().fcmp(FloatCC::Unordered, a, a);
                 let wins = self.b.ins().fcmp(cc, a, b);
                 let m = self.b.ins().bor(nan, wins);

@@ -30,10 +30,7 @@ pub struct Layout {
 /// The layout for these inputs, or `None` when their shapes do not broadcast together.
 pub fn layout(inputs: &[Tensor]) -> Option<Layout> {
     // The common case first: inputs of one shape, and scalars.
-    let first = inputs
-        .iter()
-        .find(|t| t.rank() > 0)
-        .map_or(&[][..], |t| t.shape());
+    let first = inputs.iter().find(|t| t.rank() > 0).map_or(&[][..], |t| t.shape());
     if inputs.iter().all(|t| t.rank() == 0 || t.shape() == first) {
         let n = first.iter().product();
         return Some(Layout {
@@ -50,10 +47,7 @@ pub fn layout(inputs: &[Tensor]) -> Option<Layout> {
         shape = kernels::ops::broadcast_shapes("fused", &shape, t.shape()).ok()?;
     }
     let n: usize = shape.iter().product();
-    let strides: Vec<Vec<usize>> = inputs
-        .iter()
-        .map(|t| broadcast_strides(t.shape(), &shape))
-        .collect();
+    let strides: Vec<Vec<usize>> = inputs.iter().map(|t| broadcast_strides(t.shape(), &shape)).collect();
     // Merge, innermost last: (size, per-input strides).
     let mut dims: Vec<(usize, Vec<usize>)> = Vec::new();
     for (i, &size) in shape.iter().enumerate() {
@@ -62,12 +56,7 @@ pub fn layout(inputs: &[Tensor]) -> Option<Layout> {
         }
         let st: Vec<usize> = strides.iter().map(|s| s[i]).collect();
         if let Some(last) = dims.last_mut() {
-            if last
-                .1
-                .iter()
-                .zip(&st)
-                .all(|(&outer, &inner)| outer == inner * size)
-            {
+            if last.1.iter().zip(&st).all(|(&outer, &inner)| outer == inner * size) {
                 last.0 *= size;
                 last.1 = st;
                 continue;
@@ -81,9 +70,7 @@ pub fn layout(inputs: &[Tensor]) -> Option<Layout> {
         return None;
     }
     let bcast = row_strides.iter().map(|&s| s == 0).collect();
-    let outer_strides = (0..inputs.len())
-        .map(|k| dims.iter().map(|d| d.1[k]).collect())
-        .collect();
+    let outer_strides = (0..inputs.len()).map(|k| dims.iter().map(|d| d.1[k]).collect()).collect();
     Some(Layout {
         n,
         row_len: if n == 0 { 0 } else { row_len },
@@ -103,9 +90,7 @@ fn broadcast_strides(src: &[usize], out: &[usize]) -> Vec<usize> {
         own[i] = if src[i] == 1 { 0 } else { acc };
         acc *= src[i];
     }
-    (0..out.len())
-        .map(|i| if i < lead { 0 } else { own[i - lead] })
-        .collect()
+    (0..out.len()).map(|i| if i < lead { 0 } else { own[i - lead] }).collect()
 }
 
 fn data_ptr(t: &Tensor) -> usize {
@@ -168,11 +153,7 @@ pub fn run(f: KernelFn, inputs: &[Tensor], lay: &Layout, out: DType) -> Tensor {
         } else if rows < threads * 4 {
             // Few long rows: split each row into chunks (whole vectors, 64-byte lines).
             let tasks_per_row = (threads * 4).div_ceil(rows);
-            let chunk = lay
-                .row_len
-                .div_ceil(tasks_per_row)
-                .next_multiple_of(16)
-                .max(PAR_MIN / 8);
+            let chunk = lay.row_len.div_ceil(tasks_per_row).next_multiple_of(16).max(PAR_MIN / 8);
             let per_row = lay.row_len.div_ceil(chunk);
             (0..rows * per_row).into_par_iter().for_each(|t| {
                 let (r, c) = (t / per_row, t % per_row);

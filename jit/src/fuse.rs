@@ -24,11 +24,7 @@ pub enum Node {
     /// A literal, as the interpreter's rank-0 tensor.
     Const(Tensor),
     /// An elementwise primitive; `to` is the target of a `Cast`.
-    Op {
-        prim: Prim,
-        to: Option<DType>,
-        args: Vec<usize>,
-    },
+    Op { prim: Prim, to: Option<DType>, args: Vec<usize> },
 }
 
 /// A fused tree of elementwise primitives.
@@ -176,20 +172,9 @@ fn constant(e: &Expr) -> Option<Tensor> {
 /// Builds the tree rooted at `e` (which must satisfy [`may_root`]) and collects its leaves.
 /// A local read several times in the tree is one input (reading a local has no effect).
 pub fn analyse(e: &Expr) -> (Tree, Vec<&Expr>) {
-    let mut b = Builder {
-        nodes: Vec::new(),
-        leaves: Vec::new(),
-        locals: Vec::new(),
-    };
+    let mut b = Builder { nodes: Vec::new(), leaves: Vec::new(), locals: Vec::new() };
     b.build(e);
-    (
-        Tree {
-            nodes: b.nodes,
-            n_inputs: b.leaves.len(),
-            span: e.span,
-        },
-        b.leaves,
-    )
+    (Tree { nodes: b.nodes, n_inputs: b.leaves.len(), span: e.span }, b.leaves)
 }
 
 struct Builder<'e> {
@@ -203,22 +188,14 @@ impl<'e> Builder<'e> {
         if let ExprKind::Prim { prim, args, attrs } = &e.kind {
             if interior(e) {
                 let args = args.iter().map(|a| self.build(a)).collect();
-                let to = (*prim == Prim::Cast)
-                    .then(|| lang::interp::accel::dtype(attrs.dtype.unwrap_or(ElemTy::F32)));
-                self.nodes.push(Node::Op {
-                    prim: *prim,
-                    to,
-                    args,
-                });
+                let to = (*prim == Prim::Cast).then(|| lang::interp::accel::dtype(attrs.dtype.unwrap_or(ElemTy::F32)));
+                self.nodes.push(Node::Op { prim: *prim, to, args });
                 return self.nodes.len() - 1;
             }
         }
         let node = if let Some(t) = is_const(e).then(|| constant(e)).flatten() {
             Node::Const(t)
-        } else if let Some(&(_, i)) = self
-            .locals
-            .iter()
-            .find(|(l, _)| matches!(e.kind, ExprKind::Local(m) if m == *l))
+        } else if let Some(&(_, i)) = self.locals.iter().find(|(l, _)| matches!(e.kind, ExprKind::Local(m) if m == *l))
         {
             Node::Leaf(i)
         } else {
@@ -247,10 +224,7 @@ pub fn leaves<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
         return;
     }
     if let ExprKind::Local(l) = e.kind {
-        if out
-            .iter()
-            .any(|x| matches!(x.kind, ExprKind::Local(m) if m == l))
-        {
+        if out.iter().any(|x| matches!(x.kind, ExprKind::Local(m) if m == l)) {
             return;
         }
     }
@@ -382,26 +356,14 @@ pub fn key(tree: &Tree, typed: &Typed, bcast: &[bool], vector: Option<DType>) ->
     for (i, n) in tree.nodes.iter().enumerate() {
         match n {
             Node::Leaf(j) => {
-                let _ = write!(
-                    k,
-                    "L{j}{}{};",
-                    typed.dtype[i],
-                    if bcast[*j] { "b" } else { "" }
-                );
+                let _ = write!(k, "L{j}{}{};", typed.dtype[i], if bcast[*j] { "b" } else { "" });
             }
             Node::Const(t) => {
                 let bits = t.scalar_value_f64().unwrap_or(0.0).to_bits();
                 let _ = write!(k, "C{}{bits:x};", t.dtype());
             }
             Node::Op { prim, to, args } => {
-                let _ = write!(
-                    k,
-                    "{}{:?}{}{}",
-                    prim.name(),
-                    to,
-                    typed.dtype[i],
-                    typed.operand[i]
-                );
+                let _ = write!(k, "{}{:?}{}{}", prim.name(), to, typed.dtype[i], typed.operand[i]);
                 for a in args {
                     let _ = write!(k, ",{a}");
                 }

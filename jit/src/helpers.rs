@@ -63,14 +63,7 @@ macro_rules! binary_helpers {
 
 use kernels::Element as Elem;
 
-type Helper = (
-    &'static str,
-    kernels::DType,
-    &'static str,
-    usize,
-    &'static str,
-    usize,
-);
+type Helper = (&'static str, kernels::DType, &'static str, usize, &'static str, usize);
 
 unary_helpers! {
     msl_exp_f32, msl_exp_f32x4, f32, 4, "exp", f32::exp;
@@ -94,17 +87,10 @@ binary_helpers! {
 
 /// The (scalar, vector) symbols of the helper computing `op` on `dt`.
 pub(crate) fn symbols(op: &str, dt: kernels::DType) -> Option<(&'static str, &'static str)> {
-    unary()
-        .into_iter()
-        .chain(binary())
-        .find(|h| h.0 == op && h.1 == dt)
-        .map(|h| (h.2, h.4))
+    unary().into_iter().chain(binary()).find(|h| h.0 == op && h.1 == dt).map(|h| (h.2, h.4))
 }
 
 /// Every helper symbol with its address, for the JIT's symbol table.
 pub(crate) fn all_symbols() -> impl Iterator<Item = (&'static str, usize)> {
-    unary()
-        .into_iter()
-        .chain(binary())
-        .flat_map(|h| [(h.2, h.3), (h.4, h.5)])
+    unary().into_iter().chain(binary()).flat_map(|h| [(h.2, h.3), (h.4, h.5)])
 }

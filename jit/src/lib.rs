@@ -113,11 +113,7 @@ struct Memo {
 impl JitAccel {
     pub fn new(opts: Options) -> (JitAccel, Rc<RefCell<Report>>) {
         let report = Rc::new(RefCell::new(Report::default()));
-        let accel = JitAccel {
-            opts,
-            planned: HashMap::new(),
-            report: report.clone(),
-        };
+        let accel = JitAccel { opts, planned: HashMap::new(), report: report.clone() };
         (accel, report)
     }
 
@@ -152,29 +148,17 @@ impl JitAccel {
 
     /// Types, lays out and compiles (or finds in the cache) the loop for these inputs.
     fn prepare(&mut self, addr: usize, inputs: &[Tensor]) -> Result<(Memo, exec::Layout), String> {
-        let p = self
-            .planned
-            .get(&addr)
-            .and_then(Option::as_ref)
-            .ok_or("not planned")?;
+        let p = self.planned.get(&addr).and_then(Option::as_ref).ok_or("not planned")?;
         let tree = p.tree.clone();
         let site = p.site;
         let Some(typed) = fuse::type_tree(&tree, inputs) else {
             let types: Vec<String> = inputs.iter().map(|t| t.dtype().to_string()).collect();
-            return Err(format!(
-                "input element types ({}) not compiled",
-                types.join(", ")
-            ));
+            return Err(format!("input element types ({}) not compiled", types.join(", ")));
         };
         let lay = exec::layout(inputs).ok_or("input shapes do not broadcast along rows")?;
         let vector = fuse::vector_type(&tree, &typed, inputs);
         let key = fuse::key(&tree, &typed, &lay.bcast, vector);
-        let spec = Spec {
-            tree: &tree,
-            typed: &typed,
-            bcast: &lay.bcast,
-            vector,
-        };
+        let spec = Spec { tree: &tree, typed: &typed, bcast: &lay.bcast, vector };
         let (c, fresh) = JIT.with(|j| {
             let mut j = j.borrow_mut();
             match j.get_or_insert_with(Jit::new) {
@@ -227,14 +211,7 @@ impl Accel for JitAccel {
                 }
                 let site = self.site(&tree, addr);
                 let tree = Rc::new(tree);
-                self.planned.insert(
-                    addr,
-                    Some(Planned {
-                        tree,
-                        site,
-                        memo: None,
-                    }),
-                );
+                self.planned.insert(addr, Some(Planned { tree, site, memo: None }));
                 Some(leaves)
             }
         }
@@ -246,10 +223,7 @@ impl Accel for JitAccel {
         let site = p.site;
         let same_kinds = |m: &Memo| {
             m.inputs.len() == inputs.len()
-                && m.inputs
-                    .iter()
-                    .zip(inputs)
-                    .all(|(k, t)| k.0 == t.dtype() && k.1 == (t.rank() == 0))
+                && m.inputs.iter().zip(inputs).all(|(k, t)| k.0 == t.dtype() && k.1 == (t.rank() == 0))
         };
         let hit = p.memo.as_ref().filter(|m| same_kinds(m)).and_then(|m| {
             let lay = exec::layout(inputs)?;
@@ -275,10 +249,5 @@ impl Accel for JitAccel {
 
 /// The number of loops in this thread's compile cache.
 pub fn cached_loops() -> usize {
-    JIT.with(|j| {
-        j.borrow()
-            .as_ref()
-            .and_then(|r| r.as_ref().ok())
-            .map_or(0, Jit::cached)
-    })
+    JIT.with(|j| j.borrow().as_ref().and_then(|r| r.as_ref().ok()).map_or(0, Jit::cached))
 }

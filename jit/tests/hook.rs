@@ -47,8 +47,7 @@ fn run(decline: bool) -> (String, usize) {
         if decline {
             it.accel = Some(Box::new(Decline(declined.clone())));
         }
-        it.run_main(c.program.main.unwrap())
-            .unwrap_or_else(|e| panic!("{}", e.message));
+        it.run_main(c.program.main.unwrap()).unwrap_or_else(|e| panic!("{}", e.message));
     }
     (String::from_utf8(out).unwrap(), declined.get())
 }

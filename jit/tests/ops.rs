@@ -103,13 +103,7 @@ impl Rng {
 
 fn same(a: &Tensor, b: &Tensor) -> Result<(), String> {
     if a.shape() != b.shape() || a.dtype() != b.dtype() {
-        return Err(format!(
-            "shape/type {:?} {} vs {:?} {}",
-            a.shape(),
-            a.dtype(),
-            b.shape(),
-            b.dtype()
-        ));
+        return Err(format!("shape/type {:?} {} vs {:?} {}", a.shape(), a.dtype(), b.shape(), b.dtype()));
     }
     let (x, y) = (a.to_f64_vec(), b.to_f64_vec());
     let bits = |v: f64, t: &Tensor| {
@@ -127,22 +121,9 @@ fn same(a: &Tensor, b: &Tensor) -> Result<(), String> {
     Ok(())
 }
 
-fn run(
-    prog: &lang::ir::Program,
-    f: lang::types::FuncId,
-    args: &[Value],
-    jit: bool,
-) -> (Tensor, Option<jit::Report>) {
+fn run(prog: &lang::ir::Program, f: lang::types::FuncId, args: &[Value], jit: bool) -> (Tensor, Option<jit::Report>) {
     let mut it = Interp::new(prog, Box::new(std::io::sink()));
-    let report = jit.then(|| {
-        install(
-            &mut it,
-            Options {
-                level: 1,
-                min_ops: 1,
-            },
-        )
-    });
+    let report = jit.then(|| install(&mut it, Options { level: 1, min_ops: 1 }));
     let v = match it.call(f, args.to_vec(), HashMap::new(), vec![]) {
         Ok(v) | Err(Ctrl::Return(v)) => v,
         Err(Ctrl::Error(e)) => panic!("run-time error: {}", e.message),
@@ -166,11 +147,7 @@ fn tensor(rng: &mut Rng, shape: &[usize], f64_: bool) -> Tensor {
 #[test]
 fn every_op_matches_the_interpreter() {
     let c = lang::check::check_source("ops.msl", SRC, Path::new("."));
-    assert!(
-        !c.has_errors(),
-        "{:?}",
-        c.diagnostics.iter().map(|d| &d.message).collect::<Vec<_>>()
-    );
+    assert!(!c.has_errors(), "{:?}", c.diagnostics.iter().map(|d| &d.message).collect::<Vec<_>>());
     let mut rng = Rng(0x1234_5678_9abc_def1);
     let mut failures = Vec::new();
     let mut fused = 0;
@@ -178,18 +155,11 @@ fn every_op_matches_the_interpreter() {
         let f64_ = name.contains("64");
         for &n in &[1usize, 3, 4, 7, 64, 1001, 70_003] {
             let args: Vec<Value> = match name.as_str() {
-                "bias" => vec![
-                    tensor(&mut rng, &[n.div_ceil(8), 8], false),
-                    tensor(&mut rng, &[8], false),
-                ],
-                "col" => vec![
-                    tensor(&mut rng, &[n.div_ceil(5), 5], false),
-                    tensor(&mut rng, &[n.div_ceil(5), 1], false),
-                ],
-                "outer" => vec![
-                    tensor(&mut rng, &[n.div_ceil(9), 1], false),
-                    tensor(&mut rng, &[9], false),
-                ],
+                "bias" => vec![tensor(&mut rng, &[n.div_ceil(8), 8], false), tensor(&mut rng, &[8], false)],
+                "col" => {
+                    vec![tensor(&mut rng, &[n.div_ceil(5), 5], false), tensor(&mut rng, &[n.div_ceil(5), 1], false)]
+                }
+                "outer" => vec![tensor(&mut rng, &[n.div_ceil(9), 1], false), tensor(&mut rng, &[9], false)],
                 _ => {
                     let mask: Vec<bool> = (0..n).map(|_| rng.next().is_multiple_of(3)).collect();
                     vec![
@@ -206,10 +176,7 @@ fn every_op_matches_the_interpreter() {
             let (got, report) = run(&c.program, *fid, &args, true);
             let report = report.unwrap();
             if report.calls() == 0 || report.fallbacks() > 0 {
-                failures.push(format!(
-                    "{name} (n = {n}): not compiled: {:?}",
-                    report.sites
-                ));
+                failures.push(format!("{name} (n = {n}): not compiled: {:?}", report.sites));
             }
             fused += report.calls();
             if let Err(e) = same(&want, &got) {
@@ -217,12 +184,7 @@ fn every_op_matches_the_interpreter() {
             }
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{} mismatches:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    assert!(failures.is_empty(), "{} mismatches:\n{}", failures.len(), failures.join("\n"));
     assert!(fused > 300, "only {fused} fused calls ran");
 }
 
@@ -236,12 +198,7 @@ fn one_compile_serves_every_size() {
     for n in [5usize, 100, 4096, 50_000] {
         let args = vec![Value::Tensor(tensor(&mut rng, &[n], false))];
         let (_, report) = run(&c.program, fid, &args, true);
-        compiles += report
-            .unwrap()
-            .sites
-            .iter()
-            .map(|s| s.compiles.len())
-            .sum::<usize>();
+        compiles += report.unwrap().sites.iter().map(|s| s.compiles.len()).sum::<usize>();
     }
     // The cache is per thread and outlives each interpreter: only the first size compiles.
     assert_eq!(compiles, 1);
@@ -250,31 +207,16 @@ fn one_compile_serves_every_size() {
 #[test]
 fn one_tree_under_changing_broadcast_patterns_stays_exact() {
     let c = lang::check::check_source("memo.msl", SRC, Path::new("."));
-    let fid = c
-        .program
-        .root_funcs
-        .iter()
-        .find(|(n, _)| n == "col")
-        .unwrap()
-        .1;
+    let fid = c.program.root_funcs.iter().find(|(n, _)| n == "col").unwrap().1;
     let mut rng = Rng(99);
     let mut it = Interp::new(&c.program, Box::new(std::io::sink()));
-    let report = install(
-        &mut it,
-        Options {
-            level: 1,
-            min_ops: 1,
-        },
-    );
+    let report = install(&mut it, Options { level: 1, min_ops: 1 });
     // `b: f32[R, 1]` is broadcast along rows of `x: f32[R, C]` unless C = 1.
     for cols in [5usize, 1, 5, 33] {
-        let args: Vec<Value> = vec![
-            tensor(&mut rng, &[40, cols], false),
-            tensor(&mut rng, &[40, 1], false),
-        ]
-        .into_iter()
-        .map(Value::Tensor)
-        .collect();
+        let args: Vec<Value> = vec![tensor(&mut rng, &[40, cols], false), tensor(&mut rng, &[40, 1], false)]
+            .into_iter()
+            .map(Value::Tensor)
+            .collect();
         let (want, _) = run(&c.program, fid, &args, false);
         let got = match it.call(fid, args, HashMap::new(), vec![]) {
             Ok(v) | Err(Ctrl::Return(v)) => v.tensor().unwrap().clone(),

@@ -8,10 +8,7 @@ use std::time::Instant;
 use kernels::{ops, rng, DType};
 
 fn main() {
-    let n: usize = std::env::args()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1024);
+    let n: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(1024);
     let a = rng::uniform(DType::F32, &[n, n], rng::stream_key(1, "a"), -1.0, 1.0);
     let b = rng::uniform(DType::F32, &[n, n], rng::stream_key(1, "b"), -1.0, 1.0);
     // One warm-up run so that thread start-up and page faults are not timed.

@@ -24,11 +24,7 @@ fn step(layers: &mut [Layer], x: &Tensor, y: &Tensor, lr: f32) -> Result<f32, Ke
     let mut inputs = vec![x.clone()];
     let mut pre = Vec::new();
     for (i, l) in layers.iter().enumerate() {
-        let z = bin(
-            BinaryOp::Add,
-            &ops::matmul(inputs.last().unwrap(), &l.w)?,
-            &l.b,
-        )?;
+        let z = bin(BinaryOp::Add, &ops::matmul(inputs.last().unwrap(), &l.w)?, &l.b)?;
         if i + 1 < layers.len() {
             inputs.push(ops::unary(UnaryOp::Relu, &z)?);
         }
@@ -37,20 +33,11 @@ fn step(layers: &mut [Layer], x: &Tensor, y: &Tensor, lr: f32) -> Result<f32, Ke
     let logits = pre.last().unwrap();
     let onehot = ops::one_hot(y, 10, DType::F32)?;
     let lsm = ops::log_softmax(logits, 1)?;
-    let nll = ops::reduce(
-        ReduceOp::Sum,
-        &bin(BinaryOp::Mul, &lsm, &onehot)?,
-        None,
-        false,
-    )?;
+    let nll = ops::reduce(ReduceOp::Sum, &bin(BinaryOp::Mul, &lsm, &onehot)?, None, false)?;
     let loss = -nll.scalar_value_f64().unwrap() as f32 / batch;
     // Backward.
     let sm = ops::softmax(logits, 1)?;
-    let mut g = bin(
-        BinaryOp::Mul,
-        &bin(BinaryOp::Sub, &sm, &onehot)?,
-        &Tensor::scalar_f32(1.0 / batch),
-    )?;
+    let mut g = bin(BinaryOp::Mul, &bin(BinaryOp::Sub, &sm, &onehot)?, &Tensor::scalar_f32(1.0 / batch))?;
     let lr = Tensor::scalar_f32(lr);
     for i in (0..layers.len()).rev() {
         let dw = ops::matmul_t(&inputs[i], &g, true, false)?;

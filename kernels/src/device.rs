@@ -129,25 +129,14 @@ pub struct DeviceTensor {
 
 impl std::fmt::Debug for DeviceTensor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DeviceTensor")
-            .field("shape", &self.shape)
-            .field("dtype", &self.dtype)
-            .finish_non_exhaustive()
+        f.debug_struct("DeviceTensor").field("shape", &self.shape).field("dtype", &self.dtype).finish_non_exhaustive()
     }
 }
 
 impl DeviceTensor {
     /// Wraps a device's own buffer. Devices call this; users get device tensors from them.
-    pub fn new(
-        shape: Vec<usize>,
-        dtype: DType,
-        buffer: Arc<dyn Any + Send + Sync>,
-    ) -> DeviceTensor {
-        DeviceTensor {
-            shape,
-            dtype,
-            buffer,
-        }
+    pub fn new(shape: Vec<usize>, dtype: DType, buffer: Arc<dyn Any + Send + Sync>) -> DeviceTensor {
+        DeviceTensor { shape, dtype, buffer }
     }
     pub fn shape(&self) -> &[usize] {
         &self.shape
@@ -195,9 +184,7 @@ pub struct CpuDevice;
 
 impl CpuDevice {
     fn host<'a>(&self, d: &'a DeviceTensor) -> Result<&'a Tensor, KernelError> {
-        d.buffer::<Tensor>().ok_or_else(|| {
-            KernelError::Invalid("cpu: this tensor belongs to another device".into())
-        })
+        d.buffer::<Tensor>().ok_or_else(|| KernelError::Invalid("cpu: this tensor belongs to another device".into()))
     }
     fn wrap(t: Tensor) -> DeviceTensor {
         DeviceTensor::new(t.shape().to_vec(), t.dtype(), Arc::new(t))
@@ -208,21 +195,16 @@ fn arity(kernel: KernelId, inputs: &[&DeviceTensor], n: usize) -> Result<(), Ker
     if inputs.len() == n {
         Ok(())
     } else {
-        Err(KernelError::Invalid(format!(
-            "kernel {kernel:?} takes {n} inputs, got {}",
-            inputs.len()
-        )))
+        Err(KernelError::Invalid(format!("kernel {kernel:?} takes {n} inputs, got {}", inputs.len())))
     }
 }
 
 fn need_axis(kernel: KernelId, p: &KernelParams) -> Result<usize, KernelError> {
-    p.axis
-        .ok_or_else(|| KernelError::Invalid(format!("kernel {kernel:?} needs an axis")))
+    p.axis.ok_or_else(|| KernelError::Invalid(format!("kernel {kernel:?} needs an axis")))
 }
 
 fn need_dtype(kernel: KernelId, p: &KernelParams) -> Result<DType, KernelError> {
-    p.dtype
-        .ok_or_else(|| KernelError::Invalid(format!("kernel {kernel:?} needs a dtype")))
+    p.dtype.ok_or_else(|| KernelError::Invalid(format!("kernel {kernel:?} needs a dtype")))
 }
 
 impl Device for CpuDevice {
@@ -248,10 +230,7 @@ impl Device for CpuDevice {
         inputs: &[&DeviceTensor],
         p: &KernelParams,
     ) -> Result<DeviceTensor, KernelError> {
-        let xs: Vec<&Tensor> = inputs
-            .iter()
-            .map(|d| self.host(d))
-            .collect::<Result<_, _>>()?;
+        let xs: Vec<&Tensor> = inputs.iter().map(|d| self.host(d)).collect::<Result<_, _>>()?;
         let one = || -> Result<&Tensor, KernelError> {
             arity(kernel, inputs, 1)?;
             Ok(xs[0])
@@ -281,10 +260,7 @@ impl Device for CpuDevice {
                 let (a, b) = two()?;
                 ops::matmul(a, b)?
             }
-            KernelId::MatmulT {
-                transpose_a,
-                transpose_b,
-            } => {
+            KernelId::MatmulT { transpose_a, transpose_b } => {
                 let (a, b) = two()?;
                 ops::matmul_t(a, b, transpose_a, transpose_b)?
             }

@@ -41,15 +41,7 @@ fn write_axis(
     let n = shape[dim];
     out.push('[');
     let write_item = |out: &mut String, i: usize| {
-        write_axis(
-            out,
-            shape,
-            strides,
-            dim + 1,
-            offset + i * strides[dim],
-            summarize,
-            elem,
-        )
+        write_axis(out, shape, strides, dim + 1, offset + i * strides[dim], summarize, elem)
     };
     if summarize && n > 2 * EDGE {
         for i in 0..EDGE {

@@ -69,10 +69,7 @@ fn unit_f64(lo: u32, hi: u32) -> f64 {
 /// Fills `n` values with `f(block of element i)`, in parallel for large `n`.
 fn generate<T: Send, F: Fn([u32; 4]) -> T + Sync + Send>(n: usize, key: [u32; 2], f: F) -> Vec<T> {
     if n >= PAR_MIN {
-        (0..n as u64)
-            .into_par_iter()
-            .map(|i| f(block(i, key)))
-            .collect()
+        (0..n as u64).into_par_iter().map(|i| f(block(i, key))).collect()
     } else {
         (0..n as u64).map(|i| f(block(i, key))).collect()
     }
@@ -102,9 +99,7 @@ pub fn uniform(dtype: DType, shape: &[usize], key: [u32; 2], lo: f64, hi: f64) -
             Tensor::from_parts(shape.to_vec(), v)
         }
         DType::I32 => {
-            let v = generate(n, key, |b| {
-                (lo + scale * unit_f64(b[0], b[1])).floor() as i32
-            });
+            let v = generate(n, key, |b| (lo + scale * unit_f64(b[0], b[1])).floor() as i32);
             Tensor::from_parts(shape.to_vec(), v)
         }
         DType::Bool => {

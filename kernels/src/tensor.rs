@@ -84,9 +84,7 @@ impl Storage {
 }
 
 /// A Rust type that can be a tensor element. Generic kernels are written once over this trait.
-pub trait Element:
-    Copy + Send + Sync + PartialEq + PartialOrd + fmt::Debug + Default + 'static
-{
+pub trait Element: Copy + Send + Sync + PartialEq + PartialOrd + fmt::Debug + Default + 'static {
     /// The dtype of tensors holding this element type.
     const DTYPE: DType;
     /// The elements of `s`, when `s` holds this type.
@@ -137,14 +135,7 @@ macro_rules! impl_element {
 impl_element!(f32, F32, 0.0, 1.0, |x| x as f64, |v| v as f32);
 impl_element!(f64, F64, 0.0, 1.0, |x| x, |v| v);
 impl_element!(i32, I32, 0, 1, |x| x as f64, |v| v as i32);
-impl_element!(
-    bool,
-    Bool,
-    false,
-    true,
-    |x| if x { 1.0 } else { 0.0 },
-    |v| v != 0.0
-);
+impl_element!(bool, Bool, false, true, |x| if x { 1.0 } else { 0.0 }, |v| v != 0.0);
 
 /// A host tensor: always contiguous and row-major. `Clone` is cheap (the storage is shared).
 #[derive(Clone, Debug, PartialEq)]
@@ -158,10 +149,7 @@ impl Tensor {
     pub fn new(shape: Vec<usize>, storage: Storage) -> Result<Tensor, KernelError> {
         let need = checked_numel(&shape)?;
         if need != storage.len() {
-            return Err(KernelError::DataLength {
-                shape,
-                len: storage.len(),
-            });
+            return Err(KernelError::DataLength { shape, len: storage.len() });
         }
         Ok(Tensor { shape, storage })
     }
@@ -174,10 +162,7 @@ impl Tensor {
     /// Builds a tensor whose length the caller has already checked.
     pub(crate) fn from_parts<T: Element>(shape: Vec<usize>, data: Vec<T>) -> Tensor {
         debug_assert_eq!(shape.iter().product::<usize>(), data.len());
-        Tensor {
-            shape,
-            storage: T::into_storage(data),
-        }
+        Tensor { shape, storage: T::into_storage(data) }
     }
 
     pub fn from_f32(shape: Vec<usize>, data: Vec<f32>) -> Result<Tensor, KernelError> {
@@ -296,12 +281,8 @@ impl Tensor {
             (Storage::I32(v), DType::F32) => Storage::F32(Arc::new(map_slice(v, |x| x as f32))),
             (Storage::I32(v), DType::F64) => Storage::F64(Arc::new(map_slice(v, |x| x as f64))),
             (Storage::I32(v), DType::Bool) => Storage::Bool(Arc::new(map_slice(v, |x| x != 0))),
-            (Storage::Bool(v), DType::F32) => {
-                Storage::F32(Arc::new(map_slice(v, |x| u8::from(x) as f32)))
-            }
-            (Storage::Bool(v), DType::F64) => {
-                Storage::F64(Arc::new(map_slice(v, |x| u8::from(x) as f64)))
-            }
+            (Storage::Bool(v), DType::F32) => Storage::F32(Arc::new(map_slice(v, |x| u8::from(x) as f32))),
+            (Storage::Bool(v), DType::F64) => Storage::F64(Arc::new(map_slice(v, |x| u8::from(x) as f64))),
             (Storage::Bool(v), DType::I32) => Storage::I32(Arc::new(map_slice(v, i32::from))),
             (s, _) => s.clone(),
         };
@@ -311,13 +292,7 @@ impl Tensor {
 
 /// The number of elements of a shape, or an error when the product overflows `usize`.
 pub fn checked_numel(shape: &[usize]) -> Result<usize, KernelError> {
-    shape
-        .iter()
-        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-        .ok_or_else(|| {
-            KernelError::Invalid(format!(
-                "shape {} has too many elements",
-                crate::error::shape_string(shape)
-            ))
-        })
+    shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d)).ok_or_else(|| {
+        KernelError::Invalid(format!("shape {} has too many elements", crate::error::shape_string(shape)))
+    })
 }

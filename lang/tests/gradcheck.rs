@@ -16,13 +16,7 @@ use support::*;
 
 /// Shapes for elementwise cases: a scalar, a single element, and random ranks 1–3 (dims 1–4).
 fn unary_shapes(rng: &mut Rng) -> Vec<Vec<usize>> {
-    vec![
-        vec![],
-        vec![1],
-        rng.shape(1, 1),
-        rng.shape(2, 2),
-        rng.shape(3, 3),
-    ]
+    vec![vec![], vec![1], rng.shape(1, 1), rng.shape(2, 2), rng.shape(3, 3)]
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -97,12 +91,7 @@ fn binary_broadcasting() {
     let mut cases = Vec::new();
     let mut seed = 100;
     for (op, dx, dy) in &ops {
-        let mut pairs = vec![
-            (vec![3, 1], vec![4]),
-            (vec![4], vec![3, 1]),
-            (vec![], vec![2, 3]),
-            (vec![2, 3], vec![]),
-        ];
+        let mut pairs = vec![(vec![3, 1], vec![4]), (vec![4], vec![3, 1]), (vec![], vec![2, 3]), (vec![2, 3], vec![])];
         for _ in 0..4 {
             pairs.push(rng.broadcast_pair());
         }
@@ -110,14 +99,11 @@ fn binary_broadcasting() {
             let so = broadcast(&sx, &sy);
             seed += 1;
             cases.push(
-                Case::new(
-                    format!("{op} with x{sx:?} y{sy:?}"),
-                    format!("sum(w * ({op}))"),
-                )
-                .param("x", f64d(&sx, *dx))
-                .param("y", f64d(&sy, *dy))
-                .weight(&so)
-                .seed(seed),
+                Case::new(format!("{op} with x{sx:?} y{sy:?}"), format!("sum(w * ({op}))"))
+                    .param("x", f64d(&sx, *dx))
+                    .param("y", f64d(&sy, *dy))
+                    .weight(&so)
+                    .seed(seed),
             );
         }
     }
@@ -151,32 +137,23 @@ fn binary_broadcasting() {
     {
         let so = broadcast(&broadcast(&sc, &sx), &sy);
         cases.push(
-            Case::new(
-                format!("where(c{sc:?}, x{sx:?}, y{sy:?})"),
-                "sum(w * where(c, sin(x), y * y))",
-            )
-            .param("c", Arg::Bool(sc.clone()))
-            .param("x", f64t(&sx))
-            .param("y", f64t(&sy))
-            .weight(&so)
-            .seed(300 + i as u64),
+            Case::new(format!("where(c{sc:?}, x{sx:?}, y{sy:?})"), "sum(w * where(c, sin(x), y * y))")
+                .param("c", Arg::Bool(sc.clone()))
+                .param("x", f64t(&sx))
+                .param("y", f64t(&sy))
+                .weight(&so)
+                .seed(300 + i as u64),
         );
     }
     cases.push(
-        Case::new(
-            "where literal branch",
-            "sum(w * where(x > 0.0, x * x, 0.5))",
-        )
-        .param("x", f64d(&[5], away))
-        .weight(&[5]),
+        Case::new("where literal branch", "sum(w * where(x > 0.0, x * x, 0.5))")
+            .param("x", f64d(&[5], away))
+            .weight(&[5]),
     );
     cases.push(
-        Case::new(
-            "where literal first",
-            "sum(w * where(x > 0.0, -1.0, exp(x)))",
-        )
-        .param("x", f64d(&[5], away))
-        .weight(&[5]),
+        Case::new("where literal first", "sum(w * where(x > 0.0, -1.0, exp(x)))")
+            .param("x", f64d(&[5], away))
+            .weight(&[5]),
     );
     run_all("binary_broadcasting", cases);
 }
@@ -196,21 +173,15 @@ fn reductions() {
             seed += 1;
             // Everything.
             cases.push(
-                Case::new(
-                    format!("{red}(x) {s:?}"),
-                    format!("{red}(x) * {red}(x * w)"),
-                )
-                .param("x", f64t(s))
-                .weight(s)
-                .seed(seed),
+                Case::new(format!("{red}(x) {s:?}"), format!("{red}(x) * {red}(x * w)"))
+                    .param("x", f64t(s))
+                    .weight(s)
+                    .seed(seed),
             );
             cases.push(
-                Case::new(
-                    format!("{red}(x, keepdims) {s:?}"),
-                    format!("sum(sin({red}(x, keepdims: true)))"),
-                )
-                .param("x", f64t(s))
-                .seed(seed),
+                Case::new(format!("{red}(x, keepdims) {s:?}"), format!("sum(sin({red}(x, keepdims: true)))"))
+                    .param("x", f64t(s))
+                    .seed(seed),
             );
             let r = s.len() as i64;
             for axis in -r..r {
@@ -239,12 +210,9 @@ fn reductions() {
     }
     // Reductions feeding broadcasts (softmax-like patterns).
     cases.push(
-        Case::new(
-            "x - max(x, axis: 1, keepdims)",
-            "sum(w * exp(x - max(x, axis: 1, keepdims: true)))",
-        )
-        .param("x", f64t(&[3, 4]))
-        .weight(&[3, 4]),
+        Case::new("x - max(x, axis: 1, keepdims)", "sum(w * exp(x - max(x, axis: 1, keepdims: true)))")
+            .param("x", f64t(&[3, 4]))
+            .weight(&[3, 4]),
     );
     cases.push(
         Case::new("x / sum(x, axis: 0)", "sum(w * x / sum(x * x, axis: 0))")
@@ -252,12 +220,9 @@ fn reductions() {
             .weight(&[3, 4]),
     );
     cases.push(
-        Case::new(
-            "mean(x, axis: -1) broadcast",
-            "sum(w * (x - mean(x, axis: -1, keepdims: true)) ** 2)",
-        )
-        .param("x", f64t(&[2, 5]))
-        .weight(&[2, 5]),
+        Case::new("mean(x, axis: -1) broadcast", "sum(w * (x - mean(x, axis: -1, keepdims: true)) ** 2)")
+            .param("x", f64t(&[2, 5]))
+            .weight(&[2, 5]),
     );
     run_all("reductions", cases);
 }
@@ -286,11 +251,7 @@ fn matmul_ranks() {
     for (i, (sa, sb)) in combos.iter().enumerate() {
         let mut so: Vec<usize> = match (sa.len(), sb.len()) {
             (1, 1) => vec![],
-            (1, _) => sb[..sb.len() - 2]
-                .iter()
-                .chain([sb[sb.len() - 1]].iter())
-                .copied()
-                .collect(),
+            (1, _) => sb[..sb.len() - 2].iter().chain([sb[sb.len() - 1]].iter()).copied().collect(),
             (_, 1) => sa[..sa.len() - 1].to_vec(),
             _ => {
                 let mut b = broadcast(&sa[..sa.len() - 2], &sb[..sb.len() - 2]);
@@ -312,11 +273,7 @@ fn matmul_ranks() {
                 .seed(500 + i as u64),
         );
     }
-    cases.push(
-        Case::new("x @ x", "sum(w * (x @ x))")
-            .param("x", f64t(&[3, 3]))
-            .weight(&[3, 3]),
-    );
+    cases.push(Case::new("x @ x", "sum(w * (x @ x))").param("x", f64t(&[3, 3])).weight(&[3, 3]));
     cases.push(
         Case::new("chain", "sum(w * (tanh(a @ b) @ transpose(b)))")
             .param("a", f64t(&[2, 3]))
@@ -332,199 +289,46 @@ fn matmul_ranks() {
 #[test]
 fn shape_functions() {
     let mut cases = Vec::new();
-    let c = |name: &str, body: &str, xs: &[usize], ws: &[usize]| {
-        Case::new(name, body).param("x", f64t(xs)).weight(ws)
-    };
-    cases.push(c(
-        "reshape 2x6->3x4",
-        "sum(w * reshape(sin(x), [3, 4]))",
-        &[2, 6],
-        &[3, 4],
-    ));
-    cases.push(c(
-        "reshape infer",
-        "sum(w * reshape(x * x, [_, 2]))",
-        &[2, 3, 2],
-        &[6, 2],
-    ));
-    cases.push(c(
-        "reshape flat",
-        "sum(w * reshape(x, [_]))",
-        &[2, 1, 3],
-        &[6],
-    ));
-    cases.push(c(
-        "reshape to scalar dims",
-        "sum(w * reshape(x, [1, 1]))",
-        &[1],
-        &[1, 1],
-    ));
-    cases.push(c(
-        "transpose 2d",
-        "sum(w * transpose(exp(x)))",
-        &[2, 3],
-        &[3, 2],
-    ));
-    cases.push(c(
-        "transpose 3d",
-        "sum(w * transpose(x))",
-        &[2, 3, 4],
-        &[4, 3, 2],
-    ));
+    let c = |name: &str, body: &str, xs: &[usize], ws: &[usize]| Case::new(name, body).param("x", f64t(xs)).weight(ws);
+    cases.push(c("reshape 2x6->3x4", "sum(w * reshape(sin(x), [3, 4]))", &[2, 6], &[3, 4]));
+    cases.push(c("reshape infer", "sum(w * reshape(x * x, [_, 2]))", &[2, 3, 2], &[6, 2]));
+    cases.push(c("reshape flat", "sum(w * reshape(x, [_]))", &[2, 1, 3], &[6]));
+    cases.push(c("reshape to scalar dims", "sum(w * reshape(x, [1, 1]))", &[1], &[1, 1]));
+    cases.push(c("transpose 2d", "sum(w * transpose(exp(x)))", &[2, 3], &[3, 2]));
+    cases.push(c("transpose 3d", "sum(w * transpose(x))", &[2, 3, 4], &[4, 3, 2]));
     cases.push(c("transpose 1d", "sum(w * transpose(x) * x)", &[3], &[3]));
-    cases.push(c(
-        "permute 201",
-        "sum(w * permute(x, [2, 0, 1]))",
-        &[2, 3, 4],
-        &[4, 2, 3],
-    ));
-    cases.push(c(
-        "permute negative",
-        "sum(w * permute(x * x, [0, -1, 1]))",
-        &[2, 3, 4],
-        &[2, 4, 3],
-    ));
-    cases.push(c(
-        "permute 4d",
-        "sum(w * permute(x, [3, 1, 0, 2]))",
-        &[2, 1, 3, 2],
-        &[2, 1, 2, 3],
-    ));
-    cases.push(c(
-        "expand_dims 0",
-        "sum(w * expand_dims(x, axis: 0))",
-        &[3],
-        &[1, 3],
-    ));
-    cases.push(c(
-        "expand_dims -1",
-        "sum(w * expand_dims(x, axis: -1))",
-        &[2, 3],
-        &[2, 3, 1],
-    ));
+    cases.push(c("permute 201", "sum(w * permute(x, [2, 0, 1]))", &[2, 3, 4], &[4, 2, 3]));
+    cases.push(c("permute negative", "sum(w * permute(x * x, [0, -1, 1]))", &[2, 3, 4], &[2, 4, 3]));
+    cases.push(c("permute 4d", "sum(w * permute(x, [3, 1, 0, 2]))", &[2, 1, 3, 2], &[2, 1, 2, 3]));
+    cases.push(c("expand_dims 0", "sum(w * expand_dims(x, axis: 0))", &[3], &[1, 3]));
+    cases.push(c("expand_dims -1", "sum(w * expand_dims(x, axis: -1))", &[2, 3], &[2, 3, 1]));
     cases.push(c(
         "expand_dims 1 broadcast",
         "sum(w * expand_dims(x, axis: 1) * expand_dims(x, axis: 0))",
         &[3],
         &[3, 3],
     ));
-    cases.push(c(
-        "squeeze axis",
-        "sum(w * squeeze(x, axis: 1))",
-        &[2, 1, 3],
-        &[2, 3],
-    ));
-    cases.push(c(
-        "squeeze all",
-        "sum(w * squeeze(x))",
-        &[1, 2, 1, 3],
-        &[2, 3],
-    ));
-    cases.push(c(
-        "squeeze to scalar",
-        "w * squeeze(x) * squeeze(x)",
-        &[1, 1],
-        &[],
-    ));
-    cases.push(c(
-        "broadcast_to lead",
-        "sum(w * broadcast_to(x, [4, 2, 3]))",
-        &[2, 3],
-        &[4, 2, 3],
-    ));
-    cases.push(c(
-        "broadcast_to stretch",
-        "sum(w * broadcast_to(sin(x), [3, 4]))",
-        &[1, 4],
-        &[3, 4],
-    ));
-    cases.push(c(
-        "broadcast_to both",
-        "sum(w * broadcast_to(x, [2, 3, 4]))",
-        &[3, 1],
-        &[2, 3, 4],
-    ));
-    cases.push(c(
-        "broadcast_to scalar",
-        "sum(w * broadcast_to(x, [2, 2]))",
-        &[],
-        &[2, 2],
-    ));
-    cases.push(c(
-        "full from a scalar",
-        "sum(w * full(x * x, 2, 3))",
-        &[],
-        &[2, 3],
-    ));
-    cases.push(c(
-        "full from a reduction",
-        "sum(w * full(sum(sin(x)), 3)) * x[0]",
-        &[3],
-        &[3],
-    ));
+    cases.push(c("squeeze axis", "sum(w * squeeze(x, axis: 1))", &[2, 1, 3], &[2, 3]));
+    cases.push(c("squeeze all", "sum(w * squeeze(x))", &[1, 2, 1, 3], &[2, 3]));
+    cases.push(c("squeeze to scalar", "w * squeeze(x) * squeeze(x)", &[1, 1], &[]));
+    cases.push(c("broadcast_to lead", "sum(w * broadcast_to(x, [4, 2, 3]))", &[2, 3], &[4, 2, 3]));
+    cases.push(c("broadcast_to stretch", "sum(w * broadcast_to(sin(x), [3, 4]))", &[1, 4], &[3, 4]));
+    cases.push(c("broadcast_to both", "sum(w * broadcast_to(x, [2, 3, 4]))", &[3, 1], &[2, 3, 4]));
+    cases.push(c("broadcast_to scalar", "sum(w * broadcast_to(x, [2, 2]))", &[], &[2, 2]));
+    cases.push(c("full from a scalar", "sum(w * full(x * x, 2, 3))", &[], &[2, 3]));
+    cases.push(c("full from a reduction", "sum(w * full(sum(sin(x)), 3)) * x[0]", &[3], &[3]));
     // concat / stack: several operands, axes, the same operand twice.
     let two = |name: &str, body: &str, sx: &[usize], sy: &[usize], ws: &[usize]| {
-        Case::new(name, body)
-            .param("x", f64t(sx))
-            .param("y", f64t(sy))
-            .weight(ws)
+        Case::new(name, body).param("x", f64t(sx)).param("y", f64t(sy)).weight(ws)
     };
-    cases.push(two(
-        "concat axis 0",
-        "sum(w * concat([x, y]))",
-        &[2, 3],
-        &[1, 3],
-        &[3, 3],
-    ));
-    cases.push(two(
-        "concat axis 1",
-        "sum(w * concat([x, y], axis: 1))",
-        &[2, 3],
-        &[2, 2],
-        &[2, 5],
-    ));
-    cases.push(two(
-        "concat axis -1 three",
-        "sum(w * concat([x, exp(y), x], axis: -1))",
-        &[2, 1],
-        &[2, 2],
-        &[2, 4],
-    ));
-    cases.push(two(
-        "concat 1d",
-        "sum(w * concat([y, x * x, y]))",
-        &[3],
-        &[2],
-        &[7],
-    ));
-    cases.push(two(
-        "stack axis 0",
-        "sum(w * stack([x, y]))",
-        &[2, 3],
-        &[2, 3],
-        &[2, 2, 3],
-    ));
-    cases.push(two(
-        "stack axis 1",
-        "sum(w * stack([x, y, x * y], axis: 1))",
-        &[2, 3],
-        &[2, 3],
-        &[2, 3, 3],
-    ));
-    cases.push(two(
-        "stack axis -1",
-        "sum(w * stack([x, sin(y)], axis: -1))",
-        &[3],
-        &[3],
-        &[3, 2],
-    ));
-    cases.push(two(
-        "stack scalars",
-        "sum(w * stack([x, y, x]))",
-        &[],
-        &[],
-        &[3],
-    ));
+    cases.push(two("concat axis 0", "sum(w * concat([x, y]))", &[2, 3], &[1, 3], &[3, 3]));
+    cases.push(two("concat axis 1", "sum(w * concat([x, y], axis: 1))", &[2, 3], &[2, 2], &[2, 5]));
+    cases.push(two("concat axis -1 three", "sum(w * concat([x, exp(y), x], axis: -1))", &[2, 1], &[2, 2], &[2, 4]));
+    cases.push(two("concat 1d", "sum(w * concat([y, x * x, y]))", &[3], &[2], &[7]));
+    cases.push(two("stack axis 0", "sum(w * stack([x, y]))", &[2, 3], &[2, 3], &[2, 2, 3]));
+    cases.push(two("stack axis 1", "sum(w * stack([x, y, x * y], axis: 1))", &[2, 3], &[2, 3], &[2, 3, 3]));
+    cases.push(two("stack axis -1", "sum(w * stack([x, sin(y)], axis: -1))", &[3], &[3], &[3, 2]));
+    cases.push(two("stack scalars", "sum(w * stack([x, y, x]))", &[], &[], &[3]));
     run_all("shape_functions", cases);
 }
 
@@ -534,27 +338,20 @@ fn shape_functions() {
 #[test]
 fn indexing_and_gather() {
     let mut cases = Vec::new();
-    let c = |name: &str, body: &str, xs: &[usize], ws: &[usize]| {
-        Case::new(name, body).param("x", f64t(xs)).weight(ws)
-    };
+    let c = |name: &str, body: &str, xs: &[usize], ws: &[usize]| Case::new(name, body).param("x", f64t(xs)).weight(ws);
     cases.push(c("x[1]", "sum(w * x[1])", &[3, 4], &[4]));
     cases.push(c("x[1, 2]", "w * x[1, 2]", &[3, 4], &[]));
     cases.push(c("x[-1]", "sum(w * x[-1])", &[3, 4], &[4]));
     cases.push(c("x[:, 1:3]", "sum(w * x[:, 1:3])", &[3, 4], &[3, 2]));
     cases.push(c("x[0:2, 1]", "sum(w * x[0:2, 1])", &[3, 4], &[2]));
+    cases.push(c("x[1:, :2] of 3d", "sum(w * x[1:, :2, 0])", &[3, 4, 2], &[2, 2]));
+    cases.push(c("slices overlap", "sum(w * (x[0:3] * x[1:4]))", &[4], &[3]));
     cases.push(c(
-        "x[1:, :2] of 3d",
-        "sum(w * x[1:, :2, 0])",
-        &[3, 4, 2],
-        &[2, 2],
+        "x[i] in loop",
+        "var acc: f64 = 0.0\n    for i in 0..3 {\n        acc = acc + sum(w[i] * sin(x[i]))\n    }\n    acc",
+        &[3, 4],
+        &[3, 4],
     ));
-    cases.push(c(
-        "slices overlap",
-        "sum(w * (x[0:3] * x[1:4]))",
-        &[4],
-        &[3],
-    ));
-    cases.push(c("x[i] in loop", "var acc: f64 = 0.0\n    for i in 0..3 {\n        acc = acc + sum(w[i] * sin(x[i]))\n    }\n    acc", &[3, 4], &[3, 4]));
     cases.push(c(
         "x[i:i+2] in loop",
         "var acc: f64 = 0.0\n    for i in 0..3 {\n        acc = acc + sum(w[i:i + 2] * x[i:i + 2] * x[i + 1])\n    }\n    acc",
@@ -569,10 +366,7 @@ fn indexing_and_gather() {
     );
     // gather: axes, repeated indices (scatter-add must accumulate), index tensors of rank 0–2.
     let g = |name: &str, body: &str, xs: &[usize], idx: Arg, ws: &[usize]| {
-        Case::new(name, body)
-            .param("x", f64t(xs))
-            .param("idx", idx)
-            .weight(ws)
+        Case::new(name, body).param("x", f64t(xs)).param("idx", idx).weight(ws)
     };
     cases.push(g(
         "gather axis 0",
@@ -636,55 +430,29 @@ fn einsum_specs() {
         ("ij,ij->ij", vec![vec![2, 3], vec![2, 3]], vec![2, 3]),
         ("ij,j->i", vec![vec![2, 3], vec![3]], vec![2]),
         ("ij,kj->ik", vec![vec![2, 3], vec![4, 3]], vec![2, 4]),
-        (
-            "bij,bjk->bik",
-            vec![vec![2, 2, 3], vec![2, 3, 2]],
-            vec![2, 2, 2],
-        ),
-        (
-            "bhqd,bhkd->bhqk",
-            vec![vec![1, 2, 3, 2], vec![1, 2, 4, 2]],
-            vec![1, 2, 3, 4],
-        ),
-        (
-            "ij,jk,kl->il",
-            vec![vec![2, 3], vec![3, 2], vec![2, 4]],
-            vec![2, 4],
-        ),
+        ("bij,bjk->bik", vec![vec![2, 2, 3], vec![2, 3, 2]], vec![2, 2, 2]),
+        ("bhqd,bhkd->bhqk", vec![vec![1, 2, 3, 2], vec![1, 2, 4, 2]], vec![1, 2, 3, 4]),
+        ("ij,jk,kl->il", vec![vec![2, 3], vec![3, 2], vec![2, 4]], vec![2, 4]),
         ("i,ij,j->", vec![vec![2], vec![2, 3], vec![3]], vec![]),
-        (
-            "ab,bc,ca->b",
-            vec![vec![2, 3], vec![3, 4], vec![4, 2]],
-            vec![3],
-        ),
+        ("ab,bc,ca->b", vec![vec![2, 3], vec![3, 4], vec![4, 2]], vec![3]),
         ("ijk,k->j", vec![vec![2, 3, 4], vec![4]], vec![3]),
-        (
-            "nchw,oc->nohw",
-            vec![vec![1, 2, 2, 3], vec![3, 2]],
-            vec![1, 3, 2, 3],
-        ),
+        ("nchw,oc->nohw", vec![vec![1, 2, 2, 3], vec![3, 2]], vec![1, 3, 2, 3]),
     ];
     let names = ["a", "b", "c"];
     let mut cases = Vec::new();
     for (i, (spec, shapes, out)) in specs.iter().enumerate() {
         let ops: Vec<&str> = names[..shapes.len()].to_vec();
-        let mut c = Case::new(
-            format!("einsum {spec}"),
-            format!("sum(w * einsum(\"{spec}\", {}))", ops.join(", ")),
-        )
-        .seed(600 + i as u64);
+        let mut c = Case::new(format!("einsum {spec}"), format!("sum(w * einsum(\"{spec}\", {}))", ops.join(", ")))
+            .seed(600 + i as u64);
         for (n, s) in ops.iter().zip(shapes) {
             c = c.param(n, f64t(s));
         }
         cases.push(c.weight(out));
     }
     cases.push(
-        Case::new(
-            "einsum same operand twice",
-            "sum(w * einsum(\"ij,kj->ik\", x, x))",
-        )
-        .param("x", f64t(&[3, 2]))
-        .weight(&[3, 3]),
+        Case::new("einsum same operand twice", "sum(w * einsum(\"ij,kj->ik\", x, x))")
+            .param("x", f64t(&[3, 2]))
+            .weight(&[3, 3]),
     );
     run_all("einsum_specs", cases);
 }
@@ -697,16 +465,9 @@ fn conversions() {
     // An f32 parameter read as f64: f is computed in f64 from the f32 values, so only the step
     // is rounded (the harness divides by the actual step); the gradient comes back as f32, so
     // the relative tolerance is f32's (1e-5). h = 2⁻¹² keeps the truncation error ~1e-8.
-    let f32_in = Tol {
-        h: 2f64.powi(-12),
-        rtol: 1e-5,
-        atol: 1e-7,
-    };
+    let f32_in = Tol { h: 2f64.powi(-12), rtol: 1e-5, atol: 1e-7 };
     let mut cases = vec![
-        Case::new("f64(x32)", "sum(w * exp(f64(x)) * f64(x))")
-            .param("x", f32t(&[2, 3]))
-            .weight(&[2, 3])
-            .tol(f32_in),
+        Case::new("f64(x32)", "sum(w * exp(f64(x)) * f64(x))").param("x", f32t(&[2, 3])).weight(&[2, 3]).tol(f32_in),
         Case::new("f64(x32) broadcast", "sum(w * sin(f64(x)) * y)")
             .param("x", f32t(&[3, 1]))
             .param("y", f64t(&[4]))
@@ -718,9 +479,7 @@ fn conversions() {
             .weight(&[2, 3])
             .tol(F32)
             .first_order_only(),
-        Case::new("f64(x) identity", "sum(w * f64(x) * x)")
-            .param("x", f64t(&[3]))
-            .weight(&[3]),
+        Case::new("f64(x) identity", "sum(w * f64(x) * x)").param("x", f64t(&[3])).weight(&[3]),
     ];
     // An f32 result: the whole function is f32.
     cases.push(
@@ -744,37 +503,36 @@ fn models() {
         dims: vec![],
         fields: vec![
             f64t(&[3]),
-            Arg::Model {
-                name: "Inner".into(),
-                dims: vec![],
-                fields: vec![f64t(&[2])],
-            },
+            Arg::Model { name: "Inner".into(), dims: vec![], fields: vec![f64t(&[2])] },
             f64t(&[2, 3]),
             f64t(&[]),
         ],
     };
-    let gm = |d: usize| Arg::Model {
-        name: "G".into(),
-        dims: vec![d as i64],
-        fields: vec![f64t(&[d]), f64t(&[d, 2])],
-    };
+    let gm = |d: usize| Arg::Model { name: "G".into(), dims: vec![d as i64], fields: vec![f64t(&[d]), f64t(&[d, 2])] };
     let cases = vec![
         Case::new("model fields", "sum(m.a * x) + sum(m.b * w) * sum(m.inner.v * m.inner.v) + m.s * m.s * sum(x)")
             .prelude(prelude)
             .param("m", m())
             .param("x", f64t(&[3]))
             .weight(&[2, 3]),
-        Case::new("model arithmetic", "let m2 = m * 2.0 + m - m * m\n    sum(sin(m2.a) * x) + sum(m2.b * w) + sum(m2.inner.v) * m2.s")
-            .prelude(prelude)
-            .param("m", m())
-            .param("x", f64t(&[3]))
-            .weight(&[2, 3]),
+        Case::new(
+            "model arithmetic",
+            "let m2 = m * 2.0 + m - m * m\n    sum(sin(m2.a) * x) + sum(m2.b * w) + sum(m2.inner.v) * m2.s",
+        )
+        .prelude(prelude)
+        .param("m", m())
+        .param("x", f64t(&[3]))
+        .weight(&[2, 3]),
         Case::new("model through a helper", "sum(w * tanh(x @ m.b @ transpose(m.b) @ m.b) * m.a)")
             .prelude(prelude)
             .param("m", m())
             .param("x", f64t(&[2]))
             .weight(&[3]),
-        Case::new("generic model G[3]", "sum(w * (g.a @ g.b)) + sum(g.a * g.a * x)").prelude(prelude).param("g", gm(3)).param("x", f64t(&[3])).weight(&[2]),
+        Case::new("generic model G[3]", "sum(w * (g.a @ g.b)) + sum(g.a * g.a * x)")
+            .prelude(prelude)
+            .param("g", gm(3))
+            .param("x", f64t(&[3]))
+            .weight(&[2]),
         Case::new("model passed to a generic function", "loss(g, x)")
             .prelude(prelude)
             .prelude("fn loss[D](g: G[D], x: f64[D]) -> f64 { sum(exp(g.a) * x) + sum(g.b * g.b) }")
@@ -794,14 +552,19 @@ fn tuples() {
         Case::new("tuple parameter", "let (a, b) = p\n    sum(w * sin(a) * b) + b * b").param("p", p()).weight(&[3]),
         Case::new("tuple field access", "sum(w * p.0 * p.1 * p.0)").param("p", p()).weight(&[3]),
         Case::new("one-element tuple", "sum(w * exp(p.0))").param("p", Arg::Tuple(vec![f64t(&[2, 2])])).weight(&[2, 2]),
-        Case::new("tuples built inside", "let t = (x * 2.0, sin(x), 3)\n    let (a, b, n) = t\n    sum(w * a * b) + sum(t.1) * f64(n)")
-            .param("x", f64t(&[4]))
-            .weight(&[4]),
+        Case::new(
+            "tuples built inside",
+            "let t = (x * 2.0, sin(x), 3)\n    let (a, b, n) = t\n    sum(w * a * b) + sum(t.1) * f64(n)",
+        )
+        .param("x", f64t(&[4]))
+        .weight(&[4]),
         Case::new("function returning a tuple", "let (s, c) = sc(x)\n    sum(w * s * c) + sum(c)")
             .prelude("fn sc(x: f64[3]) -> (f64[3], f64[3]) { (sin(x), cos(x) * x) }")
             .param("x", f64t(&[3]))
             .weight(&[3]),
-        Case::new("nested tuple", "let ((a, b), c) = ((x, x * x), exp(x))\n    sum(w * a * b * c)").param("x", f64t(&[2])).weight(&[2]),
+        Case::new("nested tuple", "let ((a, b), c) = ((x, x * x), exp(x))\n    sum(w * a * b * c)")
+            .param("x", f64t(&[2]))
+            .weight(&[2]),
     ];
     run_all("tuples", cases);
 }
@@ -843,10 +606,13 @@ fn control_flow() {
             .weight(&[2, 2]),
         );
         cases.push(
-            Case::new(format!("for 0..n with var, n={n}"), "var acc = x\n    for i in 0..n {\n        acc = sin(acc) * w + acc * x\n    }\n    sum(acc * w)")
-                .param("x", f64d(&[3], Dist::Range(-0.8, 0.8)))
-                .param("n", Arg::I32Values(vec![], vec![n]))
-                .weight(&[3]),
+            Case::new(
+                format!("for 0..n with var, n={n}"),
+                "var acc = x\n    for i in 0..n {\n        acc = sin(acc) * w + acc * x\n    }\n    sum(acc * w)",
+            )
+            .param("x", f64d(&[3], Dist::Range(-0.8, 0.8)))
+            .param("n", Arg::I32Values(vec![], vec![n]))
+            .weight(&[3]),
         );
         cases.push(
             Case::new(format!("while with counter, n={n}"), "var k = 0\n    var y = x\n    while k < n {\n        y = y * x + sin(y)\n        k = k + 1\n    }\n    sum(w * y)")
@@ -876,36 +642,40 @@ fn control_flow() {
         .param("z", f64t(&[])),
     );
     cases.push(
-        Case::new("unused parameter", "sum(w * sin(x))")
-            .param("x", f64t(&[3]))
-            .param("y", f64t(&[2]))
-            .weight(&[3]),
+        Case::new("unused parameter", "sum(w * sin(x))").param("x", f64t(&[3])).param("y", f64t(&[2])).weight(&[3]),
     );
     cases.push(Case::new("constant result", "2.5").param("x", f64t(&[2, 2])));
-    cases.push(Case::new("rnn-style loop", "var h = x * 0.0\n    for i in 0..3 {\n        h = tanh(h @ a) + x\n    }\n    sum(w * h)")
+    cases.push(
+        Case::new(
+            "rnn-style loop",
+            "var h = x * 0.0\n    for i in 0..3 {\n        h = tanh(h @ a) + x\n    }\n    sum(w * h)",
+        )
         .param("x", f64t(&[3]))
         .param("a", f64t(&[3, 3]))
-        .weight(&[3]));
+        .weight(&[3]),
+    );
     cases.push(Case::new("swap two vars in a loop", "var a = x\n    var b = y\n    for i in 0..1 {\n        let t = a\n        a = b\n        b = t\n    }\n    a + 10.0 * b")
         .param("x", f64t(&[]))
         .param("y", f64t(&[])));
     cases.push(Case::new("nested for", "var acc: f64 = 0.0\n    for i in 0..3 {\n        for j in 0..2 {\n            acc = acc + w[i, j] * x[i, j] * x[j, 1] * acc + x[i, j]\n        }\n    }\n    acc")
         .param("x", f64d(&[3, 2], Dist::Range(-0.5, 0.5)))
         .weight(&[3, 2]));
-    cases.push(Case::new("loop variable as a float", "var acc = x\n    for i in 0..3 {\n        acc = acc * (1.0 + f64(i) * x)\n    }\n    sum(w * acc)")
+    cases.push(
+        Case::new(
+            "loop variable as a float",
+            "var acc = x\n    for i in 0..3 {\n        acc = acc * (1.0 + f64(i) * x)\n    }\n    sum(w * acc)",
+        )
         .param("x", f64t(&[3]))
-        .weight(&[3]));
+        .weight(&[3]),
+    );
     cases.push(Case::new("while on a float condition", "var y = x\n    var k = 0\n    while sum(y * y) < 20.0 && k < 10 {\n        y = y * 1.5 + 0.1 * sin(y)\n        k = k + 1\n    }\n    sum(w * y)")
         .param("x", f64d(&[2], Dist::Range(0.5, 1.0)))
         .weight(&[2]));
     cases.push(
-        Case::new(
-            "early return",
-            "if x[0] > 0.0 {\n        return sum(w * exp(x))\n    }\n    sum(w * x * x)",
-        )
-        .param("x", f64t(&[2]))
-        .weight(&[2])
-        .seed(3),
+        Case::new("early return", "if x[0] > 0.0 {\n        return sum(w * exp(x))\n    }\n    sum(w * x * x)")
+            .param("x", f64t(&[2]))
+            .weight(&[2])
+            .seed(3),
     );
     cases.push(
         Case::new(
@@ -991,33 +761,19 @@ fn ddf(x: f64[3], w: f64[3]) -> f64[3] { grad(|t: f64[3]| sum(df(t, w)))(x) }
     let ck = check(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
     let x = [0.3, -1.2, 0.7];
     let w = [1.5, -0.5, 2.0];
-    let t = |v: &[f64]| {
-        lang::interp::Value::Tensor(kernels::Tensor::from_f64(vec![3], v.to_vec()).unwrap())
-    };
+    let t = |v: &[f64]| lang::interp::Value::Tensor(kernels::Tensor::from_f64(vec![3], v.to_vec()).unwrap());
     let get = |name: &str| {
-        let v =
-            call(&ck.program, name, vec![t(&x), t(&w)]).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let v = call(&ck.program, name, vec![t(&x), t(&w)]).unwrap_or_else(|e| panic!("{e}\n{text}"));
         v.tensor().unwrap().to_f64_vec()
     };
     let close = |a: &[f64], b: &[f64], what: &str| {
         for i in 0..3 {
-            assert!(
-                (a[i] - b[i]).abs() < 1e-12,
-                "{what}: msl {a:?}, expected {b:?}\n{text}"
-            );
+            assert!((a[i] - b[i]).abs() < 1e-12, "{what}: msl {a:?}, expected {b:?}\n{text}");
         }
     };
-    close(
-        &get("df"),
-        &[w[0] * x[0] * x[0], w[1] * x[1] * x[1], w[2] * x[2] * x[2]],
-        "grad of w·x·sg(x²)",
-    );
+    close(&get("df"), &[w[0] * x[0] * x[0], w[1] * x[1] * x[1], w[2] * x[2] * x[2]], "grad of w·x·sg(x²)");
     let e: Vec<f64> = x.iter().map(|v: &f64| v.exp()).collect();
-    close(
-        &get("dg"),
-        &[w[0] * e[0] + e[0], w[1] * e[1] + e[1], w[2] * e[2] + e[2]],
-        "grad of w·eˣ + sg(eˣ)·x",
-    );
+    close(&get("dg"), &[w[0] * e[0] + e[0], w[1] * e[1] + e[1], w[2] * e[2] + e[2]], "grad of w·eˣ + sg(eˣ)·x");
     close(&get("dh"), &[0.0; 3], "grad of sum(sg(w·x))");
     // The derivative of `df` sees `stop_gradient(x * x)` as a constant (as JAX does).
     close(&get("ddf"), &[0.0; 3], "grad of grad through stop_gradient");
@@ -1035,14 +791,8 @@ fn nn_f64_prelude() -> String {
     let mut out = src
         .replace("f32", "f64")
         .replace("one_hot(y, C)", "f64(one_hot(y, C))")
-        .replace(
-            "var out = zeros(",
-            "var out: f64[N, O, H - KH + 1, W - KW + 1] = zeros(",
-        )
-        .replace(
-            "uniform(N, D, seed: seed)",
-            "f64(uniform(N, D, seed: seed))",
-        );
+        .replace("var out = zeros(", "var out: f64[N, O, H - KH + 1, W - KW + 1] = zeros(")
+        .replace("uniform(N, D, seed: seed)", "f64(uniform(N, D, seed: seed))");
     for name in [
         "linear",
         "relu",
@@ -1075,15 +825,9 @@ fn nn_cases(elem: &str) -> Vec<Case> {
             Arg::F32(s.to_vec(), d)
         }
     };
-    let (prelude, p) = if f64_mode {
-        (nn_f64_prelude(), "nn_")
-    } else {
-        ("use nn".to_string(), "nn.")
-    };
+    let (prelude, p) = if f64_mode { (nn_f64_prelude(), "nn_") } else { ("use nn".to_string(), "nn.") };
     let mk = |name: &str, body: &str| {
-        let c = Case::new(format!("{elem} {name}"), body.replace("nn.", p))
-            .prelude(&prelude)
-            .ret(elem);
+        let c = Case::new(format!("{elem} {name}"), body.replace("nn.", p)).prelude(&prelude).ret(elem);
         if f64_mode {
             c
         } else {
@@ -1092,9 +836,21 @@ fn nn_cases(elem: &str) -> Vec<Case> {
     };
     let w = |s: &[usize]| t(s);
     vec![
-        mk("linear 2d", "sum(w * nn.linear(x, a, b))").param("x", t(&[2, 3])).param("a", t(&[3, 4])).param("b", t(&[4])).param("w", w(&[2, 4])),
-        mk("linear 3d", "sum(w * nn.linear(x, a, b))").param("x", t(&[2, 1, 3])).param("a", t(&[3, 2])).param("b", t(&[2])).param("w", w(&[2, 1, 2])),
-        mk("linear 1d", "sum(w * nn.linear(x, a, b))").param("x", t(&[3])).param("a", t(&[3, 2])).param("b", t(&[2])).param("w", w(&[2])),
+        mk("linear 2d", "sum(w * nn.linear(x, a, b))")
+            .param("x", t(&[2, 3]))
+            .param("a", t(&[3, 4]))
+            .param("b", t(&[4]))
+            .param("w", w(&[2, 4])),
+        mk("linear 3d", "sum(w * nn.linear(x, a, b))")
+            .param("x", t(&[2, 1, 3]))
+            .param("a", t(&[3, 2]))
+            .param("b", t(&[2]))
+            .param("w", w(&[2, 1, 2])),
+        mk("linear 1d", "sum(w * nn.linear(x, a, b))")
+            .param("x", t(&[3]))
+            .param("a", t(&[3, 2]))
+            .param("b", t(&[2]))
+            .param("w", w(&[2])),
         mk("relu", "sum(w * nn.relu(x))").param("x", td(&[2, 3], Dist::Away(0.1, 2.0))).param("w", w(&[2, 3])),
         mk("gelu", "sum(w * nn.gelu(x))").param("x", t(&[2, 3])).param("w", w(&[2, 3])),
         mk("sigmoid", "sum(w * nn.sigmoid(x))").param("x", t(&[4])).param("w", w(&[4])),
@@ -1106,12 +862,27 @@ fn nn_cases(elem: &str) -> Vec<Case> {
             .param("y", Arg::I32Values(vec![3], vec![2, 0, 2]))
             .param("w", w(&[3]))
             .wrt(&["logits"]),
-        mk("mean cross_entropy", "mean(nn.cross_entropy(logits, y))").param("logits", t(&[4, 3])).param("y", i32t(&[4], 0, 3)).wrt(&["logits"]),
+        mk("mean cross_entropy", "mean(nn.cross_entropy(logits, y))")
+            .param("logits", t(&[4, 3]))
+            .param("y", i32t(&[4], 0, 3))
+            .wrt(&["logits"]),
         mk("mse", "nn.mse(pred, target)").param("pred", t(&[2, 3])).param("target", t(&[2, 3])),
         mk("mse scalar", "nn.mse(pred, target) * pred").param("pred", t(&[])).param("target", t(&[])),
-        mk("layer_norm", "sum(w * nn.layer_norm(x, gamma, beta))").param("x", t(&[2, 4])).param("gamma", t(&[4])).param("beta", t(&[4])).param("w", w(&[2, 4])),
-        mk("layer_norm 3d", "sum(w * nn.layer_norm(x, gamma, beta))").param("x", t(&[2, 2, 3])).param("gamma", t(&[3])).param("beta", t(&[3])).param("w", w(&[2, 2, 3])),
-        mk("embedding", "sum(w * nn.embedding(table, ids))").param("table", t(&[5, 3])).param("ids", Arg::I32Values(vec![2, 3], vec![4, 1, 4, 0, 4, 2])).param("w", w(&[2, 3, 3])).wrt(&["table"]),
+        mk("layer_norm", "sum(w * nn.layer_norm(x, gamma, beta))")
+            .param("x", t(&[2, 4]))
+            .param("gamma", t(&[4]))
+            .param("beta", t(&[4]))
+            .param("w", w(&[2, 4])),
+        mk("layer_norm 3d", "sum(w * nn.layer_norm(x, gamma, beta))")
+            .param("x", t(&[2, 2, 3]))
+            .param("gamma", t(&[3]))
+            .param("beta", t(&[3]))
+            .param("w", w(&[2, 2, 3])),
+        mk("embedding", "sum(w * nn.embedding(table, ids))")
+            .param("table", t(&[5, 3]))
+            .param("ids", Arg::I32Values(vec![2, 3], vec![4, 1, 4, 0, 4, 2]))
+            .param("w", w(&[2, 3, 3]))
+            .wrt(&["table"]),
         mk("attention", "sum(w * nn.attention(q, k, v, false))")
             .param("q", t(&[1, 2, 3, 2]))
             .param("k", t(&[1, 2, 3, 2]))
@@ -1122,19 +893,30 @@ fn nn_cases(elem: &str) -> Vec<Case> {
             .param("k", t(&[2, 1, 3, 2]))
             .param("v", t(&[2, 1, 3, 2]))
             .param("w", w(&[2, 1, 3, 2])),
-        mk("conv2d", "sum(w * nn.conv2d(x, k, b))").param("x", t(&[1, 2, 4, 4])).param("k", t(&[3, 2, 2, 2])).param("b", t(&[3])).param("w", w(&[1, 3, 3, 3])),
-        mk("conv2d rect", "sum(w * nn.conv2d(x, k, b))").param("x", t(&[2, 1, 3, 4])).param("k", t(&[2, 1, 3, 2])).param("b", t(&[2])).param("w", w(&[2, 2, 1, 3])),
+        mk("conv2d", "sum(w * nn.conv2d(x, k, b))")
+            .param("x", t(&[1, 2, 4, 4]))
+            .param("k", t(&[3, 2, 2, 2]))
+            .param("b", t(&[3]))
+            .param("w", w(&[1, 3, 3, 3])),
+        mk("conv2d rect", "sum(w * nn.conv2d(x, k, b))")
+            .param("x", t(&[2, 1, 3, 4]))
+            .param("k", t(&[2, 1, 3, 2]))
+            .param("b", t(&[2]))
+            .param("w", w(&[2, 2, 1, 3])),
         mk("dropout", "sum(w * nn.dropout(x, 0.25, 3))").param("x", t(&[4, 5])).param("w", w(&[4, 5])),
-        mk("mlp loss", "mean(nn.cross_entropy(nn.linear(nn.gelu(nn.layer_norm(nn.linear(x, a, b), g, be)), a2, b2), y))")
-            .param("x", t(&[3, 4]))
-            .param("a", t(&[4, 5]))
-            .param("b", t(&[5]))
-            .param("g", t(&[5]))
-            .param("be", t(&[5]))
-            .param("a2", t(&[5, 3]))
-            .param("b2", t(&[3]))
-            .param("y", i32t(&[3], 0, 3))
-            .wrt(&["x", "a", "b", "g", "a2"]),
+        mk(
+            "mlp loss",
+            "mean(nn.cross_entropy(nn.linear(nn.gelu(nn.layer_norm(nn.linear(x, a, b), g, be)), a2, b2), y))",
+        )
+        .param("x", t(&[3, 4]))
+        .param("a", t(&[4, 5]))
+        .param("b", t(&[5]))
+        .param("g", t(&[5]))
+        .param("be", t(&[5]))
+        .param("a2", t(&[5, 3]))
+        .param("b2", t(&[3]))
+        .param("y", i32t(&[3], 0, 3))
+        .wrt(&["x", "a", "b", "g", "a2"]),
     ]
 }
 
@@ -1172,58 +954,30 @@ fn vjp_identity() {
     // (name, parameter shapes, result type, body)
     type Fun = (&'static str, Vec<Vec<usize>>, Vec<usize>, &'static str);
     let fns: Vec<Fun> = vec![
-        (
-            "elementwise",
-            vec![vec![3, 2], vec![2]],
-            vec![3, 2],
-            "tanh(a * b) + exp(a) * b",
-        ),
-        (
-            "matmul",
-            vec![vec![2, 3], vec![3, 4]],
-            vec![2, 4],
-            "sin(a @ b)",
-        ),
-        (
-            "reductions",
-            vec![vec![3, 4], vec![4]],
-            vec![3],
-            "logsumexp(a * b, axis: 1) + max(a, axis: -1)",
-        ),
+        ("elementwise", vec![vec![3, 2], vec![2]], vec![3, 2], "tanh(a * b) + exp(a) * b"),
+        ("matmul", vec![vec![2, 3], vec![3, 4]], vec![2, 4], "sin(a @ b)"),
+        ("reductions", vec![vec![3, 4], vec![4]], vec![3], "logsumexp(a * b, axis: 1) + max(a, axis: -1)"),
         (
             "shapes",
             vec![vec![2, 3], vec![3]],
             vec![3, 3],
             "concat([transpose(a) * b[0], expand_dims(b, axis: 1)], axis: 1)",
         ),
-        (
-            "scalar result",
-            vec![vec![3], vec![3]],
-            vec![],
-            "sum(a * b * b)",
-        ),
+        ("scalar result", vec![vec![3], vec![3]], vec![], "sum(a * b * b)"),
         (
             "loop",
             vec![vec![3], vec![]],
             vec![3],
             "var y = a\n    for i in 0..3 {\n        y = y * b + sin(y)\n    }\n    y",
         ),
-        (
-            "single parameter",
-            vec![vec![2, 2]],
-            vec![2, 2],
-            "a @ a + transpose(a)",
-        ),
+        ("single parameter", vec![vec![2, 2]], vec![2, 2], "a @ a + transpose(a)"),
     ];
     let names = ["a", "b"];
     let mut rng = Rng::new(77);
     let mut failures = Vec::new();
     for (name, shapes, out, body) in &fns {
-        let params: Vec<String> = shapes
-            .iter()
-            .enumerate()
-            .map(|(i, s)| format!("{}: {}", names[i], tensor_ty("f64", s)))
-            .collect();
+        let params: Vec<String> =
+            shapes.iter().enumerate().map(|(i, s)| format!("{}: {}", names[i], tensor_ty("f64", s))).collect();
         let args: Vec<&str> = names[..shapes.len()].to_vec();
         let rty = tensor_ty("f64", out);
         let text = format!(
@@ -1241,25 +995,14 @@ fn vjp_identity() {
         };
         let prog = &ck.program;
         let n = |s: &[usize]| s.iter().product::<usize>();
-        let xs: Vec<Vec<f64>> = shapes
-            .iter()
-            .map(|s| (0..n(s)).map(|_| rng.normal() * 0.7).collect())
-            .collect();
-        let vs: Vec<Vec<f64>> = shapes
-            .iter()
-            .map(|s| (0..n(s)).map(|_| rng.normal()).collect())
-            .collect();
+        let xs: Vec<Vec<f64>> = shapes.iter().map(|s| (0..n(s)).map(|_| rng.normal() * 0.7).collect()).collect();
+        let vs: Vec<Vec<f64>> = shapes.iter().map(|s| (0..n(s)).map(|_| rng.normal()).collect()).collect();
         let u: Vec<f64> = (0..n(out)).map(|_| rng.normal()).collect();
         let xvals = |eps: f64| -> Vec<lang::interp::Value> {
             shapes
                 .iter()
                 .enumerate()
-                .map(|(i, s)| {
-                    tensor(
-                        s,
-                        xs[i].iter().zip(&vs[i]).map(|(x, v)| x + eps * v).collect(),
-                    )
-                })
+                .map(|(i, s)| tensor(s, xs[i].iter().zip(&vs[i]).map(|(x, v)| x + eps * v).collect()))
                 .collect()
         };
         let run = || -> Result<(), String> {
@@ -1270,22 +1013,14 @@ fn vjp_identity() {
             let h = 1e-6;
             let yp = leaves(&call(prog, "h", xvals(h))?);
             let ym = leaves(&call(prog, "h", xvals(-h))?);
-            let jv: Vec<f64> = yp
-                .iter()
-                .zip(&ym)
-                .map(|(p, m)| (p - m) / (2.0 * h))
-                .collect();
+            let jv: Vec<f64> = yp.iter().zip(&ym).map(|(p, m)| (p - m) / (2.0 * h)).collect();
             let rhs = dot(&u, &jv);
             if (lhs - rhs).abs() > 1e-7 * (1.0 + rhs.abs()) {
                 return Err(format!("⟨pullback(u), v⟩ = {lhs} but ⟨u, J v⟩ = {rhs}"));
             }
             let v0 = leaves(&call(prog, "val", xvals(0.0))?);
             let y0 = leaves(&call(prog, "h", xvals(0.0))?);
-            if v0
-                .iter()
-                .zip(&y0)
-                .any(|(a, b)| (a - b).abs() > 1e-12 * (1.0 + b.abs()))
-            {
+            if v0.iter().zip(&y0).any(|(a, b)| (a - b).abs() > 1e-12 * (1.0 + b.abs())) {
                 return Err(format!("vjp value {v0:?} differs from h {y0:?}"));
             }
             Ok(())
@@ -1324,21 +1059,15 @@ fn hess_diag(x: f64[3]) -> f64[3] { grad(|t: f64[3]| sum(grad(|s: f64[3]| sum(s 
     let prog = &ck.program;
     let s = |x: f64| tensor(&[], vec![x]);
     let mut failures = Vec::new();
-    let mut expect =
-        |name: &str, args: Vec<lang::interp::Value>, want: Vec<f64>| match call(prog, name, args) {
-            Ok(v) => {
-                let got = leaves(&v);
-                if got.len() != want.len()
-                    || got
-                        .iter()
-                        .zip(&want)
-                        .any(|(g, w)| (g - w).abs() > 1e-10 * (1.0 + w.abs()))
-                {
-                    failures.push(format!("{name}: got {got:?}, expected {want:?}"));
-                }
+    let mut expect = |name: &str, args: Vec<lang::interp::Value>, want: Vec<f64>| match call(prog, name, args) {
+        Ok(v) => {
+            let got = leaves(&v);
+            if got.len() != want.len() || got.iter().zip(&want).any(|(g, w)| (g - w).abs() > 1e-10 * (1.0 + w.abs())) {
+                failures.push(format!("{name}: got {got:?}, expected {want:?}"));
             }
-            Err(e) => failures.push(format!("{name}: {e}")),
-        };
+        }
+        Err(e) => failures.push(format!("{name}: {e}")),
+    };
     for &x in &[-1.3, 0.4, 2.1] {
         let y = 0.7;
         expect("d2_cube", vec![s(x)], vec![6.0 * x]);
@@ -1354,33 +1083,15 @@ fn hess_diag(x: f64[3]) -> f64[3] { grad(|t: f64[3]| sum(grad(|s: f64[3]| sum(s 
         let m = (x * y).cos() - x * y * (x * y).sin() + 6.0 * x * y * y;
         expect("dxy", vec![s(x), s(y)], vec![m]);
         expect("dyx", vec![s(x), s(y)], vec![m]);
-        expect(
-            "dx_default",
-            vec![s(x), s(y)],
-            vec![y * (x * y).cos() + 2.0 * x * y * y * y],
-        );
+        expect("dx_default", vec![s(x), s(y)], vec![y * (x * y).cos() + 2.0 * x * y * y * y]);
         expect(
             "vg_default",
             vec![s(x), s(y)],
-            vec![
-                (x * y).sin() + x * x * y * y * y,
-                y * (x * y).cos() + 2.0 * x * y * y * y,
-            ],
+            vec![(x * y).sin() + x * x * y * y * y, y * (x * y).cos() + 2.0 * x * y * y * y],
         );
-        expect(
-            "vg_of_grad",
-            vec![s(x)],
-            vec![
-                8.0 * x * x * x - 9.0 * x * x + 2.0 * x,
-                24.0 * x * x - 18.0 * x + 2.0,
-            ],
-        );
+        expect("vg_of_grad", vec![s(x)], vec![8.0 * x * x * x - 9.0 * x * x + 2.0 * x, 24.0 * x * x - 18.0 * x + 2.0]);
     }
-    expect(
-        "hess_diag",
-        vec![tensor(&[3], vec![0.5, -1.0, 2.0])],
-        vec![1.5, 6.0, 24.0],
-    );
+    expect("hess_diag", vec![tensor(&[3], vec![0.5, -1.0, 2.0])], vec![1.5, 6.0, 24.0]);
     assert!(failures.is_empty(), "{}\n{text}", failures.join("\n"));
 }
 
@@ -1392,10 +1103,7 @@ fn codes(text: &str) -> Vec<(String, String)> {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let c = std::panic::catch_unwind(|| lang::check::check_source("err.msl", text, dir))
         .unwrap_or_else(|p| panic!("checker panicked: {}\n{text}", panic_msg(&p)));
-    c.diagnostics
-        .iter()
-        .map(|d| (d.code.to_string(), d.message.clone()))
-        .collect()
+    c.diagnostics.iter().map(|d| (d.code.to_string(), d.message.clone())).collect()
 }
 
 #[test]
@@ -1403,17 +1111,21 @@ fn differentiation_errors() {
     let mut failures = Vec::new();
     let mut expect = |code: &str, names: &[&str], text: &str| {
         let ds = codes(text);
-        let ok = ds
-            .iter()
-            .any(|(c, m)| c == code && (names.is_empty() || names.iter().any(|n| m.contains(n))));
+        let ok = ds.iter().any(|(c, m)| c == code && (names.is_empty() || names.iter().any(|n| m.contains(n))));
         if !ok {
-            failures.push(format!(
-                "expected {code} naming one of {names:?}, got {ds:?}\n{text}"
-            ));
+            failures.push(format!("expected {code} naming one of {names:?}, got {ds:?}\n{text}"));
         }
     };
-    expect("E0401", &[], "fn sq(x: f64[3]) -> f64[3] { x * x }\nfn main() {\n    let x: f64[3] = zeros(3)\n    print(grad(sq)(x))\n}\n");
-    expect("E0401", &[], "fn n(x: f64) -> i32 { i32(x) }\nfn main() {\n    let x: f64 = 1.0\n    print(grad(n)(x))\n}\n");
+    expect(
+        "E0401",
+        &[],
+        "fn sq(x: f64[3]) -> f64[3] { x * x }\nfn main() {\n    let x: f64[3] = zeros(3)\n    print(grad(sq)(x))\n}\n",
+    );
+    expect(
+        "E0401",
+        &[],
+        "fn n(x: f64) -> i32 { i32(x) }\nfn main() {\n    let x: f64 = 1.0\n    print(grad(n)(x))\n}\n",
+    );
     expect("E0401", &[], "fn t(x: f64) -> (f64, f64) { (x, x) }\nfn main() {\n    let x: f64 = 1.0\n    print(value_and_grad(t)(x))\n}\n");
     expect("E0402", &["n"], "fn power(x: f64, n: i32) -> f64 { x ** f64(n) }\nfn main() {\n    let x: f64 = 2.0\n    print(grad(power, wrt: n)(x, 3))\n}\n");
     expect("E0402", &["b"], "fn f(x: f64, b: bool) -> f64 { where(b, x, 0.0) }\nfn main() {\n    let x: f64 = 2.0\n    print(grad(f, wrt: b)(x, true))\n}\n");
@@ -1421,26 +1133,10 @@ fn differentiation_errors() {
         format!("fn f(x: f64[3]) -> f64 {{ {body} }}\nfn main() {{\n    let x: f64[3] = f64(arange(3))\n    print(grad(f)(x))\n}}\n")
     };
     expect("E0403", &["argmax"], &through("f64(argmax(x)) * sum(x)"));
-    expect(
-        "E0403",
-        &["argmin"],
-        &through("sum(x) * f64(argmin(x * x))"),
-    );
-    expect(
-        "E0403",
-        &["argmax"],
-        &through("sum(x * f64(one_hot(argmax(x), 3)))"),
-    );
-    expect(
-        "E0403",
-        &[">", "gt", "comparison"],
-        &through("sum(f64(x > 0.0) * x)"),
-    );
-    expect(
-        "E0403",
-        &["i32", "cast"],
-        &through("sum(f64(i32(x * 3.0)) * x)"),
-    );
+    expect("E0403", &["argmin"], &through("sum(x) * f64(argmin(x * x))"));
+    expect("E0403", &["argmax"], &through("sum(x * f64(one_hot(argmax(x), 3)))"));
+    expect("E0403", &[">", "gt", "comparison"], &through("sum(f64(x > 0.0) * x)"));
+    expect("E0403", &["i32", "cast"], &through("sum(f64(i32(x * 3.0)) * x)"));
     expect("E0403", &["floor"], &through("sum(floor(x) * x)"));
     expect("E0403", &["sign"], &through("sum(sign(x) * x)"));
     // An integer that depends on x through argmax, used in a comparison or indexed before the
@@ -1448,21 +1144,9 @@ fn differentiation_errors() {
     let through2 = |body: &str| {
         format!("fn f(x: f64[2, 3], y: i32[2]) -> f64 {{ {body} }}\nfn main() {{\n    let x: f64[2, 3] = f64(reshape(arange(6), [2, 3]))\n    let y: i32[2] = arange(2)\n    print(grad(f)(x, y))\n}}\n")
     };
-    expect(
-        "E0403",
-        &["argmax"],
-        &through2("mean(f64(argmax(x, axis: -1)))"),
-    );
-    expect(
-        "E0403",
-        &["argmax", "=="],
-        &through2("mean(f64(argmax(x, axis: -1) == y)) * sum(x)"),
-    );
-    expect(
-        "E0403",
-        &["argmax"],
-        &through2("f64(argmax(x, axis: -1)[0]) * sum(x)"),
-    );
+    expect("E0403", &["argmax"], &through2("mean(f64(argmax(x, axis: -1)))"));
+    expect("E0403", &["argmax", "=="], &through2("mean(f64(argmax(x, axis: -1) == y)) * sum(x)"));
+    expect("E0403", &["argmax"], &through2("f64(argmax(x, axis: -1)[0]) * sum(x)"));
     expect(
         "E0403",
         &["argmax"],
@@ -1549,14 +1233,8 @@ fn list(xs: &[usize]) -> String {
 #[test]
 fn random_shapes() {
     // GRADCHECK_ROUNDS=n runs more random rounds (and GRADCHECK_SEED another sequence).
-    let rounds: usize = std::env::var("GRADCHECK_ROUNDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(6);
-    let seed0: u64 = std::env::var("GRADCHECK_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2024);
+    let rounds: usize = std::env::var("GRADCHECK_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(6);
+    let seed0: u64 = std::env::var("GRADCHECK_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(2024);
     let mut rng = Rng::new(seed0);
     let mut cases = Vec::new();
     for round in 0..rounds {
@@ -1574,26 +1252,20 @@ fn random_shapes() {
         }
         t.push(rest);
         cases.push(
-            Case::new(
-                format!("reshape {s:?} -> {t:?}"),
-                format!("sum(w * reshape(sin(x), {}))", list(&t)),
-            )
-            .param("x", f64t(&s))
-            .weight(&t)
-            .seed(seed),
+            Case::new(format!("reshape {s:?} -> {t:?}"), format!("sum(w * reshape(sin(x), {}))", list(&t)))
+                .param("x", f64t(&s))
+                .weight(&t)
+                .seed(seed),
         );
         // permute.
         let s = rng.shape(2, 4);
         let p = perm(&mut rng, s.len());
         let o: Vec<usize> = p.iter().map(|&i| s[i]).collect();
         cases.push(
-            Case::new(
-                format!("permute {s:?} by {p:?}"),
-                format!("sum(w * permute(x, {}))", list(&p)),
-            )
-            .param("x", f64t(&s))
-            .weight(&o)
-            .seed(seed + 1),
+            Case::new(format!("permute {s:?} by {p:?}"), format!("sum(w * permute(x, {}))", list(&p)))
+                .param("x", f64t(&s))
+                .weight(&o)
+                .seed(seed + 1),
         );
         // concat of 2–3 operands along a random axis (written negative half the time).
         let s = rng.shape(1, 3);
@@ -1609,11 +1281,7 @@ fn random_shapes() {
             .collect();
         let mut o = s.clone();
         o[axis] = shapes.iter().map(|x| x[axis]).sum();
-        let ax = if rng.coin(0.5) {
-            axis as i64
-        } else {
-            axis as i64 - r as i64
-        };
+        let ax = if rng.coin(0.5) { axis as i64 } else { axis as i64 - r as i64 };
         let names: Vec<String> = (0..k).map(|i| format!("x{i}")).collect();
         let mut c = Case::new(
             format!("concat {shapes:?} axis {ax}"),
@@ -1630,54 +1298,38 @@ fn random_shapes() {
         let mut o = s.clone();
         o.insert(axis, 3);
         cases.push(
-            Case::new(
-                format!("stack {s:?} axis {axis}"),
-                format!("sum(w * stack([x, y * y, x * y], axis: {axis}))"),
-            )
-            .param("x", f64t(&s))
-            .param("y", f64t(&s))
-            .weight(&o)
-            .seed(seed + 3),
+            Case::new(format!("stack {s:?} axis {axis}"), format!("sum(w * stack([x, y * y, x * y], axis: {axis}))"))
+                .param("x", f64t(&s))
+                .param("y", f64t(&s))
+                .weight(&o)
+                .seed(seed + 3),
         );
         // expand_dims at a random (possibly negative) position, then squeeze it back.
         let s = rng.shape(0, 3);
         let pos = rng.range(0, s.len() + 1);
-        let ax = if rng.coin(0.5) {
-            pos as i64
-        } else {
-            pos as i64 - s.len() as i64 - 1
-        };
+        let ax = if rng.coin(0.5) { pos as i64 } else { pos as i64 - s.len() as i64 - 1 };
         let mut o = s.clone();
         o.insert(pos, 1);
         cases.push(
-            Case::new(
-                format!("expand_dims {s:?} axis {ax}"),
-                format!("sum(w * expand_dims(x, axis: {ax}))"),
-            )
-            .param("x", f64t(&s))
-            .weight(&o)
-            .seed(seed + 4),
+            Case::new(format!("expand_dims {s:?} axis {ax}"), format!("sum(w * expand_dims(x, axis: {ax}))"))
+                .param("x", f64t(&s))
+                .weight(&o)
+                .seed(seed + 4),
         );
         cases.push(
-            Case::new(
-                format!("squeeze {o:?} axis {pos}"),
-                format!("sum(w * squeeze(exp(x), axis: {pos}))"),
-            )
-            .param("x", f64t(&o))
-            .weight(&s)
-            .seed(seed + 5),
+            Case::new(format!("squeeze {o:?} axis {pos}"), format!("sum(w * squeeze(exp(x), axis: {pos}))"))
+                .param("x", f64t(&o))
+                .weight(&s)
+                .seed(seed + 5),
         );
         // broadcast_to.
         let (a, b) = rng.broadcast_pair();
         let o = broadcast(&a, &b);
         cases.push(
-            Case::new(
-                format!("broadcast_to {a:?} -> {o:?}"),
-                format!("sum(w * broadcast_to(x * x, {}))", list(&o)),
-            )
-            .param("x", f64t(&a))
-            .weight(&o)
-            .seed(seed + 6),
+            Case::new(format!("broadcast_to {a:?} -> {o:?}"), format!("sum(w * broadcast_to(x * x, {}))", list(&o)))
+                .param("x", f64t(&a))
+                .weight(&o)
+                .seed(seed + 6),
         );
         // slicing: per dim an index (maybe negative), a range, or everything.
         let s = rng.shape(1, 3);
@@ -1687,11 +1339,7 @@ fn random_shapes() {
             match rng.range(0, 3) {
                 0 => {
                     let i = rng.range(0, d) as i64;
-                    items.push(if rng.coin(0.5) {
-                        format!("{i}")
-                    } else {
-                        format!("{}", i - d as i64)
-                    });
+                    items.push(if rng.coin(0.5) { format!("{i}") } else { format!("{}", i - d as i64) });
                 }
                 1 => {
                     let a = rng.range(0, d);
@@ -1706,13 +1354,10 @@ fn random_shapes() {
             }
         }
         cases.push(
-            Case::new(
-                format!("x[{}] of {s:?}", items.join(", ")),
-                format!("sum(w * x[{}])", items.join(", ")),
-            )
-            .param("x", f64t(&s))
-            .weight(&o)
-            .seed(seed + 7),
+            Case::new(format!("x[{}] of {s:?}", items.join(", ")), format!("sum(w * x[{}])", items.join(", ")))
+                .param("x", f64t(&s))
+                .weight(&o)
+                .seed(seed + 7),
         );
         // gather along a random axis with random indices (repeats likely).
         let s = rng.shape(1, 3);
@@ -1721,11 +1366,7 @@ fn random_shapes() {
         let mut o: Vec<usize> = s[..axis].to_vec();
         o.extend(&is);
         o.extend(&s[axis + 1..]);
-        let ax = if rng.coin(0.5) {
-            axis as i64
-        } else {
-            axis as i64 - s.len() as i64
-        };
+        let ax = if rng.coin(0.5) { axis as i64 } else { axis as i64 - s.len() as i64 };
         cases.push(
             Case::new(
                 format!("gather {s:?} axis {ax} idx {is:?}"),
@@ -1739,10 +1380,7 @@ fn random_shapes() {
         // batched matmul with random batch broadcasting.
         let (ba, bb) = {
             let (p, q) = rng.broadcast_pair();
-            (
-                p[p.len().saturating_sub(2)..].to_vec(),
-                q[q.len().saturating_sub(2)..].to_vec(),
-            )
+            (p[p.len().saturating_sub(2)..].to_vec(), q[q.len().saturating_sub(2)..].to_vec())
         };
         let (m, k, nn) = (rng.range(1, 4), rng.range(1, 4), rng.range(1, 4));
         let sa: Vec<usize> = ba.iter().copied().chain([m, k]).collect();
@@ -1772,14 +1410,11 @@ fn random_shapes() {
         let shape_of = |ls: &[usize]| ls.iter().map(|&i| sizes[i]).collect::<Vec<_>>();
         let spec = format!("{},{}->{}", word(&la), word(&lb), word(&keep));
         cases.push(
-            Case::new(
-                format!("einsum {spec}"),
-                format!("sum(w * einsum(\"{spec}\", a, b))"),
-            )
-            .param("a", f64t(&shape_of(&la)))
-            .param("b", f64t(&shape_of(&lb)))
-            .weight(&shape_of(&keep))
-            .seed(seed + 10),
+            Case::new(format!("einsum {spec}"), format!("sum(w * einsum(\"{spec}\", a, b))"))
+                .param("a", f64t(&shape_of(&la)))
+                .param("b", f64t(&shape_of(&lb)))
+                .weight(&shape_of(&keep))
+                .seed(seed + 10),
         );
     }
     run_all("random_shapes", cases);
@@ -1807,60 +1442,30 @@ fn d_mse(p: f32[2, 3], t: f32[2, 3]) -> f32[2, 3] { grad(nn.mse)(p, t) }
     let ck = check(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
     let prog = &ck.program;
     let mut failures = Vec::new();
-    let mut expect =
-        |name: &str, args: Vec<lang::interp::Value>, want: &[f64]| match call(prog, name, args) {
-            Ok(v) => {
-                let got = leaves(&v);
-                if got.len() != want.len()
-                    || got
-                        .iter()
-                        .zip(want)
-                        .any(|(g, w)| (g - w).abs() > 1e-6 * (1.0 + w.abs()))
-                {
-                    failures.push(format!("{name}: got {got:?}, expected {want:?}"));
-                }
+    let mut expect = |name: &str, args: Vec<lang::interp::Value>, want: &[f64]| match call(prog, name, args) {
+        Ok(v) => {
+            let got = leaves(&v);
+            if got.len() != want.len() || got.iter().zip(want).any(|(g, w)| (g - w).abs() > 1e-6 * (1.0 + w.abs())) {
+                failures.push(format!("{name}: got {got:?}, expected {want:?}"));
             }
-            Err(e) => failures.push(format!("{name}: {e}")),
-        };
+        }
+        Err(e) => failures.push(format!("{name}: {e}")),
+    };
     // Tied extrema share the cotangent equally (JAX and PyTorch do the same).
-    expect(
-        "d_mx",
-        vec![tensor(&[4], vec![1.0, 3.0, 3.0, 2.0])],
-        &[0.0, 0.5, 0.5, 0.0],
-    );
+    expect("d_mx", vec![tensor(&[4], vec![1.0, 3.0, 3.0, 2.0])], &[0.0, 0.5, 0.5, 0.0]);
     expect("d_mx", vec![tensor(&[4], vec![2.0; 4])], &[0.25; 4]);
-    expect(
-        "d_mn_axis",
-        vec![tensor(&[2, 3], vec![1.0, 1.0, 4.0, 0.0, 5.0, 0.0])],
-        &[0.5, 0.5, 0.0, 1.0, 0.0, 1.0],
-    );
-    expect(
-        "d_mx_keep",
-        vec![tensor(&[2, 3], vec![1.0, 2.0, 4.0, 1.0, 5.0, 0.0])],
-        &[1.0, 0.0, 2.0, 1.0, 2.0, 0.0],
-    );
-    expect(
-        "dd_mx",
-        vec![tensor(&[4], vec![1.0, 3.0, 3.0, 2.0])],
-        &[0.0, 0.5, 0.5, 0.0],
-    );
+    expect("d_mn_axis", vec![tensor(&[2, 3], vec![1.0, 1.0, 4.0, 0.0, 5.0, 0.0])], &[0.5, 0.5, 0.0, 1.0, 0.0, 1.0]);
+    expect("d_mx_keep", vec![tensor(&[2, 3], vec![1.0, 2.0, 4.0, 1.0, 5.0, 0.0])], &[1.0, 0.0, 2.0, 1.0, 2.0, 0.0]);
+    expect("dd_mx", vec![tensor(&[4], vec![1.0, 3.0, 3.0, 2.0])], &[0.0, 0.5, 0.5, 0.0]);
     // A generic root over a `..` rest: the mean divides by the run-time element count.
     let x = vec![0.5, -1.0, 2.0, 0.0, 1.5, -0.5];
-    expect(
-        "d_gmean",
-        vec![tensor(&[2, 3], x.clone())],
-        &x.iter().map(|v| 2.0 * v / 6.0).collect::<Vec<_>>(),
-    );
+    expect("d_gmean", vec![tensor(&[2, 3], x.clone())], &x.iter().map(|v| 2.0 * v / 6.0).collect::<Vec<_>>());
     let f32t = |v: Vec<f64>| {
         lang::interp::Value::Tensor(
             kernels::Tensor::from_f32(vec![2, 3], v.iter().map(|&x| x as f32).collect()).unwrap(),
         )
     };
-    expect(
-        "d_mse",
-        vec![f32t(x.clone()), f32t(vec![0.0; 6])],
-        &x.iter().map(|v| 2.0 * v / 6.0).collect::<Vec<_>>(),
-    );
+    expect("d_mse", vec![f32t(x.clone()), f32t(vec![0.0; 6])], &x.iter().map(|v| 2.0 * v / 6.0).collect::<Vec<_>>());
     assert!(failures.is_empty(), "{}\n{text}", failures.join("\n"));
 }
 
@@ -1872,11 +1477,7 @@ fn compositions() {
     let model = "model P { a: f64[3] = zeros(3), b: f64[3, 2] = zeros(3, 2) }
 fn loss(m: P, x: f64[2]) -> f64 { sum(tanh(m.b @ x) * m.a) + sum(m.a * m.a) * 0.1 }
 fn sgd[M: Model](m: M, g: M, lr: f64) -> M { m - lr * g }";
-    let p = || Arg::Model {
-        name: "P".into(),
-        dims: vec![],
-        fields: vec![f64t(&[3]), f64t(&[3, 2])],
-    };
+    let p = || Arg::Model { name: "P".into(), dims: vec![], fields: vec![f64t(&[3]), f64t(&[3, 2])] };
     let mut cases = vec![
         Case::new("accumulator that starts inactive", "var acc: f64[3] = zeros(3)\n    for i in 0..3 {\n        acc = acc * x + sin(x * f64(i))\n    }\n    sum(w * acc)")
             .param("x", f64t(&[3]))

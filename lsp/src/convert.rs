@@ -56,11 +56,7 @@ pub fn path_of(c: &Checked, file: FileId) -> Option<PathBuf> {
         return Some(path);
     }
     let p = Path::new(name);
-    Some(if p.is_absolute() {
-        p.to_path_buf()
-    } else {
-        std::env::current_dir().ok()?.join(p)
-    })
+    Some(if p.is_absolute() { p.to_path_buf() } else { std::env::current_dir().ok()?.join(p) })
 }
 
 /// True for stdlib modules, whose diagnostics are never shown.
@@ -95,11 +91,7 @@ pub fn diagnostic(c: &Checked, d: &Diagnostic, root: &Uri) -> lsp::Diagnostic {
         .filter_map(|l| {
             Some(lsp::DiagnosticRelatedInformation {
                 location: location(c, l.span, root)?,
-                message: if l.message.is_empty() {
-                    "related".to_string()
-                } else {
-                    l.message.clone()
-                },
+                message: if l.message.is_empty() { "related".to_string() } else { l.message.clone() },
             })
         })
         .collect();
@@ -132,8 +124,5 @@ pub fn diagnostics_by_file(c: &Checked, root: &Uri) -> Vec<(Uri, Vec<lsp::Diagno
             None => groups.push((f, vec![ld])),
         }
     }
-    groups
-        .into_iter()
-        .filter_map(|(f, v)| Some((uri_of(c, f, root)?, v)))
-        .collect()
+    groups.into_iter().filter_map(|(f, v)| Some((uri_of(c, f, root)?, v))).collect()
 }

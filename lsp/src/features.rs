@@ -17,31 +17,17 @@ pub fn hover(c: &Checked, pos: lsp::Position) -> Option<lsp::Hover> {
         md.push_str(&format!("\n\n---\n\n{d}"));
     }
     Some(lsp::Hover {
-        contents: lsp::HoverContents::Markup(lsp::MarkupContent {
-            kind: lsp::MarkupKind::Markdown,
-            value: md,
-        }),
+        contents: lsp::HoverContents::Markup(lsp::MarkupContent { kind: lsp::MarkupKind::Markdown, value: md }),
         range: Some(convert::range(c, h.span)),
     })
 }
 
-pub fn definition(
-    c: &Checked,
-    root: &Uri,
-    pos: lsp::Position,
-) -> Option<lsp::GotoDefinitionResponse> {
+pub fn definition(c: &Checked, root: &Uri, pos: lsp::Position) -> Option<lsp::GotoDefinitionResponse> {
     let s = ide::definition(c, ROOT, convert::offset(c, pos))?;
-    Some(lsp::GotoDefinitionResponse::Scalar(convert::location(
-        c, s, root,
-    )?))
+    Some(lsp::GotoDefinitionResponse::Scalar(convert::location(c, s, root)?))
 }
 
-pub fn references(
-    c: &Checked,
-    root: &Uri,
-    pos: lsp::Position,
-    include_decl: bool,
-) -> Vec<lsp::Location> {
+pub fn references(c: &Checked, root: &Uri, pos: lsp::Position, include_decl: bool) -> Vec<lsp::Location> {
     let off = convert::offset(c, pos);
     let def = ide::definition(c, ROOT, off);
     ide::references(c, ROOT, off)
@@ -96,23 +82,16 @@ pub fn document_symbols(c: &Checked) -> Vec<lsp::DocumentSymbol> {
             deprecated: None,
             range: convert::range(c, s.span),
             selection_range: convert::range(c, s.name_span),
-            children: (!s.children.is_empty())
-                .then(|| s.children.into_iter().map(|ch| conv(c, ch)).collect()),
+            children: (!s.children.is_empty()).then(|| s.children.into_iter().map(|ch| conv(c, ch)).collect()),
         }
     }
-    ide::symbols(&parsed, text)
-        .into_iter()
-        .map(|s| conv(c, s))
-        .collect()
+    ide::symbols(&parsed, text).into_iter().map(|s| conv(c, s)).collect()
 }
 
 /// Keyword snippets, replacing the plain keyword of the same name.
 const SNIPPETS: &[(&str, &str)] = &[
     ("fn", "fn ${1:name}(${2:x: f32[N]}) -> ${3:f32} {\n\t$0\n}"),
-    (
-        "model",
-        "model ${1:Name}[${2:I, O}] {\n\t${3:w}: f32[${4:I, O}] = ${5:he_normal(I, O)}\n}",
-    ),
+    ("model", "model ${1:Name}[${2:I, O}] {\n\t${3:w}: f32[${4:I, O}] = ${5:he_normal(I, O)}\n}"),
     ("let", "let ${1:x} = $0"),
     ("var", "var ${1:x} = $0"),
     ("if", "if ${1:cond} {\n\t$0\n}"),
@@ -126,9 +105,7 @@ pub fn completions(c: &Checked, offset: usize) -> Vec<lsp::CompletionItem> {
     ide::completions(c, ROOT, offset)
         .into_iter()
         .map(|x| {
-            let snippet = (x.kind == SymbolKind::Keyword)
-                .then(|| SNIPPETS.iter().find(|s| s.0 == x.label))
-                .flatten();
+            let snippet = (x.kind == SymbolKind::Keyword).then(|| SNIPPETS.iter().find(|s| s.0 == x.label)).flatten();
             let kind = match x.kind {
                 SymbolKind::Function | SymbolKind::Builtin => lsp::CompletionItemKind::FUNCTION,
                 SymbolKind::Model => lsp::CompletionItemKind::STRUCT,
@@ -145,10 +122,7 @@ pub fn completions(c: &Checked, offset: usize) -> Vec<lsp::CompletionItem> {
                 kind: Some(kind),
                 detail: x.detail,
                 documentation: x.doc.filter(|d| !d.is_empty()).map(|d| {
-                    lsp::Documentation::MarkupContent(lsp::MarkupContent {
-                        kind: lsp::MarkupKind::Markdown,
-                        value: d,
-                    })
+                    lsp::Documentation::MarkupContent(lsp::MarkupContent { kind: lsp::MarkupKind::Markdown, value: d })
                 }),
                 insert_text: snippet.map(|s| s.1.to_string()),
                 insert_text_format: snippet.map(|_| lsp::InsertTextFormat::SNIPPET),
@@ -172,10 +146,7 @@ pub fn signature_help(c: &Checked, pos: lsp::Position) -> Option<lsp::SignatureH
         signatures: vec![lsp::SignatureInformation {
             label: s.label,
             documentation: s.doc.map(|d| {
-                lsp::Documentation::MarkupContent(lsp::MarkupContent {
-                    kind: lsp::MarkupKind::Markdown,
-                    value: d,
-                })
+                lsp::Documentation::MarkupContent(lsp::MarkupContent { kind: lsp::MarkupKind::Markdown, value: d })
             }),
             parameters: Some(params),
             active_parameter: Some(s.active as u32),

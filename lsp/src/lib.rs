@@ -47,12 +47,8 @@ pub fn run() -> u8 {
     let shutdown = Arc::new(AtomicBool::new(false));
     let flag = shutdown.clone();
     rt.block_on(async move {
-        let (service, socket) = LspService::new(move |client| Backend {
-            inner: Arc::new(Inner::new(client, flag)),
-        });
-        Server::new(tokio::io::stdin(), tokio::io::stdout(), socket)
-            .serve(service)
-            .await;
+        let (service, socket) = LspService::new(move |client| Backend { inner: Arc::new(Inner::new(client, flag)) });
+        Server::new(tokio::io::stdin(), tokio::io::stdout(), socket).serve(service).await;
     });
     // The stdin reader and any stuck check would otherwise keep the process alive.
     rt.shutdown_timeout(Duration::from_millis(100));
@@ -89,20 +85,12 @@ fn doc_location(uri: &Uri) -> (String, PathBuf) {
 }
 
 fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
-    p.downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| p.downcast_ref::<String>().cloned())
-        .unwrap_or_default()
+    p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_default()
 }
 
 impl Inner {
     fn new(client: Client, shutdown: Arc<AtomicBool>) -> Inner {
-        Inner {
-            client,
-            docs: Mutex::new(HashMap::new()),
-            extra: Mutex::new(HashMap::new()),
-            shutdown,
-        }
+        Inner { client, docs: Mutex::new(HashMap::new()), extra: Mutex::new(HashMap::new()), shutdown }
     }
 
     fn docs(&self) -> std::sync::MutexGuard<'_, HashMap<Uri, Doc>> {
@@ -136,17 +124,9 @@ impl Inner {
             Ok(Ok(Ok(v))) => return Some(v),
             Ok(Ok(Err(p))) => format!("panicked: {}", panic_message(&*p)),
             Ok(Err(e)) => format!("failed: {e}"),
-            Err(_) => format!(
-                "took longer than {} s; answered without it",
-                TIMEOUT.as_secs()
-            ),
+            Err(_) => format!("took longer than {} s; answered without it", TIMEOUT.as_secs()),
         };
-        self.client
-            .log_message(
-                MessageType::ERROR,
-                format!("msl: {what} for {} {problem}", uri.as_str()),
-            )
-            .await;
+        self.client.log_message(MessageType::ERROR, format!("msl: {what} for {} {problem}", uri.as_str())).await;
         None
     }
 
@@ -168,10 +148,7 @@ impl Inner {
         let Some((text, version)) = self.text(&uri) else {
             return;
         };
-        let Some(groups) = self
-            .with_check(&uri, text, "diagnostics", convert::diagnostics_by_file)
-            .await
-        else {
+        let Some(groups) = self.with_check(&uri, text, "diagnostics", convert::diagnostics_by_file).await else {
             return;
         };
         if self.version(&uri) != Some(version) {
@@ -187,16 +164,8 @@ impl Inner {
                 self.client.publish_diagnostics(u, ds, None).await;
             }
         }
-        let old = self
-            .extra
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(uri, extra.clone())
-            .unwrap_or_default();
-        for u in old
-            .into_iter()
-            .filter(|u| !extra.contains(u) && !open.contains(u))
-        {
+        let old = self.extra.lock().unwrap_or_else(|e| e.into_inner()).insert(uri, extra.clone()).unwrap_or_default();
+        for u in old.into_iter().filter(|u| !extra.contains(u) && !open.contains(u)) {
             self.client.publish_diagnostics(u, vec![], None).await;
         }
     }
@@ -224,16 +193,12 @@ impl LanguageServer for Backend {
                 version: Some(env!("CARGO_PKG_VERSION").to_string()),
             }),
             capabilities: ServerCapabilities {
-                text_document_sync: Some(TextDocumentSyncCapability::Options(
-                    TextDocumentSyncOptions {
-                        open_close: Some(true),
-                        change: Some(TextDocumentSyncKind::FULL),
-                        save: Some(TextDocumentSyncSaveOptions::SaveOptions(SaveOptions {
-                            include_text: Some(true),
-                        })),
-                        ..Default::default()
-                    },
-                )),
+                text_document_sync: Some(TextDocumentSyncCapability::Options(TextDocumentSyncOptions {
+                    open_close: Some(true),
+                    change: Some(TextDocumentSyncKind::FULL),
+                    save: Some(TextDocumentSyncSaveOptions::SaveOptions(SaveOptions { include_text: Some(true) })),
+                    ..Default::default()
+                })),
                 hover_provider: Some(HoverProviderCapability::Simple(true)),
                 definition_provider: Some(OneOf::Left(true)),
                 references_provider: Some(OneOf::Left(true)),
@@ -255,10 +220,7 @@ impl LanguageServer for Backend {
     }
 
     async fn initialized(&self, _: InitializedParams) {
-        self.inner
-            .client
-            .log_message(MessageType::INFO, "msl language server ready")
-            .await;
+        self.inner.client.log_message(MessageType::INFO, "msl language server ready").await;
     }
 
     async fn shutdown(&self) -> RpcResult<()> {
@@ -268,13 +230,7 @@ impl LanguageServer for Backend {
 
     async fn did_open(&self, p: DidOpenTextDocumentParams) {
         let uri = p.text_document.uri;
-        self.inner.docs().insert(
-            uri.clone(),
-            Doc {
-                text: p.text_document.text,
-                version: p.text_document.version,
-            },
-        );
+        self.inner.docs().insert(uri.clone(), Doc { text: p.text_document.text, version: p.text_document.version });
         self.inner.schedule(uri, Duration::ZERO);
     }
 
@@ -284,13 +240,7 @@ impl LanguageServer for Backend {
         let Some(change) = p.content_changes.into_iter().last() else {
             return;
         };
-        self.inner.docs().insert(
-            uri.clone(),
-            Doc {
-                text: change.text,
-                version: p.text_document.version,
-            },
-        );
+        self.inner.docs().insert(uri.clone(), Doc { text: change.text, version: p.text_document.version });
         self.inner.schedule(uri, DEBOUNCE);
     }
 
@@ -310,13 +260,7 @@ impl LanguageServer for Backend {
     async fn did_close(&self, p: DidCloseTextDocumentParams) {
         let uri = p.text_document.uri;
         self.inner.docs().remove(&uri);
-        let extra = self
-            .inner
-            .extra
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&uri)
-            .unwrap_or_default();
+        let extra = self.inner.extra.lock().unwrap_or_else(|e| e.into_inner()).remove(&uri).unwrap_or_default();
         for u in extra.into_iter().chain(std::iter::once(uri)) {
             self.inner.client.publish_diagnostics(u, vec![], None).await;
         }
@@ -325,61 +269,30 @@ impl LanguageServer for Backend {
     async fn hover(&self, p: HoverParams) -> RpcResult<Option<Hover>> {
         let pos = p.text_document_position_params.position;
         let uri = p.text_document_position_params.text_document.uri;
-        Ok(self
-            .inner
-            .query(&uri, "hover", move |c, _| features::hover(c, pos))
-            .await
-            .flatten())
+        Ok(self.inner.query(&uri, "hover", move |c, _| features::hover(c, pos)).await.flatten())
     }
 
-    async fn goto_definition(
-        &self,
-        p: GotoDefinitionParams,
-    ) -> RpcResult<Option<GotoDefinitionResponse>> {
+    async fn goto_definition(&self, p: GotoDefinitionParams) -> RpcResult<Option<GotoDefinitionResponse>> {
         let pos = p.text_document_position_params.position;
         let uri = p.text_document_position_params.text_document.uri;
-        Ok(self
-            .inner
-            .query(&uri, "definition", move |c, root| {
-                features::definition(c, root, pos)
-            })
-            .await
-            .flatten())
+        Ok(self.inner.query(&uri, "definition", move |c, root| features::definition(c, root, pos)).await.flatten())
     }
 
     async fn references(&self, p: ReferenceParams) -> RpcResult<Option<Vec<Location>>> {
         let pos = p.text_document_position.position;
         let uri = p.text_document_position.text_document.uri;
         let decl = p.context.include_declaration;
-        Ok(self
-            .inner
-            .query(&uri, "references", move |c, root| {
-                features::references(c, root, pos, decl)
-            })
-            .await)
+        Ok(self.inner.query(&uri, "references", move |c, root| features::references(c, root, pos, decl)).await)
     }
 
-    async fn document_symbol(
-        &self,
-        p: DocumentSymbolParams,
-    ) -> RpcResult<Option<DocumentSymbolResponse>> {
-        let syms = self
-            .inner
-            .query(&p.text_document.uri, "symbols", |c, _| {
-                features::document_symbols(c)
-            })
-            .await;
+    async fn document_symbol(&self, p: DocumentSymbolParams) -> RpcResult<Option<DocumentSymbolResponse>> {
+        let syms = self.inner.query(&p.text_document.uri, "symbols", |c, _| features::document_symbols(c)).await;
         Ok(syms.map(DocumentSymbolResponse::Nested))
     }
 
     async fn inlay_hint(&self, p: InlayHintParams) -> RpcResult<Option<Vec<InlayHint>>> {
         let range = p.range;
-        Ok(self
-            .inner
-            .query(&p.text_document.uri, "inlay hints", move |c, _| {
-                features::inlay_hints(c, range)
-            })
-            .await)
+        Ok(self.inner.query(&p.text_document.uri, "inlay hints", move |c, _| features::inlay_hints(c, range)).await)
     }
 
     async fn completion(&self, p: CompletionParams) -> RpcResult<Option<CompletionResponse>> {
@@ -394,25 +307,14 @@ impl LanguageServer for Backend {
         if text[..offset].ends_with('.') {
             text.insert_str(offset, "__complete");
         }
-        let items = self
-            .inner
-            .with_check(&uri, text, "completion", move |c, _| {
-                features::completions(c, offset)
-            })
-            .await;
+        let items = self.inner.with_check(&uri, text, "completion", move |c, _| features::completions(c, offset)).await;
         Ok(items.map(CompletionResponse::Array))
     }
 
     async fn signature_help(&self, p: SignatureHelpParams) -> RpcResult<Option<SignatureHelp>> {
         let pos = p.text_document_position_params.position;
         let uri = p.text_document_position_params.text_document.uri;
-        Ok(self
-            .inner
-            .query(&uri, "signature help", move |c, _| {
-                features::signature_help(c, pos)
-            })
-            .await
-            .flatten())
+        Ok(self.inner.query(&uri, "signature help", move |c, _| features::signature_help(c, pos)).await.flatten())
     }
 }
 
@@ -422,19 +324,14 @@ mod tests {
 
     #[tokio::test]
     async fn a_panic_while_answering_is_caught_and_the_server_goes_on() {
-        let (service, _socket) = LspService::new(|client| Backend {
-            inner: Arc::new(Inner::new(client, Arc::new(AtomicBool::new(false)))),
-        });
+        let (service, _socket) =
+            LspService::new(|client| Backend { inner: Arc::new(Inner::new(client, Arc::new(AtomicBool::new(false)))) });
         let inner = service.inner().inner.clone();
         let uri: Uri = "file:///tmp/panic.msl".parse().unwrap();
         let text = "fn main() { let x = ones(2) }".to_string();
-        let r: Option<()> = inner
-            .with_check(&uri, text.clone(), "test", |_, _| panic!("boom"))
-            .await;
+        let r: Option<()> = inner.with_check(&uri, text.clone(), "test", |_, _| panic!("boom")).await;
         assert!(r.is_none());
-        let n = inner
-            .with_check(&uri, text, "test", |c, _| c.diagnostics.len())
-            .await;
+        let n = inner.with_check(&uri, text, "test", |c, _| c.diagnostics.len()).await;
         assert_eq!(n, Some(0));
     }
 }

@@ -113,18 +113,12 @@ impl Repl {
                 return self.run_piped();
             }
         };
-        ed.set_helper(Some(ReplHelper {
-            session: self.session.clone(),
-            files: FilenameCompleter::new(),
-        }));
+        ed.set_helper(Some(ReplHelper { session: self.session.clone(), files: FilenameCompleter::new() }));
         let history = history_path();
         if let Some(h) = &history {
             let _ = ed.load_history(h);
         }
-        println!(
-            "msl {} — :help for help, :quit to leave",
-            env!("CARGO_PKG_VERSION")
-        );
+        println!("msl {} — :help for help, :quit to leave", env!("CARGO_PKG_VERSION"));
         let mut buf = String::new();
         loop {
             let prompt = if buf.is_empty() { PROMPT } else { MORE };
@@ -173,9 +167,7 @@ impl Repl {
     /// Evaluates an input with Ctrl-C routed to the interpreter, catching any panic.
     fn guarded(&self, f: impl FnOnce(&mut Session) -> Output) {
         self.busy.store(true, Ordering::SeqCst);
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            f(&mut self.session.borrow_mut())
-        }));
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut self.session.borrow_mut())));
         self.busy.store(false, Ordering::SeqCst);
         match r {
             Ok(out) => show(&out),
@@ -249,10 +241,7 @@ pub fn needs_more(text: &str) -> bool {
     if depth > 0 {
         return true;
     }
-    let last = toks
-        .iter()
-        .rev()
-        .find(|(_, t, _)| !matches!(t, Tok::Newline | Tok::Semi));
+    let last = toks.iter().rev().find(|(_, t, _)| !matches!(t, Tok::Newline | Tok::Semi));
     matches!(
         last.map(|(_, t, _)| t),
         Some(
@@ -299,29 +288,19 @@ struct ReplHelper {
 impl Completer for ReplHelper {
     type Candidate = Pair;
 
-    fn complete(
-        &self,
-        line: &str,
-        pos: usize,
-        ctx: &Context<'_>,
-    ) -> rustyline::Result<(usize, Vec<Pair>)> {
-        if let Some(rest) = line
-            .strip_prefix(":load ")
-            .or_else(|| line.strip_prefix(":l "))
-        {
+    fn complete(&self, line: &str, pos: usize, ctx: &Context<'_>) -> rustyline::Result<(usize, Vec<Pair>)> {
+        if let Some(rest) = line.strip_prefix(":load ").or_else(|| line.strip_prefix(":l ")) {
             let _ = rest;
             return self.files.complete(line, pos, ctx);
         }
-        let start = line[..pos]
-            .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-            .map_or(0, |i| i + 1);
+        let start = line[..pos].rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).map_or(0, |i| i + 1);
         let word = &line[start..pos];
         if line.starts_with(':') && start <= 1 {
             let cmds = [":type", ":grad", ":load", ":reset", ":help", ":quit"];
-            let c = cmds.iter().filter(|c| c.starts_with(line)).map(|c| Pair {
-                display: c.to_string(),
-                replacement: c.to_string(),
-            });
+            let c = cmds
+                .iter()
+                .filter(|c| c.starts_with(line))
+                .map(|c| Pair { display: c.to_string(), replacement: c.to_string() });
             return Ok((0, c.collect()));
         }
         // `:type EXPR` completes inside EXPR.
@@ -335,10 +314,8 @@ impl Completer for ReplHelper {
         let Ok(session) = self.session.try_borrow() else {
             return Ok((pos, vec![]));
         };
-        let found = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            session.complete(text, pos - shift)
-        }))
-        .unwrap_or_default();
+        let found = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| session.complete(text, pos - shift)))
+            .unwrap_or_default();
         let mut pairs: Vec<Pair> = found
             .into_iter()
             .filter(|c| c.label.starts_with(word))

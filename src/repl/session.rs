@@ -83,12 +83,7 @@ struct Compiled {
 
 impl Compiled {
     fn repl_fn(&self) -> Option<FuncId> {
-        self.c
-            .program
-            .root_funcs
-            .iter()
-            .find(|(n, _)| n == REPL_FN)
-            .map(|(_, f)| *f)
+        self.c.program.root_funcs.iter().find(|(n, _)| n == REPL_FN).map(|(_, f)| *f)
     }
 
     /// The statements and result of the session's function body.
@@ -102,11 +97,7 @@ impl Compiled {
 }
 
 fn empty_frame() -> Frame {
-    Frame {
-        locals: vec![],
-        dims: HashMap::new(),
-        rests: HashMap::new(),
-    }
+    Frame { locals: vec![], dims: HashMap::new(), rests: HashMap::new() }
 }
 
 fn key_name(file: &str, text: &str) -> String {
@@ -133,12 +124,7 @@ impl Session {
 
     /// The program text with `input` placed in the session's function (as a statement or the
     /// tail expression) or among the items.
-    fn source(
-        &self,
-        items: &[Item],
-        stmts: &[String],
-        input: Option<&str>,
-    ) -> (String, (usize, usize)) {
+    fn source(&self, items: &[Item], stmts: &[String], input: Option<&str>) -> (String, (usize, usize)) {
         let mut s = String::new();
         for it in items {
             s.push_str(&it.text);
@@ -160,11 +146,7 @@ impl Session {
     fn compile(&self, items: &[Item], stmts: &[String], input: Option<&str>) -> Compiled {
         let (src, range) = self.source(items, stmts, input);
         let c = lang::check::check_source("<repl>", &src, &self.dir);
-        Compiled {
-            c,
-            input: range,
-            input_text: input.unwrap_or("").to_string(),
-        }
+        Compiled { c, input: range, input_text: input.unwrap_or("").to_string() }
     }
 
     /// Renders diagnostics, showing spans inside the input against the input alone.
@@ -240,11 +222,7 @@ impl Session {
         let shift = head.len();
         let (body, diags) = lang::syntax::parse(FileId(0), &wrapper);
         if !diags.is_empty() {
-            let (d, shift) = if looks_like_item {
-                (&file_diags, 0)
-            } else {
-                (&diags, shift)
-            };
+            let (d, shift) = if looks_like_item { (&file_diags, 0) } else { (&diags, shift) };
             out.error(self.render_text(input, d, shift));
             return out;
         }
@@ -254,9 +232,7 @@ impl Session {
         for s in &f.body.stmts {
             let text = wrapper.get(s.span.range()).unwrap_or("").to_string();
             let ok = match &s.kind {
-                ast::StmtKind::Let { .. } | ast::StmtKind::Var { .. } => {
-                    self.run_kept(&text, &mut out, true)
-                }
+                ast::StmtKind::Let { .. } | ast::StmtKind::Var { .. } => self.run_kept(&text, &mut out, true),
                 ast::StmtKind::Assign { .. } => self.run_kept(&text, &mut out, false),
                 ast::StmtKind::Expr(_) if assigns(&text) => self.run_kept(&text, &mut out, false),
                 ast::StmtKind::Expr(_) => self.run_expr(&text, &mut out),
@@ -272,13 +248,7 @@ impl Session {
     /// Checks the session with `stmt` added; reports errors. `tail` places it as the result.
     fn check_with(&self, stmt: &str, out: &mut Output) -> Option<Compiled> {
         let comp = self.compile(&self.items, &self.stmts, Some(stmt));
-        let errors: Vec<Diagnostic> = comp
-            .c
-            .diagnostics
-            .iter()
-            .filter(|d| d.is_error())
-            .cloned()
-            .collect();
+        let errors: Vec<Diagnostic> = comp.c.diagnostics.iter().filter(|d| d.is_error()).cloned().collect();
         if !errors.is_empty() {
             out.error(self.render(&comp, &errors));
             return None;
@@ -299,10 +269,7 @@ impl Session {
         }
         let new = stmts.get(self.ir_count..).unwrap_or(&[]).to_vec();
         let block = ir::Expr {
-            kind: ExprKind::Block {
-                stmts: new,
-                result: Box::new(result.clone()),
-            },
+            kind: ExprKind::Block { stmts: new, result: Box::new(result.clone()) },
             ty: result.ty.clone(),
             span: result.span,
         };
@@ -349,13 +316,8 @@ impl Session {
         let (a, b) = comp.input;
         let mut seen = Vec::new();
         for (span, s, def) in &comp.c.index.types {
-            let inside =
-                span.file == FileId(0) && span.start as usize >= a && span.end as usize <= b;
-            if inside
-                && *def == Some(*span)
-                && !seen.contains(span)
-                && is_top_binding(stmt, span.start as usize - a)
-            {
+            let inside = span.file == FileId(0) && span.start as usize >= a && span.end as usize <= b;
+            if inside && *def == Some(*span) && !seen.contains(span) && is_top_binding(stmt, span.start as usize - a) {
                 seen.push(*span);
                 out.line(s);
             }
@@ -409,13 +371,7 @@ impl Session {
             }
         }
         let comp = self.compile(&items, &self.stmts, None);
-        let errors: Vec<Diagnostic> = comp
-            .c
-            .diagnostics
-            .iter()
-            .filter(|d| d.is_error())
-            .cloned()
-            .collect();
+        let errors: Vec<Diagnostic> = comp.c.diagnostics.iter().filter(|d| d.is_error()).cloned().collect();
         if !errors.is_empty() {
             out.error(self.render(&comp, &errors));
             return;
@@ -453,18 +409,8 @@ impl Session {
     /// After items were added: move stored values to the new program's numbering.
     fn carry_over(&mut self, comp: &Compiled) {
         let new = names_of(&comp.c, comp.repl_fn());
-        let models: HashMap<&str, u32> = new
-            .models
-            .iter()
-            .enumerate()
-            .map(|(i, n)| (n.as_str(), i as u32))
-            .collect();
-        let funcs: HashMap<&str, u32> = new
-            .funcs
-            .iter()
-            .enumerate()
-            .map(|(i, n)| (n.as_str(), i as u32))
-            .collect();
+        let models: HashMap<&str, u32> = new.models.iter().enumerate().map(|(i, n)| (n.as_str(), i as u32)).collect();
+        let funcs: HashMap<&str, u32> = new.funcs.iter().enumerate().map(|(i, n)| (n.as_str(), i as u32)).collect();
         let remap = Remap {
             old: &self.names,
             models: &models,
@@ -488,24 +434,13 @@ impl Session {
         let Some((stmts, result)) = comp.body() else {
             return;
         };
-        let binds: Vec<ir::Stmt> = stmts
-            .iter()
-            .take(self.ir_count)
-            .filter(|s| matches!(s, ir::Stmt::BindDims { .. }))
-            .cloned()
-            .collect();
+        let binds: Vec<ir::Stmt> =
+            stmts.iter().take(self.ir_count).filter(|s| matches!(s, ir::Stmt::BindDims { .. })).cloned().collect();
         self.frame.dims.clear();
         self.frame.rests.clear();
-        let unit = ir::Expr {
-            kind: ExprKind::Tuple(vec![]),
-            ty: lang::types::Type::unit(),
-            span: result.span,
-        };
+        let unit = ir::Expr { kind: ExprKind::Tuple(vec![]), ty: lang::types::Type::unit(), span: result.span };
         let block = ir::Expr {
-            kind: ExprKind::Block {
-                stmts: binds,
-                result: Box::new(unit),
-            },
+            kind: ExprKind::Block { stmts: binds, result: Box::new(unit) },
             ty: lang::types::Type::unit(),
             span: result.span,
         };
@@ -522,10 +457,7 @@ impl Session {
         let func = comp.c.program.func(comp.repl_fn().unwrap_or(FuncId(0)));
         self.frame.locals.resize(func.locals.len(), None);
         let block = ir::Expr {
-            kind: ExprKind::Block {
-                stmts: stmts.to_vec(),
-                result: Box::new(result.clone()),
-            },
+            kind: ExprKind::Block { stmts: stmts.to_vec(), result: Box::new(result.clone()) },
             ty: result.ty.clone(),
             span: result.span,
         };
@@ -576,32 +508,19 @@ impl Session {
             return out;
         };
         let comp = self.compile(&self.items, &self.stmts, None);
-        let errors: Vec<Diagnostic> = comp
-            .c
-            .diagnostics
-            .iter()
-            .filter(|d| d.is_error())
-            .cloned()
-            .collect();
+        let errors: Vec<Diagnostic> = comp.c.diagnostics.iter().filter(|d| d.is_error()).cloned().collect();
         if !errors.is_empty() {
             out.error(self.render(&comp, &errors));
             return out;
         }
         let mut prog = comp.c.program.clone();
-        let Some(&(_, fid)) = prog
-            .root_funcs
-            .iter()
-            .find(|(n, _)| n == name && n != REPL_FN)
-        else {
+        let Some(&(_, fid)) = prog.root_funcs.iter().find(|(n, _)| n == name && n != REPL_FN) else {
             out.error(format!("error: no function `{name}` in this session"));
             return out;
         };
         let f = prog.func(fid).clone();
-        let names: Vec<String> = f
-            .params
-            .iter()
-            .map(|l| prog.names.get(f.locals[l.0 as usize].name).to_string())
-            .collect();
+        let names: Vec<String> =
+            f.params.iter().map(|l| prog.names.get(f.locals[l.0 as usize].name).to_string()).collect();
         let wrt = match words.next() {
             None => 0,
             Some(w) => match names.iter().position(|n| n == w) {
@@ -627,7 +546,11 @@ impl Session {
                 format!("`{name}` does not return a float scalar, so it has no gradient"),
             ))
         } else if !param_ok {
-            Some(Diagnostic::error(Code::E0402, span, format!("cannot differentiate `{name}` with respect to parameter {wrt}: it is not a float value")))
+            Some(Diagnostic::error(
+                Code::E0402,
+                span,
+                format!("cannot differentiate `{name}` with respect to parameter {wrt}: it is not a float value"),
+            ))
         } else {
             None
         };
@@ -638,7 +561,9 @@ impl Session {
         match lang::autodiff::derive(&mut prog, fid, lang::autodiff::Mode::Grad { wrt }, span) {
             Ok(g) => {
                 let pname = names.get(wrt).cloned().unwrap_or_default();
-                out.line(format!("// The gradient of `{name}` with respect to `{pname}`, generated by msl's reverse-mode pass."));
+                out.line(format!(
+                    "// The gradient of `{name}` with respect to `{pname}`, generated by msl's reverse-mode pass."
+                ));
                 out.out.push_str(&lang::ir::source::function_source(
                     &prog,
                     prog.func(g),
@@ -668,9 +593,7 @@ impl Session {
             out.error(diag::render(&diags, &sm, self.color));
             return out;
         }
-        let base = std::fs::canonicalize(&path)
-            .ok()
-            .and_then(|p| p.parent().map(|d| d.to_path_buf()));
+        let base = std::fs::canonicalize(&path).ok().and_then(|p| p.parent().map(|d| d.to_path_buf()));
         let mut rewritten = String::new();
         let mut prev = 0;
         for item in &file.items {
@@ -693,16 +616,8 @@ impl Session {
         self.add_items(&rewritten, &file, &mut items_out);
         out.err.push_str(&items_out.err);
         if out.err.len() == before {
-            let n = file
-                .items
-                .iter()
-                .filter(|i| !matches!(i.kind, ast::ItemKind::Use(_)))
-                .count();
-            out.line(format!(
-                "loaded {} ({n} item{})",
-                path.display(),
-                if n == 1 { "" } else { "s" }
-            ));
+            let n = file.items.iter().filter(|i| !matches!(i.kind, ast::ItemKind::Use(_))).count();
+            out.line(format!("loaded {} ({n} item{})", path.display(), if n == 1 { "" } else { "s" }));
         }
         out
     }
@@ -733,24 +648,14 @@ fn one_line(sig: &str) -> String {
 fn assigns(stmt: &str) -> bool {
     use lang::syntax::lexer::Tok;
     let (toks, _) = lang::syntax::lexer::lex(FileId(0), stmt);
-    toks.iter().any(|(_, t, _)| {
-        matches!(
-            t,
-            Tok::Eq | Tok::PlusEq | Tok::MinusEq | Tok::StarEq | Tok::SlashEq
-        )
-    })
+    toks.iter().any(|(_, t, _)| matches!(t, Tok::Eq | Tok::PlusEq | Tok::MinusEq | Tok::StarEq | Tok::SlashEq))
 }
 
 /// True for inputs that start like an item (`fn`, `model`, `use`, …).
 fn starts_with_item_keyword(input: &str) -> bool {
-    let first = input
-        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .next()
-        .unwrap_or("");
-    matches!(
-        first,
-        "fn" | "model" | "dim" | "const" | "use" | "mesh" | "test"
-    ) || input.starts_with("///")
+    let first = input.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).next().unwrap_or("");
+    matches!(first, "fn" | "model" | "dim" | "const" | "use" | "mesh" | "test")
+        || input.starts_with("///")
         || input.starts_with('@')
 }
 
@@ -792,11 +697,7 @@ fn names_of(c: &Checked, repl: Option<FuncId>) -> Names {
     // Items of the session are known by name alone, others by their file too.
     let key = |span: ir::SpanId, name: &str| {
         let s = p.span(span);
-        let file = if s.file == FileId(0) {
-            "<repl>"
-        } else {
-            c.sources.name(s.file)
-        };
+        let file = if s.file == FileId(0) { "<repl>" } else { c.sources.name(s.file) };
         key_name(file, name)
     };
     let mut closure_base = None;
@@ -808,16 +709,8 @@ fn names_of(c: &Checked, repl: Option<FuncId>) -> Names {
         });
     }
     Names {
-        models: p
-            .models
-            .iter()
-            .map(|m| key(m.span, p.names.get(m.name)))
-            .collect(),
-        funcs: p
-            .funcs
-            .iter()
-            .map(|f| key(f.span, p.names.get(f.name)))
-            .collect(),
+        models: p.models.iter().map(|m| key(m.span, p.names.get(m.name))).collect(),
+        funcs: p.funcs.iter().map(|f| key(f.span, p.names.get(f.name))).collect(),
         closure_base,
     }
 }
@@ -834,22 +727,14 @@ impl Remap<'_> {
     fn value(&self, v: &Value) -> Option<Value> {
         Some(match v {
             Value::Tensor(_) | Value::Str(_) | Value::Type => v.clone(),
-            Value::Tuple(ts) => Value::Tuple(Rc::new(
-                ts.iter()
-                    .map(|t| self.value(t))
-                    .collect::<Option<Vec<_>>>()?,
-            )),
+            Value::Tuple(ts) => Value::Tuple(Rc::new(ts.iter().map(|t| self.value(t)).collect::<Option<Vec<_>>>()?)),
             Value::Model(m) => {
                 let name = self.old.models.get(m.model.0 as usize)?;
                 let id = *self.models.get(name.as_str())?;
                 Value::Model(Rc::new(ModelValue {
                     model: ModelId(id),
                     dims: m.dims.clone(),
-                    fields: m
-                        .fields
-                        .iter()
-                        .map(|f| self.value(f))
-                        .collect::<Option<Vec<_>>>()?,
+                    fields: m.fields.iter().map(|f| self.value(f)).collect::<Option<Vec<_>>>()?,
                 }))
             }
             Value::Fn(f) => Value::Fn(Rc::new(self.func(f)?)),
@@ -858,18 +743,10 @@ impl Remap<'_> {
 
     fn func(&self, f: &FnValue) -> Option<FnValue> {
         Some(match f {
-            FnValue::Func {
-                target,
-                captures,
-                closure,
-                dims,
-            } => FnValue::Func {
+            FnValue::Func { target, captures, closure, dims } => FnValue::Func {
                 dims: dims.clone(),
                 target: self.target(target)?,
-                captures: captures
-                    .iter()
-                    .map(|(l, v)| Some((*l, self.value(v)?)))
-                    .collect::<Option<Vec<_>>>()?,
+                captures: captures.iter().map(|(l, v)| Some((*l, self.value(v)?))).collect::<Option<Vec<_>>>()?,
                 closure: match (closure, self.closure_shift) {
                     (Some(c), Some((a, b))) if c.0 >= a => Some(ClosureId(c.0 - a + b)),
                     (c, _) => *c,
@@ -877,10 +754,7 @@ impl Remap<'_> {
             },
             FnValue::Pullback { func, primals } => FnValue::Pullback {
                 func: Rc::new(self.func(func)?),
-                primals: primals
-                    .iter()
-                    .map(|v| self.value(v))
-                    .collect::<Option<Vec<_>>>()?,
+                primals: primals.iter().map(|v| self.value(v)).collect::<Option<Vec<_>>>()?,
             },
         })
     }
@@ -891,19 +765,12 @@ impl Remap<'_> {
                 let name = self.old.funcs.get(f.0 as usize)?;
                 ir::FnTarget::Func(FuncId(*self.funcs.get(name.as_str())?))
             }
-            ir::FnTarget::Grad {
-                inner,
-                wrt,
-                with_value,
-            } => ir::FnTarget::Grad {
-                inner: Box::new(self.target(inner)?),
-                wrt: *wrt,
-                with_value: *with_value,
-            },
-            ir::FnTarget::Vmap { inner, in_axes } => ir::FnTarget::Vmap {
-                inner: Box::new(self.target(inner)?),
-                in_axes: in_axes.clone(),
-            },
+            ir::FnTarget::Grad { inner, wrt, with_value } => {
+                ir::FnTarget::Grad { inner: Box::new(self.target(inner)?), wrt: *wrt, with_value: *with_value }
+            }
+            ir::FnTarget::Vmap { inner, in_axes } => {
+                ir::FnTarget::Vmap { inner: Box::new(self.target(inner)?), in_axes: in_axes.clone() }
+            }
             ir::FnTarget::Dynamic => ir::FnTarget::Dynamic,
         })
     }

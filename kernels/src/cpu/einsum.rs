@@ -33,11 +33,7 @@ pub fn einsum(spec: &str, xs: &[Tensor]) -> Result<Tensor, KernelError> {
         return Err(invalid(format!("takes 1 to 3 operands, got {}", xs.len())));
     }
     if terms.len() != xs.len() {
-        return Err(invalid(format!(
-            "the subscripts name {} operands but {} were given",
-            terms.len(),
-            xs.len()
-        )));
+        return Err(invalid(format!("the subscripts name {} operands but {} were given", terms.len(), xs.len())));
     }
     let mut sizes: BTreeMap<char, usize> = BTreeMap::new();
     let mut counts: BTreeMap<char, usize> = BTreeMap::new();
@@ -46,19 +42,13 @@ pub fn einsum(spec: &str, xs: &[Tensor]) -> Result<Tensor, KernelError> {
             return Err(invalid(format!("'{c}' is not a subscript letter")));
         }
         if term.len() != x.rank() {
-            return Err(invalid(format!(
-                "operand {i} has {} subscripts but rank {}",
-                term.len(),
-                x.rank()
-            )));
+            return Err(invalid(format!("operand {i} has {} subscripts but rank {}", term.len(), x.rank())));
         }
         for (&c, &d) in term.iter().zip(x.shape()) {
             *counts.entry(c).or_default() += 1;
             match sizes.get(&c) {
                 Some(&s) if s != d => {
-                    return Err(invalid(format!(
-                        "letter '{c}' has size {s} in one place and {d} in another"
-                    )))
+                    return Err(invalid(format!("letter '{c}' has size {s} in one place and {d} in another")))
                 }
                 _ => {
                     sizes.insert(c, d);
@@ -82,11 +72,7 @@ pub fn einsum(spec: &str, xs: &[Tensor]) -> Result<Tensor, KernelError> {
             }
             out
         }
-        None => counts
-            .iter()
-            .filter(|(_, &n)| n == 1)
-            .map(|(&c, _)| c)
-            .collect(),
+        None => counts.iter().filter(|(_, &n)| n == 1).map(|(&c, _)| c).collect(),
     };
 
     let mut ops: Vec<(Vec<char>, Tensor)> = Vec::new();
@@ -109,23 +95,12 @@ pub fn einsum(spec: &str, xs: &[Tensor]) -> Result<Tensor, KernelError> {
     while ops.len() > 1 {
         let (lb, b) = ops.remove(1);
         let (la, a) = ops.remove(0);
-        let keep: Vec<char> = ops
-            .iter()
-            .flat_map(|o| o.0.clone())
-            .chain(output.iter().copied())
-            .collect();
+        let keep: Vec<char> = ops.iter().flat_map(|o| o.0.clone()).chain(output.iter().copied()).collect();
         ops.insert(0, contract(&la, &a, &lb, &b, &keep, &sizes)?);
     }
     let (letters, t) = ops.pop().expect("one operand remains");
-    let perm: Vec<usize> = output
-        .iter()
-        .map(|c| {
-            letters
-                .iter()
-                .position(|l| l == c)
-                .expect("output letters survive")
-        })
-        .collect();
+    let perm: Vec<usize> =
+        output.iter().map(|c| letters.iter().position(|l| l == c).expect("output letters survive")).collect();
     permute(&t, &perm)
 }
 
@@ -156,17 +131,12 @@ fn diagonal(term: &[char], x: &Tensor) -> (Vec<char>, Tensor) {
         shape.push(size);
         strides.push(stride);
     }
-    let t =
-        dispatch!(x, v => Tensor::from_parts(shape.clone(), strided_copy(v, 0, &shape, &strides)));
+    let t = dispatch!(x, v => Tensor::from_parts(shape.clone(), strided_copy(v, 0, &shape, &strides)));
     (letters, t)
 }
 
 /// Sums away every letter for which `keep` is false.
-fn sum_out(
-    letters: &[char],
-    t: &Tensor,
-    keep: impl Fn(char) -> bool,
-) -> Result<(Vec<char>, Tensor), KernelError> {
+fn sum_out(letters: &[char], t: &Tensor, keep: impl Fn(char) -> bool) -> Result<(Vec<char>, Tensor), KernelError> {
     let mut letters = letters.to_vec();
     let mut t = t.clone();
     for i in (0..letters.len()).rev() {
@@ -190,40 +160,15 @@ fn contract(
     // A letter that only one side has and nobody needs later is summed first.
     let (la, a) = sum_out(la, a, |c| lb.contains(&c) || keep.contains(&c))?;
     let (lb, b) = sum_out(lb, b, |c| la.contains(&c) || keep.contains(&c))?;
-    let batch: Vec<char> = la
-        .iter()
-        .copied()
-        .filter(|c| lb.contains(c) && keep.contains(c))
-        .collect();
-    let contracted: Vec<char> = la
-        .iter()
-        .copied()
-        .filter(|c| lb.contains(c) && !keep.contains(c))
-        .collect();
+    let batch: Vec<char> = la.iter().copied().filter(|c| lb.contains(c) && keep.contains(c)).collect();
+    let contracted: Vec<char> = la.iter().copied().filter(|c| lb.contains(c) && !keep.contains(c)).collect();
     let a_only: Vec<char> = la.iter().copied().filter(|c| !lb.contains(c)).collect();
     let b_only: Vec<char> = lb.iter().copied().filter(|c| !la.contains(c)).collect();
     let size = |cs: &[char]| cs.iter().map(|c| sizes[c]).product::<usize>();
-    let (nb, m, k, n) = (
-        size(&batch),
-        size(&a_only),
-        size(&contracted),
-        size(&b_only),
-    );
+    let (nb, m, k, n) = (size(&batch), size(&a_only), size(&contracted), size(&b_only));
 
-    let (a3, ta) = arrange(
-        &la,
-        &a,
-        &[&batch, &a_only, &contracted],
-        &[&batch, &contracted, &a_only],
-        [nb, m, k],
-    )?;
-    let (b3, tb) = arrange(
-        &lb,
-        &b,
-        &[&batch, &contracted, &b_only],
-        &[&batch, &b_only, &contracted],
-        [nb, k, n],
-    )?;
+    let (a3, ta) = arrange(&la, &a, &[&batch, &a_only, &contracted], &[&batch, &contracted, &a_only], [nb, m, k])?;
+    let (b3, tb) = arrange(&lb, &b, &[&batch, &contracted, &b_only], &[&batch, &b_only, &contracted], [nb, k, n])?;
     let prod = matmul_t(&a3, &b3, ta, tb)?;
     let mut letters = batch.clone();
     letters.extend(&a_only);
@@ -249,9 +194,6 @@ fn arrange(
     if letters == q.as_slice() {
         return Ok((t.with_shape(vec![dims[0], dims[2], dims[1]])?, true));
     }
-    let perm: Vec<usize> = p
-        .iter()
-        .map(|c| letters.iter().position(|l| l == c).expect("letter present"))
-        .collect();
+    let perm: Vec<usize> = p.iter().map(|c| letters.iter().position(|l| l == c).expect("letter present")).collect();
     Ok((permute(t, &perm)?.with_shape(dims.to_vec())?, false))
 }

@@ -97,10 +97,7 @@ impl BinaryOp {
 
     /// True for the six comparisons, whose result is bool.
     pub fn is_comparison(self) -> bool {
-        matches!(
-            self,
-            BinaryOp::Eq | BinaryOp::Ne | BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge
-        )
+        matches!(self, BinaryOp::Eq | BinaryOp::Ne | BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge)
     }
 }
 
@@ -125,11 +122,7 @@ pub fn unary(op: UnaryOp, x: &Tensor) -> Result<Tensor, KernelError> {
         }
         Storage::Bool(v) => match op {
             UnaryOp::Not => Ok(Tensor::from_parts(shape, map_slice(v, |a| !a))),
-            _ => Err(KernelError::dtype(
-                op.name(),
-                "a numeric tensor",
-                DType::Bool,
-            )),
+            _ => Err(KernelError::dtype(op.name(), "a numeric tensor", DType::Bool)),
         },
     }
 }
@@ -145,19 +138,11 @@ fn float_unary<T: Float>(op: UnaryOp, v: &[T]) -> Result<Vec<T>, KernelError> {
         UnaryOp::Rsqrt => map_slice(v, |a| one / a.sqrt()),
         UnaryOp::Tanh => map_slice(v, T::tanh),
         UnaryOp::Sigmoid => map_slice(v, |a| sigmoid(a)),
-        UnaryOp::Relu => map_slice(v, |a| {
-            if a > T::zero() || a.is_nan_v() {
-                a
-            } else {
-                T::zero()
-            }
-        }),
+        UnaryOp::Relu => map_slice(v, |a| if a > T::zero() || a.is_nan_v() { a } else { T::zero() }),
         UnaryOp::Gelu => {
             let c = T::from_f64c((2.0 / std::f64::consts::PI).sqrt());
             let k = T::from_f64c(0.044715);
-            map_slice(v, move |a| {
-                half * a * (one + (c * (a + k * a * a * a)).tanh())
-            })
+            map_slice(v, move |a| half * a * (one + (c * (a + k * a * a * a)).tanh()))
         }
         UnaryOp::Sin => map_slice(v, T::sin),
         UnaryOp::Cos => map_slice(v, T::cos),
@@ -208,30 +193,15 @@ pub fn binary(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor, KernelErro
         (Storage::F64(x), Storage::F64(y)) => float_binary(op, x, a, y, b, shape),
         (Storage::I32(x), Storage::I32(y)) => int_binary(op, x, a, y, b, shape),
         (Storage::Bool(x), Storage::Bool(y)) => match op {
-            BinaryOp::And => Ok(broadcast_map(x, a.shape(), y, b.shape(), shape, |p, q| {
-                p & q
-            })),
-            BinaryOp::Or => Ok(broadcast_map(x, a.shape(), y, b.shape(), shape, |p, q| {
-                p | q
-            })),
-            _ => Err(KernelError::dtype(
-                op.name(),
-                "a numeric tensor",
-                DType::Bool,
-            )),
+            BinaryOp::And => Ok(broadcast_map(x, a.shape(), y, b.shape(), shape, |p, q| p & q)),
+            BinaryOp::Or => Ok(broadcast_map(x, a.shape(), y, b.shape(), shape, |p, q| p | q)),
+            _ => Err(KernelError::dtype(op.name(), "a numeric tensor", DType::Bool)),
         },
         _ => unreachable!("dtypes were checked equal"),
     }
 }
 
-fn compare<T: Element>(
-    op: BinaryOp,
-    x: &[T],
-    a: &Tensor,
-    y: &[T],
-    b: &Tensor,
-    shape: Vec<usize>,
-) -> Tensor {
+fn compare<T: Element>(op: BinaryOp, x: &[T], a: &Tensor, y: &[T], b: &Tensor, shape: Vec<usize>) -> Tensor {
     let (sa, sb) = (a.shape(), b.shape());
     match op {
         BinaryOp::Eq => broadcast_map(x, sa, y, sb, shape, |p, q| p == q),
@@ -282,29 +252,15 @@ fn int_binary(
     }
     if nonempty && op == BinaryOp::Pow {
         if let Some(e) = y.iter().find(|&&e| e < 0) {
-            return Err(KernelError::Invalid(format!(
-                "pow: an i32 power needs a non-negative exponent, got {e}"
-            )));
+            return Err(KernelError::Invalid(format!("pow: an i32 power needs a non-negative exponent, got {e}")));
         }
     }
     Ok(match op {
         BinaryOp::Add => broadcast_map(x, sa, y, sb, shape, i32::wrapping_add),
         BinaryOp::Sub => broadcast_map(x, sa, y, sb, shape, i32::wrapping_sub),
         BinaryOp::Mul => broadcast_map(x, sa, y, sb, shape, i32::wrapping_mul),
-        BinaryOp::Div => broadcast_map(x, sa, y, sb, shape, |p, q| {
-            if q == 0 {
-                0
-            } else {
-                p.wrapping_div(q)
-            }
-        }),
-        BinaryOp::Rem => broadcast_map(x, sa, y, sb, shape, |p, q| {
-            if q == 0 {
-                0
-            } else {
-                p.wrapping_rem(q)
-            }
-        }),
+        BinaryOp::Div => broadcast_map(x, sa, y, sb, shape, |p, q| if q == 0 { 0 } else { p.wrapping_div(q) }),
+        BinaryOp::Rem => broadcast_map(x, sa, y, sb, shape, |p, q| if q == 0 { 0 } else { p.wrapping_rem(q) }),
         BinaryOp::Pow => broadcast_map(x, sa, y, sb, shape, |p, q| p.wrapping_pow(q.max(0) as u32)),
         BinaryOp::Max => broadcast_map(x, sa, y, sb, shape, i32::max),
         BinaryOp::Min => broadcast_map(x, sa, y, sb, shape, i32::min),
@@ -315,14 +271,7 @@ fn int_binary(
 /// `f` over `x` and `y` broadcast to `shape`. Same-shape and scalar operands take straight
 /// slice loops; everything else goes through a [`Plan`] whose rows are specialised for
 /// strides 0 and 1.
-pub(crate) fn broadcast_map<T, U, F>(
-    x: &[T],
-    xs: &[usize],
-    y: &[T],
-    ys: &[usize],
-    shape: Vec<usize>,
-    f: F,
-) -> Tensor
+pub(crate) fn broadcast_map<T, U, F>(x: &[T], xs: &[usize], y: &[T], ys: &[usize], shape: Vec<usize>, f: F) -> Tensor
 where
     T: Element,
     U: Element,
@@ -379,9 +328,7 @@ where
 /// Picks `a` where `c` is true and `b` elsewhere, broadcasting all three. `c` must be bool and
 /// `a` and `b` must share a dtype.
 pub fn where_(c: &Tensor, a: &Tensor, b: &Tensor) -> Result<Tensor, KernelError> {
-    let cond = c
-        .as_bool()
-        .ok_or_else(|| KernelError::dtype("where", "a bool condition", c.dtype()))?;
+    let cond = c.as_bool().ok_or_else(|| KernelError::dtype("where", "a bool condition", c.dtype()))?;
     if a.dtype() != b.dtype() {
         return Err(KernelError::DTypeMismatch {
             op: "where",
@@ -414,11 +361,7 @@ fn select<T: Element>(
     let sx = broadcast_strides(a.shape(), &shape);
     let sy = broadcast_strides(b.shape(), &shape);
     let plan = Plan::new(&shape, &[&sc, &sx, &sy]);
-    let (rc, rx, ry) = (
-        plan.row_strides[0],
-        plan.row_strides[1],
-        plan.row_strides[2],
-    );
+    let (rc, rx, ry) = (plan.row_strides[0], plan.row_strides[1], plan.row_strides[2]);
     let mut out = vec![T::default(); n];
     plan.run(&mut out, |row, off| {
         let len = row.len();
@@ -426,39 +369,26 @@ fn select<T: Element>(
         // The masked-gradient cases (`where(mask, g, 0)` and friends) get straight loops.
         match (rc, rx, ry) {
             (1, 1, 1) => {
-                let it = cond[oc..oc + len]
-                    .iter()
-                    .zip(&x[ox..ox + len])
-                    .zip(&y[oy..oy + len]);
+                let it = cond[oc..oc + len].iter().zip(&x[ox..ox + len]).zip(&y[oy..oy + len]);
                 for (o, ((&k, &p), &q)) in row.iter_mut().zip(it) {
                     *o = if k { p } else { q };
                 }
             }
             (1, 1, 0) => {
                 let q = y[oy];
-                for (o, (&k, &p)) in row
-                    .iter_mut()
-                    .zip(cond[oc..oc + len].iter().zip(&x[ox..ox + len]))
-                {
+                for (o, (&k, &p)) in row.iter_mut().zip(cond[oc..oc + len].iter().zip(&x[ox..ox + len])) {
                     *o = if k { p } else { q };
                 }
             }
             (1, 0, 1) => {
                 let p = x[ox];
-                for (o, (&k, &q)) in row
-                    .iter_mut()
-                    .zip(cond[oc..oc + len].iter().zip(&y[oy..oy + len]))
-                {
+                for (o, (&k, &q)) in row.iter_mut().zip(cond[oc..oc + len].iter().zip(&y[oy..oy + len])) {
                     *o = if k { p } else { q };
                 }
             }
             _ => {
                 for (j, o) in row.iter_mut().enumerate() {
-                    *o = if cond[oc + j * rc] {
-                        x[ox + j * rx]
-                    } else {
-                        y[oy + j * ry]
-                    };
+                    *o = if cond[oc + j * rc] { x[ox + j * rx] } else { y[oy + j * ry] };
                 }
             }
         }

@@ -62,12 +62,7 @@ fn resolve(shape: &[usize], specs: &[SliceSpec]) -> Result<Region, KernelError> 
             }
         }
     }
-    Ok(Region {
-        offset,
-        shape: region,
-        strides,
-        out_shape,
-    })
+    Ok(Region { offset, shape: region, strides, out_shape })
 }
 
 /// Basic slicing. Missing trailing specs mean `Full`; `Index` removes its axis.
@@ -81,18 +76,10 @@ pub fn slice(x: &Tensor, specs: &[SliceSpec]) -> Result<Tensor, KernelError> {
 
 /// `zeros(base_shape)` with `upd` added into the region `specs` selects: the gradient of
 /// [`slice`]. `upd` must have the shape that `slice` would return.
-pub fn slice_update_add(
-    base_shape: &[usize],
-    specs: &[SliceSpec],
-    upd: &Tensor,
-) -> Result<Tensor, KernelError> {
+pub fn slice_update_add(base_shape: &[usize], specs: &[SliceSpec], upd: &Tensor) -> Result<Tensor, KernelError> {
     let r = resolve(base_shape, specs)?;
     if upd.shape() != r.out_shape.as_slice() {
-        return Err(KernelError::ShapeMismatch {
-            op: "slice_update_add",
-            lhs: r.out_shape,
-            rhs: upd.shape().to_vec(),
-        });
+        return Err(KernelError::ShapeMismatch { op: "slice_update_add", lhs: r.out_shape, rhs: upd.shape().to_vec() });
     }
     fn place<T: Element>(base_shape: &[usize], r: &Region, u: &[T]) -> Tensor {
         let n: usize = base_shape.iter().product();
@@ -113,15 +100,9 @@ pub fn slice_update_add(
 
 /// The i32 indices of `idx`, each checked against `size` (negative indices are errors).
 fn checked_indices(idx: &Tensor, axis: usize, size: usize) -> Result<&[i32], KernelError> {
-    let ix = idx
-        .as_i32()
-        .ok_or_else(|| KernelError::dtype("gather", "i32 indices", idx.dtype()))?;
+    let ix = idx.as_i32().ok_or_else(|| KernelError::dtype("gather", "i32 indices", idx.dtype()))?;
     if let Some(&bad) = ix.iter().find(|&&i| i < 0 || i as usize >= size) {
-        return Err(KernelError::IndexOutOfRange {
-            index: bad as i64,
-            axis,
-            size,
-        });
+        return Err(KernelError::IndexOutOfRange { index: bad as i64, axis, size });
     }
     Ok(ix)
 }
@@ -152,12 +133,7 @@ pub fn gather(x: &Tensor, idx: &Tensor, axis: usize) -> Result<Tensor, KernelErr
 
 /// The adjoint of [`gather`]: `zeros(x_shape)` with each slice of `upd` added at its index
 /// (repeated indices accumulate). `upd` must have the shape `gather` would return.
-pub fn scatter_add(
-    x_shape: &[usize],
-    idx: &Tensor,
-    upd: &Tensor,
-    axis: usize,
-) -> Result<Tensor, KernelError> {
+pub fn scatter_add(x_shape: &[usize], idx: &Tensor, upd: &Tensor, axis: usize) -> Result<Tensor, KernelError> {
     check_axis("scatter_add", axis, x_shape.len())?;
     let size = x_shape[axis];
     let ix = checked_indices(idx, axis, size)?;
@@ -167,11 +143,7 @@ pub fn scatter_add(
     expected.extend_from_slice(idx.shape());
     expected.extend_from_slice(&x_shape[axis + 1..]);
     if upd.shape() != expected.as_slice() {
-        return Err(KernelError::ShapeMismatch {
-            op: "scatter_add",
-            lhs: expected,
-            rhs: upd.shape().to_vec(),
-        });
+        return Err(KernelError::ShapeMismatch { op: "scatter_add", lhs: expected, rhs: upd.shape().to_vec() });
     }
     fn add<T: Num>(u: &[T], ix: &[i32], x_shape: &[usize], outer: usize, inner: usize) -> Tensor {
         let size = x_shape.iter().product::<usize>() / (outer * inner).max(1);
@@ -191,25 +163,15 @@ pub fn scatter_add(
         Storage::F32(u) => Ok(add(u, ix, x_shape, outer, inner)),
         Storage::F64(u) => Ok(add(u, ix, x_shape, outer, inner)),
         Storage::I32(u) => Ok(add(u, ix, x_shape, outer, inner)),
-        Storage::Bool(_) => Err(KernelError::dtype(
-            "scatter_add",
-            "a numeric tensor",
-            DType::Bool,
-        )),
+        Storage::Bool(_) => Err(KernelError::dtype("scatter_add", "a numeric tensor", DType::Bool)),
     }
 }
 
 /// One-hot encoding: shape `idx.shape ++ [n]`, 1 at each index and 0 elsewhere.
 pub fn one_hot(idx: &Tensor, n: usize, dtype: DType) -> Result<Tensor, KernelError> {
-    let ix = idx
-        .as_i32()
-        .ok_or_else(|| KernelError::dtype("one_hot", "i32 indices", idx.dtype()))?;
+    let ix = idx.as_i32().ok_or_else(|| KernelError::dtype("one_hot", "i32 indices", idx.dtype()))?;
     if let Some(&bad) = ix.iter().find(|&&i| i < 0 || i as usize >= n) {
-        return Err(KernelError::IndexOutOfRange {
-            index: bad as i64,
-            axis: idx.rank(),
-            size: n,
-        });
+        return Err(KernelError::IndexOutOfRange { index: bad as i64, axis: idx.rank(), size: n });
     }
     let mut v = vec![0.0f64; ix.len() * n];
     for (row, &i) in ix.iter().enumerate() {

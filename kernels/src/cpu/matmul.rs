@@ -18,22 +18,12 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor, KernelError> {
             "matmul: operands must have at least one dimension (use mul for scalars)".into(),
         ));
     }
-    let a2 = if a.rank() == 1 {
-        a.with_shape(vec![1, a.len()])?
-    } else {
-        a.clone()
-    };
-    let b2 = if b.rank() == 1 {
-        b.with_shape(vec![b.len(), 1])?
-    } else {
-        b.clone()
-    };
+    let a2 = if a.rank() == 1 { a.with_shape(vec![1, a.len()])? } else { a.clone() };
+    let b2 = if b.rank() == 1 { b.with_shape(vec![b.len(), 1])? } else { b.clone() };
     let out = matmul_t(&a2, &b2, false, false).map_err(|e| match e {
-        KernelError::ShapeMismatch { .. } => KernelError::ShapeMismatch {
-            op: "matmul",
-            lhs: a.shape().to_vec(),
-            rhs: b.shape().to_vec(),
-        },
+        KernelError::ShapeMismatch { .. } => {
+            KernelError::ShapeMismatch { op: "matmul", lhs: a.shape().to_vec(), rhs: b.shape().to_vec() }
+        }
         other => other,
     })?;
     let mut shape = out.shape().to_vec();
@@ -50,12 +40,7 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor, KernelError> {
 /// `op(a) @ op(b)` for operands of rank at least 2, where `op` swaps the last two axes when
 /// its flag is set. The transposes are read through strides, never copied, which is what the
 /// gradients of a product need (`g @ wᵀ`, `xᵀ @ g`). Batch dimensions broadcast.
-pub fn matmul_t(
-    a: &Tensor,
-    b: &Tensor,
-    transpose_a: bool,
-    transpose_b: bool,
-) -> Result<Tensor, KernelError> {
+pub fn matmul_t(a: &Tensor, b: &Tensor, transpose_a: bool, transpose_b: bool) -> Result<Tensor, KernelError> {
     if a.dtype() != b.dtype() {
         return Err(KernelError::DTypeMismatch {
             op: "matmul",
@@ -64,15 +49,9 @@ pub fn matmul_t(
         });
     }
     if a.rank() < 2 || b.rank() < 2 {
-        return Err(KernelError::Invalid(
-            "matmul_t: operands must have at least two dimensions".into(),
-        ));
+        return Err(KernelError::Invalid("matmul_t: operands must have at least two dimensions".into()));
     }
-    let mismatch = || KernelError::ShapeMismatch {
-        op: "matmul",
-        lhs: a.shape().to_vec(),
-        rhs: b.shape().to_vec(),
-    };
+    let mismatch = || KernelError::ShapeMismatch { op: "matmul", lhs: a.shape().to_vec(), rhs: b.shape().to_vec() };
     let (ra, rb) = (a.rank(), b.rank());
     let (ar, ac) = (a.shape()[ra - 2], a.shape()[ra - 1]);
     let (br, bc) = (b.shape()[rb - 2], b.shape()[rb - 1]);
@@ -114,22 +93,10 @@ pub fn matmul_t(
         b_cs: if transpose_b { k } else { 1 },
     };
     match (a.storage(), b.storage()) {
-        (Storage::F32(x), Storage::F32(y)) => Ok(Tensor::from_parts(
-            shape,
-            gemm_batched(x, y, &offsets, &geo),
-        )),
-        (Storage::F64(x), Storage::F64(y)) => Ok(Tensor::from_parts(
-            shape,
-            gemm_batched(x, y, &offsets, &geo),
-        )),
-        (Storage::I32(x), Storage::I32(y)) => {
-            Ok(Tensor::from_parts(shape, int_batched(x, y, &offsets, &geo)))
-        }
-        _ => Err(KernelError::dtype(
-            "matmul",
-            "a numeric tensor",
-            DType::Bool,
-        )),
+        (Storage::F32(x), Storage::F32(y)) => Ok(Tensor::from_parts(shape, gemm_batched(x, y, &offsets, &geo))),
+        (Storage::F64(x), Storage::F64(y)) => Ok(Tensor::from_parts(shape, gemm_batched(x, y, &offsets, &geo))),
+        (Storage::I32(x), Storage::I32(y)) => Ok(Tensor::from_parts(shape, int_batched(x, y, &offsets, &geo))),
+        _ => Err(KernelError::dtype("matmul", "a numeric tensor", DType::Bool)),
     }
 }
 
@@ -166,12 +133,7 @@ impl GemmElement for f64 {
     }
 }
 
-fn gemm_batched<T: GemmElement>(
-    x: &[T],
-    y: &[T],
-    offsets: &[(usize, usize)],
-    g: &Geometry,
-) -> Vec<T> {
+fn gemm_batched<T: GemmElement>(x: &[T], y: &[T], offsets: &[(usize, usize)], g: &Geometry) -> Vec<T> {
     let mn = g.m * g.n;
     let mut out = vec![T::zero(); offsets.len() * mn];
     if mn == 0 || g.k == 0 {
@@ -179,11 +141,7 @@ fn gemm_batched<T: GemmElement>(
     }
     let work = g.m * g.n * g.k;
     if work >= GEMM_PAR_MIN || offsets.len() == 1 || work * offsets.len() < PAR_MIN {
-        let par = if work >= GEMM_PAR_MIN {
-            gemm::Parallelism::Rayon(0)
-        } else {
-            gemm::Parallelism::None
-        };
+        let par = if work >= GEMM_PAR_MIN { gemm::Parallelism::Rayon(0) } else { gemm::Parallelism::None };
         for (dst, &(oa, ob)) in out.chunks_mut(mn).zip(offsets) {
             gemm_one(dst, &x[oa..], &y[ob..], g, par);
         }
@@ -191,9 +149,7 @@ fn gemm_batched<T: GemmElement>(
         // Many small products: one product per task.
         out.par_chunks_mut(mn)
             .zip(offsets.par_iter())
-            .for_each(|(dst, &(oa, ob))| {
-                gemm_one(dst, &x[oa..], &y[ob..], g, gemm::Parallelism::None)
-            });
+            .for_each(|(dst, &(oa, ob))| gemm_one(dst, &x[oa..], &y[ob..], g, gemm::Parallelism::None));
     }
     out
 }

@@ -49,10 +49,7 @@ where
 {
     debug_assert_eq!(a.len(), b.len());
     if a.len() >= PAR_MIN {
-        a.par_iter()
-            .zip(b.par_iter())
-            .map(|(&x, &y)| f(x, y))
-            .collect()
+        a.par_iter().zip(b.par_iter()).map(|(&x, &y)| f(x, y)).collect()
     } else {
         a.iter().zip(b.iter()).map(|(&x, &y)| f(x, y)).collect()
     }
@@ -79,34 +76,18 @@ pub(crate) fn check_axis(op: &'static str, axis: usize, rank: usize) -> Result<(
 }
 
 /// The NumPy broadcast of two shapes.
-pub fn broadcast_shapes(
-    op: &'static str,
-    a: &[usize],
-    b: &[usize],
-) -> Result<Vec<usize>, KernelError> {
+pub fn broadcast_shapes(op: &'static str, a: &[usize], b: &[usize]) -> Result<Vec<usize>, KernelError> {
     let rank = a.len().max(b.len());
     let mut out = vec![0; rank];
     for i in 0..rank {
-        let da = if i + a.len() >= rank {
-            a[i + a.len() - rank]
-        } else {
-            1
-        };
-        let db = if i + b.len() >= rank {
-            b[i + b.len() - rank]
-        } else {
-            1
-        };
+        let da = if i + a.len() >= rank { a[i + a.len() - rank] } else { 1 };
+        let db = if i + b.len() >= rank { b[i + b.len() - rank] } else { 1 };
         out[i] = if da == db || db == 1 {
             da
         } else if da == 1 {
             db
         } else {
-            return Err(KernelError::ShapeMismatch {
-                op,
-                lhs: a.to_vec(),
-                rhs: b.to_vec(),
-            });
+            return Err(KernelError::ShapeMismatch { op, lhs: a.to_vec(), rhs: b.to_vec() });
         };
     }
     Ok(out)
@@ -117,15 +98,7 @@ pub fn broadcast_shapes(
 pub(crate) fn broadcast_strides(src: &[usize], out: &[usize]) -> Vec<usize> {
     let own = contiguous_strides(src);
     let lead = out.len() - src.len();
-    (0..out.len())
-        .map(|i| {
-            if i < lead || src[i - lead] == 1 {
-                0
-            } else {
-                own[i - lead]
-            }
-        })
-        .collect()
+    (0..out.len()).map(|i| if i < lead || src[i - lead] == 1 { 0 } else { own[i - lead] }).collect()
 }
 
 /// A loop nest over an output shape with per-operand strides, reduced to rows.
@@ -169,11 +142,7 @@ impl Plan {
             dims.push((size, st));
         }
         let (row_len, row_strides) = dims.pop().unwrap_or((1, [0; MAX_OPERANDS]));
-        let rows = if shape.contains(&0) {
-            0
-        } else {
-            dims.iter().map(|d| d.0).product()
-        };
+        let rows = if shape.contains(&0) { 0 } else { dims.iter().map(|d| d.0).product() };
         Plan {
             outer: dims.iter().map(|d| d.0).collect(),
             outer_strides: dims.iter().map(|d| d.1).collect(),
@@ -237,25 +206,19 @@ impl Plan {
         if total >= PAR_MIN && self.row_len >= PAR_MIN {
             // Few long rows: split each row into segments, shifting the offsets to match.
             let seg = PAR_MIN / 2;
-            out.par_chunks_mut(self.row_len)
-                .enumerate()
-                .for_each(|(r, row)| {
-                    let base = self.offsets_of(r);
-                    row.par_chunks_mut(seg).enumerate().for_each(|(s, part)| {
-                        let mut off = base;
-                        for (k, o) in off.iter_mut().enumerate() {
-                            *o += s * seg * self.row_strides[k];
-                        }
-                        f(part, off);
-                    });
+            out.par_chunks_mut(self.row_len).enumerate().for_each(|(r, row)| {
+                let base = self.offsets_of(r);
+                row.par_chunks_mut(seg).enumerate().for_each(|(s, part)| {
+                    let mut off = base;
+                    for (k, o) in off.iter_mut().enumerate() {
+                        *o += s * seg * self.row_strides[k];
+                    }
+                    f(part, off);
                 });
+            });
             return;
         }
-        let rows_per_task = if total >= PAR_MIN {
-            (PAR_MIN / 2 / self.row_len).max(1)
-        } else {
-            self.rows
-        };
+        let rows_per_task = if total >= PAR_MIN { (PAR_MIN / 2 / self.row_len).max(1) } else { self.rows };
         let chunk = rows_per_task * self.row_len;
         let body = |task: usize, block: &mut [T]| {
             let first = task * rows_per_task;
@@ -285,9 +248,7 @@ impl Plan {
             }
         };
         if rows_per_task < self.rows {
-            out.par_chunks_mut(chunk)
-                .enumerate()
-                .for_each(|(task, block)| body(task, block));
+            out.par_chunks_mut(chunk).enumerate().for_each(|(task, block)| body(task, block));
         } else {
             body(0, out);
         }
@@ -296,12 +257,7 @@ impl Plan {
 
 /// Copies the elements of `src` read at `offset` with `strides` over `shape` into a new
 /// contiguous vector. This one routine implements permutes, broadcasts and slices.
-pub(crate) fn strided_copy<T: Element>(
-    src: &[T],
-    offset: usize,
-    shape: &[usize],
-    strides: &[usize],
-) -> Vec<T> {
+pub(crate) fn strided_copy<T: Element>(src: &[T], offset: usize, shape: &[usize], strides: &[usize]) -> Vec<T> {
     let n: usize = shape.iter().product();
     let mut out = vec![T::default(); n];
     let plan = Plan::new(shape, &[strides]);

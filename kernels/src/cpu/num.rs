@@ -111,9 +111,7 @@ impl Num for i32 {
 }
 
 /// Floating-point element types.
-pub(crate) trait Float:
-    Num + std::ops::Div<Output = Self> + std::ops::Neg<Output = Self>
-{
+pub(crate) trait Float: Num + std::ops::Div<Output = Self> + std::ops::Neg<Output = Self> {
     const NEG_INFINITY: Self;
     fn exp(self) -> Self;
     fn ln(self) -> Self;

@@ -43,22 +43,13 @@ struct Split {
     out_shape: Vec<usize>,
 }
 
-fn split(
-    op: &'static str,
-    shape: &[usize],
-    axis: Option<usize>,
-    keepdims: bool,
-) -> Result<Split, KernelError> {
+fn split(op: &'static str, shape: &[usize], axis: Option<usize>, keepdims: bool) -> Result<Split, KernelError> {
     match axis {
         None => Ok(Split {
             outer: 1,
             n: shape.iter().product(),
             inner: 1,
-            out_shape: if keepdims {
-                vec![1; shape.len()]
-            } else {
-                vec![]
-            },
+            out_shape: if keepdims { vec![1; shape.len()] } else { vec![] },
         }),
         Some(a) => {
             check_axis(op, a, shape.len())?;
@@ -81,51 +72,30 @@ fn split(
 /// Reduces `x` along `axis` (all elements when `None`). `keepdims` keeps the reduced axes as
 /// size 1. `Mean` needs a float tensor; `Max` and `Min` of an empty axis are errors; `Sum` of
 /// bool counts the true elements (as i32) and `Max`/`Min`/`Prod` of bool are any/all.
-pub fn reduce(
-    op: ReduceOp,
-    x: &Tensor,
-    axis: Option<usize>,
-    keepdims: bool,
-) -> Result<Tensor, KernelError> {
+pub fn reduce(op: ReduceOp, x: &Tensor, axis: Option<usize>, keepdims: bool) -> Result<Tensor, KernelError> {
     let s = split(op.name(), x.shape(), axis, keepdims)?;
     if s.n == 0 && matches!(op, ReduceOp::Max | ReduceOp::Min) && s.outer * s.inner > 0 {
         return Err(KernelError::Invalid(format!(
             "{}: cannot reduce an empty axis (it has no {} element)",
             op.name(),
-            if op == ReduceOp::Max {
-                "largest"
-            } else {
-                "smallest"
-            }
+            if op == ReduceOp::Max { "largest" } else { "smallest" }
         )));
     }
     match x.storage() {
-        Storage::F32(v) => Ok(Tensor::from_parts(
-            s.out_shape.clone(),
-            float_reduce(op, v, &s),
-        )),
-        Storage::F64(v) => Ok(Tensor::from_parts(
-            s.out_shape.clone(),
-            float_reduce(op, v, &s),
-        )),
+        Storage::F32(v) => Ok(Tensor::from_parts(s.out_shape.clone(), float_reduce(op, v, &s))),
+        Storage::F64(v) => Ok(Tensor::from_parts(s.out_shape.clone(), float_reduce(op, v, &s))),
         Storage::I32(v) => {
             if op == ReduceOp::Mean {
                 return Err(KernelError::dtype("mean", "a float tensor", DType::I32));
             }
-            Ok(Tensor::from_parts(
-                s.out_shape.clone(),
-                num_reduce(op, v, &s),
-            ))
+            Ok(Tensor::from_parts(s.out_shape.clone(), num_reduce(op, v, &s)))
         }
         Storage::Bool(_) => {
             let as_int = x.cast(DType::I32);
             let v = as_int.as_i32().expect("cast to i32");
             match op {
                 ReduceOp::Mean => Err(KernelError::dtype("mean", "a float tensor", DType::Bool)),
-                ReduceOp::Sum => Ok(Tensor::from_parts(
-                    s.out_shape.clone(),
-                    num_reduce(op, v, &s),
-                )),
+                ReduceOp::Sum => Ok(Tensor::from_parts(s.out_shape.clone(), num_reduce(op, v, &s))),
                 ReduceOp::Max => {
                     let r = num_reduce(ReduceOp::Max, v, &s);
                     Ok(Tensor::from_parts(s.out_shape.clone(), r).cast(DType::Bool))
@@ -155,15 +125,13 @@ fn float_reduce<T: Float>(op: ReduceOp, v: &[T], s: &Split) -> Vec<T> {
 fn num_reduce<T: Num>(op: ReduceOp, v: &[T], s: &Split) -> Vec<T> {
     match op {
         ReduceOp::Sum | ReduceOp::Mean => reduce_lanes(v, s, T::zero(), T::add_w, sum_contig),
-        ReduceOp::Prod => reduce_lanes(v, s, T::one(), T::mul_w, |r: &[T]| {
-            r.iter().fold(T::one(), |a, &b| a.mul_w(b))
-        }),
-        ReduceOp::Max => reduce_lanes(v, s, T::zero(), T::max_p, |r: &[T]| {
-            r[1..].iter().fold(r[0], |a, &b| a.max_p(b))
-        }),
-        ReduceOp::Min => reduce_lanes(v, s, T::zero(), T::min_p, |r: &[T]| {
-            r[1..].iter().fold(r[0], |a, &b| a.min_p(b))
-        }),
+        ReduceOp::Prod => reduce_lanes(v, s, T::one(), T::mul_w, |r: &[T]| r.iter().fold(T::one(), |a, &b| a.mul_w(b))),
+        ReduceOp::Max => {
+            reduce_lanes(v, s, T::zero(), T::max_p, |r: &[T]| r[1..].iter().fold(r[0], |a, &b| a.max_p(b)))
+        }
+        ReduceOp::Min => {
+            reduce_lanes(v, s, T::zero(), T::min_p, |r: &[T]| r[1..].iter().fold(r[0], |a, &b| a.min_p(b)))
+        }
     }
 }
 
@@ -191,10 +159,7 @@ where
             };
         } else if v.len() >= PAR_MIN {
             let min_len = (PAR_MIN / n).max(1);
-            out.par_iter_mut()
-                .with_min_len(min_len)
-                .enumerate()
-                .for_each(|(o, r)| *r = contig(&v[o * n..(o + 1) * n]));
+            out.par_iter_mut().with_min_len(min_len).enumerate().for_each(|(o, r)| *r = contig(&v[o * n..(o + 1) * n]));
         } else {
             for (o, r) in out.iter_mut().enumerate() {
                 *r = contig(&v[o * n..(o + 1) * n]);
@@ -218,14 +183,10 @@ where
             lanes(o, 0, acc);
         }
     } else if outer >= 2 {
-        out.par_chunks_mut(inner)
-            .enumerate()
-            .for_each(|(o, acc)| lanes(o, 0, acc));
+        out.par_chunks_mut(inner).enumerate().for_each(|(o, acc)| lanes(o, 0, acc));
     } else {
         let width = (inner / (2 * rayon::current_num_threads())).max(64);
-        out.par_chunks_mut(width)
-            .enumerate()
-            .for_each(|(c, acc)| lanes(0, c * width, acc));
+        out.par_chunks_mut(width).enumerate().for_each(|(c, acc)| lanes(0, c * width, acc));
     }
     out
 }
@@ -248,10 +209,7 @@ where
         let body = |o: usize, r: &mut [U]| f(&v[o * n..(o + 1) * n], r);
         if parallel {
             let min_len = (PAR_MIN / (n + m)).max(1);
-            out.par_chunks_mut(m)
-                .with_min_len(min_len)
-                .enumerate()
-                .for_each(|(o, r)| body(o, r));
+            out.par_chunks_mut(m).with_min_len(min_len).enumerate().for_each(|(o, r)| body(o, r));
         } else {
             for (o, r) in out.chunks_mut(m).enumerate() {
                 body(o, r);
@@ -272,9 +230,7 @@ where
         }
     };
     if parallel && outer > 1 {
-        out.par_chunks_mut(m * inner)
-            .enumerate()
-            .for_each(|(o, ob)| block(o, ob));
+        out.par_chunks_mut(m * inner).enumerate().for_each(|(o, ob)| block(o, ob));
     } else {
         for (o, ob) in out.chunks_mut(m * inner).enumerate() {
             block(o, ob);
@@ -303,9 +259,7 @@ fn arg_best(
 ) -> Result<Tensor, KernelError> {
     let s = split(op, x.shape(), axis, keepdims)?;
     if s.n == 0 && s.outer * s.inner > 0 {
-        return Err(KernelError::Invalid(format!(
-            "{op}: cannot take the {op} of an empty axis"
-        )));
+        return Err(KernelError::Invalid(format!("{op}: cannot take the {op} of an empty axis")));
     }
     let out = match x.storage() {
         Storage::F32(v) => arg_rows(v, &s, largest),
@@ -337,8 +291,7 @@ fn arg_rows<T: Num>(v: &[T], s: &Split, largest: bool) -> Vec<i32> {
 }
 
 fn float_only<'a, T: Element>(op: &'static str, x: &'a Tensor) -> Result<&'a [T], KernelError> {
-    x.data::<T>()
-        .ok_or_else(|| KernelError::dtype(op, "a float tensor", x.dtype()))
+    x.data::<T>().ok_or_else(|| KernelError::dtype(op, "a float tensor", x.dtype()))
 }
 
 /// The shift that keeps `exp` from overflowing: the row maximum when finite, else 0 (so rows
@@ -396,27 +349,18 @@ fn softmax_row<T: Float>(row: &[T], out: &mut [T], log: bool) {
     }
 }
 
-fn softmax_impl(
-    op: &'static str,
-    x: &Tensor,
-    axis: usize,
-    log: bool,
-) -> Result<Tensor, KernelError> {
+fn softmax_impl(op: &'static str, x: &Tensor, axis: usize, log: bool) -> Result<Tensor, KernelError> {
     let s = split(op, x.shape(), Some(axis), true)?;
     let shape = x.shape().to_vec();
     match x.dtype() {
         DType::F32 => {
             let v = float_only::<f32>(op, x)?;
-            let out = row_wise(v, &s, s.n, |r: &[f32], o: &mut [f32]| {
-                softmax_row(r, o, log)
-            });
+            let out = row_wise(v, &s, s.n, |r: &[f32], o: &mut [f32]| softmax_row(r, o, log));
             Ok(Tensor::from_parts(shape, out))
         }
         DType::F64 => {
             let v = float_only::<f64>(op, x)?;
-            let out = row_wise(v, &s, s.n, |r: &[f64], o: &mut [f64]| {
-                softmax_row(r, o, log)
-            });
+            let out = row_wise(v, &s, s.n, |r: &[f64], o: &mut [f64]| softmax_row(r, o, log));
             Ok(Tensor::from_parts(shape, out))
         }
         d => Err(KernelError::dtype(op, "a float tensor", d)),
@@ -450,8 +394,6 @@ pub fn cumsum(x: &Tensor, axis: usize) -> Result<Tensor, KernelError> {
         Storage::F32(v) => Tensor::from_parts(shape, run(v, &s)),
         Storage::F64(v) => Tensor::from_parts(shape, run(v, &s)),
         Storage::I32(v) => Tensor::from_parts(shape, run(v, &s)),
-        Storage::Bool(_) => {
-            Tensor::from_parts(shape, run(x.cast(DType::I32).as_i32().expect("cast"), &s))
-        }
+        Storage::Bool(_) => Tensor::from_parts(shape, run(x.cast(DType::I32).as_i32().expect("cast"), &s)),
     })
 }

@@ -4,8 +4,7 @@ use rayon::prelude::*;
 
 use crate::cpu::reduce::{reduce, ReduceOp};
 use crate::cpu::{
-    broadcast_shapes, broadcast_strides, check_axis, contiguous_strides, dispatch, same_dtype,
-    strided_copy, PAR_MIN,
+    broadcast_shapes, broadcast_strides, check_axis, contiguous_strides, dispatch, same_dtype, strided_copy, PAR_MIN,
 };
 use crate::error::KernelError;
 use crate::tensor::{checked_numel, DType, Element, Tensor};
@@ -13,11 +12,7 @@ use crate::tensor::{checked_numel, DType, Element, Tensor};
 /// The same elements under a new shape with the same number of elements (no copy).
 pub fn reshape(x: &Tensor, shape: &[usize]) -> Result<Tensor, KernelError> {
     if checked_numel(shape)? != x.len() {
-        return Err(KernelError::ShapeMismatch {
-            op: "reshape",
-            lhs: x.shape().to_vec(),
-            rhs: shape.to_vec(),
-        });
+        return Err(KernelError::ShapeMismatch { op: "reshape", lhs: x.shape().to_vec(), rhs: shape.to_vec() });
     }
     x.with_shape(shape.to_vec())
 }
@@ -32,10 +27,7 @@ pub fn transpose(x: &Tensor) -> Tensor {
 pub fn permute(x: &Tensor, perm: &[usize]) -> Result<Tensor, KernelError> {
     let rank = x.rank();
     let mut seen = vec![false; rank];
-    let valid = perm.len() == rank
-        && perm
-            .iter()
-            .all(|&p| p < rank && !std::mem::replace(&mut seen[p], true));
+    let valid = perm.len() == rank && perm.iter().all(|&p| p < rank && !std::mem::replace(&mut seen[p], true));
     if !valid {
         return Err(KernelError::Invalid(format!(
             "permute: {perm:?} is not a permutation of the {rank} axes of a tensor of shape {}",
@@ -91,9 +83,7 @@ fn transpose_tiles<T: Element>(src: &[T], r: usize, c: usize) -> Vec<T> {
     // per matrix first.
     if src.len() >= PAR_MIN {
         out.par_chunks_mut(r * c).enumerate().for_each(|(mat, m)| {
-            m.par_chunks_mut(band)
-                .enumerate()
-                .for_each(|(b, dst)| run((mat * bands_per_mat + b, dst)));
+            m.par_chunks_mut(band).enumerate().for_each(|(b, dst)| run((mat * bands_per_mat + b, dst)));
         });
     } else {
         for (mat, m) in out.chunks_mut(r * c).enumerate() {
@@ -107,15 +97,13 @@ fn transpose_tiles<T: Element>(src: &[T], r: usize, c: usize) -> Vec<T> {
 
 /// Joins tensors of one dtype along an existing axis; the other dimensions must agree.
 pub fn concat(xs: &[Tensor], axis: usize) -> Result<Tensor, KernelError> {
-    let first = xs
-        .first()
-        .ok_or_else(|| KernelError::Invalid("concat: needs at least one tensor".into()))?;
+    let first = xs.first().ok_or_else(|| KernelError::Invalid("concat: needs at least one tensor".into()))?;
     check_axis("concat", axis, first.rank())?;
     let refs: Vec<&Tensor> = xs.iter().collect();
     same_dtype("concat", &refs)?;
     for x in &xs[1..] {
-        let agree = x.rank() == first.rank()
-            && (0..first.rank()).all(|d| d == axis || x.shape()[d] == first.shape()[d]);
+        let agree =
+            x.rank() == first.rank() && (0..first.rank()).all(|d| d == axis || x.shape()[d] == first.shape()[d]);
         if !agree {
             return Err(KernelError::ShapeMismatch {
                 op: "concat",
@@ -129,15 +117,8 @@ pub fn concat(xs: &[Tensor], axis: usize) -> Result<Tensor, KernelError> {
     let mut shape = first.shape().to_vec();
     shape[axis] = xs.iter().map(|x| x.shape()[axis]).sum();
     fn join<T: Element>(xs: &[Tensor], axis: usize, outer: usize, inner: usize) -> Vec<T> {
-        let parts: Vec<(&[T], usize)> = xs
-            .iter()
-            .map(|x| {
-                (
-                    x.data::<T>().expect("dtypes checked"),
-                    x.shape()[axis] * inner,
-                )
-            })
-            .collect();
+        let parts: Vec<(&[T], usize)> =
+            xs.iter().map(|x| (x.data::<T>().expect("dtypes checked"), x.shape()[axis] * inner)).collect();
         let total: usize = parts.iter().map(|p| p.0.len()).sum();
         let mut out = Vec::with_capacity(total);
         for o in 0..outer {
@@ -157,9 +138,7 @@ pub fn concat(xs: &[Tensor], axis: usize) -> Result<Tensor, KernelError> {
 
 /// Joins tensors of one shape and dtype along a new axis `axis` (at most their rank).
 pub fn stack(xs: &[Tensor], axis: usize) -> Result<Tensor, KernelError> {
-    let first = xs
-        .first()
-        .ok_or_else(|| KernelError::Invalid("stack: needs at least one tensor".into()))?;
+    let first = xs.first().ok_or_else(|| KernelError::Invalid("stack: needs at least one tensor".into()))?;
     for x in &xs[1..] {
         if x.shape() != first.shape() {
             return Err(KernelError::ShapeMismatch {
@@ -169,10 +148,7 @@ pub fn stack(xs: &[Tensor], axis: usize) -> Result<Tensor, KernelError> {
             });
         }
     }
-    let expanded: Vec<Tensor> = xs
-        .iter()
-        .map(|x| expand_dims(x, axis))
-        .collect::<Result<_, _>>()?;
+    let expanded: Vec<Tensor> = xs.iter().map(|x| expand_dims(x, axis)).collect::<Result<_, _>>()?;
     concat(&expanded, axis)
 }
 
@@ -191,10 +167,7 @@ pub fn squeeze(x: &Tensor, axis: Option<usize>) -> Result<Tensor, KernelError> {
         Some(a) => {
             check_axis("squeeze", a, x.rank())?;
             if x.shape()[a] != 1 {
-                return Err(KernelError::Invalid(format!(
-                    "squeeze: axis {a} has size {}, not 1",
-                    x.shape()[a]
-                )));
+                return Err(KernelError::Invalid(format!("squeeze: axis {a} has size {}, not 1", x.shape()[a])));
             }
             let mut s = x.shape().to_vec();
             s.remove(a);
@@ -209,11 +182,7 @@ pub fn broadcast_to(x: &Tensor, shape: &[usize]) -> Result<Tensor, KernelError> 
     if x.shape() == shape {
         return Ok(x.clone());
     }
-    let mismatch = || KernelError::ShapeMismatch {
-        op: "broadcast_to",
-        lhs: x.shape().to_vec(),
-        rhs: shape.to_vec(),
-    };
+    let mismatch = || KernelError::ShapeMismatch { op: "broadcast_to", lhs: x.shape().to_vec(), rhs: shape.to_vec() };
     if x.rank() > shape.len() || broadcast_shapes("broadcast_to", x.shape(), shape)? != shape {
         return Err(mismatch());
     }
@@ -227,11 +196,7 @@ pub fn sum_to_shape(x: &Tensor, shape: &[usize]) -> Result<Tensor, KernelError> 
     if x.shape() == shape {
         return Ok(x.clone());
     }
-    let mismatch = || KernelError::ShapeMismatch {
-        op: "sum_to_shape",
-        lhs: x.shape().to_vec(),
-        rhs: shape.to_vec(),
-    };
+    let mismatch = || KernelError::ShapeMismatch { op: "sum_to_shape", lhs: x.shape().to_vec(), rhs: shape.to_vec() };
     if shape.len() > x.rank() {
         return Err(mismatch());
     }

@@ -10,19 +10,14 @@ use crate::tensor::{Storage, Tensor};
 /// not parse as numbers is taken as a header and skipped; blank lines are ignored; every row
 /// must have the same number of values.
 pub fn read_csv(path: &Path) -> Result<Tensor, KernelError> {
-    let bytes =
-        std::fs::read(path).map_err(|e| KernelError::io(path, format!("cannot read: {e}")))?;
+    let bytes = std::fs::read(path).map_err(|e| KernelError::io(path, format!("cannot read: {e}")))?;
     parse_csv(&bytes, &path.display().to_string())
 }
 
 /// Parses CSV bytes; `name` is used in error messages.
 pub fn parse_csv(bytes: &[u8], name: &str) -> Result<Tensor, KernelError> {
-    let err = |m: String| KernelError::Io {
-        path: name.to_string(),
-        message: m,
-    };
-    let text =
-        std::str::from_utf8(bytes).map_err(|_| err("not a text file (invalid UTF-8)".into()))?;
+    let err = |m: String| KernelError::Io { path: name.to_string(), message: m };
+    let text = std::str::from_utf8(bytes).map_err(|_| err("not a text file (invalid UTF-8)".into()))?;
     let mut values: Vec<f64> = Vec::new();
     let mut cols: Option<(usize, usize)> = None;
     let mut rows = 0usize;
@@ -32,15 +27,9 @@ pub fn parse_csv(bytes: &[u8], name: &str) -> Result<Tensor, KernelError> {
         if line.is_empty() {
             continue;
         }
-        let fields: Vec<&str> = line
-            .split(',')
-            .map(|f| f.trim().trim_matches('"').trim())
-            .collect();
-        let parsed: Result<Vec<f64>, usize> = fields
-            .iter()
-            .enumerate()
-            .map(|(i, f)| f.parse::<f64>().map_err(|_| i))
-            .collect();
+        let fields: Vec<&str> = line.split(',').map(|f| f.trim().trim_matches('"').trim()).collect();
+        let parsed: Result<Vec<f64>, usize> =
+            fields.iter().enumerate().map(|(i, f)| f.parse::<f64>().map_err(|_| i)).collect();
         let row = match parsed {
             Ok(row) => row,
             Err(_) if first => {
@@ -60,11 +49,7 @@ pub fn parse_csv(bytes: &[u8], name: &str) -> Result<Tensor, KernelError> {
         match cols {
             None => cols = Some((row.len(), lineno + 1)),
             Some((n, at)) if n != row.len() => {
-                return Err(err(format!(
-                    "line {} has {} values but line {at} has {n}",
-                    lineno + 1,
-                    row.len()
-                )))
+                return Err(err(format!("line {} has {} values but line {at} has {n}", lineno + 1, row.len())))
             }
             _ => {}
         }
@@ -85,10 +70,7 @@ pub fn write_csv(path: &Path, t: &Tensor) -> Result<(), KernelError> {
         _ => {
             return Err(KernelError::io(
                 path,
-                format!(
-                    "cannot write a rank-{} tensor as CSV (rank 2 at most)",
-                    t.rank()
-                ),
+                format!("cannot write a rank-{} tensor as CSV (rank 2 at most)", t.rank()),
             ))
         }
     };

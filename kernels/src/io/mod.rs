@@ -17,12 +17,7 @@ fn extension(path: &Path) -> Result<String, KernelError> {
     path.extension()
         .and_then(|e| e.to_str())
         .map(|e| e.to_ascii_lowercase())
-        .ok_or_else(|| {
-            KernelError::io(
-                path,
-                "unknown file type (expected .npy, .npz, .safetensors or .csv)",
-            )
-        })
+        .ok_or_else(|| KernelError::io(path, "unknown file type (expected .npy, .npz, .safetensors or .csv)"))
 }
 
 /// Loads one tensor, choosing the format by extension: `.npy`; `.npz` with `entry` naming an
@@ -31,10 +26,7 @@ fn extension(path: &Path) -> Result<String, KernelError> {
 pub fn load(path: &Path, entry: Option<&str>) -> Result<Tensor, KernelError> {
     let ext = extension(path)?;
     if entry.is_some() && matches!(ext.as_str(), "npy" | "csv") {
-        return Err(KernelError::io(
-            path,
-            format!("a .{ext} file holds one array, so it has no entry names"),
-        ));
+        return Err(KernelError::io(path, format!("a .{ext} file holds one array, so it has no entry names")));
     }
     match ext.as_str() {
         "npy" => npy::read_npy(path),
@@ -62,12 +54,7 @@ pub fn load_all_npz(path: &Path) -> Result<Vec<(String, Tensor)>, KernelError> {
 /// that a wrong file is reported as a [`KernelError::FileMismatch`] naming the file, e.g.
 /// "data/x.npy: expected f32 [1797, 64] but the file holds f64 [1797, 65]". `None` skips
 /// that part of the check.
-pub fn check_loaded(
-    path: &Path,
-    t: &Tensor,
-    dtype: Option<DType>,
-    shape: Option<&[usize]>,
-) -> Result<(), KernelError> {
+pub fn check_loaded(path: &Path, t: &Tensor, dtype: Option<DType>, shape: Option<&[usize]>) -> Result<(), KernelError> {
     let dtype_ok = dtype.is_none_or(|d| d == t.dtype());
     let shape_ok = shape.is_none_or(|s| s == t.shape());
     if dtype_ok && shape_ok {
@@ -111,15 +98,9 @@ pub fn save_npz(path: &Path, named: &[(String, Tensor)]) -> Result<(), KernelErr
 /// Appends the elements of `t` as little-endian bytes (bool as one byte 0 or 1).
 pub(crate) fn push_le_data(out: &mut Vec<u8>, t: &Tensor) {
     match t.storage() {
-        Storage::F32(v) => v
-            .iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        Storage::F64(v) => v
-            .iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        Storage::I32(v) => v
-            .iter()
-            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        Storage::F32(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        Storage::F64(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        Storage::I32(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
         Storage::Bool(v) => out.extend(v.iter().map(|&b| u8::from(b))),
     }
 }

@@ -10,23 +10,18 @@ use crate::tensor::{DType, Storage, Tensor};
 const MAGIC: &[u8] = b"\x93NUMPY";
 
 fn err(name: &str, message: impl Into<String>) -> KernelError {
-    KernelError::Io {
-        path: name.to_string(),
-        message: message.into(),
-    }
+    KernelError::Io { path: name.to_string(), message: message.into() }
 }
 
 /// Reads a `.npy` file.
 pub fn read_npy(path: &std::path::Path) -> Result<Tensor, KernelError> {
-    let bytes =
-        std::fs::read(path).map_err(|e| KernelError::io(path, format!("cannot read: {e}")))?;
+    let bytes = std::fs::read(path).map_err(|e| KernelError::io(path, format!("cannot read: {e}")))?;
     parse_npy(&bytes, &path.display().to_string())
 }
 
 /// Writes a `.npy` file (version 1.0, or 2.0 for very long headers).
 pub fn write_npy(path: &std::path::Path, t: &Tensor) -> Result<(), KernelError> {
-    std::fs::write(path, npy_bytes(t))
-        .map_err(|e| KernelError::io(path, format!("cannot write: {e}")))
+    std::fs::write(path, npy_bytes(t)).map_err(|e| KernelError::io(path, format!("cannot write: {e}")))
 }
 
 /// The element kinds a `.npy` file may hold, before conversion to an msl dtype.
@@ -59,7 +54,10 @@ impl Descr {
 
 fn parse_descr(s: &str, name: &str) -> Result<Descr, KernelError> {
     let unsupported = || {
-        err(name, format!("unsupported element type '{s}' (msl reads f2, f4, f8, i1, i2, i4, i8, u1, u2, u4, u8 and b1)"))
+        err(
+            name,
+            format!("unsupported element type '{s}' (msl reads f2, f4, f8, i1, i2, i4, i8, u1, u2, u4, u8 and b1)"),
+        )
     };
     let mut chars = s.chars();
     let order = chars.next().ok_or_else(unsupported)?;
@@ -84,12 +82,7 @@ fn parse_descr(s: &str, name: &str) -> Result<Descr, KernelError> {
     if !ok {
         return Err(unsupported());
     }
-    Ok(Descr {
-        kind,
-        size,
-        big_endian,
-        text: s.to_string(),
-    })
+    Ok(Descr { kind, size, big_endian, text: s.to_string() })
 }
 
 /// A value of the Python dict literal in a `.npy` header.
@@ -139,9 +132,7 @@ impl HeaderParser<'_> {
     fn word(&mut self) -> &[u8] {
         self.ws();
         let start = self.pos;
-        while self.pos < self.s.len()
-            && (self.s[self.pos].is_ascii_alphanumeric() || self.s[self.pos] == b'_')
-        {
+        while self.pos < self.s.len() && (self.s[self.pos].is_ascii_alphanumeric() || self.s[self.pos] == b'_') {
             self.pos += 1;
         }
         &self.s[start..self.pos]
@@ -218,9 +209,7 @@ pub fn parse_npy(bytes: &[u8], name: &str) -> Result<Tensor, KernelError> {
         _ => {
             return Err(err(
                 name,
-                format!(
-                    "unsupported .npy format version {major}.{minor} (msl reads 1.0, 2.0 and 3.0)"
-                ),
+                format!("unsupported .npy format version {major}.{minor} (msl reads 1.0, 2.0 and 3.0)"),
             ))
         }
     };
@@ -230,9 +219,7 @@ pub fn parse_npy(bytes: &[u8], name: &str) -> Result<Tensor, KernelError> {
         .ok_or_else(|| err(name, "truncated: the file ends inside its header"))?;
     let header = &bytes[header_start..data_start];
     let bad_header = |what: &str| err(name, format!("malformed .npy header: {what}"));
-    let fields = HeaderParser { s: header, pos: 0 }
-        .dict()
-        .ok_or_else(|| bad_header("not a Python dict literal"))?;
+    let fields = HeaderParser { s: header, pos: 0 }.dict().ok_or_else(|| bad_header("not a Python dict literal"))?;
     let get = |k: &str| fields.iter().find(|(key, _)| key == k).map(|(_, v)| v);
     let descr = match get("descr") {
         Some(PyValue::Str(s)) => parse_descr(s, name)?,
@@ -256,17 +243,11 @@ pub fn parse_npy(bytes: &[u8], name: &str) -> Result<Tensor, KernelError> {
         .iter()
         .try_fold(1usize, |a, &d| a.checked_mul(d))
         .ok_or_else(|| bad_header("the shape has too many elements"))?;
-    let need = count
-        .checked_mul(descr.size)
-        .ok_or_else(|| bad_header("the shape has too many elements"))?;
+    let need = count.checked_mul(descr.size).ok_or_else(|| bad_header("the shape has too many elements"))?;
     let data = &bytes[data_start..];
     if data.len() < need {
         let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
-        let dims = if dims.is_empty() {
-            "scalar".to_string()
-        } else {
-            dims.join("×")
-        };
+        let dims = if dims.is_empty() { "scalar".to_string() } else { dims.join("×") };
         return Err(err(
             name,
             format!(
@@ -307,23 +288,15 @@ fn decode(data: &[u8], d: &Descr, name: &str) -> Result<Storage, KernelError> {
     let chunks = data.chunks_exact(d.size);
     Ok(match (d.kind, d.size) {
         (Kind::Float, 2) => crate::tensor::Element::into_storage(
-            chunks
-                .map(|c| super::f16_to_f32(word(c) as u16))
-                .collect::<Vec<f32>>(),
+            chunks.map(|c| super::f16_to_f32(word(c) as u16)).collect::<Vec<f32>>(),
         ),
-        (Kind::Float, 4) => crate::tensor::Element::into_storage(
-            chunks
-                .map(|c| f32::from_bits(word(c) as u32))
-                .collect::<Vec<f32>>(),
-        ),
-        (Kind::Float, _) => crate::tensor::Element::into_storage(
-            chunks
-                .map(|c| f64::from_bits(word(c)))
-                .collect::<Vec<f64>>(),
-        ),
-        (Kind::Bool, _) => crate::tensor::Element::into_storage(
-            data.iter().map(|&b| b != 0).collect::<Vec<bool>>(),
-        ),
+        (Kind::Float, 4) => {
+            crate::tensor::Element::into_storage(chunks.map(|c| f32::from_bits(word(c) as u32)).collect::<Vec<f32>>())
+        }
+        (Kind::Float, _) => {
+            crate::tensor::Element::into_storage(chunks.map(|c| f64::from_bits(word(c))).collect::<Vec<f64>>())
+        }
+        (Kind::Bool, _) => crate::tensor::Element::into_storage(data.iter().map(|&b| b != 0).collect::<Vec<bool>>()),
         (Kind::Int, size) => {
             let shift = 64 - 8 * size as u32;
             let vals = chunks.map(|c| ((word(c) << shift) as i64) >> shift);
@@ -339,15 +312,8 @@ fn decode(data: &[u8], d: &Descr, name: &str) -> Result<Storage, KernelError> {
 fn to_i32(vals: impl Iterator<Item = i64>, d: &Descr, name: &str) -> Result<Vec<i32>, KernelError> {
     vals.enumerate()
         .map(|(i, v)| {
-            i32::try_from(v).map_err(|_| {
-                err(
-                    name,
-                    format!(
-                        "element {i} ({v}) of this '{}' array does not fit in i32",
-                        d.text
-                    ),
-                )
-            })
+            i32::try_from(v)
+                .map_err(|_| err(name, format!("element {i} ({v}) of this '{}' array does not fit in i32", d.text)))
         })
         .collect()
 }

@@ -10,29 +10,21 @@ use crate::tensor::{DType, Tensor};
 
 /// Reads every tensor of a `.safetensors` file, in file (offset) order.
 pub fn read_safetensors(path: &Path) -> Result<Vec<(String, Tensor)>, KernelError> {
-    let bytes =
-        std::fs::read(path).map_err(|e| KernelError::io(path, format!("cannot read: {e}")))?;
+    let bytes = std::fs::read(path).map_err(|e| KernelError::io(path, format!("cannot read: {e}")))?;
     parse_safetensors(&bytes, &path.display().to_string(), |_| true)
 }
 
 /// Reads one tensor of a `.safetensors` file: the one named `entry`, or the only one when
 /// `entry` is `None`. Other tensors are not decoded. Errors list the names the file holds.
 pub fn read_safetensors_entry(path: &Path, entry: Option<&str>) -> Result<Tensor, KernelError> {
-    let bytes =
-        std::fs::read(path).map_err(|e| KernelError::io(path, format!("cannot read: {e}")))?;
+    let bytes = std::fs::read(path).map_err(|e| KernelError::io(path, format!("cannot read: {e}")))?;
     let name = path.display().to_string();
     let names = parse_safetensors(&bytes, &name, |_| false)?;
     let names: Vec<String> = names.into_iter().map(|(n, _)| n).collect();
     let wanted = match entry {
         Some(e) if names.iter().any(|n| n == e) => e.to_string(),
         Some(e) => {
-            return Err(KernelError::io(
-                path,
-                format!(
-                    "no tensor named '{e}' (the file holds: {})",
-                    names.join(", ")
-                ),
-            ))
+            return Err(KernelError::io(path, format!("no tensor named '{e}' (the file holds: {})", names.join(", "))))
         }
         None => match names.len() {
             0 => return Err(KernelError::io(path, "the file holds no tensors")),
@@ -40,19 +32,14 @@ pub fn read_safetensors_entry(path: &Path, entry: Option<&str>) -> Result<Tensor
             _ => {
                 return Err(KernelError::io(
                     path,
-                    format!(
-                        "the file holds several tensors ({}); name the one to load",
-                        names.join(", ")
-                    ),
+                    format!("the file holds several tensors ({}); name the one to load", names.join(", ")),
                 ))
             }
         },
     };
     let all = parse_safetensors(&bytes, &name, |n| n == wanted)?;
     let found = all.into_iter().find(|(n, _)| *n == wanted);
-    found
-        .map(|(_, t)| t)
-        .ok_or_else(|| KernelError::io(path, format!("no tensor named '{wanted}'")))
+    found.map(|(_, t)| t).ok_or_else(|| KernelError::io(path, format!("no tensor named '{wanted}'")))
 }
 
 /// Parses the bytes of a `.safetensors` file; `name` is used in error messages. Tensors for
@@ -62,33 +49,23 @@ pub fn parse_safetensors(
     name: &str,
     decode_it: impl Fn(&str) -> bool,
 ) -> Result<Vec<(String, Tensor)>, KernelError> {
-    let err = |m: String| KernelError::Io {
-        path: name.to_string(),
-        message: m,
-    };
-    let (header_len, meta) = SafeTensors::read_metadata(bytes)
-        .map_err(|e| err(format!("not a valid .safetensors file ({e})")))?;
+    let err = |m: String| KernelError::Io { path: name.to_string(), message: m };
+    let (header_len, meta) =
+        SafeTensors::read_metadata(bytes).map_err(|e| err(format!("not a valid .safetensors file ({e})")))?;
     let data_start = 8usize.saturating_add(header_len);
-    let data = bytes
-        .get(data_start..)
-        .ok_or_else(|| err("truncated: the file ends inside its header".into()))?;
+    let data = bytes.get(data_start..).ok_or_else(|| err("truncated: the file ends inside its header".into()))?;
     let mut out = Vec::new();
     for key in meta.offset_keys() {
         if !decode_it(&key) {
             out.push((key, Tensor::scalar_bool(false)));
             continue;
         }
-        let info = meta
-            .info(&key)
-            .ok_or_else(|| err(format!("tensor '{key}' has no entry")))?;
+        let info = meta.info(&key).ok_or_else(|| err(format!("tensor '{key}' has no entry")))?;
         let (start, end) = info.data_offsets;
-        let raw = data.get(start..end).ok_or_else(|| {
-            err(format!(
-                "truncated: the data of tensor '{key}' lies past the end of the file"
-            ))
-        })?;
-        let t = decode(info.dtype, &info.shape, raw)
-            .map_err(|m| err(format!("tensor '{key}': {m}")))?;
+        let raw = data
+            .get(start..end)
+            .ok_or_else(|| err(format!("truncated: the data of tensor '{key}' lies past the end of the file")))?;
+        let t = decode(info.dtype, &info.shape, raw).map_err(|m| err(format!("tensor '{key}': {m}")))?;
         out.push((key, t));
     }
     Ok(out)
@@ -99,27 +76,23 @@ fn decode(dtype: Dtype, shape: &[usize], raw: &[u8]) -> Result<Tensor, String> {
     let mk = |t: Result<Tensor, KernelError>| t.map_err(|e| e.to_string());
     macro_rules! le {
         ($n:expr, $f:expr) => {
-            raw.chunks_exact($n)
-                .map(|c| $f(c.try_into().expect("chunk size")))
+            raw.chunks_exact($n).map(|c| $f(c.try_into().expect("chunk size")))
         };
     }
     let ints = |vals: Vec<i64>| -> Result<Tensor, String> {
         let v = vals
             .into_iter()
             .enumerate()
-            .map(|(i, x)| {
-                i32::try_from(x).map_err(|_| format!("element {i} ({x}) does not fit in i32"))
-            })
+            .map(|(i, x)| i32::try_from(x).map_err(|_| format!("element {i} ({x}) does not fit in i32")))
             .collect::<Result<Vec<i32>, String>>()?;
         mk(Tensor::from_vec(shape.clone(), v))
     };
     match dtype {
         Dtype::F32 => mk(Tensor::from_vec(shape.clone(), le!(4, f32::from_le_bytes).collect::<Vec<f32>>())),
         Dtype::F64 => mk(Tensor::from_vec(shape.clone(), le!(8, f64::from_le_bytes).collect::<Vec<f64>>())),
-        Dtype::F16 => mk(Tensor::from_vec(
-            shape.clone(),
-            le!(2, u16::from_le_bytes).map(super::f16_to_f32).collect::<Vec<f32>>(),
-        )),
+        Dtype::F16 => {
+            mk(Tensor::from_vec(shape.clone(), le!(2, u16::from_le_bytes).map(super::f16_to_f32).collect::<Vec<f32>>()))
+        }
         Dtype::BF16 => mk(Tensor::from_vec(
             shape.clone(),
             le!(2, u16::from_le_bytes).map(|h| f32::from_bits((h as u32) << 16)).collect::<Vec<f32>>(),

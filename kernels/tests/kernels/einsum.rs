@@ -39,51 +39,26 @@ fn einsum_matches_numpy() {
     let (p, q) = pq();
     let r = ops::einsum("ijk,kl->jil", &[p.clone(), q.clone()]).unwrap();
     let want = [
-        0.0, 1.0, -1.0, 0.0, 1.0, 3.0, 1.0, -4.0, 3.0, 1.0, -4.0, 1.0, 3.0, -4.0, 1.0, -1.0, 1.0,
-        0.0, -1.0, 1.0, 2.0, -4.0, 2.0, 2.0, -4.0, 0.0, 1.0, -1.0, 0.0, 1.0,
+        0.0, 1.0, -1.0, 0.0, 1.0, 3.0, 1.0, -4.0, 3.0, 1.0, -4.0, 1.0, 3.0, -4.0, 1.0, -1.0, 1.0, 0.0, -1.0, 1.0, 2.0,
+        -4.0, 2.0, 2.0, -4.0, 0.0, 1.0, -1.0, 0.0, 1.0,
     ];
     check(&r, &[3, 2, 5], &want, 0.0);
     let r = ops::einsum("ijk,ijk->j", &[p.clone(), p.clone()]).unwrap();
     check(&r, &[3], &[15.0, 15.0, 16.0], 0.0);
     let qt = ops::transpose(&q);
     let r = ops::einsum("ijk,kl,lm->im", &[p.clone(), q.clone(), qt]).unwrap();
-    check(
-        &r,
-        &[2, 4],
-        &[8.0, 0.0, -8.0, 8.0, -9.0, -2.0, 11.0, -9.0],
-        0.0,
-    );
+    check(&r, &[2, 4], &[8.0, 0.0, -8.0, 8.0, -9.0, -2.0, 11.0, -9.0], 0.0);
     assert_eq!(ops::einsum("ijk,kl", &[p, q]).unwrap().shape(), &[2, 3, 5]);
     let x = t64(&[3, 3], &(0..9).map(|i| i as f64).collect::<Vec<_>>());
-    check(
-        &ops::einsum("ii", std::slice::from_ref(&x)).unwrap(),
-        &[],
-        &[12.0],
-        0.0,
-    );
-    check(
-        &ops::einsum("ii->i", std::slice::from_ref(&x)).unwrap(),
-        &[3],
-        &[0.0, 4.0, 8.0],
-        0.0,
-    );
-    check(
-        &ops::einsum("ij->", std::slice::from_ref(&x)).unwrap(),
-        &[],
-        &[36.0],
-        0.0,
-    );
+    check(&ops::einsum("ii", std::slice::from_ref(&x)).unwrap(), &[], &[12.0], 0.0);
+    check(&ops::einsum("ii->i", std::slice::from_ref(&x)).unwrap(), &[3], &[0.0, 4.0, 8.0], 0.0);
+    check(&ops::einsum("ij->", std::slice::from_ref(&x)).unwrap(), &[], &[36.0], 0.0);
     let xt = ops::einsum("ij->ji", std::slice::from_ref(&x)).unwrap();
     assert_eq!(xt, ops::transpose(&x));
     // Outer product: no shared letters.
     let v = t64(&[2], &[1.0, 2.0]);
     let w = t64(&[3], &[1.0, 10.0, 100.0]);
-    check(
-        &ops::einsum("i,j->ij", &[v, w]).unwrap(),
-        &[2, 3],
-        &[1.0, 10.0, 100.0, 2.0, 20.0, 200.0],
-        0.0,
-    );
+    check(&ops::einsum("i,j->ij", &[v, w]).unwrap(), &[2, 3], &[1.0, 10.0, 100.0, 2.0, 20.0, 200.0], 0.0);
 }
 
 #[test]

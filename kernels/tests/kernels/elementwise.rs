@@ -10,10 +10,7 @@ use crate::{check, lcg, msg, t32, t64, ti};
 //   b = np.array([[1.5],[-2.0]], dtype=np.float32)
 //   (a+b), (a*b), (a/b), np.maximum(a,b), (a<b)   -> shape (2, 2, 3)
 fn ab() -> (Tensor, Tensor) {
-    (
-        t32(&[2, 1, 3], &[-1.0, -0.5, 0.0, 0.5, 1.0, 1.5]),
-        t32(&[2, 1], &[1.5, -2.0]),
-    )
+    (t32(&[2, 1, 3], &[-1.0, -0.5, 0.0, 0.5, 1.0, 1.5]), t32(&[2, 1], &[1.5, -2.0]))
 }
 
 #[test]
@@ -21,23 +18,9 @@ fn broadcasting_with_size_one_dims_matches_numpy() {
     let (a, b) = ab();
     let s = [2, 2, 3];
     let add = ops::binary(BinaryOp::Add, &a, &b).unwrap();
-    check(
-        &add,
-        &s,
-        &[
-            0.5, 1.0, 1.5, -3.0, -2.5, -2.0, 2.0, 2.5, 3.0, -1.5, -1.0, -0.5,
-        ],
-        0.0,
-    );
+    check(&add, &s, &[0.5, 1.0, 1.5, -3.0, -2.5, -2.0, 2.0, 2.5, 3.0, -1.5, -1.0, -0.5], 0.0);
     let mul = ops::binary(BinaryOp::Mul, &a, &b).unwrap();
-    check(
-        &mul,
-        &s,
-        &[
-            -1.5, -0.75, 0.0, 2.0, 1.0, -0.0, 0.75, 1.5, 2.25, -1.0, -2.0, -3.0,
-        ],
-        0.0,
-    );
+    check(&mul, &s, &[-1.5, -0.75, 0.0, 2.0, 1.0, -0.0, 0.75, 1.5, 2.25, -1.0, -2.0, -3.0], 0.0);
     let div = ops::binary(BinaryOp::Div, &a, &b).unwrap();
     let want = [
         -0.6666666865348816,
@@ -55,17 +38,10 @@ fn broadcasting_with_size_one_dims_matches_numpy() {
     ];
     check(&div, &s, &want, 0.0);
     let max = ops::binary(BinaryOp::Max, &a, &b).unwrap();
-    check(
-        &max,
-        &s,
-        &[1.5, 1.5, 1.5, -1.0, -0.5, 0.0, 1.5, 1.5, 1.5, 0.5, 1.0, 1.5],
-        0.0,
-    );
+    check(&max, &s, &[1.5, 1.5, 1.5, -1.0, -0.5, 0.0, 1.5, 1.5, 1.5, 0.5, 1.0, 1.5], 0.0);
     let lt = ops::binary(BinaryOp::Lt, &a, &b).unwrap();
     assert_eq!(lt.dtype(), DType::Bool);
-    let want = [
-        true, true, true, false, false, false, true, true, false, false, false, false,
-    ];
+    let want = [true, true, true, false, false, false, true, true, false, false, false, false];
     assert_eq!(lt.as_bool().unwrap(), &want);
 }
 
@@ -105,15 +81,9 @@ fn large_broadcasts_take_the_parallel_path_and_agree_with_a_loop() {
 fn incompatible_shapes_and_dtypes_are_errors() {
     let a = t32(&[2, 3], &[0.0; 6]);
     let b = t32(&[4], &[0.0; 4]);
-    assert_eq!(
-        msg(ops::binary(BinaryOp::Add, &a, &b)),
-        "add: shapes [2, 3] and [4] are incompatible"
-    );
+    assert_eq!(msg(ops::binary(BinaryOp::Add, &a, &b)), "add: shapes [2, 3] and [4] are incompatible");
     let c = ti(&[3], &[1, 2, 3]);
-    assert!(matches!(
-        ops::binary(BinaryOp::Add, &a, &c),
-        Err(KernelError::DTypeMismatch { .. })
-    ));
+    assert!(matches!(ops::binary(BinaryOp::Add, &a, &c), Err(KernelError::DTypeMismatch { .. })));
     assert!(ops::unary(UnaryOp::Exp, &c).is_err());
     assert!(ops::unary(UnaryOp::Not, &a).is_err());
 }
@@ -142,12 +112,7 @@ fn unary_functions_match_numpy() {
         0.7310585786300049,
         0.9525741268224334,
     ];
-    check(
-        &ops::unary(UnaryOp::Sigmoid, &x).unwrap(),
-        &[7],
-        &sigmoid,
-        1e-15,
-    );
+    check(&ops::unary(UnaryOp::Sigmoid, &x).unwrap(), &[7], &sigmoid, 1e-15);
     let tanh = [
         -0.9950547536867305,
         -0.7615941559557649,
@@ -158,43 +123,13 @@ fn unary_functions_match_numpy() {
         0.9950547536867305,
     ];
     check(&ops::unary(UnaryOp::Tanh, &x).unwrap(), &[7], &tanh, 1e-15);
-    check(
-        &ops::unary(UnaryOp::Relu, &x).unwrap(),
-        &[7],
-        &[0.0, 0.0, 0.0, 0.0, 0.5, 1.0, 3.0],
-        0.0,
-    );
-    check(
-        &ops::unary(UnaryOp::Sign, &x).unwrap(),
-        &[7],
-        &[-1.0, -1.0, -1.0, 0.0, 1.0, 1.0, 1.0],
-        0.0,
-    );
-    check(
-        &ops::unary(UnaryOp::Square, &x).unwrap(),
-        &[7],
-        &[9.0, 1.0, 0.25, 0.0, 0.25, 1.0, 9.0],
-        0.0,
-    );
-    check(
-        &ops::unary(UnaryOp::Floor, &x).unwrap(),
-        &[7],
-        &[-3.0, -1.0, -1.0, 0.0, 0.0, 1.0, 3.0],
-        0.0,
-    );
+    check(&ops::unary(UnaryOp::Relu, &x).unwrap(), &[7], &[0.0, 0.0, 0.0, 0.0, 0.5, 1.0, 3.0], 0.0);
+    check(&ops::unary(UnaryOp::Sign, &x).unwrap(), &[7], &[-1.0, -1.0, -1.0, 0.0, 1.0, 1.0, 1.0], 0.0);
+    check(&ops::unary(UnaryOp::Square, &x).unwrap(), &[7], &[9.0, 1.0, 0.25, 0.0, 0.25, 1.0, 9.0], 0.0);
+    check(&ops::unary(UnaryOp::Floor, &x).unwrap(), &[7], &[-3.0, -1.0, -1.0, 0.0, 0.0, 1.0, 3.0], 0.0);
     let big = t32(&[3], &[-1000.0, 1000.0, f32::NAN]);
-    check(
-        &ops::unary(UnaryOp::Sigmoid, &big).unwrap(),
-        &[3],
-        &[0.0, 1.0, f64::NAN],
-        0.0,
-    );
-    check(
-        &ops::unary(UnaryOp::Relu, &big).unwrap(),
-        &[3],
-        &[0.0, 1000.0, f64::NAN],
-        0.0,
-    );
+    check(&ops::unary(UnaryOp::Sigmoid, &big).unwrap(), &[3], &[0.0, 1.0, f64::NAN], 0.0);
+    check(&ops::unary(UnaryOp::Relu, &big).unwrap(), &[3], &[0.0, 1000.0, f64::NAN], 0.0);
     let r = ops::unary(UnaryOp::Rsqrt, &t32(&[2], &[4.0, 0.25])).unwrap();
     check(&r, &[2], &[0.5, 2.0], 0.0);
 }
@@ -202,23 +137,11 @@ fn unary_functions_match_numpy() {
 #[test]
 fn integer_and_bool_unary_ops() {
     let x = ti(&[4], &[-3, 0, 5, i32::MIN]);
-    assert_eq!(
-        ops::unary(UnaryOp::Neg, &x).unwrap().as_i32().unwrap(),
-        &[3, 0, -5, i32::MIN]
-    );
-    assert_eq!(
-        ops::unary(UnaryOp::Abs, &x).unwrap().as_i32().unwrap(),
-        &[3, 0, 5, i32::MIN]
-    );
-    assert_eq!(
-        ops::unary(UnaryOp::Sign, &x).unwrap().as_i32().unwrap(),
-        &[-1, 0, 1, -1]
-    );
+    assert_eq!(ops::unary(UnaryOp::Neg, &x).unwrap().as_i32().unwrap(), &[3, 0, -5, i32::MIN]);
+    assert_eq!(ops::unary(UnaryOp::Abs, &x).unwrap().as_i32().unwrap(), &[3, 0, 5, i32::MIN]);
+    assert_eq!(ops::unary(UnaryOp::Sign, &x).unwrap().as_i32().unwrap(), &[-1, 0, 1, -1]);
     let b = Tensor::from_bool(vec![2], vec![true, false]).unwrap();
-    assert_eq!(
-        ops::unary(UnaryOp::Not, &b).unwrap().as_bool().unwrap(),
-        &[false, true]
-    );
+    assert_eq!(ops::unary(UnaryOp::Not, &b).unwrap().as_bool().unwrap(), &[false, true]);
 }
 
 // Reference: np.trunc(i/j).astype(np.int32) and np.fmod(i, j) for
@@ -232,11 +155,7 @@ fn integer_division_truncates_and_remainder_follows_the_dividend() {
     let r = ops::binary(BinaryOp::Rem, &i, &j).unwrap();
     assert_eq!(r.as_i32().unwrap(), &[1, -1, 1, -1, 0, 5]);
     // np.fmod([5.5,-5.5,5.5,-5.5], [2,2,-2,-2]) = [1.5,-1.5,1.5,-1.5]
-    let f = ops::binary(
-        BinaryOp::Rem,
-        &t64(&[4], &[5.5, -5.5, 5.5, -5.5]),
-        &t64(&[4], &[2.0, 2.0, -2.0, -2.0]),
-    );
+    let f = ops::binary(BinaryOp::Rem, &t64(&[4], &[5.5, -5.5, 5.5, -5.5]), &t64(&[4], &[2.0, 2.0, -2.0, -2.0]));
     check(&f.unwrap(), &[4], &[1.5, -1.5, 1.5, -1.5], 0.0);
 }
 
@@ -244,39 +163,20 @@ fn integer_division_truncates_and_remainder_follows_the_dividend() {
 fn integer_division_by_zero_is_an_error() {
     let i = ti(&[3], &[1, 2, 3]);
     let z = ti(&[3], &[1, 0, 1]);
-    assert_eq!(
-        ops::binary(BinaryOp::Div, &i, &z),
-        Err(KernelError::DivisionByZero)
-    );
-    assert_eq!(
-        ops::binary(BinaryOp::Rem, &i, &Tensor::scalar_i32(0)),
-        Err(KernelError::DivisionByZero)
-    );
-    assert_eq!(
-        msg(ops::binary(BinaryOp::Div, &i, &z)),
-        "integer division by zero"
-    );
+    assert_eq!(ops::binary(BinaryOp::Div, &i, &z), Err(KernelError::DivisionByZero));
+    assert_eq!(ops::binary(BinaryOp::Rem, &i, &Tensor::scalar_i32(0)), Err(KernelError::DivisionByZero));
+    assert_eq!(msg(ops::binary(BinaryOp::Div, &i, &z)), "integer division by zero");
     // i32::MIN / -1 wraps instead of panicking.
     let q = ops::binary(BinaryOp::Div, &ti(&[1], &[i32::MIN]), &ti(&[1], &[-1])).unwrap();
     assert_eq!(q.as_i32().unwrap(), &[i32::MIN]);
     // Float division by zero follows IEEE.
-    let f = ops::binary(
-        BinaryOp::Div,
-        &t32(&[2], &[1.0, 0.0]),
-        &t32(&[2], &[0.0, 0.0]),
-    )
-    .unwrap();
+    let f = ops::binary(BinaryOp::Div, &t32(&[2], &[1.0, 0.0]), &t32(&[2], &[0.0, 0.0])).unwrap();
     check(&f, &[2], &[f64::INFINITY, f64::NAN], 0.0);
 }
 
 #[test]
 fn integer_pow_and_float_pow() {
-    let p = ops::binary(
-        BinaryOp::Pow,
-        &ti(&[3], &[2, -3, 5]),
-        &ti(&[3], &[10, 3, 0]),
-    )
-    .unwrap();
+    let p = ops::binary(BinaryOp::Pow, &ti(&[3], &[2, -3, 5]), &ti(&[3], &[10, 3, 0])).unwrap();
     assert_eq!(p.as_i32().unwrap(), &[1024, -27, 1]);
     let e = ops::binary(BinaryOp::Pow, &ti(&[1], &[2]), &ti(&[1], &[-1]));
     assert!(matches!(e, Err(KernelError::Invalid(_))));
@@ -288,56 +188,22 @@ fn integer_pow_and_float_pow() {
 fn max_and_min_propagate_nan_like_numpy() {
     let a = t32(&[3], &[f32::NAN, 1.0, 2.0]);
     let b = t32(&[3], &[0.0, f32::NAN, 1.0]);
-    check(
-        &ops::binary(BinaryOp::Max, &a, &b).unwrap(),
-        &[3],
-        &[f64::NAN, f64::NAN, 2.0],
-        0.0,
-    );
-    check(
-        &ops::binary(BinaryOp::Min, &a, &b).unwrap(),
-        &[3],
-        &[f64::NAN, f64::NAN, 1.0],
-        0.0,
-    );
+    check(&ops::binary(BinaryOp::Max, &a, &b).unwrap(), &[3], &[f64::NAN, f64::NAN, 2.0], 0.0);
+    check(&ops::binary(BinaryOp::Min, &a, &b).unwrap(), &[3], &[f64::NAN, f64::NAN, 1.0], 0.0);
 }
 
 #[test]
 fn logical_ops_and_comparisons_on_every_dtype() {
     let p = Tensor::from_bool(vec![4], vec![true, true, false, false]).unwrap();
     let q = Tensor::from_bool(vec![4], vec![true, false, true, false]).unwrap();
-    assert_eq!(
-        ops::binary(BinaryOp::And, &p, &q)
-            .unwrap()
-            .as_bool()
-            .unwrap(),
-        &[true, false, false, false]
-    );
-    assert_eq!(
-        ops::binary(BinaryOp::Or, &p, &q)
-            .unwrap()
-            .as_bool()
-            .unwrap(),
-        &[true, true, true, false]
-    );
-    assert_eq!(
-        ops::binary(BinaryOp::Eq, &p, &q)
-            .unwrap()
-            .as_bool()
-            .unwrap(),
-        &[true, false, false, true]
-    );
+    assert_eq!(ops::binary(BinaryOp::And, &p, &q).unwrap().as_bool().unwrap(), &[true, false, false, false]);
+    assert_eq!(ops::binary(BinaryOp::Or, &p, &q).unwrap().as_bool().unwrap(), &[true, true, true, false]);
+    assert_eq!(ops::binary(BinaryOp::Eq, &p, &q).unwrap().as_bool().unwrap(), &[true, false, false, true]);
     let i = ti(&[3], &[1, 2, 3]);
     let ge = ops::binary(BinaryOp::Ge, &i, &Tensor::scalar_i32(2)).unwrap();
     assert_eq!(ge.as_bool().unwrap(), &[false, true, true]);
     let nan = t64(&[1], &[f64::NAN]);
-    assert_eq!(
-        ops::binary(BinaryOp::Ne, &nan, &nan)
-            .unwrap()
-            .as_bool()
-            .unwrap(),
-        &[true]
-    );
+    assert_eq!(ops::binary(BinaryOp::Ne, &nan, &nan).unwrap().as_bool().unwrap(), &[true]);
     assert!(ops::binary(BinaryOp::And, &i, &i).is_err());
     assert!(ops::binary(BinaryOp::Add, &p, &q).is_err());
 }
@@ -356,21 +222,12 @@ fn where_broadcasts_all_three_operands() {
 #[test]
 fn cast_truncates_toward_zero_and_maps_bools() {
     let x = t64(&[5], &[-1.7, -0.2, 0.0, 2.9, 1e12]);
-    assert_eq!(
-        x.cast(DType::I32).as_i32().unwrap(),
-        &[-1, 0, 0, 2, i32::MAX]
-    );
-    assert_eq!(
-        x.cast(DType::Bool).as_bool().unwrap(),
-        &[true, true, false, true, true]
-    );
+    assert_eq!(x.cast(DType::I32).as_i32().unwrap(), &[-1, 0, 0, 2, i32::MAX]);
+    assert_eq!(x.cast(DType::Bool).as_bool().unwrap(), &[true, true, false, true, true]);
     let b = Tensor::from_bool(vec![2], vec![true, false]).unwrap();
     assert_eq!(b.cast(DType::F32).as_f32().unwrap(), &[1.0, 0.0]);
     assert_eq!(b.cast(DType::I32).as_i32().unwrap(), &[1, 0]);
-    assert_eq!(
-        Tensor::scalar_i32(7).cast(DType::F64).scalar_value_f64(),
-        Some(7.0)
-    );
+    assert_eq!(Tensor::scalar_i32(7).cast(DType::F64).scalar_value_f64(), Some(7.0));
     assert!(Tensor::from_f32(vec![2, 2], vec![1.0]).is_err());
 }
 

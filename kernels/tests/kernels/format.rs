@@ -18,19 +18,10 @@ fn scalars_print_like_python() {
     assert_eq!(f(1e20), "1e+20");
     assert_eq!(f(1.5e-7), "1.5e-07");
     assert_eq!(f(0.1), "0.1");
-    assert_eq!(
-        format_tensor(&Tensor::scalar_f64(std::f64::consts::LN_2)),
-        "0.6931471805599453"
-    );
-    assert_eq!(
-        format_tensor(&Tensor::scalar_f64(0.1 + 0.2)),
-        "0.30000000000000004"
-    );
+    assert_eq!(format_tensor(&Tensor::scalar_f64(std::f64::consts::LN_2)), "0.6931471805599453");
+    assert_eq!(format_tensor(&Tensor::scalar_f64(0.1 + 0.2)), "0.30000000000000004");
     assert_eq!(format_tensor(&Tensor::scalar_f64(1e16)), "1e+16");
-    assert_eq!(
-        format_tensor(&Tensor::scalar_f64(1e15)),
-        "1000000000000000.0"
-    );
+    assert_eq!(format_tensor(&Tensor::scalar_f64(1e15)), "1000000000000000.0");
     assert_eq!(format_tensor(&Tensor::scalar_i32(12)), "12");
     assert_eq!(format_tensor(&Tensor::scalar_bool(true)), "true");
     assert_eq!(format_tensor(&Tensor::scalar_bool(false)), "false");
@@ -38,14 +29,8 @@ fn scalars_print_like_python() {
 
 #[test]
 fn tensors_print_as_nested_lists() {
-    assert_eq!(
-        format_tensor(&ti(&[2, 2], &[1, 2, 3, 4])),
-        "[[1, 2], [3, 4]]"
-    );
-    assert_eq!(
-        format_tensor(&t32(&[3], &[0.5, 1.0, -2.25])),
-        "[0.5, 1.0, -2.25]"
-    );
+    assert_eq!(format_tensor(&ti(&[2, 2], &[1, 2, 3, 4])), "[[1, 2], [3, 4]]");
+    assert_eq!(format_tensor(&t32(&[3], &[0.5, 1.0, -2.25])), "[0.5, 1.0, -2.25]");
     assert_eq!(format_tensor(&t32(&[0], &[])), "[]");
     assert_eq!(format_tensor(&t32(&[2, 0], &[])), "[[], []]");
     let b = Tensor::from_bool(vec![1, 2], vec![true, false]).unwrap();
@@ -58,10 +43,7 @@ fn large_tensors_are_elided_with_three_edge_items() {
     assert!(format_tensor(&x).ends_with("999.0]"));
     assert!(!format_tensor(&x).contains("..."));
     let x = ops::arange(1001, DType::F32);
-    assert_eq!(
-        format_tensor(&x),
-        "[0.0, 1.0, 2.0, ..., 998.0, 999.0, 1000.0]"
-    );
+    assert_eq!(format_tensor(&x), "[0.0, 1.0, 2.0, ..., 998.0, 999.0, 1000.0]");
     let m = ops::reshape(&ops::arange(2000, DType::I32), &[100, 20]).unwrap();
     assert_eq!(
         format_tensor(&m),
@@ -72,7 +54,5 @@ fn large_tensors_are_elided_with_three_edge_items() {
     // Short axes are not elided even when the tensor is large.
     let t = ops::reshape(&ops::arange(1200, DType::I32), &[2, 600]).unwrap();
     let s = format_tensor(&t);
-    assert!(
-        s.starts_with("[[0, 1, 2, ..., 597, 598, 599], [600, 601, 602, ..., 1197, 1198, 1199]]")
-    );
+    assert!(s.starts_with("[[0, 1, 2, ..., 597, 598, 599], [600, 601, 602, ..., 1197, 1198, 1199]]"));
 }

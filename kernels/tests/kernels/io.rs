@@ -9,16 +9,12 @@ use kernels::{DType, KernelError, Tensor};
 use crate::{check, t32, t64, ti};
 
 fn data(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data")
-        .join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(name)
 }
 
 /// A fresh scratch directory for one test.
 fn scratch(test: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join("kernels-io")
-        .join(test);
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("kernels-io").join(test);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
@@ -45,90 +41,43 @@ fn npy_npz_and_safetensors_round_trip_every_dtype() {
             assert_eq!(&io::load(&p, None).unwrap(), t, "{ext} {i}");
         }
     }
-    let named: Vec<(String, Tensor)> = samples()
-        .into_iter()
-        .enumerate()
-        .map(|(i, t)| (format!("layers.{i}.w"), t))
-        .collect();
+    let named: Vec<(String, Tensor)> =
+        samples().into_iter().enumerate().map(|(i, t)| (format!("layers.{i}.w"), t)).collect();
     let p = dir.join("model.safetensors");
     io::save_safetensors(&p, &named).unwrap();
     assert_eq!(io::load_all_safetensors(&p).unwrap(), named);
     assert_eq!(io::load(&p, Some("layers.2.w")).unwrap(), named[2].1);
     let e = io::load(&p, None).unwrap_err().to_string();
-    assert!(
-        e.contains("several tensors") && e.contains("layers.0.w, layers.1.w"),
-        "{e}"
-    );
+    assert!(e.contains("several tensors") && e.contains("layers.0.w, layers.1.w"), "{e}");
     let p = dir.join("model.npz");
     io::save_npz(&p, &named).unwrap();
     assert_eq!(io::load_all_npz(&p).unwrap(), named);
     assert_eq!(io::load(&p, Some("layers.3.w")).unwrap(), named[3].1);
-    assert!(io::save_safetensors(
-        &dir.join("dup.safetensors"),
-        &[named[0].clone(), named[0].clone()]
-    )
-    .is_err());
+    assert!(io::save_safetensors(&dir.join("dup.safetensors"), &[named[0].clone(), named[0].clone()]).is_err());
 }
 
 #[test]
 fn npy_files_written_by_numpy_load() {
     // np.asfortranarray(np.arange(6, dtype="<f8").reshape(2, 3) / 4)
-    check(
-        &io::load(&data("f8_fortran.npy"), None).unwrap(),
-        &[2, 3],
-        &[0.0, 0.25, 0.5, 0.75, 1.0, 1.25],
-        0.0,
-    );
+    check(&io::load(&data("f8_fortran.npy"), None).unwrap(), &[2, 3], &[0.0, 0.25, 0.5, 0.75, 1.0, 1.25], 0.0);
     // np.array([[-3, 2**31 - 1], [5, -2**31]], dtype=">i8")
     let t = io::load(&data("i8_big.npy"), None).unwrap();
     assert_eq!(t.dtype(), DType::I32);
     assert_eq!(t.as_i32().unwrap(), &[-3, i32::MAX, 5, i32::MIN]);
-    assert_eq!(
-        io::load(&data("u1.npy"), None).unwrap().as_i32().unwrap(),
-        &[0, 7, 255]
-    );
-    assert_eq!(
-        io::load(&data("i2.npy"), None).unwrap().as_i32().unwrap(),
-        &[-300, 12]
-    );
-    assert_eq!(
-        io::load(&data("b1.npy"), None).unwrap().as_bool().unwrap(),
-        &[true, false, true]
-    );
+    assert_eq!(io::load(&data("u1.npy"), None).unwrap().as_i32().unwrap(), &[0, 7, 255]);
+    assert_eq!(io::load(&data("i2.npy"), None).unwrap().as_i32().unwrap(), &[-300, 12]);
+    assert_eq!(io::load(&data("b1.npy"), None).unwrap().as_bool().unwrap(), &[true, false, true]);
     let s = io::load(&data("f4_scalar.npy"), None).unwrap();
-    assert_eq!(
-        (s.shape(), s.as_f32().unwrap()),
-        (&[] as &[usize], &[2.5f32][..])
-    );
-    assert_eq!(
-        io::load(&data("f4_big.npy"), None)
-            .unwrap()
-            .as_f32()
-            .unwrap(),
-        &[1.5, -2.25]
-    );
+    assert_eq!((s.shape(), s.as_f32().unwrap()), (&[] as &[usize], &[2.5f32][..]));
+    assert_eq!(io::load(&data("f4_big.npy"), None).unwrap().as_f32().unwrap(), &[1.5, -2.25]);
     // np.array([0.5, -1.0, 65504.0, 6e-8], dtype="<f2") widens exactly to f32.
     let h = io::load(&data("f2.npy"), None).unwrap();
     assert_eq!(h.as_f32().unwrap(), &[0.5, -1.0, 65504.0, 2f32.powi(-24)]);
     let v2 = io::load(&data("f4_v2.npy"), None).unwrap();
-    assert_eq!(
-        (v2.shape(), v2.as_f32().unwrap()),
-        (&[1usize, 2][..], &[1.0f32, 2.0][..])
-    );
-    assert_eq!(
-        io::load(&data("f4_v3.npy"), None)
-            .unwrap()
-            .as_f32()
-            .unwrap(),
-        &[3.0]
-    );
-    let e = io::load(&data("i8_overflow.npy"), None)
-        .unwrap_err()
-        .to_string();
-    assert!(
-        e.contains("i8_overflow.npy") && e.contains("1099511627776") && e.contains("i32"),
-        "{e}"
-    );
+    assert_eq!((v2.shape(), v2.as_f32().unwrap()), (&[1usize, 2][..], &[1.0f32, 2.0][..]));
+    assert_eq!(io::load(&data("f4_v3.npy"), None).unwrap().as_f32().unwrap(), &[3.0]);
+    let e = io::load(&data("i8_overflow.npy"), None).unwrap_err().to_string();
+    assert!(e.contains("i8_overflow.npy") && e.contains("1099511627776") && e.contains("i32"), "{e}");
 }
 
 #[test]
@@ -137,17 +86,11 @@ fn compressed_npz_from_numpy_needs_an_entry_name() {
     let p = data("two.npz");
     let x = io::load(&p, Some("x")).unwrap();
     check(&x, &[2, 2], &[0.0, 1.0, 2.0, 3.0], 0.0);
-    assert_eq!(
-        io::load(&p, Some("labels")).unwrap().as_i32().unwrap(),
-        &[1, 0, 2]
-    );
+    assert_eq!(io::load(&p, Some("labels")).unwrap().as_i32().unwrap(), &[1, 0, 2]);
     let e = io::load(&p, None).unwrap_err().to_string();
     assert!(e.contains("two.npz") && e.contains("x, labels"), "{e}");
     let e = io::load(&p, Some("y")).unwrap_err().to_string();
-    assert!(
-        e.contains("no array named 'y'") && e.contains("x, labels"),
-        "{e}"
-    );
+    assert!(e.contains("no array named 'y'") && e.contains("x, labels"), "{e}");
 }
 
 #[test]
@@ -171,15 +114,9 @@ fn safetensors_from_python_and_by_hand() {
     let dir = scratch("by_hand");
     let p = dir.join("hand.safetensors");
     std::fs::write(&p, &bytes).unwrap();
-    assert_eq!(
-        io::load(&p, Some("b")).unwrap().as_f32().unwrap(),
-        &[1.5, -2.0]
-    );
+    assert_eq!(io::load(&p, Some("b")).unwrap().as_f32().unwrap(), &[1.5, -2.0]);
     let e = io::load(&p, Some("big")).unwrap_err().to_string();
-    assert!(
-        e.contains("hand.safetensors") && e.contains("does not fit in i32"),
-        "{e}"
-    );
+    assert!(e.contains("hand.safetensors") && e.contains("does not fit in i32"), "{e}");
 
     // The header this crate writes, read back as text.
     let p = dir.join("one.safetensors");
@@ -188,10 +125,7 @@ fn safetensors_from_python_and_by_hand() {
     let n = u64::from_le_bytes(raw[..8].try_into().unwrap()) as usize;
     assert_eq!(n % 8, 0);
     let text = std::str::from_utf8(&raw[8..8 + n]).unwrap().trim_end();
-    assert_eq!(
-        text,
-        r#"{"__metadata__":{"format":"pt"},"value":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#
-    );
+    assert_eq!(text, r#"{"__metadata__":{"format":"pt"},"value":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#);
     assert_eq!(raw.len(), 8 + n + 8);
 }
 
@@ -205,10 +139,7 @@ fn csv_with_header_and_errors() {
     check(&t, &[2, 3], &[1.0, 2.5, -3.0, 4.0, 0.5, f64::NAN], 0.0);
     std::fs::write(&p, "1,2\n3\n").unwrap();
     let e = io::load(&p, None).unwrap_err().to_string();
-    assert!(
-        e.contains("d.csv") && e.contains("line 2 has 1 values but line 1 has 2"),
-        "{e}"
-    );
+    assert!(e.contains("d.csv") && e.contains("line 2 has 1 values but line 1 has 2"), "{e}");
     std::fs::write(&p, "x,y\n1,2\n3,oops\n").unwrap();
     let e = io::load(&p, None).unwrap_err().to_string();
     assert!(e.contains("line 3, column 2") && e.contains("oops"), "{e}");
@@ -229,15 +160,15 @@ fn truncated_npy_reports_sizes() {
     bytes.truncate(128 + 1000);
     std::fs::write(&p, &bytes).unwrap();
     let e = io::load(&p, None).unwrap_err().to_string();
-    assert!(e.ends_with("x.npy: truncated: header says 1797×64 f64 but file holds 1000 bytes of data (needs 920064)"), "{e}");
+    assert!(
+        e.ends_with("x.npy: truncated: header says 1797×64 f64 but file holds 1000 bytes of data (needs 920064)"),
+        "{e}"
+    );
     std::fs::write(&p, b"PK\x03\x04 not numpy").unwrap();
     let e = io::load(&p, None).unwrap_err().to_string();
     assert!(e.ends_with("x.npy: not a .npy file (bad magic)"), "{e}");
     let missing = dir.join("missing.npy");
-    assert!(matches!(
-        io::load(&missing, None),
-        Err(KernelError::Io { .. })
-    ));
+    assert!(matches!(io::load(&missing, None), Err(KernelError::Io { .. })));
     assert!(io::load(&dir.join("x.bin"), None).is_err());
 }
 
@@ -247,10 +178,7 @@ fn loaded_tensors_are_checked_against_declarations() {
     let t = t64(&[1797, 65], &vec![0.0; 1797 * 65]);
     let e = io::check_loaded(p, &t, Some(DType::F32), Some(&[1797, 64])).unwrap_err();
     assert!(matches!(e, KernelError::FileMismatch { .. }));
-    assert_eq!(
-        e.to_string(),
-        "data/x.npy: expected f32 [1797, 64] but the file holds f64 [1797, 65]"
-    );
+    assert_eq!(e.to_string(), "data/x.npy: expected f32 [1797, 64] but the file holds f64 [1797, 65]");
     assert!(io::check_loaded(p, &t, Some(DType::F64), None).is_ok());
     assert!(io::check_loaded(p, &t, None, Some(&[1797, 65])).is_ok());
 }
@@ -261,13 +189,7 @@ fn loaded_tensors_are_checked_against_declarations() {
 fn corrupt_files_never_panic() {
     let dir = scratch("corrupt");
     let mut inputs: Vec<(String, Vec<u8>)> = Vec::new();
-    for name in [
-        "f8_fortran.npy",
-        "i8_big.npy",
-        "f4_v2.npy",
-        "two.npz",
-        "mixed.safetensors",
-    ] {
+    for name in ["f8_fortran.npy", "i8_big.npy", "f4_v2.npy", "two.npz", "mixed.safetensors"] {
         inputs.push((name.to_string(), std::fs::read(data(name)).unwrap()));
     }
     inputs.push(("c.csv".into(), b"a,b\n1,2\n3,4\n".to_vec()));

@@ -30,8 +30,8 @@ fn batch_dimensions_broadcast_like_numpy() {
     let (a, b) = ab();
     let c = ops::matmul(&a, &b).unwrap();
     let want = [
-        16.0, 4.0, 7.0, 4.0, -7.0, 16.0, -4.0, 7.0, 5.0, -7.0, -1.0, -4.0, -2.0, 4.0, -11.0, 4.0,
-        -1.0, -2.0, 2.0, -11.0, -7.0, -1.0, -13.0, 2.0,
+        16.0, 4.0, 7.0, 4.0, -7.0, 16.0, -4.0, 7.0, 5.0, -7.0, -1.0, -4.0, -2.0, 4.0, -11.0, 4.0, -1.0, -2.0, 2.0,
+        -11.0, -7.0, -1.0, -13.0, 2.0,
     ];
     check(&c, &[2, 3, 2, 2], &want, 0.0);
 }
@@ -45,12 +45,7 @@ fn one_dimensional_operands_are_promoted_and_squeezed() {
     let a00 = ops::slice(&a, &[ops::SliceSpec::Index(0), ops::SliceSpec::Index(0)]).unwrap();
     check(&ops::matmul(&a00, &v).unwrap(), &[2], &[-6.0, 0.0], 0.0);
     check(&ops::matmul(&v, &v).unwrap(), &[], &[14.0], 0.0);
-    check(
-        &ops::matmul(&v, &b).unwrap(),
-        &[3, 2],
-        &[2.0, 4.0, 7.0, 2.0, 5.0, 7.0],
-        0.0,
-    );
+    check(&ops::matmul(&v, &b).unwrap(), &[3, 2], &[2.0, 4.0, 7.0, 2.0, 5.0, 7.0], 0.0);
     // A 1-D right operand against a batch: [2,1,2,3] @ [3] -> [2,1,2].
     assert_eq!(ops::matmul(&a, &v).unwrap().shape(), &[2, 1, 2]);
 }
@@ -101,13 +96,7 @@ fn many_small_products_run_per_batch() {
     let c = ops::matmul(&t64(&[nb, m, k], &a), &t64(&[nb, k, n], &b)).unwrap();
     let mut want = Vec::new();
     for i in 0..nb {
-        want.extend(naive(
-            &a[i * m * k..(i + 1) * m * k],
-            &b[i * k * n..(i + 1) * k * n],
-            m,
-            k,
-            n,
-        ));
+        want.extend(naive(&a[i * m * k..(i + 1) * m * k], &b[i * k * n..(i + 1) * k * n], m, k, n));
     }
     check(&c, &[nb, m, n], &want, 1e-12);
 }
@@ -131,34 +120,20 @@ fn transposed_products_read_operands_through_strides() {
 fn integer_products_and_degenerate_sizes() {
     let a = ti(&[2, 3], &[1, 2, 3, 4, 5, 6]);
     let b = ti(&[3, 2], &[7, 8, 9, 10, 11, 12]);
-    assert_eq!(
-        ops::matmul(&a, &b).unwrap().as_i32().unwrap(),
-        &[58, 64, 139, 154]
-    );
+    assert_eq!(ops::matmul(&a, &b).unwrap().as_i32().unwrap(), &[58, 64, 139, 154]);
     let z = ops::matmul(&t32(&[2, 0], &[]), &t32(&[0, 3], &[])).unwrap();
     check(&z, &[2, 3], &[0.0; 6], 0.0);
-    assert_eq!(
-        ops::matmul(&t32(&[0, 4], &[]), &t32(&[4, 3], &[0.0; 12]))
-            .unwrap()
-            .shape(),
-        &[0, 3]
-    );
+    assert_eq!(ops::matmul(&t32(&[0, 4], &[]), &t32(&[4, 3], &[0.0; 12])).unwrap().shape(), &[0, 3]);
 }
 
 #[test]
 fn mismatched_products_are_errors() {
     let a = t32(&[2, 3], &[0.0; 6]);
     let b = t32(&[2, 3], &[0.0; 6]);
-    assert_eq!(
-        ops::matmul(&a, &b).unwrap_err().to_string(),
-        "matmul: shapes [2, 3] and [2, 3] are incompatible"
-    );
+    assert_eq!(ops::matmul(&a, &b).unwrap_err().to_string(), "matmul: shapes [2, 3] and [2, 3] are incompatible");
     let c = t32(&[4, 3, 2], &[0.0; 24]);
     let d = t32(&[5, 2, 2], &[0.0; 20]);
-    assert!(matches!(
-        ops::matmul(&c, &d),
-        Err(KernelError::ShapeMismatch { .. })
-    ));
+    assert!(matches!(ops::matmul(&c, &d), Err(KernelError::ShapeMismatch { .. })));
     assert!(ops::matmul(&Tensor::scalar_f32(1.0), &a).is_err());
     let p = Tensor::from_bool(vec![1, 1], vec![true]).unwrap();
     assert!(ops::matmul(&p, &p).is_err());

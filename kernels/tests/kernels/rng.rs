@@ -6,19 +6,13 @@ use kernels::{DType, Tensor};
 // Known-answer vectors from Random123's kat_vectors for philox4x32_10.
 #[test]
 fn philox_known_answer_vectors() {
-    assert_eq!(
-        philox4x32_10([0, 0, 0, 0], [0, 0]),
-        [0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8]
-    );
+    assert_eq!(philox4x32_10([0, 0, 0, 0], [0, 0]), [0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8]);
     assert_eq!(
         philox4x32_10([0xffffffff; 4], [0xffffffff, 0xffffffff]),
         [0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd]
     );
     assert_eq!(
-        philox4x32_10(
-            [0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344],
-            [0xa4093822, 0x299f31d0]
-        ),
+        philox4x32_10([0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344], [0xa4093822, 0x299f31d0]),
         [0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1]
     );
 }
@@ -39,17 +33,10 @@ fn uniform_and_normal_have_the_right_moments() {
     let (m, v) = mean_var(&u);
     assert!((m - 1.0).abs() < 0.02, "uniform mean {m}");
     assert!((v - 16.0 / 12.0).abs() < 0.02, "uniform variance {v}");
-    assert!(u
-        .as_f32()
-        .unwrap()
-        .iter()
-        .all(|&x| (-1.0..3.0).contains(&x)));
+    assert!(u.as_f32().unwrap().iter().all(|&x| (-1.0..3.0).contains(&x)));
     let u64v = rng::uniform(DType::F64, &[n], key, 0.0, 1.0);
     let (m, v) = mean_var(&u64v);
-    assert!(
-        (m - 0.5).abs() < 0.005 && (v - 1.0 / 12.0).abs() < 0.002,
-        "{m} {v}"
-    );
+    assert!((m - 0.5).abs() < 0.005 && (v - 1.0 / 12.0).abs() < 0.002, "{m} {v}");
     let z = rng::normal(DType::F64, &[n], rng::stream_key(42, "w2"), 2.0, 3.0);
     let (m, v) = mean_var(&z);
     assert!((m - 2.0).abs() < 0.05, "normal mean {m}");
@@ -99,13 +86,7 @@ fn permutation_is_a_deterministic_permutation() {
     assert!(rng::permutation(0, key).is_empty());
     // Each position is roughly uniform: element 0 lands in the first half about half the time.
     let hits = (0..2000u64)
-        .filter(|&i| {
-            rng::permutation(10, rng::fold_in(key, i))
-                .iter()
-                .position(|&x| x == 0)
-                .unwrap()
-                < 5
-        })
+        .filter(|&i| rng::permutation(10, rng::fold_in(key, i)).iter().position(|&x| x == 0).unwrap() < 5)
         .count();
     assert!((900..1100).contains(&hits), "{hits}");
 }

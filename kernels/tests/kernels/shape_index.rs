@@ -8,11 +8,7 @@ use crate::{check, lcg, msg, t64, ti};
 
 /// ⟨a, b⟩ over all elements.
 fn dot(a: &Tensor, b: &Tensor) -> f64 {
-    a.to_f64_vec()
-        .iter()
-        .zip(b.to_f64_vec())
-        .map(|(x, y)| x * y)
-        .sum()
+    a.to_f64_vec().iter().zip(b.to_f64_vec()).map(|(x, y)| x * y).sum()
 }
 
 #[test]
@@ -87,10 +83,7 @@ fn large_transposes_use_tiles_and_agree_with_the_definition() {
 fn reshape_concat_stack_squeeze() {
     let x = ti(&[2, 3], &[1, 2, 3, 4, 5, 6]);
     assert_eq!(ops::reshape(&x, &[3, 2]).unwrap().shape(), &[3, 2]);
-    assert_eq!(
-        msg(ops::reshape(&x, &[4])),
-        "reshape: shapes [2, 3] and [4] are incompatible"
-    );
+    assert_eq!(msg(ops::reshape(&x, &[4])), "reshape: shapes [2, 3] and [4] are incompatible");
     let y = ti(&[2, 1], &[7, 8]);
     let c = ops::concat(&[x.clone(), y.clone()], 1).unwrap();
     assert_eq!(c.shape(), &[2, 4]);
@@ -113,10 +106,7 @@ fn broadcast_to_and_sum_to_shape_are_adjoint() {
     let x = t64(&[3, 1], &[1.0, 2.0, 3.0]);
     let b = ops::broadcast_to(&x, &[2, 3, 4]).unwrap();
     assert_eq!(b.shape(), &[2, 3, 4]);
-    assert_eq!(
-        b.to_f64_vec()[..8],
-        [1.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 2.0]
-    );
+    assert_eq!(b.to_f64_vec()[..8], [1.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 2.0]);
     assert!(ops::broadcast_to(&x, &[2, 4]).is_err());
     // ⟨broadcast_to(x), u⟩ = ⟨x, sum_to_shape(u)⟩
     let u = t64(&[2, 3, 4], &lcg(24, 4));
@@ -124,9 +114,7 @@ fn broadcast_to_and_sum_to_shape_are_adjoint() {
     assert_eq!(s.shape(), &[3, 1]);
     assert!((dot(&b, &u) - dot(&x, &s)).abs() < 1e-12);
     let s2 = ops::sum_to_shape(&u, &[4]).unwrap();
-    let want: Vec<f64> = (0..4)
-        .map(|j| (0..6).map(|i| u.to_f64_vec()[i * 4 + j]).sum())
-        .collect();
+    let want: Vec<f64> = (0..4).map(|j| (0..6).map(|i| u.to_f64_vec()[i * 4 + j]).sum()).collect();
     check(&s2, &[4], &want, 1e-14);
     assert_eq!(ops::sum_to_shape(&u, &[]).unwrap().shape(), &[] as &[usize]);
     assert!(ops::sum_to_shape(&u, &[2, 4]).is_err());
@@ -138,11 +126,7 @@ fn slicing_with_indices_ranges_and_full_axes() {
     let r = ops::slice(&x, &[SliceSpec::Index(-1)]).unwrap();
     assert_eq!(r.shape(), &[4]);
     assert_eq!(r.as_i32().unwrap(), &[8, 9, 10, 11]);
-    let r = ops::slice(
-        &x,
-        &[SliceSpec::Full, SliceSpec::Range { start: 1, end: 3 }],
-    )
-    .unwrap();
+    let r = ops::slice(&x, &[SliceSpec::Full, SliceSpec::Range { start: 1, end: 3 }]).unwrap();
     assert_eq!(r.shape(), &[3, 2]);
     assert_eq!(r.as_i32().unwrap(), &[1, 2, 5, 6, 9, 10]);
     let r = ops::slice(&x, &[SliceSpec::Range { start: 1, end: 1 }]).unwrap();
@@ -151,20 +135,10 @@ fn slicing_with_indices_ranges_and_full_axes() {
     assert_eq!(r.shape(), &[] as &[usize]);
     assert_eq!(r.as_i32().unwrap(), &[6]);
     let ten = ti(&[10], &[0; 10]);
+    assert_eq!(msg(ops::slice(&ten, &[SliceSpec::Index(12)])), "index 12 is out of range for axis 0 of size 10");
     assert_eq!(
-        msg(ops::slice(&ten, &[SliceSpec::Index(12)])),
-        "index 12 is out of range for axis 0 of size 10"
-    );
-    assert_eq!(
-        ops::slice(
-            &x,
-            &[SliceSpec::Full, SliceSpec::Range { start: 2, end: 5 }]
-        ),
-        Err(KernelError::IndexOutOfRange {
-            index: 5,
-            axis: 1,
-            size: 4
-        })
+        ops::slice(&x, &[SliceSpec::Full, SliceSpec::Range { start: 2, end: 5 }]),
+        Err(KernelError::IndexOutOfRange { index: 5, axis: 1, size: 4 })
     );
     assert!(ops::slice(&x, &[SliceSpec::Range { start: 3, end: 2 }]).is_err());
     assert!(ops::slice(&x, &[SliceSpec::Range { start: -1, end: 2 }]).is_err());
@@ -176,11 +150,7 @@ fn slicing_with_indices_ranges_and_full_axes() {
 fn slice_update_add_is_the_adjoint_of_slice() {
     let shape = [4, 5, 6];
     let x = t64(&shape, &lcg(120, 5));
-    let specs = [
-        SliceSpec::Range { start: 1, end: 3 },
-        SliceSpec::Index(-2),
-        SliceSpec::Range { start: 0, end: 4 },
-    ];
+    let specs = [SliceSpec::Range { start: 1, end: 3 }, SliceSpec::Index(-2), SliceSpec::Range { start: 0, end: 4 }];
     let s = ops::slice(&x, &specs).unwrap();
     assert_eq!(s.shape(), &[2, 4]);
     let u = t64(&[2, 4], &lcg(8, 6));
@@ -199,10 +169,7 @@ fn gather_matches_numpy_take_and_scatter_add_is_its_adjoint() {
     assert_eq!(g.shape(), &[3, 2, 2]);
     assert_eq!(g.as_i32().unwrap(), &[2, 0, 1, 1, 6, 4, 5, 5, 10, 8, 9, 9]);
     let rows = ops::gather(&x, &ti(&[3], &[2, 2, 0]), 0).unwrap();
-    assert_eq!(
-        rows.as_i32().unwrap(),
-        &[8, 9, 10, 11, 8, 9, 10, 11, 0, 1, 2, 3]
-    );
+    assert_eq!(rows.as_i32().unwrap(), &[8, 9, 10, 11, 8, 9, 10, 11, 0, 1, 2, 3]);
     // ⟨gather(x), u⟩ = ⟨x, scatter_add(u)⟩ on floats, with repeated indices.
     let xf = t64(&[3, 4, 2], &lcg(24, 7));
     let idx = ti(&[5], &[3, 1, 3, 0, 3]);
@@ -222,11 +189,7 @@ fn bad_indices_are_errors() {
     let x = t64(&[3, 4], &[0.0; 12]);
     assert_eq!(
         ops::gather(&x, &ti(&[2], &[1, 4]), 1),
-        Err(KernelError::IndexOutOfRange {
-            index: 4,
-            axis: 1,
-            size: 4
-        })
+        Err(KernelError::IndexOutOfRange { index: 4, axis: 1, size: 4 })
     );
     assert!(ops::gather(&x, &ti(&[1], &[-1]), 0).is_err());
     assert!(ops::gather(&x, &t64(&[1], &[0.0]), 0).is_err());
@@ -239,29 +202,11 @@ fn bad_indices_are_errors() {
 fn one_hot_and_constructors() {
     let h = ops::one_hot(&ti(&[2, 2], &[0, 2, 1, 0]), 3, DType::F32).unwrap();
     assert_eq!(h.shape(), &[2, 2, 3]);
-    check(
-        &h,
-        &[2, 2, 3],
-        &[1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0],
-        0.0,
-    );
+    check(&h, &[2, 2, 3], &[1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0], 0.0);
     assert_eq!(ops::zeros(DType::I32, &[2]).as_i32().unwrap(), &[0, 0]);
-    assert_eq!(
-        ops::ones(DType::Bool, &[2]).as_bool().unwrap(),
-        &[true, true]
-    );
-    check(
-        &ops::full(DType::F64, &[2, 1], 2.5),
-        &[2, 1],
-        &[2.5, 2.5],
-        0.0,
-    );
+    assert_eq!(ops::ones(DType::Bool, &[2]).as_bool().unwrap(), &[true, true]);
+    check(&ops::full(DType::F64, &[2, 1], 2.5), &[2, 1], &[2.5, 2.5], 0.0);
     assert_eq!(ops::arange(4, DType::I32).as_i32().unwrap(), &[0, 1, 2, 3]);
-    check(
-        &ops::eye(2, DType::F32),
-        &[2, 2],
-        &[1.0, 0.0, 0.0, 1.0],
-        0.0,
-    );
+    check(&ops::eye(2, DType::F32), &[2, 2], &[1.0, 0.0, 0.0, 1.0], 0.0);
     assert_eq!(ops::zeros(DType::F32, &[]).shape(), &[] as &[usize]);
 }

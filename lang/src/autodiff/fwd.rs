@@ -34,11 +34,32 @@ pub(super) enum Op {
 }
 
 pub(super) enum Node {
-    Op { out: Local, op: Op, args: Vec<Local>, span: SpanId },
-    If { cond: Local, then: Rc<Expr>, els: Rc<Expr>, ctx: Vec<FrameCx>, assigned: Vec<Local>, outs: Vec<Local>, free: Vec<Local>, span: SpanId },
+    Op {
+        out: Local,
+        op: Op,
+        args: Vec<Local>,
+        span: SpanId,
+    },
+    If {
+        cond: Local,
+        then: Rc<Expr>,
+        els: Rc<Expr>,
+        ctx: Vec<FrameCx>,
+        assigned: Vec<Local>,
+        outs: Vec<Local>,
+        free: Vec<Local>,
+        span: SpanId,
+    },
     Loop(Box<LoopNode>),
     /// A call of a function with a `@custom_vjp`: its cotangent function runs in the backward.
-    Custom { out: Local, args: Vec<Local>, bwd: FuncId, dims: Vec<Dim>, rests: Vec<crate::types::Shape>, span: SpanId },
+    Custom {
+        out: Local,
+        args: Vec<Local>,
+        bwd: FuncId,
+        dims: Vec<Dim>,
+        rests: Vec<crate::types::Shape>,
+        span: SpanId,
+    },
 }
 
 pub(super) struct LoopNode {
@@ -162,7 +183,19 @@ pub(super) fn generate(prog: &Program, f: FuncId, mode: Mode, span: Span) -> Res
         let result = mk(ExprKind::Tuple(vec![g.local(r), g.local(tr)]), ret.clone(), g.sid);
         let stmts = g.blocks.pop().unwrap_or_default();
         let body = mk(ExprKind::Block { stmts, result: Box::new(result) }, ret.clone(), g.sid);
-        let out = ir::Func { name: func.name, dims: func.dims.clone(), rests: func.rests.clone(), models: func.models.clone(), n_captures: func.n_captures, params, ret, locals: g.locals, body, annotations: vec![], span: func.span };
+        let out = ir::Func {
+            name: func.name,
+            dims: func.dims.clone(),
+            rests: func.rests.clone(),
+            models: func.models.clone(),
+            n_captures: func.n_captures,
+            params,
+            ret,
+            locals: g.locals,
+            body,
+            annotations: vec![],
+            span: func.span,
+        };
         return Ok((out, vec![]));
     }
     let mut params = func.params.clone();
@@ -208,19 +241,22 @@ pub(super) fn generate(prog: &Program, f: FuncId, mode: Mode, span: Span) -> Res
     let body = mk(ExprKind::Block { stmts, result: Box::new(result) }, ret.clone(), g.sid);
     let name = prog.names.get(func.name).to_string();
     let _ = name;
-    Ok((ir::Func {
-        name: func.name,
-        dims: func.dims.clone(),
-        rests: func.rests.clone(),
-        models: func.models.clone(),
-        n_captures: func.n_captures,
-        params,
-        ret,
-        locals: g.locals,
-        body,
-        annotations: vec![],
-        span: func.span,
-    }, residuals))
+    Ok((
+        ir::Func {
+            name: func.name,
+            dims: func.dims.clone(),
+            rests: func.rests.clone(),
+            models: func.models.clone(),
+            n_captures: func.n_captures,
+            params,
+            ret,
+            locals: g.locals,
+            body,
+            annotations: vec![],
+            span: func.span,
+        },
+        residuals,
+    ))
 }
 
 pub(super) fn mk(kind: ExprKind, ty: Type, span: SpanId) -> Expr {
@@ -433,7 +469,11 @@ impl Gen<'_> {
         let ty = self.sty(&e.ty);
         match &e.kind {
             ExprKind::Local(l) => self.lookup(*l),
-            ExprKind::Lit(_) | ExprKind::Const(_) | ExprKind::DimValue(_) | ExprKind::FuncRef(_) | ExprKind::ModelInit { .. } => {
+            ExprKind::Lit(_)
+            | ExprKind::Const(_)
+            | ExprKind::DimValue(_)
+            | ExprKind::FuncRef(_)
+            | ExprKind::ModelInit { .. } => {
                 let c = self.copy_expr(e)?;
                 Ok(self.emit(c, ty, "k"))
             }
@@ -478,7 +518,12 @@ impl Gen<'_> {
                     let dims: Vec<Dim> = dims.iter().map(|d| self.frame().subst.dim(d)).collect();
                     let rests: Vec<crate::types::Shape> = rests.iter().map(|r| self.frame().subst.shape(r)).collect();
                     let call = mk(
-                        ExprKind::Call { func: *func, dims: dims.clone(), rests: rests.clone(), args: vs.iter().map(|v| self.local(*v)).collect() },
+                        ExprKind::Call {
+                            func: *func,
+                            dims: dims.clone(),
+                            rests: rests.clone(),
+                            args: vs.iter().map(|v| self.local(*v)).collect(),
+                        },
                         ty.clone(),
                         e.span,
                     );
@@ -539,13 +584,21 @@ impl Gen<'_> {
                 for a in items {
                     vs.push(self.fwd(a, tape)?);
                 }
-                let out = self.emit(mk(ExprKind::Tuple(vs.iter().map(|v| self.local(*v)).collect()), ty.clone(), e.span), ty, "tup");
+                let out = self.emit(
+                    mk(ExprKind::Tuple(vs.iter().map(|v| self.local(*v)).collect()), ty.clone(), e.span),
+                    ty,
+                    "tup",
+                );
                 self.structural(out, Op::Tuple, vs, e.span, tape);
                 Ok(out)
             }
             ExprKind::TupleGet(a, i) => {
                 let v = self.fwd(a, tape)?;
-                let out = self.emit(mk(ExprKind::TupleGet(Box::new(self.local(v)), *i), ty.clone(), e.span), ty.clone(), "get");
+                let out = self.emit(
+                    mk(ExprKind::TupleGet(Box::new(self.local(v)), *i), ty.clone(), e.span),
+                    ty.clone(),
+                    "get",
+                );
                 if self.is_active(v) && is_float_type(&ty) {
                     self.active.insert(out);
                     tape.push(Node::Op { out, op: Op::TupleGet(*i), args: vec![v], span: e.span });
@@ -554,7 +607,8 @@ impl Gen<'_> {
             }
             ExprKind::Field(a, i) => {
                 let v = self.fwd(a, tape)?;
-                let out = self.emit(mk(ExprKind::Field(Box::new(self.local(v)), *i), ty.clone(), e.span), ty.clone(), "fld");
+                let out =
+                    self.emit(mk(ExprKind::Field(Box::new(self.local(v)), *i), ty.clone(), e.span), ty.clone(), "fld");
                 if self.is_active(v) && is_float_type(&ty) {
                     self.active.insert(out);
                     tape.push(Node::Op { out, op: Op::Field(*i), args: vec![v], span: e.span });
@@ -566,7 +620,15 @@ impl Gen<'_> {
                 for a in fields {
                     vs.push(self.fwd(a, tape)?);
                 }
-                let out = self.emit(mk(ExprKind::ModelBuild { fields: vs.iter().map(|v| self.local(*v)).collect() }, ty.clone(), e.span), ty, "mdl");
+                let out = self.emit(
+                    mk(
+                        ExprKind::ModelBuild { fields: vs.iter().map(|v| self.local(*v)).collect() },
+                        ty.clone(),
+                        e.span,
+                    ),
+                    ty,
+                    "mdl",
+                );
                 self.structural(out, Op::ModelBuild, vs, e.span, tape);
                 Ok(out)
             }
@@ -627,7 +689,14 @@ impl Gen<'_> {
     }
 
     /// Inlines a call: the callee's body is walked with its parameters bound to `args`.
-    fn inline(&mut self, f: FuncId, args: Vec<Local>, subst: Subst, closure: Option<ClosureId>, tape: &mut Vec<Node>) -> Res<Local> {
+    fn inline(
+        &mut self,
+        f: FuncId,
+        args: Vec<Local>,
+        subst: Subst,
+        closure: Option<ClosureId>,
+        tape: &mut Vec<Node>,
+    ) -> Res<Local> {
         if self.frames.len() > 200 {
             return Err(err(self.span, "calls nested too deeply to differentiate"));
         }
@@ -709,7 +778,11 @@ impl Gen<'_> {
             Pat::Tuple(ps) => {
                 let Type::Tuple(ts) = self.ty_of(v) else { return };
                 for (i, (p, t)) in ps.iter().zip(ts).enumerate() {
-                    let out = self.emit(mk(ExprKind::TupleGet(Box::new(self.local(v)), i), t.clone(), self.sid), t.clone(), "get");
+                    let out = self.emit(
+                        mk(ExprKind::TupleGet(Box::new(self.local(v)), i), t.clone(), self.sid),
+                        t.clone(),
+                        "get",
+                    );
                     if self.is_active(v) && is_float_type(&t) {
                         self.active.insert(out);
                         tape.push(Node::Op { out, op: Op::TupleGet(i), args: vec![v], span: self.sid });
@@ -786,7 +859,11 @@ impl Gen<'_> {
             a.dedup();
             a.into_iter().filter(|l| self.frame().env.contains_key(l)).collect()
         };
-        let mut free: Vec<Local> = free_locals(then).into_iter().chain(free_locals(els)).filter_map(|l| self.frame().env.get(&l).copied()).collect();
+        let mut free: Vec<Local> = free_locals(then)
+            .into_iter()
+            .chain(free_locals(els))
+            .filter_map(|l| self.frame().env.get(&l).copied())
+            .collect();
         free.extend(assigned.iter().map(|l| self.frame().env[l]));
         free.sort();
         free.dedup();
@@ -802,7 +879,8 @@ impl Gen<'_> {
             if g.frame().returned.is_some() {
                 return Err(err(g.prog.span(b.span), "cannot differentiate a `return` inside `if`: assign the result to a variable and return it at the end"));
             }
-            let outs: Vec<Expr> = std::iter::once(g.local(r)).chain(assigned.iter().map(|l| g.local(g.frame().env[l]))).collect();
+            let outs: Vec<Expr> =
+                std::iter::once(g.local(r)).chain(assigned.iter().map(|l| g.local(g.frame().env[l]))).collect();
             g.frames = saved;
             let stmts = g.blocks.pop().unwrap_or_default();
             let tys: Vec<Type> = outs.iter().map(|o| o.ty.clone()).collect();
@@ -812,12 +890,17 @@ impl Gen<'_> {
         let te = branch(self, then)?;
         let ee = branch(self, els)?;
         let tty = te.ty.clone();
-        let both = mk(ExprKind::If { cond: Box::new(self.local(c)), then: Box::new(te), els: Box::new(ee) }, tty.clone(), e.span);
+        let both = mk(
+            ExprKind::If { cond: Box::new(self.local(c)), then: Box::new(te), els: Box::new(ee) },
+            tty.clone(),
+            e.span,
+        );
         let tup = self.emit(both, tty.clone(), "if");
         let Type::Tuple(parts) = tty else { unreachable!() };
         let mut outs = Vec::new();
         for (i, t) in parts.iter().enumerate() {
-            let o = self.emit(mk(ExprKind::TupleGet(Box::new(self.local(tup)), i), t.clone(), self.sid), t.clone(), "ifo");
+            let o =
+                self.emit(mk(ExprKind::TupleGet(Box::new(self.local(tup)), i), t.clone(), self.sid), t.clone(), "ifo");
             if active && is_float_type(t) {
                 self.active.insert(o);
             }
@@ -828,14 +911,33 @@ impl Gen<'_> {
         }
         let _ = ty;
         if active {
-            tape.push(Node::If { cond: c, then: Rc::new(then.clone()), els: Rc::new(els.clone()), ctx, assigned, outs: outs.clone(), free, span: e.span });
+            tape.push(Node::If {
+                cond: c,
+                then: Rc::new(then.clone()),
+                els: Rc::new(els.clone()),
+                ctx,
+                assigned,
+                outs: outs.clone(),
+                free,
+                span: e.span,
+            });
         }
         Ok(outs[0])
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn fwd_loop(&mut self, e: &Expr, start: Option<Local>, end: Local, ivar: Option<Local>, _cond: Option<&Expr>, body: &Expr, tape: &mut Vec<Node>) -> Res<Local> {
-        let carried: Vec<Local> = assigned_locals(body).into_iter().filter(|l| self.frame().env.contains_key(l)).collect();
+    fn fwd_loop(
+        &mut self,
+        e: &Expr,
+        start: Option<Local>,
+        end: Local,
+        ivar: Option<Local>,
+        _cond: Option<&Expr>,
+        body: &Expr,
+        tape: &mut Vec<Node>,
+    ) -> Res<Local> {
+        let carried: Vec<Local> =
+            assigned_locals(body).into_iter().filter(|l| self.frame().env.contains_key(l)).collect();
         let init: Vec<Local> = carried.iter().map(|l| self.frame().env[l]).collect();
         let free: Vec<Local> = free_locals(body)
             .into_iter()
@@ -857,7 +959,16 @@ impl Gen<'_> {
         let iv = self.new_local(Type::scalar(ElemTy::I32), "i", false);
         let body_e = self.loop_body(body, &carried, &slots, ivar, iv)?;
         let loop_e = match start {
-            Some(s) => mk(ExprKind::ForRange { var: iv, start: Box::new(self.local(s)), end: Box::new(self.local(end)), body: Box::new(body_e) }, Type::unit(), e.span),
+            Some(s) => mk(
+                ExprKind::ForRange {
+                    var: iv,
+                    start: Box::new(self.local(s)),
+                    end: Box::new(self.local(end)),
+                    body: Box::new(body_e),
+                },
+                Type::unit(),
+                e.span,
+            ),
             None => unreachable!(),
         };
         self.push_stmt(Stmt::Expr(loop_e));
@@ -872,13 +983,31 @@ impl Gen<'_> {
             outs.push(o);
         }
         if active {
-            tape.push(Node::Loop(Box::new(LoopNode { start, end, ivar, body: Rc::new(body.clone()), ctx, carried, init, outs, free, span: e.span })));
+            tape.push(Node::Loop(Box::new(LoopNode {
+                start,
+                end,
+                ivar,
+                body: Rc::new(body.clone()),
+                ctx,
+                carried,
+                init,
+                outs,
+                free,
+                span: e.span,
+            })));
         }
         Ok(self.emit(mk(ExprKind::Tuple(vec![]), Type::unit(), self.sid), Type::unit(), "u"))
     }
 
     /// One iteration of a loop body as a block: reads the state slots, writes them back.
-    fn loop_body(&mut self, body: &Expr, carried: &[Local], slots: &[Local], ivar: Option<Local>, iv: Local) -> Res<Expr> {
+    fn loop_body(
+        &mut self,
+        body: &Expr,
+        carried: &[Local],
+        slots: &[Local],
+        ivar: Option<Local>,
+        iv: Local,
+    ) -> Res<Expr> {
         let saved = self.frames.clone();
         self.blocks.push(vec![]);
         for (l, s) in carried.iter().zip(slots) {
@@ -900,13 +1029,18 @@ impl Gen<'_> {
         }
         let stmts = self.blocks.pop().unwrap_or_default();
         self.frames = saved;
-        Ok(mk(ExprKind::Block { stmts, result: Box::new(mk(ExprKind::Tuple(vec![]), Type::unit(), self.sid)) }, Type::unit(), self.sid))
+        Ok(mk(
+            ExprKind::Block { stmts, result: Box::new(mk(ExprKind::Tuple(vec![]), Type::unit(), self.sid)) },
+            Type::unit(),
+            self.sid,
+        ))
     }
 
     fn fwd_while(&mut self, e: &Expr, cond: &Expr, body: &Expr, tape: &mut Vec<Node>) -> Res<Local> {
         // `while` runs as a counted loop: the forward pass counts iterations, and the backward
         // pass (like a `for`) recomputes the state of each iteration from the initial state.
-        let carried: Vec<Local> = assigned_locals(body).into_iter().filter(|l| self.frame().env.contains_key(l)).collect();
+        let carried: Vec<Local> =
+            assigned_locals(body).into_iter().filter(|l| self.frame().env.contains_key(l)).collect();
         let init: Vec<Local> = carried.iter().map(|l| self.frame().env[l]).collect();
         let free: Vec<Local> = free_locals(body)
             .into_iter()
@@ -926,7 +1060,10 @@ impl Gen<'_> {
             .collect();
         let i32t = Type::scalar(ElemTy::I32);
         let count = self.new_local(i32t.clone(), "n", true);
-        self.push_stmt(Stmt::Let { pat: Pat::Local(count), value: mk(ExprKind::Lit(Lit::Int(0)), i32t.clone(), self.sid) });
+        self.push_stmt(Stmt::Let {
+            pat: Pat::Local(count),
+            value: mk(ExprKind::Lit(Lit::Int(0)), i32t.clone(), self.sid),
+        });
         // Condition block over the slots.
         let saved = self.frames.clone();
         self.blocks.push(vec![]);
@@ -939,17 +1076,32 @@ impl Gen<'_> {
         let c = self.fwd(cond, &mut throwaway)?;
         let cstmts = self.blocks.pop().unwrap_or_default();
         self.frames = saved;
-        let cexpr = mk(ExprKind::Block { stmts: cstmts, result: Box::new(self.local(c)) }, Type::scalar(ElemTy::Bool), self.sid);
+        let cexpr = mk(
+            ExprKind::Block { stmts: cstmts, result: Box::new(self.local(c)) },
+            Type::scalar(ElemTy::Bool),
+            self.sid,
+        );
         let iv = self.new_local(i32t.clone(), "i", false);
         let body_e = self.loop_body(body, &carried, &slots, None, iv)?;
         let one = mk(ExprKind::Lit(Lit::Int(1)), i32t.clone(), self.sid);
-        let inc = mk(ExprKind::Prim { prim: Prim::Add, args: vec![self.local(count), one], attrs: Box::default() }, i32t.clone(), self.sid);
+        let inc = mk(
+            ExprKind::Prim { prim: Prim::Add, args: vec![self.local(count), one], attrs: Box::default() },
+            i32t.clone(),
+            self.sid,
+        );
         let body_e = mk(
-            ExprKind::Block { stmts: vec![Stmt::Expr(body_e), Stmt::Assign { pat: Pat::Local(count), value: inc }], result: Box::new(mk(ExprKind::Tuple(vec![]), Type::unit(), self.sid)) },
+            ExprKind::Block {
+                stmts: vec![Stmt::Expr(body_e), Stmt::Assign { pat: Pat::Local(count), value: inc }],
+                result: Box::new(mk(ExprKind::Tuple(vec![]), Type::unit(), self.sid)),
+            },
             Type::unit(),
             self.sid,
         );
-        self.push_stmt(Stmt::Expr(mk(ExprKind::While { cond: Box::new(cexpr), body: Box::new(body_e) }, Type::unit(), e.span)));
+        self.push_stmt(Stmt::Expr(mk(
+            ExprKind::While { cond: Box::new(cexpr), body: Box::new(body_e) },
+            Type::unit(),
+            e.span,
+        )));
         let n = self.emit(self.local(count), i32t, "cnt");
         let mut outs = Vec::new();
         for (l, s) in carried.iter().zip(&slots) {
@@ -962,7 +1114,18 @@ impl Gen<'_> {
             outs.push(o);
         }
         if active {
-            tape.push(Node::Loop(Box::new(LoopNode { start: None, end: n, ivar: None, body: Rc::new(body.clone()), ctx, carried, init, outs, free, span: e.span })));
+            tape.push(Node::Loop(Box::new(LoopNode {
+                start: None,
+                end: n,
+                ivar: None,
+                body: Rc::new(body.clone()),
+                ctx,
+                carried,
+                init,
+                outs,
+                free,
+                span: e.span,
+            })));
         }
         Ok(self.emit(mk(ExprKind::Tuple(vec![]), Type::unit(), self.sid), Type::unit(), "u"))
     }
@@ -994,12 +1157,24 @@ impl Gen<'_> {
                     Some(fc) if !fc.is_empty() => items.push(self.sum(fc)),
                     _ => {
                         let ft = self.field_type(id, &args, i);
-                        let fv = self.emit(mk(ExprKind::Field(Box::new(self.local(v)), i), ft.clone(), self.sid), ft.clone(), "zf");
+                        let fv = self.emit(
+                            mk(ExprKind::Field(Box::new(self.local(v)), i), ft.clone(), self.sid),
+                            ft.clone(),
+                            "zf",
+                        );
                         items.push(self.zeros_of(&ft, fv)?);
                     }
                 }
             }
-            let m = self.emit(mk(ExprKind::ModelBuild { fields: items.iter().map(|x| self.local(*x)).collect() }, ty.clone(), self.sid), ty, "gm");
+            let m = self.emit(
+                mk(
+                    ExprKind::ModelBuild { fields: items.iter().map(|x| self.local(*x)).collect() },
+                    ty.clone(),
+                    self.sid,
+                ),
+                ty,
+                "gm",
+            );
             cs.get_or_insert_with(Vec::new).push(m);
         }
         Ok(cs)
@@ -1032,7 +1207,12 @@ impl Gen<'_> {
                     .collect();
                 let et = e.materialise();
                 match dims {
-                    Some(d) => Ok(self.p(Prim::Zeros, &[], Attrs { shape: d, dtype: Some(et), ..Attrs::default() }, ty.clone())),
+                    Some(d) => Ok(self.p(
+                        Prim::Zeros,
+                        &[],
+                        Attrs { shape: d, dtype: Some(et), ..Attrs::default() },
+                        ty.clone(),
+                    )),
                     None => {
                         let z = self.lit(0.0, et);
                         Ok(self.p(Prim::Mul, &[v, z], Attrs::default(), ty.clone()))
@@ -1044,18 +1224,38 @@ impl Gen<'_> {
                 let mut fields = Vec::new();
                 for (i, _) in def.fields.iter().enumerate() {
                     let fty = self.field_type(*id, args, i);
-                    let fv = self.emit(mk(ExprKind::Field(Box::new(self.local(v)), i), fty.clone(), self.sid), fty.clone(), "zf");
+                    let fv = self.emit(
+                        mk(ExprKind::Field(Box::new(self.local(v)), i), fty.clone(), self.sid),
+                        fty.clone(),
+                        "zf",
+                    );
                     fields.push(self.zeros_of(&fty, fv)?);
                 }
-                Ok(self.emit(mk(ExprKind::ModelBuild { fields: fields.iter().map(|f| self.local(*f)).collect() }, ty.clone(), self.sid), ty.clone(), "zm"))
+                Ok(self.emit(
+                    mk(
+                        ExprKind::ModelBuild { fields: fields.iter().map(|f| self.local(*f)).collect() },
+                        ty.clone(),
+                        self.sid,
+                    ),
+                    ty.clone(),
+                    "zm",
+                ))
             }
             Type::Tuple(ts) => {
                 let mut items = Vec::new();
                 for (i, t) in ts.iter().enumerate() {
-                    let tv = self.emit(mk(ExprKind::TupleGet(Box::new(self.local(v)), i), t.clone(), self.sid), t.clone(), "zt");
+                    let tv = self.emit(
+                        mk(ExprKind::TupleGet(Box::new(self.local(v)), i), t.clone(), self.sid),
+                        t.clone(),
+                        "zt",
+                    );
                     items.push(self.zeros_of(t, tv)?);
                 }
-                Ok(self.emit(mk(ExprKind::Tuple(items.iter().map(|f| self.local(*f)).collect()), ty.clone(), self.sid), ty.clone(), "ztup"))
+                Ok(self.emit(
+                    mk(ExprKind::Tuple(items.iter().map(|f| self.local(*f)).collect()), ty.clone(), self.sid),
+                    ty.clone(),
+                    "ztup",
+                ))
             }
             _ => {
                 let z = self.lit(0.0, ElemTy::F32);
@@ -1123,11 +1323,19 @@ impl Gen<'_> {
                     let te = self.if_branch_bwd(then, ctx, assigned, &seeds, &free_act)?;
                     let ee = self.if_branch_bwd(els, ctx, assigned, &seeds, &free_act)?;
                     let tty = te.ty.clone();
-                    let both = mk(ExprKind::If { cond: Box::new(self.local(*cond)), then: Box::new(te), els: Box::new(ee) }, tty.clone(), *span);
+                    let both = mk(
+                        ExprKind::If { cond: Box::new(self.local(*cond)), then: Box::new(te), els: Box::new(ee) },
+                        tty.clone(),
+                        *span,
+                    );
                     let tup = self.emit(both, tty.clone(), "bif");
                     let Type::Tuple(parts) = tty else { unreachable!() };
                     for (i, (v, t)) in free_act.iter().zip(parts).enumerate() {
-                        let b = self.emit(mk(ExprKind::TupleGet(Box::new(self.local(tup)), i), t.clone(), self.sid), t, "bfr");
+                        let b = self.emit(
+                            mk(ExprKind::TupleGet(Box::new(self.local(tup)), i), t.clone(), self.sid),
+                            t,
+                            "bfr",
+                        );
                         contribs.entry(*v).or_default().push(b);
                     }
                 }
@@ -1151,7 +1359,11 @@ impl Gen<'_> {
                     let mut a: Vec<Expr> = args.iter().map(|v| self.local(*v)).collect();
                     a.push(self.local(*out));
                     a.push(self.local(g));
-                    let call = mk(ExprKind::Call { func: *bwd, dims: dims.clone(), rests: rests.clone(), args: a }, rty.clone(), *span);
+                    let call = mk(
+                        ExprKind::Call { func: *bwd, dims: dims.clone(), rests: rests.clone(), args: a },
+                        rty.clone(),
+                        *span,
+                    );
                     let r = self.emit(call, rty.clone(), "cv");
                     for (i, arg) in args.iter().enumerate() {
                         if !self.is_active(*arg) {
@@ -1173,7 +1385,14 @@ impl Gen<'_> {
     }
 
     /// Backward of one `if` branch: recompute its forward values, then run its backward.
-    fn if_branch_bwd(&mut self, b: &Expr, ctx: &[FrameCx], assigned: &[Local], seeds: &[Option<Local>], free: &[Local]) -> Res<Expr> {
+    fn if_branch_bwd(
+        &mut self,
+        b: &Expr,
+        ctx: &[FrameCx],
+        assigned: &[Local],
+        seeds: &[Option<Local>],
+        free: &[Local],
+    ) -> Res<Expr> {
         let saved = std::mem::replace(&mut self.frames, ctx.to_vec());
         self.blocks.push(vec![]);
         let mut sub = Vec::new();
@@ -1253,7 +1472,12 @@ impl Gen<'_> {
         let j = self.new_local(i32t.clone(), "j", false);
         let rec_body = self.loop_body(&l.body, &l.carried, &tslots, l.ivar, j)?;
         self.push_stmt(Stmt::Expr(mk(
-            ExprKind::ForRange { var: j, start: Box::new(self.local(start)), end: Box::new(self.local(it)), body: Box::new(rec_body) },
+            ExprKind::ForRange {
+                var: j,
+                start: Box::new(self.local(start)),
+                end: Box::new(self.local(it)),
+                body: Box::new(rec_body),
+            },
             Type::unit(),
             self.sid,
         )));
@@ -1301,9 +1525,18 @@ impl Gen<'_> {
         }
         self.frames = saved;
         let stmts = self.blocks.pop().unwrap_or_default();
-        let body = mk(ExprKind::Block { stmts, result: Box::new(mk(ExprKind::Tuple(vec![]), Type::unit(), self.sid)) }, Type::unit(), self.sid);
+        let body = mk(
+            ExprKind::Block { stmts, result: Box::new(mk(ExprKind::Tuple(vec![]), Type::unit(), self.sid)) },
+            Type::unit(),
+            self.sid,
+        );
         self.push_stmt(Stmt::Expr(mk(
-            ExprKind::ForRange { var: r, start: Box::new(self.local(zero)), end: Box::new(self.local(n)), body: Box::new(body) },
+            ExprKind::ForRange {
+                var: r,
+                start: Box::new(self.local(zero)),
+                end: Box::new(self.local(n)),
+                body: Box::new(body),
+            },
             Type::unit(),
             self.sid,
         )));
@@ -1329,13 +1562,21 @@ fn strip_return(e: &Expr) -> Option<Expr> {
         ExprKind::Return(v) => Some((**v).clone()),
         ExprKind::Block { stmts, result } => {
             if let Some(r) = strip_return(result) {
-                return Some(Expr { kind: ExprKind::Block { stmts: stmts.clone(), result: Box::new(r.clone()) }, ty: r.ty.clone(), span: e.span });
+                return Some(Expr {
+                    kind: ExprKind::Block { stmts: stmts.clone(), result: Box::new(r.clone()) },
+                    ty: r.ty.clone(),
+                    span: e.span,
+                });
             }
             match stmts.last() {
                 Some(Stmt::Expr(last)) => {
                     let r = strip_return(last)?;
                     let rest = stmts[..stmts.len() - 1].to_vec();
-                    Some(Expr { kind: ExprKind::Block { stmts: rest, result: Box::new(r.clone()) }, ty: r.ty.clone(), span: e.span })
+                    Some(Expr {
+                        kind: ExprKind::Block { stmts: rest, result: Box::new(r.clone()) },
+                        ty: r.ty.clone(),
+                        span: e.span,
+                    })
                 }
                 _ => None,
             }
@@ -1353,7 +1594,11 @@ fn join_early_return(s: &Stmt, rest: &[Stmt], result: &Expr) -> Option<Expr> {
     if t.is_none() && f.is_none() {
         return None;
     }
-    let tail = Expr { kind: ExprKind::Block { stmts: rest.to_vec(), result: Box::new(result.clone()) }, ty: result.ty.clone(), span: result.span };
+    let tail = Expr {
+        kind: ExprKind::Block { stmts: rest.to_vec(), result: Box::new(result.clone()) },
+        ty: result.ty.clone(),
+        span: result.span,
+    };
     let seq = |b: &Expr| -> Expr {
         let mut stmts = vec![Stmt::Expr(b.clone())];
         stmts.extend(rest.iter().cloned());
@@ -1366,7 +1611,11 @@ fn join_early_return(s: &Stmt, rest: &[Stmt], result: &Expr) -> Option<Expr> {
         None => seq(els),
     };
     let ty = then2.ty.clone();
-    Some(Expr { kind: ExprKind::If { cond: cond.clone(), then: Box::new(then2), els: Box::new(els2) }, ty, span: e.span })
+    Some(Expr {
+        kind: ExprKind::If { cond: cond.clone(), then: Box::new(then2), els: Box::new(els2) },
+        ty,
+        span: e.span,
+    })
 }
 
 /// Rewrites locals and dims of a copied expression.
@@ -1389,14 +1638,25 @@ fn remap(e: &Expr, map: &dyn Fn(Local) -> Local, s: &Subst) -> Expr {
             rests: rests.iter().map(|r| s.shape(r)).collect(),
             args: rs(args),
         },
-        ExprKind::CallValue { callee, target, args } => ExprKind::CallValue { callee: Box::new(r(callee)), target: target.clone(), args: rs(args) },
-        ExprKind::FuncRef(f) => ExprKind::FuncRef(*f),
-        ExprKind::Closure { id, captures } => ExprKind::Closure { id: *id, captures: captures.iter().map(|l| map(*l)).collect() },
-        ExprKind::Transform { target, callee } => ExprKind::Transform { target: target.clone(), callee: Box::new(r(callee)) },
-        ExprKind::Jvp { target, callee, primals, tangents } => {
-            ExprKind::Jvp { target: target.clone(), callee: Box::new(r(callee)), primals: rs(primals), tangents: rs(tangents) }
+        ExprKind::CallValue { callee, target, args } => {
+            ExprKind::CallValue { callee: Box::new(r(callee)), target: target.clone(), args: rs(args) }
         }
-        ExprKind::Vjp { target, callee, primals } => ExprKind::Vjp { target: target.clone(), callee: Box::new(r(callee)), primals: rs(primals) },
+        ExprKind::FuncRef(f) => ExprKind::FuncRef(*f),
+        ExprKind::Closure { id, captures } => {
+            ExprKind::Closure { id: *id, captures: captures.iter().map(|l| map(*l)).collect() }
+        }
+        ExprKind::Transform { target, callee } => {
+            ExprKind::Transform { target: target.clone(), callee: Box::new(r(callee)) }
+        }
+        ExprKind::Jvp { target, callee, primals, tangents } => ExprKind::Jvp {
+            target: target.clone(),
+            callee: Box::new(r(callee)),
+            primals: rs(primals),
+            tangents: rs(tangents),
+        },
+        ExprKind::Vjp { target, callee, primals } => {
+            ExprKind::Vjp { target: target.clone(), callee: Box::new(r(callee)), primals: rs(primals) }
+        }
         ExprKind::Tuple(xs) => ExprKind::Tuple(rs(xs)),
         ExprKind::TupleGet(a, i) => ExprKind::TupleGet(Box::new(r(a)), *i),
         ExprKind::Field(a, i) => ExprKind::Field(Box::new(r(a)), *i),
@@ -1419,15 +1679,22 @@ fn remap(e: &Expr, map: &dyn Fn(Local) -> Local, s: &Subst) -> Expr {
                     Stmt::Let { pat, value } => Stmt::Let { pat: remap_pat(pat, map), value: r(value) },
                     Stmt::Assign { pat, value } => Stmt::Assign { pat: remap_pat(pat, map), value: r(value) },
                     Stmt::Expr(x) => Stmt::Expr(r(x)),
-                    Stmt::BindDims { local, dims, rank, span } => Stmt::BindDims { local: map(*local), dims: dims.clone(), rank: *rank, span: *span },
+                    Stmt::BindDims { local, dims, rank, span } => {
+                        Stmt::BindDims { local: map(*local), dims: dims.clone(), rank: *rank, span: *span }
+                    }
                 })
                 .collect(),
             result: Box::new(r(result)),
         },
-        ExprKind::If { cond, then, els } => ExprKind::If { cond: Box::new(r(cond)), then: Box::new(r(then)), els: Box::new(r(els)) },
-        ExprKind::ForRange { var, start, end, body } => {
-            ExprKind::ForRange { var: map(*var), start: Box::new(r(start)), end: Box::new(r(end)), body: Box::new(r(body)) }
+        ExprKind::If { cond, then, els } => {
+            ExprKind::If { cond: Box::new(r(cond)), then: Box::new(r(then)), els: Box::new(r(els)) }
         }
+        ExprKind::ForRange { var, start, end, body } => ExprKind::ForRange {
+            var: map(*var),
+            start: Box::new(r(start)),
+            end: Box::new(r(end)),
+            body: Box::new(r(body)),
+        },
         ExprKind::ForBatches { vars, data, size, shuffle, body } => ExprKind::ForBatches {
             vars: vars.iter().map(|l| map(*l)).collect(),
             data: rs(data),

@@ -10,8 +10,8 @@
 
 mod fwd;
 mod rules;
-mod tangent;
 pub mod simplify;
+mod tangent;
 pub mod vmap;
 
 use crate::diag::{Code, Diagnostic};
@@ -92,9 +92,13 @@ pub fn ensure_target(prog: &mut Program, t: &FnTarget, span: Span) -> Result<Opt
         }
         FnTarget::Grad { inner, wrt, with_value } => {
             let Some(f) = ensure_target(prog, inner, span)? else {
-                return Err(Diagnostic::error(Code::E0403, span, "cannot differentiate a function value that is only known at run time")
-                    .label("differentiated here")
-                    .with_help("differentiate a named function or a closure written in place"));
+                return Err(Diagnostic::error(
+                    Code::E0403,
+                    span,
+                    "cannot differentiate a function value that is only known at run time",
+                )
+                .label("differentiated here")
+                .with_help("differentiate a named function or a closure written in place"));
             };
             derive(prog, f, mode_of(*wrt, *with_value), span).map(Some)
         }

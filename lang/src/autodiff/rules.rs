@@ -2,8 +2,8 @@
 //! the cotangent contributions to each operand, emitted as IR. Rules use only primitives that
 //! themselves have rules, so derived functions can be differentiated again.
 
-use super::fwd::{mk, Gen, Op, Res};
 use super::err;
+use super::fwd::{mk, Gen, Op, Res};
 use crate::ir::{Attrs, ExprKind, Local, Prim};
 use crate::types::{Dim, Elem, ElemTy, ShapeItem, Type};
 
@@ -68,7 +68,12 @@ impl Gen<'_> {
             if let (ShapeItem::Dim(ad), ShapeItem::Dim(cd)) = (&a[i], &cs[i]) {
                 if *ad == one && *cd != one {
                     cs[i] = ShapeItem::Dim(one.clone());
-                    cur = self.p(Prim::Sum, &[cur], Attrs { axis: Some(i), keepdims: true, ..Attrs::default() }, tensor(et, cs.clone()));
+                    cur = self.p(
+                        Prim::Sum,
+                        &[cur],
+                        Attrs { axis: Some(i), keepdims: true, ..Attrs::default() },
+                        tensor(et, cs.clone()),
+                    );
                 }
             }
         }
@@ -124,7 +129,11 @@ impl Gen<'_> {
 
     /// The cotangent of a dim count as a float scalar (for `mean`).
     fn count(&mut self, d: Dim, et: ElemTy) -> Local {
-        let i = self.emit(mk(ExprKind::DimValue(d), Type::Tensor(Elem::WeakInt, vec![]), self.sid), Type::Tensor(Elem::WeakInt, vec![]), "n");
+        let i = self.emit(
+            mk(ExprKind::DimValue(d), Type::Tensor(Elem::WeakInt, vec![]), self.sid),
+            Type::Tensor(Elem::WeakInt, vec![]),
+            "n",
+        );
         self.p(Prim::Cast, &[i], Attrs { dtype: Some(et), ..Attrs::default() }, Type::scalar(et))
     }
 
@@ -179,7 +188,8 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
             let mut v = Vec::new();
             for (i, t) in tys.iter().enumerate() {
                 if act[i] {
-                    let x = g.emit(mk(ExprKind::TupleGet(Box::new(g.local(bar)), i), t.clone(), g.sid), t.clone(), "tb");
+                    let x =
+                        g.emit(mk(ExprKind::TupleGet(Box::new(g.local(bar)), i), t.clone(), g.sid), t.clone(), "tb");
                     v.push((i, x));
                 }
             }
@@ -202,7 +212,11 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
                 if j == *k {
                     items.push(bar);
                 } else {
-                    let comp = g.emit(mk(ExprKind::TupleGet(Box::new(g.local(args[0])), j), t.clone(), g.sid), t.clone(), "tc");
+                    let comp = g.emit(
+                        mk(ExprKind::TupleGet(Box::new(g.local(args[0])), j), t.clone(), g.sid),
+                        t.clone(),
+                        "tc",
+                    );
                     items.push(g.zeros_like(comp)?);
                 }
             }
@@ -224,7 +238,8 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
                     items.push(g.zeros_like(comp)?);
                 }
             }
-            let e = mk(ExprKind::ModelBuild { fields: items.iter().map(|x| g.local(*x)).collect() }, tys[0].clone(), g.sid);
+            let e =
+                mk(ExprKind::ModelBuild { fields: items.iter().map(|x| g.local(*x)).collect() }, tys[0].clone(), g.sid);
             return Ok(vec![(0, g.emit(e, tys[0].clone(), "fb"))]);
         }
     };
@@ -496,7 +511,10 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
                         let m = g.matmul(ge, bt);
                         let mt = g.ty_of(m);
                         let s = shape(&mt);
-                        let sq = tensor(elem(&mt), s[..s.len() - 2].iter().chain(std::iter::once(&s[s.len() - 1])).cloned().collect());
+                        let sq = tensor(
+                            elem(&mt),
+                            s[..s.len() - 2].iter().chain(std::iter::once(&s[s.len() - 1])).cloned().collect(),
+                        );
                         let m = g.p(Prim::Squeeze, &[m], Attrs { axis: Some(s.len() - 2), ..Attrs::default() }, sq);
                         v.push((0, g.unbroadcast(m, &tys[0])?));
                     }
@@ -574,7 +592,11 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
                     off = end;
                 } else {
                     kinds[axis] = 0;
-                    bounds.push(g.emit(mk(ExprKind::Lit(crate::ir::Lit::Int(i as i64)), i32t.clone(), g.sid), i32t.clone(), "b"));
+                    bounds.push(g.emit(
+                        mk(ExprKind::Lit(crate::ir::Lit::Int(i as i64)), i32t.clone(), g.sid),
+                        i32t.clone(),
+                        "b",
+                    ));
                 }
                 if act[i] {
                     let mut xs = vec![bar];
@@ -621,7 +643,8 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
                 let (idx, new_dims) = match attrs.perm[j] {
                     0 => {
                         let i = bounds[j][0];
-                        let zero = g.emit(mk(ExprKind::Lit(crate::ir::Lit::Int(0)), i32t.clone(), g.sid), i32t.clone(), "z");
+                        let zero =
+                            g.emit(mk(ExprKind::Lit(crate::ir::Lit::Int(0)), i32t.clone(), g.sid), i32t.clone(), "z");
                         let neg = g.cmp(Prim::Lt, i, zero);
                         let n = g.emit(mk(ExprKind::DimValue(xd[j].clone()), i32t.clone(), g.sid), i32t.clone(), "n");
                         let wrapped = g.bin(Prim::Add, i, n, i32t.clone());
@@ -632,7 +655,12 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
                     }
                     1 => {
                         let len = od[out_axis[j].unwrap_or(0)].clone();
-                        let ar = g.p(Prim::Arange, &[], Attrs { shape: vec![len.clone()], dtype: Some(ElemTy::I32), ..Attrs::default() }, Type::tensor(ElemTy::I32, vec![len]));
+                        let ar = g.p(
+                            Prim::Arange,
+                            &[],
+                            Attrs { shape: vec![len.clone()], dtype: Some(ElemTy::I32), ..Attrs::default() },
+                            Type::tensor(ElemTy::I32, vec![len]),
+                        );
                         let idx = g.bin(Prim::Add, ar, bounds[j][0], g.ty_of(ar));
                         let mut nd = cur_dims.clone();
                         nd[pos] = xd[j].clone();
@@ -641,7 +669,12 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
                     _ => continue,
                 };
                 let ty = tensor(elem(&tys[0]), new_dims.iter().cloned().map(ShapeItem::Dim).collect());
-                cur = g.p(Prim::ScatterAdd, &[cur, idx], Attrs { axis: Some(pos), shape: new_dims.clone(), ..Attrs::default() }, ty);
+                cur = g.p(
+                    Prim::ScatterAdd,
+                    &[cur, idx],
+                    Attrs { axis: Some(pos), shape: new_dims.clone(), ..Attrs::default() },
+                    ty,
+                );
                 cur_dims = new_dims;
             }
             v.push((0, cur));

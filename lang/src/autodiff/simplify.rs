@@ -6,7 +6,8 @@ use std::collections::{HashMap, HashSet};
 
 /// Simplifies a function in place.
 pub fn simplify(f: &mut Func) {
-    let mutable: HashSet<Local> = f.locals.iter().enumerate().filter(|(_, l)| l.mutable).map(|(i, _)| Local(i as u32)).collect();
+    let mutable: HashSet<Local> =
+        f.locals.iter().enumerate().filter(|(_, l)| l.mutable).map(|(i, _)| Local(i as u32)).collect();
     let mut assigned = HashSet::new();
     walk(&f.body, &mut |e| {
         if let ExprKind::Block { stmts, .. } = &e.kind {
@@ -54,7 +55,18 @@ fn pat_locals(p: &Pat, out: &mut HashSet<Local>) {
 fn pure(e: &Expr) -> bool {
     let mut ok = true;
     walk(e, &mut |x| match &x.kind {
-        ExprKind::Prim { prim, .. } if prim.has_effect() || matches!(prim, crate::ir::Prim::Normal | crate::ir::Prim::Uniform | crate::ir::Prim::HeNormal | crate::ir::Prim::GlorotUniform) => ok = false,
+        ExprKind::Prim { prim, .. }
+            if prim.has_effect()
+                || matches!(
+                    prim,
+                    crate::ir::Prim::Normal
+                        | crate::ir::Prim::Uniform
+                        | crate::ir::Prim::HeNormal
+                        | crate::ir::Prim::GlorotUniform
+                ) =>
+        {
+            ok = false
+        }
         ExprKind::Call { .. }
         | ExprKind::CallValue { .. }
         | ExprKind::Block { .. }
@@ -88,7 +100,9 @@ fn rename(e: &mut Expr, renames: &HashMap<Local, Local>) {
 fn visit_mut(e: &mut Expr, f: &mut dyn FnMut(&mut Expr)) {
     f(e);
     match &mut e.kind {
-        ExprKind::Prim { args, .. } | ExprKind::Call { args, .. } | ExprKind::Tuple(args) => args.iter_mut().for_each(|a| visit_mut(a, f)),
+        ExprKind::Prim { args, .. } | ExprKind::Call { args, .. } | ExprKind::Tuple(args) => {
+            args.iter_mut().for_each(|a| visit_mut(a, f))
+        }
         ExprKind::ModelBuild { fields } => fields.iter_mut().for_each(|a| visit_mut(a, f)),
         ExprKind::CallValue { callee, args, .. } => {
             visit_mut(callee, f);
@@ -141,7 +155,12 @@ fn visit_mut(e: &mut Expr, f: &mut dyn FnMut(&mut Expr)) {
 }
 
 /// Shares equal pure values within a block (and with the blocks it encloses).
-fn cse(e: &mut Expr, seen: &mut HashMap<String, Local>, renames: &mut HashMap<Local, Local>, assigned: &HashSet<Local>) {
+fn cse(
+    e: &mut Expr,
+    seen: &mut HashMap<String, Local>,
+    renames: &mut HashMap<Local, Local>,
+    assigned: &HashSet<Local>,
+) {
     match &mut e.kind {
         ExprKind::Block { stmts, result } => {
             let mut scope = seen.clone();

@@ -17,7 +17,7 @@ fn elem(t: &Type) -> ElemTy {
 
 impl Gen<'_> {
     /// A tangent given for an operand, shaped like the result of a broadcasting operation.
-    fn to_out(&mut self, t: Local, out: Local) -> Res<Local> {
+    fn shaped_like_out(&mut self, t: Local, out: Local) -> Res<Local> {
         let (tt, ot) = (self.ty_of(t), self.ty_of(out));
         if tt == ot || !matches!(ot, Type::Tensor(..)) {
             return Ok(t);
@@ -42,18 +42,34 @@ impl Gen<'_> {
                 for (a, t) in args.iter().zip(ts) {
                     items.push(self.tan_or_zero(*t, *a)?);
                 }
-                return Ok(self.emit(mk(ExprKind::Tuple(items.iter().map(|x| self.local(*x)).collect()), ot.clone(), self.sid), ot, "tt"));
+                return Ok(self.emit(
+                    mk(ExprKind::Tuple(items.iter().map(|x| self.local(*x)).collect()), ot.clone(), self.sid),
+                    ot,
+                    "tt",
+                ));
             }
             Op::ModelBuild => {
                 let mut items = Vec::new();
                 for (a, t) in args.iter().zip(ts) {
                     items.push(self.tan_or_zero(*t, *a)?);
                 }
-                return Ok(self.emit(mk(ExprKind::ModelBuild { fields: items.iter().map(|x| self.local(*x)).collect() }, ot.clone(), self.sid), ot, "tm"));
+                return Ok(self.emit(
+                    mk(
+                        ExprKind::ModelBuild { fields: items.iter().map(|x| self.local(*x)).collect() },
+                        ot.clone(),
+                        self.sid,
+                    ),
+                    ot,
+                    "tm",
+                ));
             }
             Op::TupleGet(i) => {
                 let t = ts[0].unwrap_or(args[0]);
-                return Ok(self.emit(mk(ExprKind::TupleGet(Box::new(self.local(t)), *i), ot.clone(), self.sid), ot, "tg"));
+                return Ok(self.emit(
+                    mk(ExprKind::TupleGet(Box::new(self.local(t)), *i), ot.clone(), self.sid),
+                    ot,
+                    "tg",
+                ));
             }
             Op::Field(i) => {
                 let t = ts[0].unwrap_or(args[0]);
@@ -68,11 +84,11 @@ impl Gen<'_> {
         let r = match p {
             Prim::Add | Prim::Sub => {
                 let a = match t0 {
-                    Some(t) => Some(self.to_out(t, out)?),
+                    Some(t) => Some(self.shaped_like_out(t, out)?),
                     None => None,
                 };
                 let b = match t1 {
-                    Some(t) => Some(self.to_out(t, out)?),
+                    Some(t) => Some(self.shaped_like_out(t, out)?),
                     None => None,
                 };
                 match (a, b) {
@@ -92,7 +108,7 @@ impl Gen<'_> {
                     parts.push(bin(self, Prim::Mul, args[0], t));
                 }
                 let s = self.sum(&parts);
-                self.to_out(s, out)?
+                self.shaped_like_out(s, out)?
             }
             Prim::Div => {
                 let mut parts = Vec::new();
@@ -105,7 +121,7 @@ impl Gen<'_> {
                     parts.push(self.p(Prim::Neg, &[d], Attrs::default(), ot.clone()));
                 }
                 let s = self.sum(&parts);
-                self.to_out(s, out)?
+                self.shaped_like_out(s, out)?
             }
             Prim::Pow => {
                 let mut parts = Vec::new();
@@ -124,13 +140,21 @@ impl Gen<'_> {
                     parts.push(bin(self, Prim::Mul, m, la));
                 }
                 let s = self.sum(&parts);
-                self.to_out(s, out)?
+                self.shaped_like_out(s, out)?
             }
             Prim::Maximum | Prim::Minimum => {
-                let c = self.p(if p == Prim::Maximum { Prim::Ge } else { Prim::Le }, &[args[0], args[1]], Attrs::default(), Type::Tensor(crate::types::Elem::T(ElemTy::Bool), match &ot {
-                    Type::Tensor(_, s) => s.clone(),
-                    _ => vec![],
-                }));
+                let c = self.p(
+                    if p == Prim::Maximum { Prim::Ge } else { Prim::Le },
+                    &[args[0], args[1]],
+                    Attrs::default(),
+                    Type::Tensor(
+                        crate::types::Elem::T(ElemTy::Bool),
+                        match &ot {
+                            Type::Tensor(_, s) => s.clone(),
+                            _ => vec![],
+                        },
+                    ),
+                );
                 let a = self.tan_or_zero(t0, args[0])?;
                 let b = self.tan_or_zero(t1, args[1])?;
                 self.p(Prim::Where, &[c, a, b], Attrs::default(), ot.clone())
@@ -171,7 +195,17 @@ impl Gen<'_> {
                 self.p(p, &a, attrs, ot.clone())
             }
             // Linear in the first operand; the others (indices, bounds) carry no tangent.
-            Prim::Sum | Prim::Mean | Prim::Reshape | Prim::Transpose | Prim::Permute | Prim::ExpandDims | Prim::Squeeze | Prim::BroadcastTo | Prim::Gather | Prim::ScatterAdd | Prim::Slice => {
+            Prim::Sum
+            | Prim::Mean
+            | Prim::Reshape
+            | Prim::Transpose
+            | Prim::Permute
+            | Prim::ExpandDims
+            | Prim::Squeeze
+            | Prim::BroadcastTo
+            | Prim::Gather
+            | Prim::ScatterAdd
+            | Prim::Slice => {
                 let mut a = args.to_vec();
                 a[0] = t0.unwrap_or(args[0]);
                 self.p(p, &a, attrs, ot.clone())
@@ -187,7 +221,12 @@ impl Gen<'_> {
                             _ => vec![],
                         };
                         s.insert(k.min(s.len()), crate::types::ShapeItem::Dim(crate::types::Dim::constant(1)));
-                        self.p(Prim::ExpandDims, &[out], Attrs { axis: Some(k), ..Attrs::default() }, Type::Tensor(crate::types::Elem::T(elem(&ot)), s))
+                        self.p(
+                            Prim::ExpandDims,
+                            &[out],
+                            Attrs { axis: Some(k), ..Attrs::default() },
+                            Type::Tensor(crate::types::Elem::T(elem(&ot)), s),
+                        )
                     }
                     _ => out,
                 };
@@ -195,16 +234,29 @@ impl Gen<'_> {
                     let d = self.p(Prim::Sub, &[x, y], Attrs::default(), xt.clone());
                     self.p(Prim::Exp, &[d], Attrs::default(), xt.clone())
                 } else {
-                    let c = self.p(Prim::Eq, &[x, y], Attrs::default(), Type::Tensor(crate::types::Elem::T(ElemTy::Bool), match &xt {
-                        Type::Tensor(_, s) => s.clone(),
-                        _ => vec![],
-                    }));
+                    let c = self.p(
+                        Prim::Eq,
+                        &[x, y],
+                        Attrs::default(),
+                        Type::Tensor(
+                            crate::types::Elem::T(ElemTy::Bool),
+                            match &xt {
+                                Type::Tensor(_, s) => s.clone(),
+                                _ => vec![],
+                            },
+                        ),
+                    );
                     let one = self.lit(1.0, elem(&xt));
                     let zero = self.lit(0.0, elem(&xt));
                     self.p(Prim::Where, &[c, one, zero], Attrs::default(), xt.clone())
                 };
                 let m = self.p(Prim::Mul, &[t, w], Attrs::default(), xt);
-                self.p(Prim::Sum, &[m], Attrs { axis: attrs.axis, keepdims: attrs.keepdims, ..Attrs::default() }, ot.clone())
+                self.p(
+                    Prim::Sum,
+                    &[m],
+                    Attrs { axis: attrs.axis, keepdims: attrs.keepdims, ..Attrs::default() },
+                    ot.clone(),
+                )
             }
             _ if p.class() == Class::Unary => {
                 // For f(x) elementwise the reverse rule g ↦ g·f'(x) is also the tangent rule.
@@ -235,11 +287,19 @@ impl Gen<'_> {
                     let te = self.if_branch_jvp(then, ctx, assigned, tan)?;
                     let ee = self.if_branch_jvp(els, ctx, assigned, tan)?;
                     let ty = te.ty.clone();
-                    let both = mk(ExprKind::If { cond: Box::new(self.local(*cond)), then: Box::new(te), els: Box::new(ee) }, ty.clone(), *span);
+                    let both = mk(
+                        ExprKind::If { cond: Box::new(self.local(*cond)), then: Box::new(te), els: Box::new(ee) },
+                        ty.clone(),
+                        *span,
+                    );
                     let tup = self.emit(both, ty.clone(), "tif");
                     let Type::Tuple(parts) = ty else { continue };
                     for (i, (o, t)) in outs.iter().zip(parts).enumerate() {
-                        let v = self.emit(mk(ExprKind::TupleGet(Box::new(self.local(tup)), i), t.clone(), self.sid), t, "tifo");
+                        let v = self.emit(
+                            mk(ExprKind::TupleGet(Box::new(self.local(tup)), i), t.clone(), self.sid),
+                            t,
+                            "tifo",
+                        );
                         tan.insert(*o, v);
                     }
                 }
@@ -252,7 +312,13 @@ impl Gen<'_> {
         Ok(())
     }
 
-    fn if_branch_jvp(&mut self, b: &Expr, ctx: &[super::fwd::FrameCx], assigned: &[Local], tan: &HashMap<Local, Local>) -> Res<Expr> {
+    fn if_branch_jvp(
+        &mut self,
+        b: &Expr,
+        ctx: &[super::fwd::FrameCx],
+        assigned: &[Local],
+        tan: &HashMap<Local, Local>,
+    ) -> Res<Expr> {
         let saved = self.replace_frames(ctx.to_vec());
         self.push_block();
         let mut sub = Vec::new();
@@ -326,9 +392,18 @@ impl Gen<'_> {
         }
         let stmts = self.pop_block();
         self.replace_frames(saved);
-        let body = mk(ExprKind::Block { stmts, result: Box::new(mk(ExprKind::Tuple(vec![]), Type::unit(), self.sid)) }, Type::unit(), self.sid);
+        let body = mk(
+            ExprKind::Block { stmts, result: Box::new(mk(ExprKind::Tuple(vec![]), Type::unit(), self.sid)) },
+            Type::unit(),
+            self.sid,
+        );
         self.push_stmt(Stmt::Expr(mk(
-            ExprKind::ForRange { var: iv, start: Box::new(self.local(start)), end: Box::new(self.local(l.end)), body: Box::new(body) },
+            ExprKind::ForRange {
+                var: iv,
+                start: Box::new(self.local(start)),
+                end: Box::new(self.local(l.end)),
+                body: Box::new(body),
+            },
             Type::unit(),
             self.sid,
         )));

@@ -51,6 +51,9 @@ fn unpack(code: u64) -> Vec<Option<usize>> {
         .collect()
 }
 
+/// The batched value of each local of a frame.
+type Env = HashMap<Local, (Local, Bat)>;
+
 struct Frame {
     env: HashMap<Local, (Local, Bat)>,
     subst: Subst,
@@ -60,7 +63,7 @@ struct Frame {
 struct V<'p> {
     prog: &'p Program,
     /// The scope each closure was created in, for inlining its instances.
-    closure_envs: HashMap<crate::types::ClosureId, (HashMap<Local, (Local, Bat)>, Subst)>,
+    closure_envs: HashMap<crate::types::ClosureId, (Env, Subst)>,
     locals: Vec<LocalInfo>,
     blocks: Vec<Vec<Stmt>>,
     frames: Vec<Frame>,
@@ -101,12 +104,25 @@ pub(super) fn generate(prog: &Program, f: FuncId, code: u64, bsym: crate::types:
     let func = prog.func(f);
     let axes = {
         let a = unpack(code);
-        if a.is_empty() { vec![Some(0); func.params.len()] } else { a }
+        if a.is_empty() {
+            vec![Some(0); func.params.len()]
+        } else {
+            a
+        }
     };
     if axes.len() != func.params.len() {
         return Err(err(span, "`vmap` in_axes do not match the parameters"));
     }
-    let mut v = V { prog, closure_envs: HashMap::new(), locals: func.locals.clone(), blocks: vec![vec![]], frames: vec![], b: Dim::constant(1), span, sid: func.span };
+    let mut v = V {
+        prog,
+        closure_envs: HashMap::new(),
+        locals: func.locals.clone(),
+        blocks: vec![vec![]],
+        frames: vec![],
+        b: Dim::constant(1),
+        span,
+        sid: func.span,
+    };
     // Parameters: mapped ones get the batch dim inserted at their axis; inside, it is moved to 0.
     let mut params = Vec::new();
     let mut env = HashMap::new();
@@ -166,7 +182,8 @@ pub(super) fn generate(prog: &Program, f: FuncId, code: u64, bsym: crate::types:
     let r = v.force(r, &rb)?;
     let ret = v.ty_of(r);
     let stmts = v.blocks.pop().unwrap_or_default();
-    let body = mk(ExprKind::Block { stmts, result: Box::new(mk(ExprKind::Local(r), ret.clone(), v.sid)) }, ret.clone(), v.sid);
+    let body =
+        mk(ExprKind::Block { stmts, result: Box::new(mk(ExprKind::Local(r), ret.clone(), v.sid)) }, ret.clone(), v.sid);
     Ok(ir::Func {
         name: func.name,
         dims: new_dims,
@@ -232,14 +249,20 @@ impl V<'_> {
                     items.push(self.force(c, pb)?);
                 }
                 let tys: Vec<Type> = items.iter().map(|x| self.ty_of(*x)).collect();
-                Ok(self.emit(mk(ExprKind::Tuple(items.iter().map(|x| self.local(*x)).collect()), Type::Tuple(tys), self.sid)))
+                Ok(self.emit(mk(
+                    ExprKind::Tuple(items.iter().map(|x| self.local(*x)).collect()),
+                    Type::Tuple(tys),
+                    self.sid,
+                )))
             }
             Bat::No => {
                 let t = self.ty_of(v);
                 let Type::Tensor(..) = &t else {
                     return Err(err(self.span, "`vmap` cannot batch a model or function value"));
                 };
-                let Some(d) = fixed(&shape(&t)) else { return Err(err(self.span, "`vmap` cannot broadcast a `..` rest")) };
+                let Some(d) = fixed(&shape(&t)) else {
+                    return Err(err(self.span, "`vmap` cannot broadcast a `..` rest"));
+                };
                 let mut full = vec![self.b.clone()];
                 full.extend(d);
                 let bt = self.bty(&t);
@@ -263,7 +286,9 @@ impl V<'_> {
     fn walk(&mut self, e: &Expr) -> Res<(Local, Bat)> {
         let ty = self.sty(&e.ty);
         match &e.kind {
-            ExprKind::Local(l) => self.frame().env.get(l).cloned().ok_or_else(|| err(self.span, "internal: unbound value in vmap")),
+            ExprKind::Local(l) => {
+                self.frame().env.get(l).cloned().ok_or_else(|| err(self.span, "internal: unbound value in vmap"))
+            }
             ExprKind::Lit(_) | ExprKind::Const(_) | ExprKind::FuncRef(_) => {
                 let c = mk(e.kind.clone(), ty, e.span);
                 Ok((self.emit(c), Bat::No))
@@ -284,7 +309,10 @@ impl V<'_> {
                     let (l, b) = &vs[0];
                     let s = shape(&self.ty_of(*l));
                     if s.iter().any(|i| matches!(i, ShapeItem::Rest(_))) {
-                        return Err(err(self.prog.span(e.span), "`vmap` of a reduction over `axis: -k` of a `..` rest"));
+                        return Err(err(
+                            self.prog.span(e.span),
+                            "`vmap` of a reduction over `axis: -k` of a `..` rest",
+                        ));
                     }
                     let rank = s.len() - usize::from(*b == Bat::Yes);
                     attrs.axis = attrs.axis.map(|k| rank.saturating_sub(k));
@@ -313,10 +341,17 @@ impl V<'_> {
                     vs.push(self.walk(a)?);
                 }
                 let Some(f) = target_func(self.prog, target) else {
-                    return Err(err(self.prog.span(e.span), "`vmap` cannot batch a call of a function value known only at run time"));
+                    return Err(err(
+                        self.prog.span(e.span),
+                        "`vmap` cannot batch a call of a function value known only at run time",
+                    ));
                 };
                 let closure = super::innermost(target).and_then(|g| {
-                    self.prog.closures.iter().position(|c| c.instances.iter().any(|(_, h)| *h == g)).map(|i| crate::types::ClosureId(i as u32))
+                    self.prog
+                        .closures
+                        .iter()
+                        .position(|c| c.instances.iter().any(|(_, h)| *h == g))
+                        .map(|i| crate::types::ClosureId(i as u32))
                 });
                 let callee = self.prog.func(f);
                 let generic: HashSet<_> = callee.dims.iter().copied().collect();
@@ -341,7 +376,11 @@ impl V<'_> {
                     vs.push(self.walk(a)?);
                 }
                 let tys: Vec<Type> = vs.iter().map(|(l, _)| self.ty_of(*l)).collect();
-                let t = self.emit(mk(ExprKind::Tuple(vs.iter().map(|(l, _)| self.local(*l)).collect()), Type::Tuple(tys), e.span));
+                let t = self.emit(mk(
+                    ExprKind::Tuple(vs.iter().map(|(l, _)| self.local(*l)).collect()),
+                    Type::Tuple(tys),
+                    e.span,
+                ));
                 Ok((t, Bat::Tup(vs.into_iter().map(|(_, b)| b).collect())))
             }
             ExprKind::TupleGet(a, i) => {
@@ -388,17 +427,22 @@ impl V<'_> {
                     let (tv, tstmts) = t;
                     let (fv, fstmts) = f;
                     let want = if tb.any() || fb.any() { Bat::Yes } else { Bat::No };
-                    let (te, fe) = if want == Bat::Yes && (tb != Bat::Yes || fb != Bat::Yes) && !matches!(tb, Bat::Tup(_)) {
-                        let te = self.finish_branch(tstmts, tv, &tb, true)?;
-                        let fe = self.finish_branch(fstmts, fv, &fb, true)?;
-                        (te, fe)
-                    } else {
-                        let te = self.finish_branch(tstmts, tv, &tb, false)?;
-                        let fe = self.finish_branch(fstmts, fv, &fb, false)?;
-                        (te, fe)
-                    };
+                    let (te, fe) =
+                        if want == Bat::Yes && (tb != Bat::Yes || fb != Bat::Yes) && !matches!(tb, Bat::Tup(_)) {
+                            let te = self.finish_branch(tstmts, tv, &tb, true)?;
+                            let fe = self.finish_branch(fstmts, fv, &fb, true)?;
+                            (te, fe)
+                        } else {
+                            let te = self.finish_branch(tstmts, tv, &tb, false)?;
+                            let fe = self.finish_branch(fstmts, fv, &fb, false)?;
+                            (te, fe)
+                        };
                     let rty = te.ty.clone();
-                    let out = self.emit(mk(ExprKind::If { cond: Box::new(self.local(c)), then: Box::new(te), els: Box::new(fe) }, rty, e.span));
+                    let out = self.emit(mk(
+                        ExprKind::If { cond: Box::new(self.local(c)), then: Box::new(te), els: Box::new(fe) },
+                        rty,
+                        e.span,
+                    ));
                     let ob = if want == Bat::Yes && !matches!(tb, Bat::Tup(_)) { Bat::Yes } else { tb };
                     return Ok((out, ob));
                 }
@@ -486,7 +530,13 @@ impl V<'_> {
         self.inline_with(f, args, subst, None)
     }
 
-    fn inline_with(&mut self, f: FuncId, args: Vec<(Local, Bat)>, subst: Subst, base: Option<HashMap<Local, (Local, Bat)>>) -> Res<(Local, Bat)> {
+    fn inline_with(
+        &mut self,
+        f: FuncId,
+        args: Vec<(Local, Bat)>,
+        subst: Subst,
+        base: Option<HashMap<Local, (Local, Bat)>>,
+    ) -> Res<(Local, Bat)> {
         if self.frames.len() > 200 {
             return Err(err(self.span, "calls nested too deeply to batch"));
         }
@@ -551,10 +601,18 @@ impl V<'_> {
                 match attrs.axis {
                     Some(a) => self.p(p, &[x], Attrs { axis: Some(a + 1), ..attrs }, bt),
                     None => {
-                        let Some(d) = fixed(&xs) else { return Err(err(self.span, "`vmap` of a reduction over a `..` rest")) };
+                        let Some(d) = fixed(&xs) else {
+                            return Err(err(self.span, "`vmap` of a reduction over a `..` rest"));
+                        };
                         let n = d[1..].iter().fold(Dim::constant(1), |acc, x| acc.mul(x));
-                        let flat_t = with_shape(&self.ty_of(x), vec![ShapeItem::Dim(self.b.clone()), ShapeItem::Dim(n.clone())]);
-                        let flat = self.p(Prim::Reshape, &[x], Attrs { shape: vec![self.b.clone(), n], ..Attrs::default() }, flat_t);
+                        let flat_t =
+                            with_shape(&self.ty_of(x), vec![ShapeItem::Dim(self.b.clone()), ShapeItem::Dim(n.clone())]);
+                        let flat = self.p(
+                            Prim::Reshape,
+                            &[x],
+                            Attrs { shape: vec![self.b.clone(), n], ..Attrs::default() },
+                            flat_t,
+                        );
                         let red_t = self.bty(&with_shape(&ty, vec![]));
                         let red = self.p(p, &[flat], Attrs { axis: Some(1), keepdims: false, ..attrs.clone() }, red_t);
                         if attrs.keepdims {
@@ -591,7 +649,12 @@ impl V<'_> {
                         let bt1 = self.ty_of(b);
                         let mut s = shape(&bt1);
                         s.push(ShapeItem::Dim(Dim::constant(1)));
-                        let bl = self.p(Prim::ExpandDims, &[b], Attrs { axis: Some(s.len() - 1), ..Attrs::default() }, with_shape(&bt1, s));
+                        let bl = self.p(
+                            Prim::ExpandDims,
+                            &[b],
+                            Attrs { axis: Some(s.len() - 1), ..Attrs::default() },
+                            with_shape(&bt1, s),
+                        );
                         let mt = self.mm_type(a, bl);
                         let m = self.p(Prim::MatMul, &[a, bl], Attrs::default(), mt.clone());
                         let axis = shape(&mt).len() - 1;
@@ -653,7 +716,12 @@ impl V<'_> {
                         perm.insert(0, a);
                         self.p(Prim::Permute, &[g], Attrs { perm, ..Attrs::default() }, bt)
                     }
-                    _ => return Err(err(self.span, "`vmap` cannot batch a gather whose table and indices both differ per element")),
+                    _ => {
+                        return Err(err(
+                            self.span,
+                            "`vmap` cannot batch a gather whose table and indices both differ per element",
+                        ))
+                    }
                 }
             }
             (Prim::ScatterAdd, _) => {
@@ -689,14 +757,18 @@ impl V<'_> {
     fn mm_type(&self, a: Local, b: Local) -> Type {
         let (at, bt) = (self.ty_of(a), self.ty_of(b));
         let (sa, sb) = (shape(&at), shape(&bt));
-        let batch = crate::types::unify::broadcast(&sa[..sa.len() - 2].to_vec(), &sb[..sb.len() - 2].to_vec()).unwrap_or_default();
+        let batch = crate::types::unify::broadcast(&sa[..sa.len() - 2].to_vec(), &sb[..sb.len() - 2].to_vec())
+            .unwrap_or_default();
         let mut out = batch;
         out.push(sa[sa.len() - 2].clone());
         out.push(sb[sb.len() - 1].clone());
-        Type::Tensor(match &at {
-            Type::Tensor(e, _) => *e,
-            _ => Elem::T(ElemTy::F32),
-        }, out)
+        Type::Tensor(
+            match &at {
+                Type::Tensor(e, _) => *e,
+                _ => Elem::T(ElemTy::F32),
+            },
+            out,
+        )
     }
 }
 
@@ -714,7 +786,9 @@ fn rename(e: &mut Expr, map: &HashMap<Local, Local>) {
         }
     }
     match &mut e.kind {
-        ExprKind::Prim { args, .. } | ExprKind::Call { args, .. } | ExprKind::Tuple(args) => args.iter_mut().for_each(|a| rename(a, map)),
+        ExprKind::Prim { args, .. } | ExprKind::Call { args, .. } | ExprKind::Tuple(args) => {
+            args.iter_mut().for_each(|a| rename(a, map))
+        }
         ExprKind::Block { stmts, result } => {
             for s in stmts {
                 match s {

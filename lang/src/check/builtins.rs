@@ -53,10 +53,20 @@ impl Checker {
     fn arity(&mut self, name: &str, a: &Args, min: usize, max: usize, span: Span) -> bool {
         let n = a.pos.len();
         if n < min || n > max {
-            let want = if min == max { format!("{min}") } else if max == usize::MAX { format!("at least {min}") } else { format!("{min} to {max}") };
+            let want = if min == max {
+                format!("{min}")
+            } else if max == usize::MAX {
+                format!("at least {min}")
+            } else {
+                format!("{min} to {max}")
+            };
             self.error(
-                Diagnostic::error(Code::E0312, span, format!("`{name}` takes {want} argument{}, found {n}", if want == "1" { "" } else { "s" }))
-                    .label("wrong number of arguments"),
+                Diagnostic::error(
+                    Code::E0312,
+                    span,
+                    format!("`{name}` takes {want} argument{}, found {n}", if want == "1" { "" } else { "s" }),
+                )
+                .label("wrong number of arguments"),
             );
             return false;
         }
@@ -93,8 +103,12 @@ impl Checker {
         if ax >= r || ax < -r {
             let ts = self.ty_str(ty);
             self.error(
-                Diagnostic::error(Code::E0309, span, format!("axis {ax} is out of range for a tensor of rank {rank} ({ts})"))
-                    .label(format!("valid axes are {} to {}", -r, r - 1)),
+                Diagnostic::error(
+                    Code::E0309,
+                    span,
+                    format!("axis {ax} is out of range for a tensor of rank {rank} ({ts})"),
+                )
+                .label(format!("valid axes are {} to {}", -r, r - 1)),
             );
             return None;
         }
@@ -107,7 +121,9 @@ impl Checker {
             Type::Error => None,
             t => {
                 let ts = self.ty_str(t);
-                self.error(Diagnostic::error(Code::E0304, span, format!("{what} needs a tensor, found {ts}")).label(ts));
+                self.error(
+                    Diagnostic::error(Code::E0304, span, format!("{what} needs a tensor, found {ts}")).label(ts),
+                );
                 None
             }
         }
@@ -119,7 +135,11 @@ impl Checker {
             match i {
                 ShapeItem::Dim(d) => out.push(d.clone()),
                 ShapeItem::Rest(_) => {
-                    self.error(Diagnostic::error(Code::E0305, span, format!("{what} needs a tensor of known rank, not one with a `..` rest")));
+                    self.error(Diagnostic::error(
+                        Code::E0305,
+                        span,
+                        format!("{what} needs a tensor of known rank, not one with a `..` rest"),
+                    ));
                     return None;
                 }
             }
@@ -135,7 +155,11 @@ impl Checker {
             match self.static_dim(cx, e) {
                 Some(d) => {
                     if d.as_const().is_some_and(|v| v < 0) {
-                        self.error(Diagnostic::error(Code::E0323, *s, format!("`{what}`: a dimension cannot be negative")));
+                        self.error(Diagnostic::error(
+                            Code::E0323,
+                            *s,
+                            format!("`{what}`: a dimension cannot be negative"),
+                        ));
                         ok = false;
                     }
                     out.push(d)
@@ -174,9 +198,13 @@ impl Checker {
             None if cx.in_init => None,
             None => {
                 self.error(
-                    Diagnostic::error(Code::E0212, span, format!("`{name}` needs `seed: s` outside a model initialiser"))
-                        .label("missing seed")
-                        .with_help(format!("write e.g. `{name}(…, seed: 0)`; inside a model, `init` supplies the seed")),
+                    Diagnostic::error(
+                        Code::E0212,
+                        span,
+                        format!("`{name}` needs `seed: s` outside a model initialiser"),
+                    )
+                    .label("missing seed")
+                    .with_help(format!("write e.g. `{name}(…, seed: 0)`; inside a model, `init` supplies the seed")),
                 );
                 None
             }
@@ -211,9 +239,13 @@ impl Checker {
                     let ts = self.ty_str(&v.ty);
                     let kind = if needs_float { "float" } else { "numeric" };
                     self.error(
-                        Diagnostic::error(Code::E0318, a.pos[0].1, format!("`{name}` needs a {kind} tensor, found {ts}"))
-                            .label(ts)
-                            .with_help("convert it with `f32(…)`"),
+                        Diagnostic::error(
+                            Code::E0318,
+                            a.pos[0].1,
+                            format!("`{name}` needs a {kind} tensor, found {ts}"),
+                        )
+                        .label(ts)
+                        .with_help("convert it with `f32(…)`"),
                     );
                     return self.error_expr(span);
                 }
@@ -328,7 +360,13 @@ impl Checker {
             }
         };
         // Over a `..` rest a negative axis stays relative to the end: the rank is known at run time.
-        let from_end = axis.is_some() && s.iter().any(|i| matches!(i, ShapeItem::Rest(_))) && self.named(a, "axis").and_then(|x| self.static_dim(cx, x)).and_then(|d| d.as_const()).is_some_and(|k| k < 0);
+        let from_end = axis.is_some()
+            && s.iter().any(|i| matches!(i, ShapeItem::Rest(_)))
+            && self
+                .named(a, "axis")
+                .and_then(|x| self.static_dim(cx, x))
+                .and_then(|d| d.as_const())
+                .is_some_and(|k| k < 0);
         let axis = if from_end { axis.map(|i| s.len() - i) } else { axis };
         let attrs = Attrs { axis, keepdims, from_end, ..Attrs::default() };
         self.prim(p, vec![v], attrs, Type::Tensor(out_elem, shape), span)
@@ -385,16 +423,24 @@ impl Checker {
                 let s = s.clone();
                 let ast::ExprKind::List(items) = &a.pos[1].0.kind else {
                     self.error(
-                        Diagnostic::error(Code::E0323, a.pos[1].1, format!("`{name}` needs the target shape as a list `[d, …]`"))
-                            .label("expected `[…]`"),
+                        Diagnostic::error(
+                            Code::E0323,
+                            a.pos[1].1,
+                            format!("`{name}` needs the target shape as a list `[d, …]`"),
+                        )
+                        .label("expected `[…]`"),
                     );
                     return self.error_expr(span);
                 };
                 let infer_at = items.iter().position(|i| matches!(i.kind, ast::ExprKind::Wild));
                 if let Some(second) = items.iter().filter(|i| matches!(i.kind, ast::ExprKind::Wild)).nth(1) {
                     self.error(
-                        Diagnostic::error(Code::E0323, second.span, format!("`{name}` can infer only one dimension written `_`"))
-                            .label("a second `_`"),
+                        Diagnostic::error(
+                            Code::E0323,
+                            second.span,
+                            format!("`{name}` can infer only one dimension written `_`"),
+                        )
+                        .label("a second `_`"),
                     );
                     return self.error_expr(span);
                 }
@@ -436,8 +482,7 @@ impl Checker {
                     }
                 } else {
                     let tgt: Vec<ShapeItem> = dims.iter().cloned().map(ShapeItem::Dim).collect();
-                    let ok = src.len() <= dims.len()
-                        && matches!(broadcast(&s, &tgt), Ok(ref b) if *b == tgt);
+                    let ok = src.len() <= dims.len() && matches!(broadcast(&s, &tgt), Ok(ref b) if *b == tgt);
                     if !ok {
                         let shape_s: Vec<String> = dims.iter().map(|d| self.dim_str(d)).collect();
                         self.error(Diagnostic::error(
@@ -467,7 +512,11 @@ impl Checker {
                     (0..dims.len()).rev().collect()
                 } else {
                     let ast::ExprKind::List(items) = &a.pos[1].0.kind else {
-                        self.error(Diagnostic::error(Code::E0323, a.pos[1].1, "`permute` needs the axes as a list `[i, …]`"));
+                        self.error(Diagnostic::error(
+                            Code::E0323,
+                            a.pos[1].1,
+                            "`permute` needs the axes as a list `[i, …]`",
+                        ));
                         return self.error_expr(span);
                     };
                     let mut perm = Vec::new();
@@ -526,7 +575,11 @@ impl Checker {
                             Diagnostic::error(
                                 Code::E0309,
                                 sp,
-                                format!("axis {k} is out of range for `expand_dims` of {ts}: the new dim goes at {} to {}", -r, r - 1),
+                                format!(
+                                    "axis {k} is out of range for `expand_dims` of {ts}: the new dim goes at {} to {}",
+                                    -r,
+                                    r - 1
+                                ),
                             )
                             .label(format!("valid axes are {} to {}", -r, r - 1)),
                         );
@@ -542,8 +595,12 @@ impl Checker {
                             if !dims[i].is_one() {
                                 let ds = self.dim_str(&dims[i]);
                                 self.error(
-                                    Diagnostic::error(Code::E0306, sp, format!("cannot squeeze axis {k}: its size is {ds}, not 1"))
-                                        .with_secondary(a.pos[0].1, format!("this is {}", self.ty_str(&v.ty))),
+                                    Diagnostic::error(
+                                        Code::E0306,
+                                        sp,
+                                        format!("cannot squeeze axis {k}: its size is {ds}, not 1"),
+                                    )
+                                    .with_secondary(a.pos[0].1, format!("this is {}", self.ty_str(&v.ty))),
                                 );
                                 return self.error_expr(span);
                             }
@@ -577,8 +634,12 @@ impl Checker {
                 let (xs, is) = (xs.clone(), is.clone());
                 if ie != Elem::T(ElemTy::I32) {
                     self.error(
-                        Diagnostic::error(Code::E0303, a.pos[1].1, format!("`gather` indices must be i32, found {}", ie.name()))
-                            .with_help("convert them with `i32(…)`"),
+                        Diagnostic::error(
+                            Code::E0303,
+                            a.pos[1].1,
+                            format!("`gather` indices must be i32, found {}", ie.name()),
+                        )
+                        .with_help("convert them with `i32(…)`"),
                     );
                     return self.error_expr(span);
                 }
@@ -614,7 +675,11 @@ impl Checker {
                 };
                 let (us, is) = (us.clone(), is.clone());
                 if ie != Elem::T(ElemTy::I32) {
-                    self.error(Diagnostic::error(Code::E0303, a.pos[1].1, format!("`scatter_add` indices must be i32, found {}", ie.name())));
+                    self.error(Diagnostic::error(
+                        Code::E0303,
+                        a.pos[1].1,
+                        format!("`scatter_add` indices must be i32, found {}", ie.name()),
+                    ));
                     return self.error_expr(span);
                 }
                 let Some(n) = self.dim_args(cx, &a.pos[2..3], name) else { return self.error_expr(span) };
@@ -623,7 +688,9 @@ impl Checker {
                     None => Some(0),
                 };
                 let Some(k) = k else { return self.error_expr(span) };
-                let (Some(ud), Some(id)) = (self.fixed_dims(&us, a.pos[0].1, name), self.fixed_dims(&is, a.pos[1].1, name)) else {
+                let (Some(ud), Some(id)) =
+                    (self.fixed_dims(&us, a.pos[0].1, name), self.fixed_dims(&is, a.pos[1].1, name))
+                else {
                     return self.error_expr(span);
                 };
                 let k = k.max(0) as usize;
@@ -689,16 +756,26 @@ impl Checker {
                 let mut et = Self::elem_from_expected(expected, default);
                 let mut args = Vec::new();
                 if vals == 1 {
-                    let v = self.check_expr(cx, a.pos[0].0, expected.map(|t| match t {
-                        Type::Tensor(e, _) => Type::Tensor(*e, vec![]),
-                        t => t.clone(),
-                    }).as_ref());
+                    let v = self.check_expr(
+                        cx,
+                        a.pos[0].0,
+                        expected
+                            .map(|t| match t {
+                                Type::Tensor(e, _) => Type::Tensor(*e, vec![]),
+                                t => t.clone(),
+                            })
+                            .as_ref(),
+                    );
                     if let Type::Tensor(e, s) = &v.ty {
                         if !s.is_empty() {
                             let ts = self.ty_str(&v.ty);
                             self.error(
-                                Diagnostic::error(Code::E0305, a.pos[0].1, format!("`full` needs a scalar fill value, found {ts}"))
-                                    .with_help("to repeat a tensor, use `broadcast_to(x, [d, …])`"),
+                                Diagnostic::error(
+                                    Code::E0305,
+                                    a.pos[0].1,
+                                    format!("`full` needs a scalar fill value, found {ts}"),
+                                )
+                                .with_help("to repeat a tensor, use `broadcast_to(x, [d, …])`"),
                             );
                             return self.error_expr(span);
                         }
@@ -735,7 +812,11 @@ impl Checker {
                 let m = self.check_expr(cx, a.pos[0].0, None);
                 if !m.ty.is_model() && !m.ty.has_error() {
                     let ts = self.ty_str(&m.ty);
-                    self.error(Diagnostic::error(Code::E0304, a.pos[0].1, format!("`params` needs a model, found {ts}")));
+                    self.error(Diagnostic::error(
+                        Code::E0304,
+                        a.pos[0].1,
+                        format!("`params` needs a model, found {ts}"),
+                    ));
                 }
                 self.prim(p, vec![m], Attrs::default(), Type::scalar(ElemTy::I32), span)
             }
@@ -771,7 +852,9 @@ impl Checker {
                     self.error(Diagnostic::error(Code::E0304, a.pos[0].1, "`load` needs a path string"));
                 }
                 let ty = match expected {
-                    Some(t @ Type::Tensor(Elem::T(_), s)) if !s.iter().any(|i| matches!(i, ShapeItem::Rest(_))) => t.clone(),
+                    Some(t @ Type::Tensor(Elem::T(_), s)) if !s.iter().any(|i| matches!(i, ShapeItem::Rest(_))) => {
+                        t.clone()
+                    }
                     Some(t @ (Type::Model(..) | Type::ModelVar(_))) => t.clone(),
                     _ => {
                         self.error(
@@ -796,7 +879,11 @@ impl Checker {
                 let v = self.check_expr(cx, a.pos[1].0, None);
                 let v = self.materialise(v);
                 if !matches!(v.ty, Type::Tensor(..) | Type::Model(..) | Type::ModelVar(_) | Type::Error) {
-                    self.error(Diagnostic::error(Code::E0304, a.pos[1].1, format!("cannot save {}", self.ty_str(&v.ty))));
+                    self.error(Diagnostic::error(
+                        Code::E0304,
+                        a.pos[1].1,
+                        format!("cannot save {}", self.ty_str(&v.ty)),
+                    ));
                 }
                 self.prim(p, vec![path, v], Attrs::default(), Type::unit(), span)
             }
@@ -835,7 +922,11 @@ impl Checker {
                 let (x, y) = (self.materialise(x), self.materialise(y));
                 if let Type::Tensor(e, _) = &x.ty {
                     if !e.is_float() {
-                        self.error(Diagnostic::error(Code::E0318, span, "`assert_close` compares float tensors; use `assert(a == b)` for integers"));
+                        self.error(Diagnostic::error(
+                            Code::E0318,
+                            span,
+                            "`assert_close` compares float tensors; use `assert(a == b)` for integers",
+                        ));
                     }
                 }
                 let f64t = Type::scalar(ElemTy::F64);
@@ -898,8 +989,12 @@ impl Checker {
                 None => elem = Some(e),
                 Some(prev) if prev != e => {
                     self.error(
-                        Diagnostic::error(Code::E0303, it.span, format!("`{name}` operands have different element types: {} and {}", prev.name(), e.name()))
-                            .label(e.name()),
+                        Diagnostic::error(
+                            Code::E0303,
+                            it.span,
+                            format!("`{name}` operands have different element types: {} and {}", prev.name(), e.name()),
+                        )
+                        .label(e.name()),
                     );
                     return self.error_expr(span);
                 }
@@ -917,8 +1012,7 @@ impl Checker {
         let t0 = shapes[0].2.clone();
         let Some(ax) = self.axis(k, out_rank, span, &t0) else { return self.error_expr(span) };
         for (d, s, t) in &shapes[1..] {
-            let ok = d.len() == rank
-                && (0..rank).all(|i| (p == Prim::Concat && i == ax) || d[i] == shapes[0].0[i]);
+            let ok = d.len() == rank && (0..rank).all(|i| (p == Prim::Concat && i == ax) || d[i] == shapes[0].0[i]);
             if !ok {
                 let (t0s, ts) = (self.ty_str(&t0), self.ty_str(t));
                 let msg = if d.len() != rank {
@@ -953,7 +1047,11 @@ impl Checker {
             return self.error_expr(span);
         }
         let ast::ExprKind::Str(spec) = &a.pos[0].0.kind else {
-            self.error(Diagnostic::error(Code::E0323, a.pos[0].1, "`einsum` needs its specification as a string literal"));
+            self.error(Diagnostic::error(
+                Code::E0323,
+                a.pos[0].1,
+                "`einsum` needs its specification as a string literal",
+            ));
             return self.error_expr(span);
         };
         let sspan = a.pos[0].1;
@@ -981,7 +1079,10 @@ impl Checker {
             return self.error_expr(span);
         }
         if inputs.len() != vals.len() {
-            bad(self, format!("einsum specification has {} operands but {} tensors are given", inputs.len(), vals.len()));
+            bad(
+                self,
+                format!("einsum specification has {} operands but {} tensors are given", inputs.len(), vals.len()),
+            );
             return self.error_expr(span);
         }
         let mut sizes: Vec<(char, Dim, usize)> = Vec::new();
@@ -1008,7 +1109,12 @@ impl Checker {
                     Diagnostic::error(
                         Code::E0311,
                         a.pos[i + 1].1,
-                        format!("einsum operand {} has rank {} but `{letters}` names {} dims", i + 1, d.len(), letters.len()),
+                        format!(
+                            "einsum operand {} has rank {} but `{letters}` names {} dims",
+                            i + 1,
+                            d.len(),
+                            letters.len()
+                        ),
                     )
                     .label(format!("this is {ts}"))
                     .with_secondary(sspan, "specification"),
@@ -1023,7 +1129,11 @@ impl Checker {
                             Diagnostic::error(
                                 Code::E0311,
                                 a.pos[i + 1].1,
-                                format!("einsum letter `{c}` is {ps} in operand {} but {ds} in operand {}", j + 1, i + 1),
+                                format!(
+                                    "einsum letter `{c}` is {ps} in operand {} but {ds} in operand {}",
+                                    j + 1,
+                                    i + 1
+                                ),
                             )
                             .label(format!("`{c}` = {ds} here"))
                             .with_secondary(a.pos[j + 1].1, format!("`{c}` = {ps} here")),
@@ -1039,11 +1149,8 @@ impl Checker {
             Some(r) => r,
             None => {
                 // Implicit form: letters that appear exactly once, in alphabetical order.
-                let mut once: Vec<char> = sizes
-                    .iter()
-                    .map(|(c, _, _)| *c)
-                    .filter(|c| lhs.chars().filter(|x| x == c).count() == 1)
-                    .collect();
+                let mut once: Vec<char> =
+                    sizes.iter().map(|(c, _, _)| *c).filter(|c| lhs.chars().filter(|x| x == c).count() == 1).collect();
                 once.sort();
                 once.into_iter().collect()
             }
@@ -1077,7 +1184,11 @@ impl Checker {
             let m = self.check_expr(cx, e, None);
             if !m.ty.is_model() && !m.ty.has_error() {
                 let ts = self.ty_str(&m.ty);
-                self.error(Diagnostic::error(Code::E0304, *s, format!("`map` applies a function to models, found {ts}")));
+                self.error(Diagnostic::error(
+                    Code::E0304,
+                    *s,
+                    format!("`map` applies a function to models, found {ts}"),
+                ));
                 return self.error_expr(span);
             }
             models.push(m);
@@ -1086,7 +1197,11 @@ impl Checker {
         for (m, (_, s)) in models.iter().zip(&a.pos[1..]).skip(1) {
             if m.ty != mty && !m.ty.has_error() && !mty.has_error() {
                 let (a0, b0) = (self.ty_str(&mty), self.ty_str(&m.ty));
-                self.error(Diagnostic::error(Code::E0321, *s, format!("`map` needs models of one type: {a0} and {b0}")));
+                self.error(Diagnostic::error(
+                    Code::E0321,
+                    *s,
+                    format!("`map` needs models of one type: {a0} and {b0}"),
+                ));
                 return self.error_expr(span);
             }
         }
@@ -1174,7 +1289,11 @@ impl Checker {
                     Type::Error => Type::Error,
                     t => {
                         let ts = self.ty_str(t);
-                        self.error(Diagnostic::error(Code::E0304, a.pos[0].1, format!("cannot convert {ts} to {name}")));
+                        self.error(Diagnostic::error(
+                            Code::E0304,
+                            a.pos[0].1,
+                            format!("cannot convert {ts} to {name}"),
+                        ));
                         Type::Error
                     }
                 };
@@ -1193,8 +1312,12 @@ impl Checker {
                     other => {
                         let ts = self.ty_str(other);
                         self.error(
-                            Diagnostic::error(Code::E0304, a.pos[0].1, format!("`init` needs a model type such as `Mlp[64, 10]`, found {ts}"))
-                                .label("not a model type"),
+                            Diagnostic::error(
+                                Code::E0304,
+                                a.pos[0].1,
+                                format!("`init` needs a model type such as `Mlp[64, 10]`, found {ts}"),
+                            )
+                            .label("not a model type"),
                         );
                         return self.error_expr(span);
                     }
@@ -1231,7 +1354,11 @@ impl Checker {
                     Type::Error => return self.error_expr(span),
                     t => {
                         let ts = self.ty_str(t);
-                        self.error(Diagnostic::error(Code::E0313, a.pos[0].1, format!("`{name}` needs a function, found {ts}")));
+                        self.error(Diagnostic::error(
+                            Code::E0313,
+                            a.pos[0].1,
+                            format!("`{name}` needs a function, found {ts}"),
+                        ));
                         return self.error_expr(span);
                     }
                 };
@@ -1330,7 +1457,9 @@ impl Checker {
                     return self.error_expr(span);
                 }
                 let args: Vec<(Type, Span)> = prim_vals.iter().map(|v| (v.ty.clone(), a.pos[1].1)).collect();
-                let Some((ret, target)) = self.apply_fn_type(&fty, &args, span, false) else { return self.error_expr(span) };
+                let Some((ret, target)) = self.apply_fn_type(&fty, &args, span, false) else {
+                    return self.error_expr(span);
+                };
                 let mut tans = Vec::new();
                 for (t, p) in tan_exprs.into_iter().zip(&prim_vals) {
                     // A literal tangent takes its primal's type, like any weakly typed literal.
@@ -1358,8 +1487,11 @@ impl Checker {
                     let v = self.check_expr(cx, e, None);
                     prims.push(self.materialise(v));
                 }
-                let args: Vec<(Type, Span)> = prims.iter().zip(&a.pos[1..]).map(|(v, (_, s))| (v.ty.clone(), *s)).collect();
-                let Some((ret, target)) = self.apply_fn_type(&fty, &args, span, false) else { return self.error_expr(span) };
+                let args: Vec<(Type, Span)> =
+                    prims.iter().zip(&a.pos[1..]).map(|(v, (_, s))| (v.ty.clone(), *s)).collect();
+                let Some((ret, target)) = self.apply_fn_type(&fty, &args, span, false) else {
+                    return self.error_expr(span);
+                };
                 let pb = FnTy::Pullback { inner: Box::new(fty), primals: prims.iter().map(|v| v.ty.clone()).collect() };
                 let s = self.span_id(span);
                 let ty = Type::Tuple(vec![ret, Type::Fn(pb)]);
@@ -1391,7 +1523,10 @@ impl Checker {
                 }
                 Type::Error => {}
                 _ if !has_init => {
-                    let (mname, fname) = (self.model_sigs[id.0 as usize].name.clone(), self.model_sigs[id.0 as usize].fields[i].0.clone());
+                    let (mname, fname) = (
+                        self.model_sigs[id.0 as usize].name.clone(),
+                        self.model_sigs[id.0 as usize].fields[i].0.clone(),
+                    );
                     let fspan = self.model_sigs[id.0 as usize].fields[i].2;
                     self.error(
                         Diagnostic::error(
@@ -1439,8 +1574,12 @@ impl Checker {
                 Some(k) if k >= 0 => out.push(Some(k as usize)),
                 _ => {
                     self.error(
-                        Diagnostic::error(Code::E0404, it.span, "`in_axes` entries are axis numbers or `_` for an unmapped argument")
-                            .label("expected e.g. `0` or `_`"),
+                        Diagnostic::error(
+                            Code::E0404,
+                            it.span,
+                            "`in_axes` entries are axis numbers or `_` for an unmapped argument",
+                        )
+                        .label("expected e.g. `0` or `_`"),
                     );
                     return None;
                 }
@@ -1487,7 +1626,9 @@ pub(crate) fn fn_target(f: &FnTy) -> ir::FnTarget {
         FnTy::Grad { inner, wrt, with_value } => {
             ir::FnTarget::Grad { inner: Box::new(fn_target(inner)), wrt: *wrt, with_value: *with_value }
         }
-        FnTy::Vmap { inner, in_axes } => ir::FnTarget::Vmap { inner: Box::new(fn_target(inner)), in_axes: in_axes.clone() },
+        FnTy::Vmap { inner, in_axes } => {
+            ir::FnTarget::Vmap { inner: Box::new(fn_target(inner)), in_axes: in_axes.clone() }
+        }
         _ => ir::FnTarget::Dynamic,
     }
 }

@@ -12,7 +12,8 @@ use crate::types::{Dim, Elem, ElemTy, FnTy, FuncId, ModelId, ShapeItem, Sym, Typ
 use std::collections::{HashMap, HashSet};
 
 /// Special builtins whose arguments are not ordinary values.
-const SPECIAL: &[&str] = &["init", "grad", "value_and_grad", "jvp", "vjp", "vmap", "batches", "f32", "f64", "i32", "bool"];
+const SPECIAL: &[&str] =
+    &["init", "grad", "value_and_grad", "jvp", "vjp", "vmap", "batches", "f32", "f64", "i32", "bool"];
 
 impl Checker {
     pub(crate) fn check_call(
@@ -25,7 +26,8 @@ impl Checker {
     ) -> ir::Expr {
         // Callees known by name: items, constructors and builtins.
         let item = match &f.kind {
-            ast::ExprKind::Name(n) if cx.lookup(n).is_none() => match self.scopes[cx.module.0 as usize].get(n).cloned() {
+            ast::ExprKind::Name(n) if cx.lookup(n).is_none() => match self.scopes[cx.module.0 as usize].get(n).cloned()
+            {
                 Some(r) => Some(r),
                 None => {
                     if SPECIAL.contains(&n.as_str()) {
@@ -73,8 +75,12 @@ impl Checker {
         for a in args {
             if let Some(n) = &a.name {
                 self.error(
-                    Diagnostic::error(Code::E0212, n.span, format!("named argument `{}` in a call of a function value", n.name))
-                        .with_help("function values take positional arguments"),
+                    Diagnostic::error(
+                        Code::E0212,
+                        n.span,
+                        format!("named argument `{}` in a call of a function value", n.name),
+                    )
+                    .with_help("function values take positional arguments"),
                 );
             }
             vals.push(self.check_expr(cx, &a.value, None));
@@ -187,13 +193,18 @@ impl Checker {
                 Some(n) => match names.iter().position(|p| *p == n.name) {
                     Some(i) if out[i].is_none() => out[i] = Some(a.value.clone()),
                     Some(_) => {
-                        self.error(Diagnostic::error(Code::E0212, n.span, format!("argument `{}` is given twice", n.name)));
+                        self.error(Diagnostic::error(
+                            Code::E0212,
+                            n.span,
+                            format!("argument `{}` is given twice", n.name),
+                        ));
                     }
                     None => {
                         // A constructor's named arguments are the model's fields.
                         let noun = if what.starts_with("model ") { "field" } else { "parameter" };
-                        let mut d = Diagnostic::error(Code::E0212, n.span, format!("{what} has no {noun} `{}`", n.name))
-                            .label("unknown argument name");
+                        let mut d =
+                            Diagnostic::error(Code::E0212, n.span, format!("{what} has no {noun} `{}`", n.name))
+                                .label("unknown argument name");
                         d = match super::suggest(&n.name, names.iter().map(String::as_str)) {
                             Some(s) => d.with_help(format!("did you mean `{s}`?")),
                             None => d.with_help(format!("the parameters are {}", names.join(", "))),
@@ -270,7 +281,12 @@ impl Checker {
                             Diagnostic::error(
                                 Code::E0304,
                                 *sp,
-                                format!("argument `{}` of {what} expects {}, found {}", p.name, self.ty_str(&pt), self.ty_str(&v.ty)),
+                                format!(
+                                    "argument `{}` of {what} expects {}, found {}",
+                                    p.name,
+                                    self.ty_str(&pt),
+                                    self.ty_str(&v.ty)
+                                ),
                             )
                             .label(why),
                         );
@@ -279,15 +295,25 @@ impl Checker {
                 }
             });
         }
-        let dims: Vec<Dim> = sig.dims.iter().map(|s| subst.dims.get(s).cloned().unwrap_or_else(|| Dim::var(*s))).collect();
+        let dims: Vec<Dim> =
+            sig.dims.iter().map(|s| subst.dims.get(s).cloned().unwrap_or_else(|| Dim::var(*s))).collect();
         let s = self.span_id(span);
-        let rests: Vec<crate::types::Shape> =
-            sig.rests.iter().map(|r| subst.rests.get(r).cloned().unwrap_or_else(|| vec![ShapeItem::Rest(*r)])).collect();
+        let rests: Vec<crate::types::Shape> = sig
+            .rests
+            .iter()
+            .map(|r| subst.rests.get(r).cloned().unwrap_or_else(|| vec![ShapeItem::Rest(*r)]))
+            .collect();
         mk(ExprKind::Call { func: id, dims, rests, args: out }, ret, s)
     }
 
     /// Unifies a named function's parameters with argument types; reports mismatches.
-    pub(crate) fn instantiate(&mut self, id: FuncId, args: &[(Type, Span)], span: Span, quiet: bool) -> Option<(Type, Subst)> {
+    pub(crate) fn instantiate(
+        &mut self,
+        id: FuncId,
+        args: &[(Type, Span)],
+        span: Span,
+        quiet: bool,
+    ) -> Option<(Type, Subst)> {
         let sig = self.fn_sigs[id.0 as usize].clone();
         if args.len() != sig.params.len() {
             if !quiet {
@@ -317,7 +343,18 @@ impl Checker {
             if let Err(m) = u.ty(&p.ty, a) {
                 ok = false;
                 if !quiet {
-                    self.report_mismatch(&sig.name, &sig.params, i, &p.ty, a, m, *aspan, &bound_by, &args.iter().map(|x| x.1).collect::<Vec<_>>(), &u.subst);
+                    self.report_mismatch(
+                        &sig.name,
+                        &sig.params,
+                        i,
+                        &p.ty,
+                        a,
+                        m,
+                        *aspan,
+                        &bound_by,
+                        &args.iter().map(|x| x.1).collect::<Vec<_>>(),
+                        &u.subst,
+                    );
                 }
             }
             for s in u.subst.dims.keys() {
@@ -329,7 +366,11 @@ impl Checker {
         if let Err(m) = u.finish() {
             ok = false;
             if !quiet {
-                self.error(Diagnostic::error(Code::E0307, span, format!("cannot infer the dims of `{}`: {m:?}", sig.name)));
+                self.error(Diagnostic::error(
+                    Code::E0307,
+                    span,
+                    format!("cannot infer the dims of `{}`: {m:?}", sig.name),
+                ));
             }
         }
         if !ok {
@@ -372,7 +413,10 @@ impl Checker {
                         Diagnostic::error(
                             Code::E0307,
                             span,
-                            format!("the arguments of `{}` give dim {n} the size {qs}, which is not a whole number", sig.name),
+                            format!(
+                                "the arguments of `{}` give dim {n} the size {qs}, which is not a whole number",
+                                sig.name
+                            ),
                         )
                         .with_secondary(sig.span, "declared here"),
                     );
@@ -391,7 +435,9 @@ impl Checker {
                 if !quiet {
                     let bound: Vec<String> = d
                         .vars()
-                        .filter_map(|v| u.subst.dims.get(&v).map(|b| format!("{} = {}", self.names().sym(v), self.dim_str(b))))
+                        .filter_map(|v| {
+                            u.subst.dims.get(&v).map(|b| format!("{} = {}", self.names().sym(v), self.dim_str(b)))
+                        })
                         .collect();
                     self.error(
                         Diagnostic::error(
@@ -527,7 +573,13 @@ impl Checker {
     }
 
     /// Applies a function value to argument types: the result type and the call target.
-    pub(crate) fn apply_fn_type(&mut self, f: &FnTy, args: &[(Type, Span)], span: Span, quiet: bool) -> Option<(Type, FnTarget)> {
+    pub(crate) fn apply_fn_type(
+        &mut self,
+        f: &FnTy,
+        args: &[(Type, Span)],
+        span: Span,
+        quiet: bool,
+    ) -> Option<(Type, FnTarget)> {
         match f {
             FnTy::Sig { params, ret } => {
                 if params.len() != args.len() {
@@ -577,7 +629,10 @@ impl Checker {
                         Diagnostic::error(
                             Code::E0401,
                             span,
-                            format!("`grad` needs a function that returns a float scalar, but it returns {}", self.ty_str(&ret)),
+                            format!(
+                                "`grad` needs a function that returns a float scalar, but it returns {}",
+                                self.ty_str(&ret)
+                            ),
                         )
                         .label("differentiated here")
                         .with_help("reduce the result first, e.g. with `sum(…)` or `mean(…)`"),
@@ -585,7 +640,11 @@ impl Checker {
                     return None;
                 }
                 let Some((wt, wspan)) = args.get(*wrt) else {
-                    self.error(Diagnostic::error(Code::E0402, span, format!("`grad` with respect to argument {wrt}, but only {} given", args.len())));
+                    self.error(Diagnostic::error(
+                        Code::E0402,
+                        span,
+                        format!("`grad` with respect to argument {wrt}, but only {} given", args.len()),
+                    ));
                     return None;
                 };
                 if !differentiable_type(wt) {
@@ -700,7 +759,12 @@ impl Checker {
         }
     }
 
-    fn apply_closure(&mut self, cid: crate::types::ClosureId, args: &[(Type, Span)], span: Span) -> Option<(Type, FnTarget)> {
+    fn apply_closure(
+        &mut self,
+        cid: crate::types::ClosureId,
+        args: &[(Type, Span)],
+        span: Span,
+    ) -> Option<(Type, FnTarget)> {
         let key: String = args.iter().map(|(t, _)| self.ty_str(t)).collect::<Vec<_>>().join(",");
         let def = self.closures[cid.0 as usize].clone();
         if let Some((_, fid, ret)) = def.instances.iter().find(|(k, _, _)| *k == key) {
@@ -712,9 +776,14 @@ impl Checker {
                 Diagnostic::error(
                     Code::E0312,
                     span,
-                    format!("closure takes {} argument{}, found {}", params.len(), if params.len() == 1 { "" } else { "s" }, args.len()),
+                    format!(
+                        "closure takes {} argument{}, found {}",
+                        params.len(),
+                        if params.len() == 1 { "" } else { "s" },
+                        args.len()
+                    ),
                 )
-                    .with_secondary(def.ast.span, "closure defined here"),
+                .with_secondary(def.ast.span, "closure defined here"),
             );
             return None;
         }
@@ -732,7 +801,12 @@ impl Checker {
                             Diagnostic::error(
                                 super::expr::mismatch_code(t, &pt),
                                 *s,
-                                format!("closure parameter `{}` is {}, found {}", p.name.name, self.ty_str(&pt), self.ty_str(t)),
+                                format!(
+                                    "closure parameter `{}` is {}, found {}",
+                                    p.name.name,
+                                    self.ty_str(&pt),
+                                    self.ty_str(t)
+                                ),
                             )
                             .with_secondary(p.name.span, "parameter declared here"),
                         );
@@ -785,7 +859,11 @@ impl Checker {
                     Diagnostic::error(
                         super::expr::mismatch_code(&v.ty, fty),
                         e.span,
-                        format!("field `{n}` of {what} expects {}, found {}", self.ty_str(&u.subst.ty(fty)), self.ty_str(&v.ty)),
+                        format!(
+                            "field `{n}` of {what} expects {}, found {}",
+                            self.ty_str(&u.subst.ty(fty)),
+                            self.ty_str(&v.ty)
+                        ),
                     )
                     .label("wrong type"),
                 );
@@ -945,7 +1023,9 @@ impl Checker {
             Type::Error => return self.error_expr(span),
             t => {
                 let ts = self.ty_str(t);
-                self.error(Diagnostic::error(Code::E0320, base.span, format!("cannot index {ts}")).label("not a tensor"));
+                self.error(
+                    Diagnostic::error(Code::E0320, base.span, format!("cannot index {ts}")).label("not a tensor"),
+                );
                 return self.error_expr(span);
             }
         };
@@ -963,8 +1043,12 @@ impl Checker {
         if args.len() > shape.len() {
             let ts = self.ty_str(&x.ty);
             self.error(
-                Diagnostic::error(Code::E0320, span, format!("too many indices: {} for a tensor of rank {} ({ts})", args.len(), shape.len()))
-                    .with_secondary(base.span, format!("this is {ts}")),
+                Diagnostic::error(
+                    Code::E0320,
+                    span,
+                    format!("too many indices: {} for a tensor of rank {} ({ts})", args.len(), shape.len()),
+                )
+                .with_secondary(base.span, format!("this is {ts}")),
             );
             return self.error_expr(span);
         }
@@ -980,11 +1064,17 @@ impl Checker {
             match a {
                 ast::IndexArg::Expr(e) => {
                     let v = self.check_expr(cx, e, Some(&i32t));
-                    if !v.ty.has_error() && !matches!(&v.ty, Type::Tensor(Elem::T(ElemTy::I32) | Elem::WeakInt, s) if s.is_empty()) {
+                    if !v.ty.has_error()
+                        && !matches!(&v.ty, Type::Tensor(Elem::T(ElemTy::I32) | Elem::WeakInt, s) if s.is_empty())
+                    {
                         let ts = self.ty_str(&v.ty);
                         self.error(
-                            Diagnostic::error(Code::E0320, e.span, format!("an index must be an i32 scalar, found {ts}"))
-                                .with_help("use `gather(x, idx, axis: k)` to index with a tensor"),
+                            Diagnostic::error(
+                                Code::E0320,
+                                e.span,
+                                format!("an index must be an i32 scalar, found {ts}"),
+                            )
+                            .with_help("use `gather(x, idx, axis: k)` to index with a tensor"),
                         );
                         bad = true;
                     }
@@ -1033,17 +1123,19 @@ impl Checker {
                     };
                     let Some(len) = len else {
                         self.error(
-                            Diagnostic::error(Code::E0320, *sspan, "the length of a slice must be known at compile time")
-                                .label("length depends on run-time values")
-                                .with_help("write the slice as `i : i + K` with a dimension `K`"),
+                            Diagnostic::error(
+                                Code::E0320,
+                                *sspan,
+                                "the length of a slice must be known at compile time",
+                            )
+                            .label("length depends on run-time values")
+                            .with_help("write the slice as `i : i + K` with a dimension `K`"),
                         );
                         return self.error_expr(span);
                     };
-                    if let (Some(a), Some(b), Some(n)) = (
-                        sd.as_ref().and_then(Dim::as_const),
-                        ed.as_ref().and_then(Dim::as_const),
-                        size.as_const(),
-                    ) {
+                    if let (Some(a), Some(b), Some(n)) =
+                        (sd.as_ref().and_then(Dim::as_const), ed.as_ref().and_then(Dim::as_const), size.as_const())
+                    {
                         if a < 0 || b > n || a > b {
                             self.error(Diagnostic::error(
                                 Code::E0320,

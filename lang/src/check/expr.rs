@@ -179,7 +179,10 @@ impl Checker {
                     // Run-time dims: check the loaded value's shape and bind its dims.
                     Pat::Local(l) if !binds.is_empty() => {
                         let span = v.span;
-                        vec![Stmt::Let { pat: Pat::Local(l), value: v }, Stmt::BindDims { local: l, dims: binds, rank, span }]
+                        vec![
+                            Stmt::Let { pat: Pat::Local(l), value: v },
+                            Stmt::BindDims { local: l, dims: binds, rank, span },
+                        ]
                     }
                     p => vec![Stmt::Let { pat: p, value: v }],
                 }
@@ -243,10 +246,14 @@ impl Checker {
                         );
                     } else if !cx.locals[l.0 as usize].mutable {
                         self.error(
-                            Diagnostic::error(Code::E0210, t.span, format!("cannot assign twice to `{n}`: it is a `let` binding"))
-                                .label("assignment to an immutable name")
-                                .with_secondary(def, "declared here with `let`")
-                                .with_help(format!("declare it with `var {n} = …` to make it mutable")),
+                            Diagnostic::error(
+                                Code::E0210,
+                                t.span,
+                                format!("cannot assign twice to `{n}`: it is a `let` binding"),
+                            )
+                            .label("assignment to an immutable name")
+                            .with_secondary(def, "declared here with `let`")
+                            .with_help(format!("declare it with `var {n} = …` to make it mutable")),
                         );
                     }
                     Pat::Local(l)
@@ -263,9 +270,13 @@ impl Checker {
             ast::ExprKind::Tuple(es) => Pat::Tuple(es.iter().map(|e| self.assign_target(cx, e)).collect()),
             ast::ExprKind::Field(_, f) => {
                 self.error(
-                    Diagnostic::error(Code::E0210, t.span, format!("cannot assign to field `{}`: models are values", f.name))
-                        .label("fields cannot be assigned")
-                        .with_help("build a new model: with its constructor, model arithmetic or `map`"),
+                    Diagnostic::error(
+                        Code::E0210,
+                        t.span,
+                        format!("cannot assign to field `{}`: models are values", f.name),
+                    )
+                    .label("fields cannot be assigned")
+                    .with_help("build a new model: with its constructor, model arithmetic or `map`"),
                 );
                 Pat::Ignore
             }
@@ -307,8 +318,12 @@ impl Checker {
                     }
                     _ => {
                         self.error(
-                            Diagnostic::error(Code::E0319, *span, format!("cannot destructure {} with a tuple pattern", self.ty_str(ty)))
-                                .label("not a tuple"),
+                            Diagnostic::error(
+                                Code::E0319,
+                                *span,
+                                format!("cannot destructure {} with a tuple pattern", self.ty_str(ty)),
+                            )
+                            .label("not a tuple"),
                         );
                         vec![Type::Error; ps.len()]
                     }
@@ -536,7 +551,9 @@ impl Checker {
             (Type::Tensor(ae, as_), Type::Tensor(be, bs)) => {
                 (ae == be || crate::types::unify::elem_accepts(*be, *ae).is_ok()) && as_ == bs
             }
-            (Type::Tuple(x), Type::Tuple(y)) => x.len() == y.len() && x.iter().zip(y).all(|(a, b)| self.types_equal(a, b)),
+            (Type::Tuple(x), Type::Tuple(y)) => {
+                x.len() == y.len() && x.iter().zip(y).all(|(a, b)| self.types_equal(a, b))
+            }
             _ => a == b,
         }
     }
@@ -679,7 +696,13 @@ impl Checker {
                         (t, u)
                     }
                 };
-                let ty = if els.is_none() { Type::unit() } else if t.ty.is_error() { f.ty.clone() } else { t.ty.clone() };
+                let ty = if els.is_none() {
+                    Type::unit()
+                } else if t.ty.is_error() {
+                    f.ty.clone()
+                } else {
+                    t.ty.clone()
+                };
                 let s = self.span_id(span);
                 mk(ExprKind::If { cond: Box::new(c), then: Box::new(t), els: Box::new(f) }, ty, s)
             }
@@ -724,7 +747,11 @@ impl Checker {
                     Diagnostic::error(
                         Code::E0315,
                         fspan,
-                        format!("`if` branches have different types: {} and {}", self.ty_str(&t.ty), self.ty_str(&f.ty)),
+                        format!(
+                            "`if` branches have different types: {} and {}",
+                            self.ty_str(&t.ty),
+                            self.ty_str(&f.ty)
+                        ),
                     )
                     .label(why)
                     .with_secondary(tspan, format!("this branch is {}", self.ty_str(&t.ty))),
@@ -748,7 +775,14 @@ impl Checker {
         }
     }
 
-    fn check_for(&mut self, cx: &mut FnCx, pat: &ast::Pattern, iter: &ast::ForIter, body: &ast::Block, span: Span) -> ir::Expr {
+    fn check_for(
+        &mut self,
+        cx: &mut FnCx,
+        pat: &ast::Pattern,
+        iter: &ast::ForIter,
+        body: &ast::Block,
+        span: Span,
+    ) -> ir::Expr {
         match iter {
             ast::ForIter::Range(a, b) => {
                 let i32t = Type::scalar(ElemTy::I32);
@@ -785,7 +819,11 @@ impl Checker {
                 let body = self.check_block(cx, body, None);
                 cx.scopes.pop();
                 let s = self.span_id(span);
-                mk(ExprKind::ForRange { var, start: Box::new(a), end: Box::new(b), body: Box::new(body) }, Type::unit(), s)
+                mk(
+                    ExprKind::ForRange { var, start: Box::new(a), end: Box::new(b), body: Box::new(body) },
+                    Type::unit(),
+                    s,
+                )
             }
             ast::ForIter::Expr(it) => {
                 if let ast::ExprKind::Call(f, args) = &it.kind {
@@ -836,7 +874,9 @@ impl Checker {
             }
         }
         let Some(size_expr) = size else {
-            self.error(Diagnostic::error(Code::E0212, call_span, "`batches` needs `size: B`").label("missing batch size"));
+            self.error(
+                Diagnostic::error(Code::E0212, call_span, "`batches` needs `size: B`").label("missing batch size"),
+            );
             return self.unit(span);
         };
         let b = match self.static_dim(cx, &size_expr) {
@@ -885,8 +925,12 @@ impl Checker {
                 t => {
                     let ts = self.ty_str(t);
                     self.error(
-                        Diagnostic::error(Code::E0305, a.value.span, format!("`batches` needs arrays of rank ≥ 1, found {ts}"))
-                            .label(ts),
+                        Diagnostic::error(
+                            Code::E0305,
+                            a.value.span,
+                            format!("`batches` needs arrays of rank ≥ 1, found {ts}"),
+                        )
+                        .label(ts),
                     );
                     tys.push(Type::Error);
                 }
@@ -909,11 +953,7 @@ impl Checker {
         let body = self.check_block(cx, body, None);
         cx.scopes.pop();
         let s = self.span_id(span);
-        mk(
-            ExprKind::ForBatches { vars, data, size: Box::new(sv), shuffle, body: Box::new(body) },
-            Type::unit(),
-            s,
-        )
+        mk(ExprKind::ForBatches { vars, data, size: Box::new(sv), shuffle, body: Box::new(body) }, Type::unit(), s)
     }
 
     fn check_name(&mut self, cx: &mut FnCx, n: &str, span: Span) -> ir::Expr {
@@ -987,7 +1027,8 @@ impl Checker {
             cands.extend(self.scopes[cx.module.0 as usize].keys().cloned());
             cands.extend(Prim::builtin_names().iter().map(|s| s.to_string()));
         }
-        let mut d = Diagnostic::error(Code::E0201, span, format!("unknown name `{n}`")).label("not found in this scope");
+        let mut d =
+            Diagnostic::error(Code::E0201, span, format!("unknown name `{n}`")).label("not found in this scope");
         if let Some(s) = self.suggest_budgeted(n, &cands) {
             d = d.with_help(format!("did you mean `{s}`?"));
         }
@@ -1016,7 +1057,10 @@ impl Checker {
             span,
         );
         let clo = ast::Expr::new(
-            ast::ExprKind::Closure { params: vec![ast::Param { name: x, ty: None, default: None }], body: Box::new(body) },
+            ast::ExprKind::Closure {
+                params: vec![ast::Param { name: x, ty: None, default: None }],
+                body: Box::new(body),
+            },
             span,
         );
         self.make_closure(cx, &clo)
@@ -1049,7 +1093,11 @@ impl Checker {
                     Some(i) => {
                         let fty = self.field_type(id, &args, i);
                         let def = self.model_sigs[id.0 as usize].fields[i].2;
-                        self.index.types.push((field.span, format!("{}: {}", field.name, self.ty_str(&fty)), Some(def)));
+                        self.index.types.push((
+                            field.span,
+                            format!("{}: {}", field.name, self.ty_str(&fty)),
+                            Some(def),
+                        ));
                         let s = self.span_id(span);
                         mk(ExprKind::Field(Box::new(b), i), fty, s)
                     }
@@ -1131,8 +1179,12 @@ impl Checker {
             _ => {
                 let mname = self.module(m).name.clone();
                 let cands: Vec<String> = self.scopes[m.0 as usize].keys().cloned().collect();
-                let mut d = Diagnostic::error(Code::E0207, field.span, format!("module `{mname}` has no item `{}`", field.name))
-                    .label("not defined there");
+                let mut d = Diagnostic::error(
+                    Code::E0207,
+                    field.span,
+                    format!("module `{mname}` has no item `{}`", field.name),
+                )
+                .label("not defined there");
                 if let Some(s) = super::suggest(&field.name, cands.iter().map(String::as_str)) {
                     d = d.with_help(format!("did you mean `{s}`?"));
                 }
@@ -1191,7 +1243,15 @@ impl Checker {
         self.binary_op(op, x, y, span, a.span, b.span)
     }
 
-    pub(crate) fn binary_op(&mut self, op: BinOp, x: ir::Expr, y: ir::Expr, span: Span, aspan: Span, bspan: Span) -> ir::Expr {
+    pub(crate) fn binary_op(
+        &mut self,
+        op: BinOp,
+        x: ir::Expr,
+        y: ir::Expr,
+        span: Span,
+        aspan: Span,
+        bspan: Span,
+    ) -> ir::Expr {
         let prim = match op {
             BinOp::Add => Prim::Add,
             BinOp::Sub => Prim::Sub,
@@ -1219,9 +1279,13 @@ impl Checker {
         let (Some((ea, sa)), Some((eb, sb))) = (x.ty.as_tensor(), y.ty.as_tensor()) else {
             let (xs, ys) = (self.ty_str(&x.ty), self.ty_str(&y.ty));
             self.error(
-                Diagnostic::error(Code::E0318, span, format!("operator `{}` cannot be applied to {xs} and {ys}", op.symbol()))
-                    .with_secondary(aspan, xs)
-                    .with_secondary(bspan, ys),
+                Diagnostic::error(
+                    Code::E0318,
+                    span,
+                    format!("operator `{}` cannot be applied to {xs} and {ys}", op.symbol()),
+                )
+                .with_secondary(aspan, xs)
+                .with_secondary(bspan, ys),
             );
             return self.error_expr(span);
         };
@@ -1293,7 +1357,15 @@ impl Checker {
         }
     }
 
-    pub(crate) fn broadcast_error(&mut self, a: &Type, b: &Type, e: BroadcastError, span: Span, aspan: Span, bspan: Span) {
+    pub(crate) fn broadcast_error(
+        &mut self,
+        a: &Type,
+        b: &Type,
+        e: BroadcastError,
+        span: Span,
+        aspan: Span,
+        bspan: Span,
+    ) {
         let (xs, ys) = (self.ty_str(a), self.ty_str(b));
         let fixed_rank = |t: &Type| match t {
             Type::Tensor(_, s) if !s.iter().any(|i| matches!(i, ShapeItem::Rest(_))) => Some(s.len()),
@@ -1339,9 +1411,13 @@ impl Checker {
     ) -> ir::Expr {
         let Some(elem) = join_elem(ea, eb).filter(|e| e.is_numeric()) else {
             self.error(
-                Diagnostic::error(Code::E0303, span, format!("matmul element types differ: {} @ {}", ea.name(), eb.name()))
-                    .with_secondary(aspan, ea.name())
-                    .with_secondary(bspan, eb.name()),
+                Diagnostic::error(
+                    Code::E0303,
+                    span,
+                    format!("matmul element types differ: {} @ {}", ea.name(), eb.name()),
+                )
+                .with_secondary(aspan, ea.name())
+                .with_secondary(bspan, eb.name()),
             );
             return self.error_expr(span);
         };
@@ -1383,7 +1459,11 @@ impl Checker {
             (sb[..sb.len() - 2].to_vec(), k, m)
         };
         let (Some(k1), Some(k2)) = (k1, k2) else {
-            self.error(Diagnostic::error(Code::E0305, span, "`@` needs fixed matrix dims, not `..` rests, in its last two positions"));
+            self.error(Diagnostic::error(
+                Code::E0305,
+                span,
+                "`@` needs fixed matrix dims, not `..` rests, in its last two positions",
+            ));
             return self.error_expr(span);
         };
         if k1 != k2 {
@@ -1406,10 +1486,14 @@ impl Checker {
                     BroadcastError::Rest => "their `..` rests differ".to_string(),
                 };
                 self.error(
-                    Diagnostic::error(Code::E0302, span, format!("matmul batch dimensions do not broadcast: {why} ({xs} @ {ys})"))
-                        .with_secondary(aspan, format!("this is {xs}"))
-                        .with_secondary(bspan, format!("this is {ys}"))
-                        .with_help("`@` multiplies the last two dims; the dims before them broadcast like `+`"),
+                    Diagnostic::error(
+                        Code::E0302,
+                        span,
+                        format!("matmul batch dimensions do not broadcast: {why} ({xs} @ {ys})"),
+                    )
+                    .with_secondary(aspan, format!("this is {xs}"))
+                    .with_secondary(bspan, format!("this is {ys}"))
+                    .with_help("`@` multiplies the last two dims; the dims before them broadcast like `+`"),
                 );
                 return self.error_expr(span);
             }
@@ -1432,7 +1516,16 @@ impl Checker {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn model_arith(&mut self, op: BinOp, prim: Prim, x: ir::Expr, y: ir::Expr, span: Span, aspan: Span, bspan: Span) -> ir::Expr {
+    fn model_arith(
+        &mut self,
+        op: BinOp,
+        prim: Prim,
+        x: ir::Expr,
+        y: ir::Expr,
+        span: Span,
+        aspan: Span,
+        bspan: Span,
+    ) -> ir::Expr {
         let ok_op = matches!(op, BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div);
         let scalar = |t: &Type| matches!(t, Type::Tensor(e, s) if s.is_empty() && e.is_float() || (s.is_empty() && *e == Elem::WeakInt));
         let ty = if !ok_op {

@@ -11,11 +11,8 @@ use crate::types::{FuncId, ModelId, Type};
 use std::rc::Rc;
 
 /// The dims, rests and model parameters a `[…]` list declares, by source name.
-type GenericNames = (
-    Vec<(String, crate::types::Sym)>,
-    Vec<(String, crate::types::RestSym)>,
-    Vec<(String, crate::types::TyVar)>,
-);
+type GenericNames =
+    (Vec<(String, crate::types::Sym)>, Vec<(String, crate::types::RestSym)>, Vec<(String, crate::types::TyVar)>);
 
 impl Checker {
     fn define(&mut self, m: ModuleId, name: &ast::Ident, r: ItemRef) {
@@ -92,8 +89,12 @@ impl Checker {
                             ast::DimKind::Int(n) if n > 0 => n,
                             _ => {
                                 self.diags.push(
-                                    Diagnostic::error(Code::E0502, d.span, "a mesh axis size must be a positive integer")
-                                        .label("expected e.g. `dp = 2`"),
+                                    Diagnostic::error(
+                                        Code::E0502,
+                                        d.span,
+                                        "a mesh axis size must be a positive integer",
+                                    )
+                                    .label("expected e.g. `dp = 2`"),
                                 );
                                 1
                             }
@@ -146,8 +147,9 @@ impl Checker {
             None => {
                 let mname = self.module(target).name.clone();
                 let cands: Vec<String> = self.scopes[target.0 as usize].keys().cloned().collect();
-                let mut d = Diagnostic::error(Code::E0207, n.span, format!("module `{mname}` has no item `{}`", n.name))
-                    .label("not defined there");
+                let mut d =
+                    Diagnostic::error(Code::E0207, n.span, format!("module `{mname}` has no item `{}`", n.name))
+                        .label("not defined there");
                 if let Some(s) = super::suggest(&n.name, cands.iter().map(String::as_str)) {
                     d = d.with_help(format!("did you mean `{s}`?"));
                 }
@@ -237,7 +239,11 @@ impl Checker {
         let mut seen = std::collections::HashSet::new();
         for f in &md.fields {
             if !seen.insert(f.name.name.clone()) {
-                self.diags.push(Diagnostic::error(Code::E0205, f.name.span, format!("field `{}` is defined twice", f.name.name)));
+                self.diags.push(Diagnostic::error(
+                    Code::E0205,
+                    f.name.span,
+                    format!("field `{}` is defined twice", f.name.name),
+                ));
                 continue;
             }
             let ty = self.resolve_type(m, &f.ty, &mut env);
@@ -267,14 +273,22 @@ impl Checker {
         let mut seen = std::collections::HashSet::new();
         for p in &f.params {
             if !seen.insert(p.name.name.clone()) {
-                self.diags.push(Diagnostic::error(Code::E0205, p.name.span, format!("parameter `{}` is declared twice", p.name.name)));
+                self.diags.push(Diagnostic::error(
+                    Code::E0205,
+                    p.name.span,
+                    format!("parameter `{}` is declared twice", p.name.name),
+                ));
             }
             let ty = match &p.ty {
                 Some(t) => self.resolve_type(m, t, &mut env),
                 None => {
                     self.diags.push(
-                        Diagnostic::error(Code::E0304, p.name.span, format!("parameter `{}` needs a type", p.name.name))
-                            .label("write `name: type`"),
+                        Diagnostic::error(
+                            Code::E0304,
+                            p.name.span,
+                            format!("parameter `{}` needs a type", p.name.name),
+                        )
+                        .label("write `name: type`"),
                     );
                     Type::Error
                 }
@@ -342,7 +356,9 @@ impl Checker {
                 Diagnostic::error(
                     Code::E0106,
                     self.fn_sigs[i].span,
-                    format!("calls nested more than {MAX_BODY_DEPTH} deep through functions defined after their callers"),
+                    format!(
+                        "calls nested more than {MAX_BODY_DEPTH} deep through functions defined after their callers"
+                    ),
                 )
                 .label("reached through that chain")
                 .with_help("define functions before the functions that call them"),
@@ -395,11 +411,13 @@ impl Checker {
 
     fn coerce_result(&mut self, body: ir::Expr, ret: &Type, span: Span, ret_span: Option<Span>) -> ir::Expr {
         // A `_` in the declared result was reported already (`E0307`); nothing can match it.
-        let infer_dim = |t: &Type| match t {
+        let infer_dim = |t: &Type| {
+            match t {
             Type::Tensor(_, s) => s.iter().any(|i| {
                 matches!(i, crate::types::ShapeItem::Dim(d) if d.vars().any(|v| self.prog.sym_names[v.0 as usize] == "_"))
             }),
             _ => false,
+        }
         };
         if body.ty.has_error() || ret.has_error() || infer_dim(ret) {
             return body;
@@ -410,7 +428,11 @@ impl Checker {
                 let d = Diagnostic::error(
                     Code::E0316,
                     span,
-                    format!("function body has type {}, but the declared result is {}", self.ty_str(&e.ty), self.ty_str(ret)),
+                    format!(
+                        "function body has type {}, but the declared result is {}",
+                        self.ty_str(&e.ty),
+                        self.ty_str(ret)
+                    ),
                 )
                 .label(why);
                 let d = match ret_span {
@@ -564,7 +586,11 @@ impl Checker {
                     ast::ExprKind::Name(n) => match self.scopes[m.0 as usize].get(n).cloned() {
                         Some(ItemRef::Func(b)) => Some((b, value.span)),
                         _ => {
-                            self.diags.push(Diagnostic::error(Code::E0201, value.span, format!("unknown function `{n}`")));
+                            self.diags.push(Diagnostic::error(
+                                Code::E0201,
+                                value.span,
+                                format!("unknown function `{n}`"),
+                            ));
                             None
                         }
                     },
@@ -584,7 +610,11 @@ impl Checker {
             let mut want: Vec<Type> = f.params.iter().map(|p| p.ty.clone()).collect();
             want.push(f.ret.clone());
             want.push(f.ret.clone());
-            let ret_want = if f.params.len() == 1 { f.params[0].ty.clone() } else { Type::Tuple(f.params.iter().map(|p| p.ty.clone()).collect()) };
+            let ret_want = if f.params.len() == 1 {
+                f.params[0].ty.clone()
+            } else {
+                Type::Tuple(f.params.iter().map(|p| p.ty.clone()).collect())
+            };
             // Compare shapes by renaming the derivative's dims to the function's, in order.
             let mut subst = crate::types::unify::Subst::default();
             for (s, t) in bs.dims.iter().zip(&f.dims) {

@@ -145,8 +145,7 @@ pub fn check_file(path: &Path) -> Result<Checked, std::io::Error> {
             let bad = e.utf8_error().valid_up_to();
             let span = Span::new(file, bad, bad + char::REPLACEMENT_CHARACTER.len_utf8());
             c.diags.push(
-                Diagnostic::error(Code::E0108, span, "source file is not valid UTF-8")
-                    .label("invalid byte here"),
+                Diagnostic::error(Code::E0108, span, "source file is not valid UTF-8").label("invalid byte here"),
             );
             c.finish()
         }
@@ -281,7 +280,6 @@ impl Checker {
         self.suggest_budget -= cands.len();
         suggest(name, cands.iter().map(String::as_str))
     }
-
 }
 
 /// How many candidates "did you mean" hints compare in one run, all diagnostics together.
@@ -320,8 +318,3 @@ fn edit_distance(a: &str, b: &str) -> usize {
     }
     prev[b.len()]
 }
-
-
-
-
-

@@ -30,7 +30,10 @@ pub enum Origin {
     File(PathBuf),
     Stdlib(String),
     /// In-memory source (REPL, tests, LSP buffers); relative paths resolve from `dir`.
-    Memory { name: String, dir: PathBuf },
+    Memory {
+        name: String,
+        dir: PathBuf,
+    },
 }
 
 pub struct Module {
@@ -116,13 +119,9 @@ impl Checker {
                             Ok(c) => c,
                             Err(_) => {
                                 self.diags.push(
-                                    Diagnostic::error(
-                                        Code::E0204,
-                                        *pspan,
-                                        format!("cannot find file `{path}`"),
-                                    )
-                                    .label(format!("no such file: {}", display_path(&full)))
-                                    .with_help("paths in `use \"…\"` are relative to the file that uses them"),
+                                    Diagnostic::error(Code::E0204, *pspan, format!("cannot find file `{path}`"))
+                                        .label(format!("no such file: {}", display_path(&full)))
+                                        .with_help("paths in `use \"…\"` are relative to the file that uses them"),
                                 );
                                 return None;
                             }

@@ -66,8 +66,8 @@ impl Checker {
                         .filter(|(_, r)| matches!(r, ItemRef::Dim(_)))
                         .map(|(n, _)| n.clone()),
                 );
-                let mut diag = Diagnostic::error(Code::E0209, d.span, format!("unknown dimension `{name}`"))
-                    .label("not declared");
+                let mut diag =
+                    Diagnostic::error(Code::E0209, d.span, format!("unknown dimension `{name}`")).label("not declared");
                 diag = match self.suggest_budgeted(name, &cands) {
                     Some(s) => diag.with_help(format!("did you mean `{s}`?")),
                     None => diag.with_help(format!(
@@ -105,9 +105,7 @@ impl Checker {
     /// were in (dim arithmetic saturates there, so the value would be silently wrong).
     pub(crate) fn dim_in_range(&mut self, r: Dim, x: &Dim, y: &Dim, span: crate::source::Span) -> Dim {
         if r.overflows() && !x.overflows() && !y.overflows() {
-            self.error(
-                Diagnostic::error(Code::E0105, span, "dimension does not fit in 64 bits").label("too large"),
-            );
+            self.error(Diagnostic::error(Code::E0105, span, "dimension does not fit in 64 bits").label("too large"));
         }
         r
     }
@@ -218,11 +216,7 @@ impl Checker {
                 DimArg::Rest(name) => {
                     rests += 1;
                     if rests > 1 {
-                        self.error(Diagnostic::error(
-                            Code::E0305,
-                            name.span,
-                            "a shape can have only one `..` rest",
-                        ));
+                        self.error(Diagnostic::error(Code::E0305, name.span, "a shape can have only one `..` rest"));
                     }
                     let r = match env.rests.get(&name.name) {
                         Some(r) => *r,
@@ -254,7 +248,8 @@ impl Checker {
     }
 
     fn check_shard_axis(&mut self, m: ModuleId, axis: &ast::Ident) {
-        let known = self.prog.meshes.iter().any(|mesh| mesh.axes.iter().any(|(n, _)| self.prog.names.get(*n) == axis.name));
+        let known =
+            self.prog.meshes.iter().any(|mesh| mesh.axes.iter().any(|(n, _)| self.prog.names.get(*n) == axis.name));
         if !known {
             let cands: Vec<String> = self
                 .prog
@@ -337,8 +332,12 @@ impl Checker {
                 DimArg::Type(t) if is_model => out.push(TypeArg::Type(self.resolve_type(m, t, env))),
                 DimArg::Type(t) => {
                     self.error(
-                        Diagnostic::error(Code::E0209, t.span, format!("model `{name}` expects a dimension here, found a model type"))
-                            .label("not a dimension"),
+                        Diagnostic::error(
+                            Code::E0209,
+                            t.span,
+                            format!("model `{name}` expects a dimension here, found a model type"),
+                        )
+                        .label("not a dimension"),
                     );
                     out.push(TypeArg::Dim(Dim::var(self.new_sym("?"))));
                 }

@@ -5,332 +5,95 @@
 
 /// `(name, signature, description)` of every builtin callable as a function.
 const TABLE: &[(&str, &str, &str)] = &[
-    (
-        "zeros",
-        "zeros(d…) -> f32[d…]",
-        "A tensor of the given dimensions filled with 0.",
-    ),
-    (
-        "ones",
-        "ones(d…) -> f32[d…]",
-        "A tensor of the given dimensions filled with 1.",
-    ),
-    (
-        "full",
-        "full(v, d…) -> T[d…]",
-        "A tensor of the given dimensions filled with the scalar `v`.",
-    ),
-    (
-        "arange",
-        "arange(n) -> i32[n]",
-        "The integers `0, 1, …, n-1`.",
-    ),
+    ("zeros", "zeros(d…) -> f32[d…]", "A tensor of the given dimensions filled with 0."),
+    ("ones", "ones(d…) -> f32[d…]", "A tensor of the given dimensions filled with 1."),
+    ("full", "full(v, d…) -> T[d…]", "A tensor of the given dimensions filled with the scalar `v`."),
+    ("arange", "arange(n) -> i32[n]", "The integers `0, 1, …, n-1`."),
     ("eye", "eye(n) -> f32[n, n]", "The `n × n` identity matrix."),
-    (
-        "normal",
-        "normal(d…, seed: s) -> f32[d…]",
-        "Standard normal random numbers (counter-based, reproducible).",
-    ),
-    (
-        "uniform",
-        "uniform(d…, seed: s) -> f32[d…]",
-        "Uniform random numbers on [0, 1).",
-    ),
-    (
-        "he_normal",
-        "he_normal(i, o) -> f32[i, o]",
-        "He initialisation: a normal with standard deviation `sqrt(2 / i)`.",
-    ),
-    (
-        "glorot_uniform",
-        "glorot_uniform(i, o) -> f32[i, o]",
-        "Glorot initialisation: uniform on `±sqrt(6 / (i + o))`.",
-    ),
-    (
-        "exp",
-        "exp(x: f[..S]) -> f[..S]",
-        "Elementwise exponential.",
-    ),
-    (
-        "log",
-        "log(x: f[..S]) -> f[..S]",
-        "Elementwise natural logarithm.",
-    ),
-    (
-        "sqrt",
-        "sqrt(x: f[..S]) -> f[..S]",
-        "Elementwise square root.",
-    ),
-    (
-        "rsqrt",
-        "rsqrt(x: f[..S]) -> f[..S]",
-        "Elementwise `1 / sqrt(x)`.",
-    ),
-    (
-        "tanh",
-        "tanh(x: f[..S]) -> f[..S]",
-        "Elementwise hyperbolic tangent.",
-    ),
-    (
-        "sigmoid",
-        "sigmoid(x: f[..S]) -> f[..S]",
-        "Elementwise logistic sigmoid.",
-    ),
-    (
-        "relu",
-        "relu(x: T[..S]) -> T[..S]",
-        "Elementwise `max(x, 0)`.",
-    ),
-    (
-        "gelu",
-        "gelu(x: f[..S]) -> f[..S]",
-        "Gaussian error linear unit (tanh approximation).",
-    ),
+    ("normal", "normal(d…, seed: s) -> f32[d…]", "Standard normal random numbers (counter-based, reproducible)."),
+    ("uniform", "uniform(d…, seed: s) -> f32[d…]", "Uniform random numbers on [0, 1)."),
+    ("he_normal", "he_normal(i, o) -> f32[i, o]", "He initialisation: a normal with standard deviation `sqrt(2 / i)`."),
+    ("glorot_uniform", "glorot_uniform(i, o) -> f32[i, o]", "Glorot initialisation: uniform on `±sqrt(6 / (i + o))`."),
+    ("exp", "exp(x: f[..S]) -> f[..S]", "Elementwise exponential."),
+    ("log", "log(x: f[..S]) -> f[..S]", "Elementwise natural logarithm."),
+    ("sqrt", "sqrt(x: f[..S]) -> f[..S]", "Elementwise square root."),
+    ("rsqrt", "rsqrt(x: f[..S]) -> f[..S]", "Elementwise `1 / sqrt(x)`."),
+    ("tanh", "tanh(x: f[..S]) -> f[..S]", "Elementwise hyperbolic tangent."),
+    ("sigmoid", "sigmoid(x: f[..S]) -> f[..S]", "Elementwise logistic sigmoid."),
+    ("relu", "relu(x: T[..S]) -> T[..S]", "Elementwise `max(x, 0)`."),
+    ("gelu", "gelu(x: f[..S]) -> f[..S]", "Gaussian error linear unit (tanh approximation)."),
     ("sin", "sin(x: f[..S]) -> f[..S]", "Elementwise sine."),
     ("cos", "cos(x: f[..S]) -> f[..S]", "Elementwise cosine."),
-    (
-        "abs",
-        "abs(x: T[..S]) -> T[..S]",
-        "Elementwise absolute value.",
-    ),
-    (
-        "sign",
-        "sign(x: T[..S]) -> T[..S]",
-        "Elementwise sign: −1, 0 or 1.",
-    ),
-    (
-        "floor",
-        "floor(x: f[..S]) -> f[..S]",
-        "Rounds down, keeping the float type.",
-    ),
-    (
-        "pow",
-        "pow(x, y) -> broadcast(x, y)",
-        "`x` to the power `y`, elementwise with broadcasting; same as `x ** y`.",
-    ),
-    (
-        "maximum",
-        "maximum(a, b) -> broadcast(a, b)",
-        "The elementwise larger value.",
-    ),
-    (
-        "minimum",
-        "minimum(a, b) -> broadcast(a, b)",
-        "The elementwise smaller value.",
-    ),
-    (
-        "where",
-        "where(c: bool[..], a, b) -> broadcast(c, a, b)",
-        "`a` where `c` is true, else `b`.",
-    ),
-    (
-        "sum",
-        "sum(x, axis: k, keepdims: false)",
-        "Sum of all elements, or along `axis`.",
-    ),
-    (
-        "mean",
-        "mean(x, axis: k, keepdims: false)",
-        "Mean of all elements, or along `axis`.",
-    ),
-    (
-        "max",
-        "max(x, axis: k, keepdims: false)",
-        "Largest element, or along `axis`.",
-    ),
-    (
-        "min",
-        "min(x, axis: k, keepdims: false)",
-        "Smallest element, or along `axis`.",
-    ),
-    (
-        "argmax",
-        "argmax(x, axis: k) -> i32",
-        "Index of the largest element, or along `axis`.",
-    ),
-    (
-        "argmin",
-        "argmin(x, axis: k) -> i32",
-        "Index of the smallest element, or along `axis`.",
-    ),
-    (
-        "logsumexp",
-        "logsumexp(x, axis: k, keepdims: false)",
-        "`log(sum(exp(x)))` computed without overflow.",
-    ),
-    (
-        "reshape",
-        "reshape(x, [d…])",
-        "The same elements in a new shape; one dimension may be `_`.",
-    ),
-    (
-        "transpose",
-        "transpose(x: T[..S, A, B]) -> T[..S, B, A]",
-        "Swaps the last two dimensions.",
-    ),
+    ("abs", "abs(x: T[..S]) -> T[..S]", "Elementwise absolute value."),
+    ("sign", "sign(x: T[..S]) -> T[..S]", "Elementwise sign: −1, 0 or 1."),
+    ("floor", "floor(x: f[..S]) -> f[..S]", "Rounds down, keeping the float type."),
+    ("pow", "pow(x, y) -> broadcast(x, y)", "`x` to the power `y`, elementwise with broadcasting; same as `x ** y`."),
+    ("maximum", "maximum(a, b) -> broadcast(a, b)", "The elementwise larger value."),
+    ("minimum", "minimum(a, b) -> broadcast(a, b)", "The elementwise smaller value."),
+    ("where", "where(c: bool[..], a, b) -> broadcast(c, a, b)", "`a` where `c` is true, else `b`."),
+    ("sum", "sum(x, axis: k, keepdims: false)", "Sum of all elements, or along `axis`."),
+    ("mean", "mean(x, axis: k, keepdims: false)", "Mean of all elements, or along `axis`."),
+    ("max", "max(x, axis: k, keepdims: false)", "Largest element, or along `axis`."),
+    ("min", "min(x, axis: k, keepdims: false)", "Smallest element, or along `axis`."),
+    ("argmax", "argmax(x, axis: k) -> i32", "Index of the largest element, or along `axis`."),
+    ("argmin", "argmin(x, axis: k) -> i32", "Index of the smallest element, or along `axis`."),
+    ("logsumexp", "logsumexp(x, axis: k, keepdims: false)", "`log(sum(exp(x)))` computed without overflow."),
+    ("reshape", "reshape(x, [d…])", "The same elements in a new shape; one dimension may be `_`."),
+    ("transpose", "transpose(x: T[..S, A, B]) -> T[..S, B, A]", "Swaps the last two dimensions."),
     ("permute", "permute(x, [i…])", "Reorders the dimensions."),
-    (
-        "concat",
-        "concat([a, b, …], axis: k)",
-        "Joins tensors along an existing axis (sizes add).",
-    ),
-    (
-        "stack",
-        "stack([a, b, …], axis: k)",
-        "Joins equal-shaped tensors along a new axis.",
-    ),
-    (
-        "expand_dims",
-        "expand_dims(x, axis: k)",
-        "Inserts a dimension of size 1.",
-    ),
-    (
-        "squeeze",
-        "squeeze(x, axis: k)",
-        "Removes a dimension of size 1.",
-    ),
-    (
-        "broadcast_to",
-        "broadcast_to(x, [d…])",
-        "Broadcasts `x` to the given shape.",
-    ),
-    (
-        "gather",
-        "gather(x, idx, axis: k)",
-        "Picks entries of `x` along `axis` by integer indices.",
-    ),
+    ("concat", "concat([a, b, …], axis: k)", "Joins tensors along an existing axis (sizes add)."),
+    ("stack", "stack([a, b, …], axis: k)", "Joins equal-shaped tensors along a new axis."),
+    ("expand_dims", "expand_dims(x, axis: k)", "Inserts a dimension of size 1."),
+    ("squeeze", "squeeze(x, axis: k)", "Removes a dimension of size 1."),
+    ("broadcast_to", "broadcast_to(x, [d…])", "Broadcasts `x` to the given shape."),
+    ("gather", "gather(x, idx, axis: k)", "Picks entries of `x` along `axis` by integer indices."),
     (
         "scatter_add",
         "scatter_add(x, idx, updates, axis: k)",
         "Adds `updates` into `x` at integer indices along `axis`.",
     ),
-    (
-        "one_hot",
-        "one_hot(y: i32[..S], n) -> f32[..S, n]",
-        "One-hot encoding of integer labels.",
-    ),
-    (
-        "einsum",
-        "einsum(\"spec\", a, b, …)",
-        "Einstein summation, e.g. `einsum(\"bij,bjk->bik\", a, b)`.",
-    ),
-    (
-        "params",
-        "params(m) -> i32",
-        "The number of parameters of a model.",
-    ),
-    (
-        "map",
-        "map(f, m, …)",
-        "Applies a rank-polymorphic function to every tensor of one or more models.",
-    ),
-    (
-        "init",
-        "init(Model[…], seed: s)",
-        "A model with every field initialised from its initialiser.",
-    ),
+    ("one_hot", "one_hot(y: i32[..S], n) -> f32[..S, n]", "One-hot encoding of integer labels."),
+    ("einsum", "einsum(\"spec\", a, b, …)", "Einstein summation, e.g. `einsum(\"bij,bjk->bik\", a, b)`."),
+    ("params", "params(m) -> i32", "The number of parameters of a model."),
+    ("map", "map(f, m, …)", "Applies a rank-polymorphic function to every tensor of one or more models."),
+    ("init", "init(Model[…], seed: s)", "A model with every field initialised from its initialiser."),
     (
         "grad",
         "grad(f, wrt: p)",
         "The gradient of a scalar function with respect to a parameter (the first by default).",
     ),
-    (
-        "value_and_grad",
-        "value_and_grad(f, wrt: p)",
-        "A function returning `(value, gradient)`.",
-    ),
-    (
-        "jvp",
-        "jvp(f, primals, tangents)",
-        "Forward mode: `(value, tangent)`.",
-    ),
-    (
-        "vjp",
-        "vjp(f, primals…)",
-        "Reverse mode: `(value, pullback)`.",
-    ),
-    (
-        "vmap",
-        "vmap(f, in_axes: (…))",
-        "Maps a function over a new leading dimension.",
-    ),
-    (
-        "stop_gradient",
-        "stop_gradient(x) -> x",
-        "The value of `x`, treated as a constant by differentiation.",
-    ),
-    (
-        "print",
-        "print(a, b, …)",
-        "Writes its arguments separated by one space and ends the line.",
-    ),
-    (
-        "load",
-        "load(path)",
-        "Loads `.npy`, `.npz` (`\"file.npz:name\"`), `.safetensors` or `.csv`.",
-    ),
-    (
-        "save",
-        "save(path, value)",
-        "Saves a tensor or a model (safetensors with dotted field names).",
-    ),
-    (
-        "assert",
-        "assert(c: bool, \"message\")",
-        "Fails the run when `c` is false.",
-    ),
+    ("value_and_grad", "value_and_grad(f, wrt: p)", "A function returning `(value, gradient)`."),
+    ("jvp", "jvp(f, primals, tangents)", "Forward mode: `(value, tangent)`."),
+    ("vjp", "vjp(f, primals…)", "Reverse mode: `(value, pullback)`."),
+    ("vmap", "vmap(f, in_axes: (…))", "Maps a function over a new leading dimension."),
+    ("stop_gradient", "stop_gradient(x) -> x", "The value of `x`, treated as a constant by differentiation."),
+    ("print", "print(a, b, …)", "Writes its arguments separated by one space and ends the line."),
+    ("load", "load(path)", "Loads `.npy`, `.npz` (`\"file.npz:name\"`), `.safetensors` or `.csv`."),
+    ("save", "save(path, value)", "Saves a tensor or a model (safetensors with dotted field names)."),
+    ("assert", "assert(c: bool, \"message\")", "Fails the run when `c` is false."),
     (
         "assert_close",
         "assert_close(a, b, rtol: 1e-5, atol: 1e-6)",
         "Fails the run when `a` and `b` differ beyond the tolerances.",
     ),
-    (
-        "batches",
-        "batches(x, y, size: B, shuffle: seed)",
-        "Mini-batches of `(x, y)` for a `for (xb, yb) in …` loop.",
-    ),
-    (
-        "f32",
-        "f32(x: T[..S]) -> f32[..S]",
-        "Converts to `f32`, keeping the shape.",
-    ),
-    (
-        "f64",
-        "f64(x: T[..S]) -> f64[..S]",
-        "Converts to `f64`, keeping the shape.",
-    ),
-    (
-        "i32",
-        "i32(x: T[..S]) -> i32[..S]",
-        "Converts to `i32`, keeping the shape.",
-    ),
-    (
-        "bool",
-        "bool(x: T[..S]) -> bool[..S]",
-        "Converts to `bool`, keeping the shape.",
-    ),
+    ("batches", "batches(x, y, size: B, shuffle: seed)", "Mini-batches of `(x, y)` for a `for (xb, yb) in …` loop."),
+    ("f32", "f32(x: T[..S]) -> f32[..S]", "Converts to `f32`, keeping the shape."),
+    ("f64", "f64(x: T[..S]) -> f64[..S]", "Converts to `f64`, keeping the shape."),
+    ("i32", "i32(x: T[..S]) -> i32[..S]", "Converts to `i32`, keeping the shape."),
+    ("bool", "bool(x: T[..S]) -> bool[..S]", "Converts to `bool`, keeping the shape."),
 ];
 
 /// The signature and description of a builtin, if `name` is one.
 pub fn builtin_info(name: &str) -> Option<(&'static str, &'static str)> {
-    TABLE
-        .iter()
-        .find(|(n, _, _)| *n == name)
-        .map(|(_, s, d)| (*s, *d))
+    TABLE.iter().find(|(n, _, _)| *n == name).map(|(_, s, d)| (*s, *d))
 }
 
 #[cfg(test)]
 mod tests {
     #[test]
     fn every_builtin_has_a_signature() {
-        let missing: Vec<&str> = crate::ir::Prim::builtin_names()
-            .iter()
-            .copied()
-            .filter(|n| super::builtin_info(n).is_none())
-            .collect();
-        assert!(
-            missing.is_empty(),
-            "builtins without a signature: {missing:?}"
-        );
+        let missing: Vec<&str> =
+            crate::ir::Prim::builtin_names().iter().copied().filter(|n| super::builtin_info(n).is_none()).collect();
+        assert!(missing.is_empty(), "builtins without a signature: {missing:?}");
     }
 }

@@ -17,25 +17,15 @@ pub struct Completion {
 }
 
 impl Completion {
-    fn new(
-        label: impl Into<String>,
-        kind: SymbolKind,
-        detail: Option<String>,
-        doc: Option<String>,
-    ) -> Completion {
-        Completion {
-            label: label.into(),
-            kind,
-            detail,
-            doc,
-        }
+    fn new(label: impl Into<String>, kind: SymbolKind, detail: Option<String>, doc: Option<String>) -> Completion {
+        Completion { label: label.into(), kind, detail, doc }
     }
 }
 
 /// The keywords of msl, offered everywhere.
 pub const KEYWORDS: &[&str] = &[
-    "fn", "let", "var", "model", "dim", "const", "use", "mesh", "test", "if", "else", "for", "in",
-    "while", "return", "true", "false",
+    "fn", "let", "var", "model", "dim", "const", "use", "mesh", "test", "if", "else", "for", "in", "while", "return",
+    "true", "false",
 ];
 
 /// Candidates at `offset` of `file`. After `name.` these are the fields of a model value or the
@@ -61,20 +51,10 @@ pub fn completions(c: &Checked, file: FileId, offset: usize) -> Vec<Completion> 
     out
 }
 
-fn scope_completions(
-    c: &Checked,
-    file: FileId,
-    parsed: &crate::syntax::ast::File,
-    offset: usize,
-) -> Vec<Completion> {
+fn scope_completions(c: &Checked, file: FileId, parsed: &crate::syntax::ast::File, offset: usize) -> Vec<Completion> {
     let mut out = Vec::new();
     for n in scope_at(parsed, offset).into_iter().rev() {
-        let detail = c
-            .index
-            .types
-            .iter()
-            .find(|e| e.0 == n.span)
-            .map(|e| binding_type(&e.1).to_string());
+        let detail = c.index.types.iter().find(|e| e.0 == n.span).map(|e| binding_type(&e.1).to_string());
         out.push(Completion::new(n.name, n.kind, detail, None));
     }
     let text = c.sources.text(file);
@@ -95,24 +75,14 @@ fn scope_completions(
                 out.push(Completion::new(alias, SymbolKind::Module, Some(d), None));
             }
             Import::Item { name, target, .. } => {
-                let member = module_members(c, &target)
-                    .into_iter()
-                    .find(|m| m.label == name);
-                out.push(
-                    member
-                        .unwrap_or_else(|| Completion::new(name, SymbolKind::Function, None, None)),
-                );
+                let member = module_members(c, &target).into_iter().find(|m| m.label == name);
+                out.push(member.unwrap_or_else(|| Completion::new(name, SymbolKind::Function, None, None)));
             }
         }
     }
     for b in crate::ir::Prim::builtin_names() {
         let (sig, doc) = builtin_info(b).unwrap_or((b, ""));
-        out.push(Completion::new(
-            *b,
-            SymbolKind::Builtin,
-            Some(sig.to_string()),
-            Some(doc.to_string()),
-        ));
+        out.push(Completion::new(*b, SymbolKind::Builtin, Some(sig.to_string()), Some(doc.to_string())));
     }
     for k in KEYWORDS {
         out.push(Completion::new(*k, SymbolKind::Keyword, None, None));
@@ -159,18 +129,12 @@ fn member_completions(
     // nearest earlier occurrence of the same name.
     let last = chain[chain.len() - 1];
     let text = c.sources.text(file);
-    let exact = c
-        .index
-        .types
-        .iter()
-        .find(|e| e.0.file == file && e.0.end as usize == dot);
+    let exact = c.index.types.iter().find(|e| e.0.file == file && e.0.end as usize == dot);
     let near = || {
         c.index
             .types
             .iter()
-            .filter(|e| {
-                e.0.file == file && (e.0.end as usize) <= dot && text.get(e.0.range()) == Some(last)
-            })
+            .filter(|e| e.0.file == file && (e.0.end as usize) <= dot && text.get(e.0.range()) == Some(last))
             .max_by_key(|e| e.0.start)
     };
     let Some(entry) = exact.or_else(near) else {
@@ -188,14 +152,7 @@ pub fn model_fields(c: &Checked, ty: &str) -> Vec<Completion> {
     };
     m.fields
         .iter()
-        .map(|f| {
-            Completion::new(
-                p.names.get(f.name),
-                SymbolKind::Field,
-                Some(crate::types::type_str(&f.ty, p)),
-                None,
-            )
-        })
+        .map(|f| Completion::new(p.names.get(f.name), SymbolKind::Field, Some(crate::types::type_str(&f.ty, p)), None))
         .collect()
 }
 
@@ -223,12 +180,7 @@ pub fn module_members(c: &Checked, target: &ModuleTarget) -> Vec<Completion> {
         for sub in crate::check::stdlib_modules() {
             if let Some(rest) = sub.strip_prefix(&prefix) {
                 let first = rest.split('.').next().unwrap_or(rest);
-                out.push(Completion::new(
-                    first,
-                    SymbolKind::Module,
-                    Some(format!("module {m}.{first}")),
-                    None,
-                ));
+                out.push(Completion::new(first, SymbolKind::Module, Some(format!("module {m}.{first}")), None));
             }
         }
     }
@@ -303,25 +255,13 @@ pub fn signature_help(c: &Checked, file: FileId, offset: usize) -> Option<Signat
         }
     }
     let active = active.min(params.len().saturating_sub(1));
-    Some(SignatureHelp {
-        label,
-        params,
-        active,
-        doc,
-    })
+    Some(SignatureHelp { label, params, active, doc })
 }
 
-fn callee_signature(
-    c: &Checked,
-    file: FileId,
-    callee: Span,
-    chain: &[String],
-) -> Option<(String, Option<String>)> {
+fn callee_signature(c: &Checked, file: FileId, callee: Span, chain: &[String]) -> Option<(String, Option<String>)> {
     let name = chain.last()?;
-    let doc_of = |def: Option<Span>| {
-        def.and_then(|d| c.fn_sigs.iter().find(|f| f.span == d))
-            .and_then(|f| f.doc.clone())
-    };
+    let doc_of =
+        |def: Option<Span>| def.and_then(|d| c.fn_sigs.iter().find(|f| f.span == d)).and_then(|f| f.doc.clone());
     if let Some((_, s, def)) = c.index.types.iter().find(|e| e.0 == callee) {
         if s.starts_with("fn ") {
             return Some((s.clone(), doc_of(*def)));
@@ -337,17 +277,13 @@ fn callee_signature(
     let targets: Vec<ModuleTarget> = imports(&parsed)
         .into_iter()
         .filter_map(|i| match i {
-            Import::Module { alias, target, .. } if chain.len() > 1 && alias == chain[0] => {
-                Some(match target {
-                    ModuleTarget::Stdlib(m) if chain.len() > 2 => {
-                        ModuleTarget::Stdlib(format!("{m}.{}", chain[1..chain.len() - 1].join(".")))
-                    }
-                    t => t,
-                })
-            }
-            Import::Item {
-                name: n, target, ..
-            } if chain.len() == 1 && &n == name => Some(target),
+            Import::Module { alias, target, .. } if chain.len() > 1 && alias == chain[0] => Some(match target {
+                ModuleTarget::Stdlib(m) if chain.len() > 2 => {
+                    ModuleTarget::Stdlib(format!("{m}.{}", chain[1..chain.len() - 1].join(".")))
+                }
+                t => t,
+            }),
+            Import::Item { name: n, target, .. } if chain.len() == 1 && &n == name => Some(target),
             _ => None,
         })
         .collect();

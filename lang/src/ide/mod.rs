@@ -14,8 +14,7 @@ mod syntax;
 pub use builtins::builtin_info;
 pub use complete::{completions, signature_help, Completion, SignatureHelp};
 pub use syntax::{
-    hint_sites, imports, scope_at, symbols, HintSite, Import, ModuleTarget, ScopeName, Symbol,
-    SymbolKind,
+    hint_sites, imports, scope_at, symbols, HintSite, Import, ModuleTarget, ScopeName, Symbol, SymbolKind,
 };
 
 use crate::check::Checked;
@@ -49,16 +48,8 @@ pub fn word_at(text: &str, offset: usize) -> Option<(usize, usize)> {
         offset -= 1;
     }
     let is_id = |c: char| c.is_ascii_alphanumeric() || c == '_';
-    let start = text[..offset]
-        .char_indices()
-        .rev()
-        .take_while(|(_, c)| is_id(*c))
-        .last()
-        .map_or(offset, |(i, _)| i);
-    let end = text[offset..]
-        .char_indices()
-        .find(|(_, c)| !is_id(*c))
-        .map_or(text.len(), |(i, _)| offset + i);
+    let start = text[..offset].char_indices().rev().take_while(|(_, c)| is_id(*c)).last().map_or(offset, |(i, _)| i);
+    let end = text[offset..].char_indices().find(|(_, c)| !is_id(*c)).map_or(text.len(), |(i, _)| offset + i);
     (start < end).then_some((start, end))
 }
 
@@ -88,60 +79,30 @@ pub fn hover(c: &Checked, file: FileId, offset: usize) -> Option<Hover> {
                 doc: (!doc.is_empty()).then(|| doc.to_string()),
             });
         }
-        let mut h = Hover {
-            span: *span,
-            signature: s.clone(),
-            instance: None,
-            doc: None,
-        };
+        let mut h = Hover { span: *span, signature: s.clone(), instance: None, doc: None };
         if s.starts_with("fn ") {
-            h.doc = def
-                .and_then(|d| c.fn_sigs.iter().find(|f| f.span == d))
-                .and_then(|f| f.doc.clone());
+            h.doc = def.and_then(|d| c.fn_sigs.iter().find(|f| f.span == d)).and_then(|f| f.doc.clone());
             h.instance = instantiation(c, *span);
         }
         return Some(h);
     }
     // Names the index does not record: function and model definitions, models in types,
     // builtins, modules.
-    let inside =
-        |s: Span| s.file == file && (s.start as usize) <= offset && offset <= s.end as usize;
+    let inside = |s: Span| s.file == file && (s.start as usize) <= offset && offset <= s.end as usize;
     if let Some(f) = c.fn_sigs.iter().find(|f| inside(f.span)) {
-        return Some(Hover {
-            span: f.span,
-            signature: fn_signature(c, f),
-            instance: None,
-            doc: f.doc.clone(),
-        });
+        return Some(Hover { span: f.span, signature: fn_signature(c, f), instance: None, doc: f.doc.clone() });
     }
     let (a, b) = word_at(text, offset)?;
     let word = &text[a..b];
     let span = Span::new(file, a, b);
-    if let Some((i, m)) = c
-        .program
-        .models
-        .iter()
-        .enumerate()
-        .find(|(_, m)| c.program.names.get(m.name) == word)
-    {
+    if let Some((i, m)) = c.program.models.iter().enumerate().find(|(_, m)| c.program.names.get(m.name) == word) {
         let _ = i;
         let def = c.program.span(m.span);
-        let doc =
-            crate::syntax::lexer::doc_comment_before(c.sources.text(def.file), def.start as usize);
-        return Some(Hover {
-            span,
-            signature: model_str(c, m),
-            instance: None,
-            doc,
-        });
+        let doc = crate::syntax::lexer::doc_comment_before(c.sources.text(def.file), def.start as usize);
+        return Some(Hover { span, signature: model_str(c, m), instance: None, doc });
     }
     if let Some((sig, doc)) = builtin_info(word) {
-        return Some(Hover {
-            span,
-            signature: sig.to_string(),
-            instance: None,
-            doc: Some(doc.to_string()),
-        });
+        return Some(Hover { span, signature: sig.to_string(), instance: None, doc: Some(doc.to_string()) });
     }
     let parsed = crate::syntax::parse(file, text).0;
     for imp in imports(&parsed) {
@@ -151,12 +112,7 @@ pub fn hover(c: &Checked, file: FileId, offset: usize) -> Option<Hover> {
                     ModuleTarget::Stdlib(m) => m,
                     ModuleTarget::File(p) => format!("\"{p}\""),
                 };
-                return Some(Hover {
-                    span,
-                    signature: format!("module {t}"),
-                    instance: None,
-                    doc: None,
-                });
+                return Some(Hover { span, signature: format!("module {t}"), instance: None, doc: None });
             }
         }
     }
@@ -166,38 +122,15 @@ pub fn hover(c: &Checked, file: FileId, offset: usize) -> Option<Hover> {
 /// `model Mlp[I, H, O] { w1: f32[I, H], … }`.
 fn model_str(c: &Checked, m: &crate::ir::Model) -> String {
     let p = &c.program;
-    let mut g: Vec<String> = m
-        .dims
-        .iter()
-        .map(|s| p.sym_names.get(s.0 as usize).cloned().unwrap_or_default())
-        .collect();
-    g.extend(m.models.iter().map(|v| {
-        format!(
-            "{}: Model",
-            p.tyvar_names.get(v.0 as usize).cloned().unwrap_or_default()
-        )
-    }));
-    let gs = if g.is_empty() {
-        String::new()
-    } else {
-        format!("[{}]", g.join(", "))
-    };
-    let fields: Vec<String> = m
-        .fields
-        .iter()
-        .map(|f| {
-            format!(
-                "    {}: {}",
-                p.names.get(f.name),
-                crate::types::type_str(&f.ty, p)
-            )
-        })
-        .collect();
-    format!(
-        "model {}{gs} {{\n{}\n}}",
-        p.names.get(m.name),
-        fields.join("\n")
-    )
+    let mut g: Vec<String> =
+        m.dims.iter().map(|s| p.sym_names.get(s.0 as usize).cloned().unwrap_or_default()).collect();
+    g.extend(
+        m.models.iter().map(|v| format!("{}: Model", p.tyvar_names.get(v.0 as usize).cloned().unwrap_or_default())),
+    );
+    let gs = if g.is_empty() { String::new() } else { format!("[{}]", g.join(", ")) };
+    let fields: Vec<String> =
+        m.fields.iter().map(|f| format!("    {}: {}", p.names.get(f.name), crate::types::type_str(&f.ty, p))).collect();
+    format!("model {}{gs} {{\n{}\n}}", p.names.get(m.name), fields.join("\n"))
 }
 
 /// `fn linear[I, O, ..S](x: f32[..S, I], w: f32[I, O], b: f32[O]) -> f32[..S, O]`.
@@ -206,21 +139,10 @@ pub fn fn_signature(c: &Checked, sig: &crate::check::FnSig) -> String {
     let mut g: Vec<String> = sig.dim_names.iter().map(|(n, _)| n.clone()).collect();
     g.extend(sig.rest_names.iter().map(|(n, _)| format!("..{n}")));
     g.extend(sig.model_names.iter().map(|(n, _)| format!("{n}: Model")));
-    let gs = if g.is_empty() {
-        String::new()
-    } else {
-        format!("[{}]", g.join(", "))
-    };
-    let ps: Vec<String> = sig
-        .params
-        .iter()
-        .map(|q| format!("{}: {}", q.name, crate::types::type_str(&q.ty, p)))
-        .collect();
-    let ret = if sig.ret.is_unit() {
-        String::new()
-    } else {
-        format!(" -> {}", crate::types::type_str(&sig.ret, p))
-    };
+    let gs = if g.is_empty() { String::new() } else { format!("[{}]", g.join(", ")) };
+    let ps: Vec<String> =
+        sig.params.iter().map(|q| format!("{}: {}", q.name, crate::types::type_str(&q.ty, p))).collect();
+    let ret = if sig.ret.is_unit() { String::new() } else { format!(" -> {}", crate::types::type_str(&sig.ret, p)) };
     format!("fn {}{gs}({}){ret}", sig.name, ps.join(", "))
 }
 
@@ -231,10 +153,7 @@ pub fn instantiation(c: &Checked, callee: Span) -> Option<String> {
     let mut best: Option<(u32, String)> = None;
     for f in &p.funcs {
         walk(&f.body, &mut |e| {
-            let ExprKind::Call {
-                func, dims, rests, ..
-            } = &e.kind
-            else {
+            let ExprKind::Call { func, dims, rests, .. } = &e.kind else {
                 return;
             };
             let s = p.span(e.span);
@@ -254,19 +173,11 @@ pub fn instantiation(c: &Checked, callee: Span) -> Option<String> {
                 .iter()
                 .zip(dims)
                 .map(|(s, d)| {
-                    format!(
-                        "{} = {}",
-                        p.sym_names.get(s.0 as usize).map_or("?", String::as_str),
-                        dim_str(d, p)
-                    )
+                    format!("{} = {}", p.sym_names.get(s.0 as usize).map_or("?", String::as_str), dim_str(d, p))
                 })
                 .collect();
             parts.extend(target.rests.iter().zip(rests).map(|(r, sh)| {
-                format!(
-                    "..{} = {}",
-                    p.rest_names.get(r.0 as usize).map_or("?", String::as_str),
-                    shape_str(sh, p)
-                )
+                format!("..{} = {}", p.rest_names.get(r.0 as usize).map_or("?", String::as_str), shape_str(sh, p))
             }));
             if !parts.is_empty() {
                 best = Some((len, parts.join(", ")));
@@ -284,12 +195,7 @@ pub fn definition(c: &Checked, file: FileId, offset: usize) -> Option<Span> {
     let text = c.sources.text(file);
     let (a, b) = word_at(text, offset)?;
     let word = &text[a..b];
-    if let Some(m) = c
-        .program
-        .models
-        .iter()
-        .find(|m| c.program.names.get(m.name) == word)
-    {
+    if let Some(m) = c.program.models.iter().find(|m| c.program.names.get(m.name) == word) {
         return Some(c.program.span(m.span));
     }
     let parsed = crate::syntax::parse(file, text).0;
@@ -301,10 +207,7 @@ pub fn definition(c: &Checked, file: FileId, offset: usize) -> Option<Span> {
             Import::Item { name, target, .. } if name == word => {
                 let f = module_file(c, &target)?;
                 let parsed = crate::syntax::parse(f, c.sources.text(f)).0;
-                return symbols(&parsed, c.sources.text(f))
-                    .into_iter()
-                    .find(|s| s.name == word)
-                    .map(|s| s.name_span);
+                return symbols(&parsed, c.sources.text(f)).into_iter().find(|s| s.name == word).map(|s| s.name_span);
             }
             _ => {}
         }
@@ -317,10 +220,7 @@ pub fn module_file(c: &Checked, target: &ModuleTarget) -> Option<FileId> {
     match target {
         ModuleTarget::Stdlib(m) => {
             let name = format!("<stdlib>/{}.msl", m.replace('.', "/"));
-            c.sources
-                .files()
-                .find(|(_, f)| f.name == name)
-                .map(|(id, _)| id)
+            c.sources.files().find(|(_, f)| f.name == name).map(|(id, _)| id)
         }
         ModuleTarget::File(p) => {
             let want = std::path::Path::new(p).file_name()?;
@@ -338,25 +238,11 @@ pub fn references(c: &Checked, file: FileId, offset: usize) -> Vec<Span> {
     let Some(target) = definition(c, file, offset) else {
         return vec![];
     };
-    let mut out: Vec<Span> = c
-        .index
-        .types
-        .iter()
-        .filter(|e| e.2 == Some(target))
-        .map(|e| e.0)
-        .collect();
+    let mut out: Vec<Span> = c.index.types.iter().filter(|e| e.2 == Some(target)).map(|e| e.0).collect();
     out.push(target);
     // Model names occur in types, which the index does not record: find them token by token.
-    let word = c
-        .sources
-        .text(target.file)
-        .get(target.range())
-        .unwrap_or("");
-    if c.program
-        .models
-        .iter()
-        .any(|m| c.program.names.get(m.name) == word && c.program.span(m.span) == target)
-    {
+    let word = c.sources.text(target.file).get(target.range()).unwrap_or("");
+    if c.program.models.iter().any(|m| c.program.names.get(m.name) == word && c.program.span(m.span) == target) {
         for (id, f) in c.sources.files() {
             if f.name.starts_with("<stdlib>") && id != target.file {
                 continue;
@@ -395,11 +281,7 @@ pub fn inlay_hints(c: &Checked, file: FileId) -> Vec<InlayHint> {
             }
         }
         if !tys.is_empty() {
-            out.push(InlayHint {
-                offset: span.end as usize,
-                label: format!(": {}", tys.join(" | ")),
-                site,
-            });
+            out.push(InlayHint { offset: span.end as usize, label: format!(": {}", tys.join(" | ")), site });
         }
     }
     out

@@ -50,11 +50,7 @@ pub fn symbols(file: &ast::File, text: &str) -> Vec<Symbol> {
             children: vec![],
         };
         match &item.kind {
-            ItemKind::Fn(f) => out.push(sym(
-                &f.name,
-                SymbolKind::Function,
-                Some(header(text, item.span, f.body.span)),
-            )),
+            ItemKind::Fn(f) => out.push(sym(&f.name, SymbolKind::Function, Some(header(text, item.span, f.body.span)))),
             ItemKind::Model(m) => {
                 let mut s = sym(&m.name, SymbolKind::Model, None);
                 s.children = m
@@ -82,10 +78,7 @@ pub fn symbols(file: &ast::File, text: &str) -> Vec<Symbol> {
                 name: format!("test \"{name}\""),
                 kind: SymbolKind::Test,
                 span: item.span,
-                name_span: Span {
-                    end: item.span.start.saturating_add(4).min(item.span.end),
-                    ..item.span
-                },
+                name_span: Span { end: item.span.start.saturating_add(4).min(item.span.end), ..item.span },
                 detail: None,
                 children: vec![],
             }),
@@ -98,9 +91,7 @@ pub fn symbols(file: &ast::File, text: &str) -> Vec<Symbol> {
 /// The text of a function's header: from the start of the item to its body, annotations and
 /// doc comments excluded (`fn linear[I, O](x: f32[I]) -> f32[O]`).
 pub fn header(text: &str, item: Span, body: Span) -> String {
-    let h = text
-        .get(item.start as usize..body.start as usize)
-        .unwrap_or("");
+    let h = text.get(item.start as usize..body.start as usize).unwrap_or("");
     let h = match h.find("fn ").or_else(|| h.find("fn")) {
         Some(i) => &h[i..],
         None => h,
@@ -134,11 +125,7 @@ pub fn hint_sites(file: &ast::File) -> Vec<(Span, HintSite)> {
                 hints_block(&f.body, &mut out);
             }
             ItemKind::Test { body, .. } => hints_block(body, &mut out),
-            ItemKind::Model(m) => m
-                .fields
-                .iter()
-                .filter_map(|f| f.init.as_ref())
-                .for_each(|e| hints_expr(e, &mut out)),
+            ItemKind::Model(m) => m.fields.iter().filter_map(|f| f.init.as_ref()).for_each(|e| hints_expr(e, &mut out)),
             ItemKind::Const { value, .. } => hints_expr(value, &mut out),
             _ => {}
         }
@@ -185,12 +172,7 @@ fn hints_expr(e: &ast::Expr, out: &mut Vec<(Span, HintSite)>) {
     for_children(e, &mut |c| match c {
         Child::Expr(e) => {
             if let ExprKind::Closure { params, .. } = &e.kind {
-                out.extend(
-                    params
-                        .iter()
-                        .filter(|p| p.ty.is_none())
-                        .map(|p| (p.name.span, HintSite::ClosureParam)),
-                );
+                out.extend(params.iter().filter(|p| p.ty.is_none()).map(|p| (p.name.span, HintSite::ClosureParam)));
             }
             hints_expr(e, out);
         }
@@ -214,9 +196,7 @@ fn for_children<'a>(e: &'a ast::Expr, f: &mut dyn FnMut(Child<'a>)) {
         | ExprKind::Wild
         | ExprKind::Error => {}
         ExprKind::Tuple(es) | ExprKind::List(es) => es.iter().for_each(|e| f(Child::Expr(e))),
-        ExprKind::Unary(_, a) | ExprKind::Field(a, _) | ExprKind::TupleIndex(a, _, _) => {
-            f(Child::Expr(a))
-        }
+        ExprKind::Unary(_, a) | ExprKind::Field(a, _) | ExprKind::TupleIndex(a, _, _) => f(Child::Expr(a)),
         ExprKind::Binary(_, a, b) => {
             f(Child::Expr(a));
             f(Child::Expr(b));
@@ -230,18 +210,14 @@ fn for_children<'a>(e: &'a ast::Expr, f: &mut dyn FnMut(Child<'a>)) {
             for i in idx {
                 match i {
                     ast::IndexArg::Expr(e) => f(Child::Expr(e)),
-                    ast::IndexArg::Slice { start, end, .. } => start
-                        .iter()
-                        .chain(end.iter())
-                        .for_each(|e| f(Child::Expr(e))),
+                    ast::IndexArg::Slice { start, end, .. } => {
+                        start.iter().chain(end.iter()).for_each(|e| f(Child::Expr(e)))
+                    }
                 }
             }
         }
         ExprKind::Closure { params, body } => {
-            params
-                .iter()
-                .filter_map(|p| p.default.as_ref())
-                .for_each(|d| f(Child::Expr(d)));
+            params.iter().filter_map(|p| p.default.as_ref()).for_each(|d| f(Child::Expr(d)));
             f(Child::Expr(body));
         }
         ExprKind::Block(b) => f(Child::Block(b)),
@@ -291,11 +267,7 @@ pub fn scope_at(file: &ast::File, offset: usize) -> Vec<ScopeName> {
             ItemKind::Fn(f) => {
                 generics(&f.generics, &mut out);
                 for p in &f.params {
-                    out.push(ScopeName {
-                        name: p.name.name.clone(),
-                        kind: SymbolKind::Parameter,
-                        span: p.name.span,
-                    });
+                    out.push(ScopeName { name: p.name.name.clone(), kind: SymbolKind::Parameter, span: p.name.span });
                 }
                 scope_block(&f.body, offset, &mut out);
             }
@@ -312,11 +284,7 @@ pub fn scope_at(file: &ast::File, offset: usize) -> Vec<ScopeName> {
     }
     // Keep the innermost binding of each name.
     let mut seen = std::collections::HashSet::new();
-    let mut kept: Vec<ScopeName> = out
-        .into_iter()
-        .rev()
-        .filter(|n| seen.insert(n.name.clone()))
-        .collect();
+    let mut kept: Vec<ScopeName> = out.into_iter().rev().filter(|n| seen.insert(n.name.clone())).collect();
     kept.reverse();
     kept
 }
@@ -324,11 +292,7 @@ pub fn scope_at(file: &ast::File, offset: usize) -> Vec<ScopeName> {
 fn generics(gs: &[ast::Generic], out: &mut Vec<ScopeName>) {
     for g in gs {
         if let ast::Generic::Dim(i) = g {
-            out.push(ScopeName {
-                name: i.name.clone(),
-                kind: SymbolKind::Dim,
-                span: i.span,
-            });
+            out.push(ScopeName { name: i.name.clone(), kind: SymbolKind::Dim, span: i.span });
         }
     }
 }
@@ -355,11 +319,7 @@ fn scope_block(b: &ast::Block, offset: usize, out: &mut Vec<ScopeName>) {
             }
             StmtKind::Var { name, value, .. } => {
                 if ends_before {
-                    out.push(ScopeName {
-                        name: name.name.clone(),
-                        kind: SymbolKind::Variable,
-                        span: name.span,
-                    });
+                    out.push(ScopeName { name: name.name.clone(), kind: SymbolKind::Variable, span: name.span });
                 } else {
                     scope_expr(value, offset, out);
                 }
@@ -378,11 +338,7 @@ fn scope_expr(e: &ast::Expr, offset: usize, out: &mut Vec<ScopeName>) {
     match &e.kind {
         ExprKind::Closure { params, body } => {
             for p in params {
-                out.push(ScopeName {
-                    name: p.name.name.clone(),
-                    kind: SymbolKind::Parameter,
-                    span: p.name.span,
-                });
+                out.push(ScopeName { name: p.name.name.clone(), kind: SymbolKind::Parameter, span: p.name.span });
             }
             scope_expr(body, offset, out);
         }
@@ -417,17 +373,9 @@ fn scope_expr(e: &ast::Expr, offset: usize, out: &mut Vec<ScopeName>) {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Import {
     /// `use nn` / `use optim.adam` / `use "./layers.msl"`: a module under a short name.
-    Module {
-        alias: String,
-        target: ModuleTarget,
-        span: Span,
-    },
+    Module { alias: String, target: ModuleTarget, span: Span },
     /// `use nn.{linear, relu}` or `use nn.linear`: one item of a module.
-    Item {
-        name: String,
-        target: ModuleTarget,
-        span: Span,
-    },
+    Item { name: String, target: ModuleTarget, span: Span },
 }
 
 /// Where a module's source comes from.
@@ -478,11 +426,7 @@ pub fn imports(file: &ast::File) -> Vec<Import> {
                     .file_stem()
                     .map(|s| s.to_string_lossy().into_owned())
                     .unwrap_or_else(|| p.clone());
-                out.push(Import::Module {
-                    alias,
-                    target: ModuleTarget::File(p.clone()),
-                    span: *span,
-                });
+                out.push(Import::Module { alias, target: ModuleTarget::File(p.clone()), span: *span });
             }
             ast::UseTarget::Module(_) => {}
         }
@@ -491,8 +435,5 @@ pub fn imports(file: &ast::File) -> Vec<Import> {
 }
 
 fn join(path: &[ast::Ident]) -> String {
-    path.iter()
-        .map(|i| i.name.as_str())
-        .collect::<Vec<_>>()
-        .join(".")
+    path.iter().map(|i| i.name.as_str()).collect::<Vec<_>>().join(".")
 }

@@ -35,20 +35,13 @@ fn check(text: &str) -> Checked {
 }
 
 fn at(text: &str, needle: &str, nth: usize) -> usize {
-    text.match_indices(needle)
-        .nth(nth)
-        .map(|(i, _)| i)
-        .unwrap_or_else(|| panic!("no {needle:?}"))
+    text.match_indices(needle).nth(nth).map(|(i, _)| i).unwrap_or_else(|| panic!("no {needle:?}"))
 }
 
 #[test]
 fn the_example_checks() {
     let c = check(MLP);
-    assert!(
-        !c.has_errors(),
-        "{}",
-        crate::diag::render_short(&c.diagnostics, &c.sources)
-    );
+    assert!(!c.has_errors(), "{}", crate::diag::render_short(&c.diagnostics, &c.sources));
 }
 
 #[test]
@@ -57,21 +50,13 @@ fn hover_shows_symbolic_shapes_docs_and_instances() {
     let h = hover(&c, FileId(0), at(MLP, "h = relu", 0)).unwrap();
     assert_eq!(h.signature, "h: f32[N, H]");
     let f = hover(&c, FileId(0), at(MLP, "forward(m, x)", 0) + 2).unwrap();
-    assert!(
-        f.signature
-            .starts_with("fn forward[N, I, H, O](m: Mlp[I, H, O], x: f32[N, I]) -> f32[N, O]"),
-        "{f:?}"
-    );
+    assert!(f.signature.starts_with("fn forward[N, I, H, O](m: Mlp[I, H, O], x: f32[N, I]) -> f32[N, O]"), "{f:?}");
     assert_eq!(f.doc.as_deref(), Some("Logits of the perceptron."));
     assert_eq!(f.instance.as_deref(), Some("N = 2, I = 4, H = 8, O = 3"));
     let l = hover(&c, FileId(0), at(MLP, "linear(h", 0)).unwrap();
     assert!(l.doc.unwrap().contains("Affine map"));
     let m = hover(&c, FileId(0), at(MLP, "Mlp[4", 0)).unwrap();
-    assert!(
-        m.signature
-            .starts_with("model Mlp[I, H, O] {\n    w1: f32[I, H]"),
-        "{m:?}"
-    );
+    assert!(m.signature.starts_with("model Mlp[I, H, O] {\n    w1: f32[I, H]"), "{m:?}");
     assert_eq!(m.doc.as_deref(), Some("A two-layer perceptron."));
     let z = hover(&c, FileId(0), at(MLP, "ones(2", 0)).unwrap();
     assert_eq!(z.signature, "ones(d…) -> f32[d…]");
@@ -99,54 +84,30 @@ fn inlay_hints_after_lets_and_closure_params() {
     let c = check(MLP);
     let hints = inlay_hints(&c, FileId(0));
     let find = |needle: &str| {
-        hints
-            .iter()
-            .find(|h| h.offset == at(MLP, needle, 0) + needle.find(' ').unwrap_or(1))
-            .map(|h| h.label.clone())
+        hints.iter().find(|h| h.offset == at(MLP, needle, 0) + needle.find(' ').unwrap_or(1)).map(|h| h.label.clone())
     };
     assert_eq!(find("h = relu").as_deref(), Some(": f32[N, H]"));
     assert_eq!(find("y = forward").as_deref(), Some(": f32[2, 3]"));
     assert_eq!(find("m = init").as_deref(), Some(": Mlp[4, 8, 3]"));
-    let closure = hints
-        .iter()
-        .find(|h| h.site == HintSite::ClosureParam)
-        .expect("a closure hint");
+    let closure = hints.iter().find(|h| h.site == HintSite::ClosureParam).expect("a closure hint");
     assert_eq!(closure.offset, at(MLP, "|t|", 0) + 2);
     assert!(closure.label.starts_with(": f32["), "{closure:?}");
 }
 
 #[test]
 fn completion_in_scope_fields_and_modules() {
-    let text = MLP.replace(
-        "    print(y)",
-        "    print(y)\n    let z = m.__c\n    nn.__d\n    adam.__e\n    y",
-    );
+    let text = MLP.replace("    print(y)", "    print(y)\n    let z = m.__c\n    nn.__d\n    adam.__e\n    y");
     let text = format!("use nn\n{text}");
     let c = check(&text);
-    let labels = |off: usize| {
-        completions(&c, FileId(0), off)
-            .into_iter()
-            .map(|x| x.label)
-            .collect::<Vec<_>>()
-    };
+    let labels = |off: usize| completions(&c, FileId(0), off).into_iter().map(|x| x.label).collect::<Vec<_>>();
     let fields = labels(at(&text, "__c", 0));
     assert_eq!(fields, ["w1", "b1", "w2", "b2"]);
     let nn = labels(at(&text, "__d", 0));
-    assert!(
-        nn.contains(&"cross_entropy".to_string()) && nn.contains(&"linear".to_string()),
-        "{nn:?}"
-    );
+    assert!(nn.contains(&"cross_entropy".to_string()) && nn.contains(&"linear".to_string()), "{nn:?}");
     let adam = labels(at(&text, "__e", 0));
-    assert!(
-        adam.contains(&"step".to_string()) && adam.contains(&"init".to_string()),
-        "{adam:?}"
-    );
+    assert!(adam.contains(&"step".to_string()) && adam.contains(&"init".to_string()), "{adam:?}");
     let all = completions(&c, FileId(0), at(&text, "    y\n}", 0) + 5);
-    let get = |n: &str| {
-        all.iter()
-            .find(|x| x.label == n)
-            .unwrap_or_else(|| panic!("no {n}: {all:?}"))
-    };
+    let get = |n: &str| all.iter().find(|x| x.label == n).unwrap_or_else(|| panic!("no {n}: {all:?}"));
     assert_eq!(get("x").detail.as_deref(), Some("f32[2, 4]"));
     assert_eq!(get("forward").kind, SymbolKind::Function);
     assert_eq!(get("Mlp").kind, SymbolKind::Model);
@@ -154,10 +115,7 @@ fn completion_in_scope_fields_and_modules() {
     assert_eq!(get("adam").kind, SymbolKind::Module);
     assert_eq!(get("zeros").kind, SymbolKind::Builtin);
     assert_eq!(get("while").kind, SymbolKind::Keyword);
-    assert!(
-        all.iter().all(|x| x.label != "h"),
-        "`h` is local to forward"
-    );
+    assert!(all.iter().all(|x| x.label != "h"), "`h` is local to forward");
 }
 
 #[test]
@@ -187,15 +145,13 @@ fn symbols_of_a_file() {
     let names: Vec<&str> = s.iter().map(|s| s.name.as_str()).collect();
     assert_eq!(names, ["Mlp", "forward", "main"]);
     assert_eq!(s[0].children.len(), 4);
-    assert_eq!(
-        s[1].detail.as_deref(),
-        Some("fn forward[N, I, H, O](m: Mlp[I, H, O], x: f32[N, I]) -> f32[N, O]")
-    );
+    assert_eq!(s[1].detail.as_deref(), Some("fn forward[N, I, H, O](m: Mlp[I, H, O], x: f32[N, I]) -> f32[N, O]"));
 }
 
 #[test]
 fn broken_code_answers_what_it_can() {
-    let text = "fn f(x: f32[3]) -> f32 {\n    let y = x +\n}\n\nfn g(a: f32[2]) -> f32[2] {\n    let b = a * 2.0\n    b\n}\n";
+    let text =
+        "fn f(x: f32[3]) -> f32 {\n    let y = x +\n}\n\nfn g(a: f32[2]) -> f32[2] {\n    let b = a * 2.0\n    b\n}\n";
     let c = check(text);
     assert!(c.has_errors());
     let h = hover(&c, FileId(0), at(text, "b\n}", 0)).unwrap();
@@ -214,10 +170,7 @@ fn broken_code_answers_what_it_can() {
 #[test]
 fn every_prefix_of_an_example_is_answered() {
     let example = format!("{MLP}\n// ünïcödé 𝄞 at the end\nfn z() {{ let s = \"𝄞\" }}\n");
-    let cuts: Vec<usize> = (0..=example.len())
-        .step_by(5)
-        .filter(|&i| example.is_char_boundary(i))
-        .collect();
+    let cuts: Vec<usize> = (0..=example.len()).step_by(5).filter(|&i| example.is_char_boundary(i)).collect();
     for cut in cuts {
         let text = &example[..cut];
         let c = check(text);

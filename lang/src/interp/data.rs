@@ -83,12 +83,7 @@ impl Interp<'_> {
                     let expected = crate::types::type_str(ty, self.prog);
                     return Err(rt(
                         Code::E0601,
-                        format!(
-                            "{}: expected {expected} but the file holds {} {:?}",
-                            file,
-                            t.dtype(),
-                            t.shape()
-                        ),
+                        format!("{}: expected {expected} but the file holds {} {:?}", file, t.dtype(), t.shape()),
                         span,
                     ));
                 }

@@ -13,6 +13,7 @@ use crate::diag::{Code, Diagnostic};
 use crate::ir::{self, Expr, ExprKind, FnTarget, Lit, Local, Pat, Program, Stmt};
 use crate::source::Span;
 use crate::types::{Dim, FuncId, RestSym, ShapeItem, Sym, Type, TypeArg};
+pub use accel::Accel;
 use kernels::{DType, KernelError, Tensor};
 use std::collections::HashMap;
 use std::io::Write;
@@ -20,7 +21,6 @@ use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-pub use accel::Accel;
 pub use value::{FnValue, ModelValue, Value};
 
 /// A run-time failure: a message and the span of the operation that failed (exit status 2).
@@ -48,9 +48,9 @@ pub type R<T> = Result<T, Ctrl>;
 pub(crate) fn kerr(e: KernelError, span: Span) -> Ctrl {
     let code = match &e {
         KernelError::DivisionByZero => Code::E0603,
-        KernelError::IndexOutOfRange { .. } | KernelError::AxisOutOfRange { .. } | KernelError::ShapeMismatch { .. } => {
-            Code::E0602
-        }
+        KernelError::IndexOutOfRange { .. }
+        | KernelError::AxisOutOfRange { .. }
+        | KernelError::ShapeMismatch { .. } => Code::E0602,
         KernelError::Io { .. } | KernelError::FileMismatch { .. } => Code::E0601,
         _ => Code::E0605,
     };
@@ -130,7 +130,13 @@ impl<'p> Interp<'p> {
 
     /// Calls a function with arguments; generic dims come from `dims` or, when absent, from the
     /// shapes of the arguments.
-    pub fn call(&mut self, f: FuncId, args: Vec<Value>, dims: HashMap<Sym, i64>, captures: Vec<(Local, Value)>) -> R<Value> {
+    pub fn call(
+        &mut self,
+        f: FuncId,
+        args: Vec<Value>,
+        dims: HashMap<Sym, i64>,
+        captures: Vec<(Local, Value)>,
+    ) -> R<Value> {
         let func = self.prog.func(f);
         let mut dims = dims;
         if !captures.is_empty() || func.n_captures > 0 {
@@ -160,9 +166,11 @@ impl<'p> Interp<'p> {
         let v = d.subst(&|s| frame.dims.get(&s).map(|&x| Dim::constant(x)));
         match v.as_const() {
             Some(x) => Ok(x),
-            None if v.is_fractional_const() => {
-                Err(rt(Code::E0602, format!("a dimension is not a whole number here ({})", crate::types::dim_str(d, self.prog)), span))
-            }
+            None if v.is_fractional_const() => Err(rt(
+                Code::E0602,
+                format!("a dimension is not a whole number here ({})", crate::types::dim_str(d, self.prog)),
+                span,
+            )),
             None => Err(rt(
                 Code::E0605,
                 format!("dimension {} is not known at run time", crate::types::dim_str(d, self.prog)),
@@ -244,18 +252,28 @@ impl<'p> Interp<'p> {
                 for a in args {
                     vals.push(self.eval(a, frame)?);
                 }
-                let Value::Fn(fv) = f else { return Err(rt(Code::E0605, "called value is not a function", self.span(e))) };
+                let Value::Fn(fv) = f else {
+                    return Err(rt(Code::E0605, "called value is not a function", self.span(e)));
+                };
                 self.apply(&fv, target, vals, self.span(e))
             }
-            ExprKind::FuncRef(f) => {
-                Ok(Value::Fn(Rc::new(FnValue::Func { target: FnTarget::Func(*f), captures: vec![], closure: None, dims: vec![] })))
-            }
+            ExprKind::FuncRef(f) => Ok(Value::Fn(Rc::new(FnValue::Func {
+                target: FnTarget::Func(*f),
+                captures: vec![],
+                closure: None,
+                dims: vec![],
+            }))),
             ExprKind::Closure { id, captures } => {
                 let caps = captures
                     .iter()
                     .filter_map(|l| frame.locals.get(l.0 as usize).cloned().flatten().map(|v| (*l, v)))
                     .collect();
-                Ok(Value::Fn(Rc::new(FnValue::Func { target: FnTarget::Dynamic, captures: caps, closure: Some(*id), dims: frame.dims.iter().map(|(k, v)| (*k, *v)).collect() })))
+                Ok(Value::Fn(Rc::new(FnValue::Func {
+                    target: FnTarget::Dynamic,
+                    captures: caps,
+                    closure: Some(*id),
+                    dims: frame.dims.iter().map(|(k, v)| (*k, *v)).collect(),
+                })))
             }
             ExprKind::Transform { target, callee } => {
                 let f = self.eval(callee, frame)?;
@@ -275,11 +293,15 @@ impl<'p> Interp<'p> {
                 Ok(Value::Tuple(Rc::new(vals)))
             }
             ExprKind::TupleGet(a, i) => match self.eval(a, frame)? {
-                Value::Tuple(ts) => ts.get(*i).cloned().ok_or_else(|| rt(Code::E0605, "tuple index out of range", self.span(e))),
+                Value::Tuple(ts) => {
+                    ts.get(*i).cloned().ok_or_else(|| rt(Code::E0605, "tuple index out of range", self.span(e)))
+                }
                 _ => Err(rt(Code::E0605, "not a tuple", self.span(e))),
             },
             ExprKind::Field(a, i) => match self.eval(a, frame)? {
-                Value::Model(m) => m.fields.get(*i).cloned().ok_or_else(|| rt(Code::E0605, "no such field", self.span(e))),
+                Value::Model(m) => {
+                    m.fields.get(*i).cloned().ok_or_else(|| rt(Code::E0605, "no such field", self.span(e)))
+                }
                 _ => Err(rt(Code::E0605, "not a model", self.span(e))),
             },
             ExprKind::ModelInit { model, args, seed } => {
@@ -293,7 +315,9 @@ impl<'p> Interp<'p> {
                 for f in fields {
                     vals.push(self.eval(f, frame)?);
                 }
-                let Type::Model(id, args) = &e.ty else { return Err(rt(Code::E0605, "not a model type", self.span(e))) };
+                let Type::Model(id, args) = &e.ty else {
+                    return Err(rt(Code::E0605, "not a model type", self.span(e)));
+                };
                 let dims = self.type_arg_dims(args, frame, self.span(e)).unwrap_or_default();
                 Ok(Value::Model(Rc::new(ModelValue { model: *id, dims, fields: vals })))
             }
@@ -321,7 +345,9 @@ impl<'p> Interp<'p> {
                 }
                 Ok(Value::unit())
             }
-            ExprKind::ForBatches { vars, data, size, shuffle, body } => self.for_batches(e, vars, data, size, shuffle.as_deref(), body, frame),
+            ExprKind::ForBatches { vars, data, size, shuffle, body } => {
+                self.for_batches(e, vars, data, size, shuffle.as_deref(), body, frame)
+            }
             ExprKind::While { cond, body } => {
                 while truthy(&self.eval(cond, frame)?) {
                     self.check_interrupt(self.span(e))?;
@@ -349,7 +375,11 @@ impl<'p> Interp<'p> {
                 let shape = t.shape().to_vec();
                 let span = self.prog.span(*span);
                 if shape.len() != *rank {
-                    return Err(rt(Code::E0601, format!("loaded array has rank {} ({:?}), expected rank {rank}", shape.len(), shape), span));
+                    return Err(rt(
+                        Code::E0601,
+                        format!("loaded array has rank {} ({:?}), expected rank {rank}", shape.len(), shape),
+                        span,
+                    ));
                 }
                 for (i, sym, d) in dims {
                     match sym {
@@ -359,8 +389,7 @@ impl<'p> Interp<'p> {
                                     Code::E0601,
                                     format!(
                                         "loaded array has {} in dimension {i}, but `{}` is already {prev}",
-                                        shape[*i],
-                                        self.prog.sym_names[s.0 as usize]
+                                        shape[*i], self.prog.sym_names[s.0 as usize]
                                     ),
                                     span,
                                 ))
@@ -398,7 +427,14 @@ impl<'p> Interp<'p> {
 
     /// Initialises a model: each tensor field runs its initialiser with the generator keyed by
     /// (seed, field path); nested model fields recurse with a longer path.
-    pub(crate) fn init_model(&mut self, id: crate::types::ModelId, dims: Vec<i64>, seed: i64, prefix: String, span: Span) -> R<Value> {
+    pub(crate) fn init_model(
+        &mut self,
+        id: crate::types::ModelId,
+        dims: Vec<i64>,
+        seed: i64,
+        prefix: String,
+        span: Span,
+    ) -> R<Value> {
         let def = self.prog.model(id);
         let mut env = HashMap::new();
         for (s, v) in def.dims.iter().zip(&dims) {
@@ -431,7 +467,9 @@ impl<'p> Interp<'p> {
     /// Calls a function value.
     pub fn apply(&mut self, f: &FnValue, target: &FnTarget, args: Vec<Value>, span: Span) -> R<Value> {
         let (captures, closure, own, dims) = match f {
-            FnValue::Func { captures, closure, target: own, dims } => (captures.clone(), *closure, own.clone(), dims.clone()),
+            FnValue::Func { captures, closure, target: own, dims } => {
+                (captures.clone(), *closure, own.clone(), dims.clone())
+            }
             FnValue::Pullback { .. } => return self.apply_pullback(f, args, span),
         };
         // The static target wins; a dynamic call uses what the value itself says.
@@ -457,7 +495,9 @@ impl<'p> Interp<'p> {
             FnTarget::Func(fid) => self.call(*fid, args, HashMap::new(), captures.to_vec()),
             FnTarget::Dynamic => {
                 let Some(cid) = closure else { return Err(rt(Code::E0605, "cannot call this function value", span)) };
-                let fid = self.pick_instance(cid, &args).ok_or_else(|| rt(Code::E0605, "closure was never checked for these argument types", span))?;
+                let fid = self
+                    .pick_instance(cid, &args)
+                    .ok_or_else(|| rt(Code::E0605, "closure was never checked for these argument types", span))?;
                 self.call(fid, args, HashMap::new(), captures.to_vec())
             }
             FnTarget::Vmap { inner, in_axes } => match crate::autodiff::target_func(self.prog, target) {
@@ -529,7 +569,8 @@ impl<'p> Interp<'p> {
 fn stack_values(outs: Vec<Value>, span: Span) -> R<Value> {
     match outs.first() {
         Some(Value::Tensor(_)) => {
-            let ts: Vec<Tensor> = outs.into_iter().filter_map(|v| if let Value::Tensor(t) = v { Some(t) } else { None }).collect();
+            let ts: Vec<Tensor> =
+                outs.into_iter().filter_map(|v| if let Value::Tensor(t) = v { Some(t) } else { None }).collect();
             Ok(Value::Tensor(kernels::ops::stack(&ts, 0).map_err(|e| kerr(e, span))?))
         }
         Some(Value::Tuple(first)) => {
@@ -610,7 +651,9 @@ pub(crate) fn bind_dims_from(ty: &Type, v: &Value, frame: &mut Frame) {
             let suffix = rest.map(|r| shape.len() - r - 1);
             for (i, item) in shape.iter().enumerate() {
                 let actual = match (rest, suffix) {
-                    (Some(r), Some(sfx)) if i > r => dims.len().checked_sub(sfx - (i - r - 1)).and_then(|j| dims.get(j)),
+                    (Some(r), Some(sfx)) if i > r => {
+                        dims.len().checked_sub(sfx - (i - r - 1)).and_then(|j| dims.get(j))
+                    }
                     _ => dims.get(i),
                 };
                 match item {

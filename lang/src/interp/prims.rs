@@ -312,7 +312,10 @@ impl Interp<'_> {
     fn slice_specs(&self, kinds: &[usize], bounds: &[Value], span: Span) -> R<Vec<SliceSpec>> {
         let mut it = bounds.iter();
         let next = |it: &mut std::slice::Iter<Value>| -> R<i64> {
-            it.next().and_then(|v| v.tensor()).and_then(scalar_i64).ok_or_else(|| rt(Code::E0605, "bad slice bound", span))
+            it.next()
+                .and_then(|v| v.tensor())
+                .and_then(scalar_i64)
+                .ok_or_else(|| rt(Code::E0605, "bad slice bound", span))
         };
         let mut specs = Vec::new();
         for kind in kinds {
@@ -334,12 +337,8 @@ impl Interp<'_> {
         match (a, b) {
             (Value::Tensor(x), Value::Tensor(y)) => tensor_binary(op, x, y, span).map(Value::Tensor),
             (Value::Model(m), Value::Model(n)) => {
-                let fields = m
-                    .fields
-                    .iter()
-                    .zip(&n.fields)
-                    .map(|(x, y)| self.binary(op, x, y, span))
-                    .collect::<R<Vec<_>>>()?;
+                let fields =
+                    m.fields.iter().zip(&n.fields).map(|(x, y)| self.binary(op, x, y, span)).collect::<R<Vec<_>>>()?;
                 Ok(Value::Model(Rc::new(ModelValue { model: m.model, dims: m.dims.clone(), fields })))
             }
             (Value::Model(m), s @ Value::Tensor(_)) => {

@@ -19,7 +19,11 @@ impl Interp<'_> {
         span: Span,
     ) -> R<Value> {
         let Some(f) = crate::autodiff::target_func(self.prog, target) else {
-            return Err(rt(Code::E0605, "this derivative was not generated (a function value known only at run time)", span));
+            return Err(rt(
+                Code::E0605,
+                "this derivative was not generated (a function value known only at run time)",
+                span,
+            ));
         };
         self.call(f, args, HashMap::new(), captures.to_vec())
     }
@@ -68,7 +72,9 @@ impl Interp<'_> {
 
     pub(crate) fn apply_pullback(&mut self, f: &FnValue, args: Vec<Value>, span: Span) -> R<Value> {
         let FnValue::Pullback { func, primals } = f else { return Err(rt(Code::E0605, "not a pullback", span)) };
-        let FnValue::Func { target, captures, closure, .. } = &**func else { return Err(rt(Code::E0605, "not a pullback", span)) };
+        let FnValue::Func { target, captures, closure, .. } = &**func else {
+            return Err(rt(Code::E0605, "not a pullback", span));
+        };
         let mut all = primals.clone();
         all.extend(args);
         self.grad_call(target, *closure, captures, all, span)

@@ -30,7 +30,12 @@ pub struct ModelValue {
 pub enum FnValue {
     /// A named function, or one instance of a closure with its captured locals.
     /// `dims` are the dimension values of the scope a closure was made in.
-    Func { target: FnTarget, captures: Vec<(Local, Value)>, closure: Option<ClosureId>, dims: Vec<(crate::types::Sym, i64)> },
+    Func {
+        target: FnTarget,
+        captures: Vec<(Local, Value)>,
+        closure: Option<ClosureId>,
+        dims: Vec<(crate::types::Sym, i64)>,
+    },
     /// The pullback returned by `vjp`: the function and primals it closes over.
     Pullback { func: Rc<FnValue>, primals: Vec<Value> },
 }

@@ -113,7 +113,8 @@ fn dump_func(p: &Program, f: &Func, out: &mut String) {
     g.extend(f.models.iter().map(|v| format!("{}: Model", p.tyvar_names[v.0 as usize])));
     let gs = if g.is_empty() { String::new() } else { format!("[{}]", g.join(", ")) };
     let mut pr = Printer { p, func: f, out };
-    let params: Vec<String> = f.params.iter().map(|l| format!("{}: {}", pr.local(*l), pr.ty(&pr.func.locals[l.0 as usize].ty))).collect();
+    let params: Vec<String> =
+        f.params.iter().map(|l| format!("{}: {}", pr.local(*l), pr.ty(&pr.func.locals[l.0 as usize].ty))).collect();
     let _ = write!(pr.out, "fn {}{gs}({}) -> {} ", p.names.get(f.name), params.join(", "), pr.ty(&f.ret));
     pr.expr(&f.body, 0);
     pr.out.push('\n');
@@ -227,7 +228,11 @@ impl Printer<'_> {
             }
             ExprKind::Closure { id, captures } => {
                 let caps: Vec<String> = captures.iter().map(|l| self.local(*l)).collect();
-                let inst: Vec<String> = self.p.closures[id.0 as usize].instances.iter().map(|(k, f)| format!("({k}) => fn#{}", f.0)).collect();
+                let inst: Vec<String> = self.p.closures[id.0 as usize]
+                    .instances
+                    .iter()
+                    .map(|(k, f)| format!("({k}) => fn#{}", f.0))
+                    .collect();
                 let _ = write!(self.out, "closure#{}[{}]{{{}}}", id.0, caps.join(", "), inst.join("; "));
             }
             ExprKind::Transform { target, callee } => {
@@ -302,7 +307,8 @@ impl Printer<'_> {
                                     None => format!("{i}: check {}", dim_str(d, self.p)),
                                 })
                                 .collect();
-                            let _ = write!(self.out, "bind_dims {} rank {rank} [{}]", self.local(*local), ds.join(", "));
+                            let _ =
+                                write!(self.out, "bind_dims {} rank {rank} [{}]", self.local(*local), ds.join(", "));
                         }
                         Stmt::Expr(v) => self.expr(v, depth + 1),
                     }

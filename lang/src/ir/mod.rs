@@ -96,8 +96,15 @@ pub struct Expr {
 #[derive(Clone, Debug, PartialEq)]
 pub enum FnTarget {
     Func(FuncId),
-    Grad { inner: Box<FnTarget>, wrt: usize, with_value: bool },
-    Vmap { inner: Box<FnTarget>, in_axes: Vec<Option<usize>> },
+    Grad {
+        inner: Box<FnTarget>,
+        wrt: usize,
+        with_value: bool,
+    },
+    Vmap {
+        inner: Box<FnTarget>,
+        in_axes: Vec<Option<usize>>,
+    },
     /// Whatever function value the callee expression holds at run time.
     Dynamic,
 }
@@ -110,48 +117,114 @@ pub enum ExprKind {
     /// A dimension used as an integer value (`sqrt(2.0 / I)`).
     DimValue(Dim),
     /// Application of a primitive.
-    Prim { prim: Prim, args: Vec<Expr>, attrs: Box<Attrs> },
+    Prim {
+        prim: Prim,
+        args: Vec<Expr>,
+        attrs: Box<Attrs>,
+    },
     /// A direct call of a named function with its generic dims instantiated.
     /// `rests` are the shapes bound to the callee's `..S` parameters, in the caller's terms.
-    Call { func: FuncId, dims: Vec<Dim>, rests: Vec<crate::types::Shape>, args: Vec<Expr> },
+    Call {
+        func: FuncId,
+        dims: Vec<Dim>,
+        rests: Vec<crate::types::Shape>,
+        args: Vec<Expr>,
+    },
     /// A call of a function value (closure, transformed function, parameter of function type).
-    CallValue { callee: Box<Expr>, target: FnTarget, args: Vec<Expr> },
+    CallValue {
+        callee: Box<Expr>,
+        target: FnTarget,
+        args: Vec<Expr>,
+    },
     /// A named function as a value.
     FuncRef(FuncId),
     /// A closure value: the lowered bodies (one per distinct argument signature) and captures.
-    Closure { id: ClosureId, captures: Vec<Local> },
+    Closure {
+        id: ClosureId,
+        captures: Vec<Local>,
+    },
     /// `grad(f)`, `value_and_grad(f)`, `vmap(f, …)` as values.
-    Transform { target: FnTarget, callee: Box<Expr> },
+    Transform {
+        target: FnTarget,
+        callee: Box<Expr>,
+    },
     /// `jvp(f, primals, tangents)`.
-    Jvp { target: FnTarget, callee: Box<Expr>, primals: Vec<Expr>, tangents: Vec<Expr> },
+    Jvp {
+        target: FnTarget,
+        callee: Box<Expr>,
+        primals: Vec<Expr>,
+        tangents: Vec<Expr>,
+    },
     /// `vjp(f, primals…)`: `(value, pullback)`.
-    Vjp { target: FnTarget, callee: Box<Expr>, primals: Vec<Expr> },
+    Vjp {
+        target: FnTarget,
+        callee: Box<Expr>,
+        primals: Vec<Expr>,
+    },
     Tuple(Vec<Expr>),
     TupleGet(Box<Expr>, usize),
     Field(Box<Expr>, usize),
     /// `init(Model[…], seed: s)`.
-    ModelInit { model: ModelId, args: Vec<crate::types::TypeArg>, seed: Box<Expr> },
+    ModelInit {
+        model: ModelId,
+        args: Vec<crate::types::TypeArg>,
+        seed: Box<Expr>,
+    },
     /// A model value built field by field (`map`, model arithmetic): `fields[i]` is field i.
-    ModelBuild { fields: Vec<Expr> },
-    Block { stmts: Vec<Stmt>, result: Box<Expr> },
-    If { cond: Box<Expr>, then: Box<Expr>, els: Box<Expr> },
+    ModelBuild {
+        fields: Vec<Expr>,
+    },
+    Block {
+        stmts: Vec<Stmt>,
+        result: Box<Expr>,
+    },
+    If {
+        cond: Box<Expr>,
+        then: Box<Expr>,
+        els: Box<Expr>,
+    },
     /// `for var in start..end { body }`.
-    ForRange { var: Local, start: Box<Expr>, end: Box<Expr>, body: Box<Expr> },
+    ForRange {
+        var: Local,
+        start: Box<Expr>,
+        end: Box<Expr>,
+        body: Box<Expr>,
+    },
     /// `for (xb, yb) in batches(x, y, size: B, shuffle: s) { body }`.
-    ForBatches { vars: Vec<Local>, data: Vec<Expr>, size: Box<Expr>, shuffle: Option<Box<Expr>>, body: Box<Expr> },
-    While { cond: Box<Expr>, body: Box<Expr> },
+    ForBatches {
+        vars: Vec<Local>,
+        data: Vec<Expr>,
+        size: Box<Expr>,
+        shuffle: Option<Box<Expr>>,
+        body: Box<Expr>,
+    },
+    While {
+        cond: Box<Expr>,
+        body: Box<Expr>,
+    },
     Return(Box<Expr>),
 }
 
 #[derive(Clone, Debug)]
 pub enum Stmt {
     /// Binds a pattern of locals (`None` ignores that position).
-    Let { pat: Pat, value: Expr },
+    Let {
+        pat: Pat,
+        value: Expr,
+    },
     /// Assigns to `var` locals.
-    Assign { pat: Pat, value: Expr },
+    Assign {
+        pat: Pat,
+        value: Expr,
+    },
     /// Binds run-time dims from a value's actual shape (`let x: f32[N, 64] = load(…)`), checking
     /// the fixed dims; the `Local` holds the checked value.
-    BindDims { local: Local, dims: Vec<(usize, Option<Sym>, Dim)>, rank: usize, span: SpanId },
+    BindDims {
+        local: Local,
+        dims: Vec<(usize, Option<Sym>, Dim)>,
+        rank: usize,
+        span: SpanId,
+    },
     Expr(Expr),
 }
 

@@ -242,10 +242,12 @@ impl Prim {
     pub fn class(self) -> Class {
         use Prim::*;
         match self {
-            Neg | Not | Exp | Log | Sqrt | Rsqrt | Tanh | Sigmoid | Relu | Gelu | Sin | Cos | Abs
-            | Sign | Floor => Class::Unary,
-            Add | Sub | Mul | Div | Rem | Pow | Eq | Ne | Lt | Le | Gt | Ge | And | Or | Maximum
-            | Minimum => Class::Binary,
+            Neg | Not | Exp | Log | Sqrt | Rsqrt | Tanh | Sigmoid | Relu | Gelu | Sin | Cos | Abs | Sign | Floor => {
+                Class::Unary
+            }
+            Add | Sub | Mul | Div | Rem | Pow | Eq | Ne | Lt | Le | Gt | Ge | And | Or | Maximum | Minimum => {
+                Class::Binary
+            }
             Sum | Mean | Max | Min | Argmax | Argmin | Logsumexp => Class::Reduce,
             _ => Class::Other,
         }
@@ -254,10 +256,7 @@ impl Prim {
     /// Primitives whose result has no derivative; differentiating through them is `E0403`.
     pub fn differentiable(self) -> bool {
         use Prim::*;
-        !matches!(
-            self,
-            Argmax | Argmin | Eq | Ne | Lt | Le | Gt | Ge | And | Or | Not | Sign | Floor | OneHot | Arange
-        )
+        !matches!(self, Argmax | Argmin | Eq | Ne | Lt | Le | Gt | Ge | And | Or | Not | Sign | Floor | OneHot | Arange)
     }
 
     /// Primitives with effects; never removed or reordered by later passes.
@@ -268,13 +267,70 @@ impl Prim {
     /// Every builtin name callable as a function (for "did you mean" suggestions and completion).
     pub fn builtin_names() -> &'static [&'static str] {
         &[
-            "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "gelu", "sin", "cos", "abs", "sign",
-            "floor", "pow", "maximum", "minimum", "where", "sum", "mean", "max", "min", "argmax", "argmin",
-            "logsumexp", "reshape", "transpose", "permute", "concat", "stack",
-            "expand_dims", "squeeze", "broadcast_to", "gather", "scatter_add", "one_hot", "einsum", "zeros", "ones", "full",
-            "arange", "eye", "normal", "uniform", "he_normal", "glorot_uniform", "params", "map",
-            "stop_gradient", "print", "load", "save", "assert", "assert_close", "init", "grad",
-            "value_and_grad", "jvp", "vjp", "vmap", "batches", "f32", "f64", "i32", "bool",
+            "exp",
+            "log",
+            "sqrt",
+            "rsqrt",
+            "tanh",
+            "sigmoid",
+            "relu",
+            "gelu",
+            "sin",
+            "cos",
+            "abs",
+            "sign",
+            "floor",
+            "pow",
+            "maximum",
+            "minimum",
+            "where",
+            "sum",
+            "mean",
+            "max",
+            "min",
+            "argmax",
+            "argmin",
+            "logsumexp",
+            "reshape",
+            "transpose",
+            "permute",
+            "concat",
+            "stack",
+            "expand_dims",
+            "squeeze",
+            "broadcast_to",
+            "gather",
+            "scatter_add",
+            "one_hot",
+            "einsum",
+            "zeros",
+            "ones",
+            "full",
+            "arange",
+            "eye",
+            "normal",
+            "uniform",
+            "he_normal",
+            "glorot_uniform",
+            "params",
+            "map",
+            "stop_gradient",
+            "print",
+            "load",
+            "save",
+            "assert",
+            "assert_close",
+            "init",
+            "grad",
+            "value_and_grad",
+            "jvp",
+            "vjp",
+            "vmap",
+            "batches",
+            "f32",
+            "f64",
+            "i32",
+            "bool",
         ]
     }
 }

@@ -14,7 +14,8 @@ pub fn function_source(p: &Program, f: &Func, name: &str) -> String {
     g.extend(f.rests.iter().map(|r| format!("..{}", p.rest_names[r.0 as usize])));
     g.extend(f.models.iter().map(|v| format!("{}: Model", p.tyvar_names[v.0 as usize])));
     let gs = if g.is_empty() { String::new() } else { format!("[{}]", g.join(", ")) };
-    let params: Vec<String> = f.params.iter().map(|l| format!("{}: {}", pr.name(*l), pr.ty(&f.locals[l.0 as usize].ty))).collect();
+    let params: Vec<String> =
+        f.params.iter().map(|l| format!("{}: {}", pr.name(*l), pr.ty(&f.locals[l.0 as usize].ty))).collect();
     let _ = write!(pr.out, "fn {name}{gs}({}) -> {} ", params.join(", "), pr.ty(&f.ret));
     pr.block_expr(&f.body, 0);
     pr.out.push('\n');
@@ -70,7 +71,8 @@ impl Printer<'_> {
 
     fn name(&self, l: Local) -> String {
         let base = self.f.locals.get(l.0 as usize).map(|i| self.p.names.get(i.name)).unwrap_or("v");
-        let base = if base.is_empty() || base == "_" || base.starts_with("test ") || base.contains('.') { "v" } else { base };
+        let base =
+            if base.is_empty() || base == "_" || base.starts_with("test ") || base.contains('.') { "v" } else { base };
         format!("{base}_{}", l.0)
     }
 
@@ -119,7 +121,9 @@ impl Printer<'_> {
                 let mutable = matches!(pat, Pat::Local(l) if self.f.locals[l.0 as usize].mutable && self.assigned(*l));
                 let kw = if mutable { "var" } else { "let" };
                 let ann = match pat {
-                    Pat::Local(_) if matches!(value.ty, Type::Tensor(ref e, _) if !e.is_weak()) => format!(": {}", self.ty(&value.ty)),
+                    Pat::Local(_) if matches!(value.ty, Type::Tensor(ref e, _) if !e.is_weak()) => {
+                        format!(": {}", self.ty(&value.ty))
+                    }
                     _ => String::new(),
                 };
                 let v = self.expr(value, 0, depth);
@@ -169,7 +173,11 @@ impl Printer<'_> {
             },
             ExprKind::Lit(Lit::Float(x)) => {
                 let s = format!("{x:?}");
-                if x.is_finite() { s } else { "0.0".to_string() }
+                if x.is_finite() {
+                    s
+                } else {
+                    "0.0".to_string()
+                }
             }
             ExprKind::Lit(Lit::Bool(b)) => b.to_string(),
             ExprKind::Lit(Lit::Str(s)) => format!("{s:?}"),
@@ -177,7 +185,11 @@ impl Printer<'_> {
             ExprKind::Const(c) => self.p.names.get(self.p.consts[c.0 as usize].name).to_string(),
             ExprKind::DimValue(d) => {
                 let s = dim_str(d, self.p);
-                if s.contains(' ') { format!("({s})") } else { s }
+                if s.contains(' ') {
+                    format!("({s})")
+                } else {
+                    s
+                }
             }
             ExprKind::Prim { prim, args, attrs } => {
                 let a = self.args(args, depth);
@@ -197,11 +209,24 @@ impl Printer<'_> {
                         format!("{}({}, [{}])", prim.name(), a[0], dims.join(", "))
                     }
                     Prim::Permute | Prim::Transpose => {
-                        format!("permute({}, [{}])", a[0], attrs.perm.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", "))
+                        format!(
+                            "permute({}, [{}])",
+                            a[0],
+                            attrs.perm.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ")
+                        )
                     }
-                    Prim::Concat | Prim::Stack => format!("{}([{}], axis: {})", prim.name(), a.join(", "), attrs.axis.unwrap_or(0)),
+                    Prim::Concat | Prim::Stack => {
+                        format!("{}([{}], axis: {})", prim.name(), a.join(", "), attrs.axis.unwrap_or(0))
+                    }
                     Prim::Einsum => format!("einsum({:?}, {})", attrs.spec.clone().unwrap_or_default(), a.join(", ")),
-                    Prim::Zeros | Prim::Ones | Prim::Arange | Prim::Eye | Prim::Normal | Prim::Uniform | Prim::HeNormal | Prim::GlorotUniform => {
+                    Prim::Zeros
+                    | Prim::Ones
+                    | Prim::Arange
+                    | Prim::Eye
+                    | Prim::Normal
+                    | Prim::Uniform
+                    | Prim::HeNormal
+                    | Prim::GlorotUniform => {
                         let mut dims: Vec<String> = attrs.shape.iter().map(|d| dim_str(d, self.p)).collect();
                         if *prim == Prim::Eye {
                             dims.truncate(1);
@@ -210,7 +235,9 @@ impl Printer<'_> {
                         all.extend(a.iter().map(|s| format!("seed: {s}")));
                         let call = format!("{}({})", prim.name(), all.join(", "));
                         match attrs.dtype {
-                            Some(t) if t != crate::types::ElemTy::F32 && *prim != Prim::Arange => format!("{}({call})", t.name()),
+                            Some(t) if t != crate::types::ElemTy::F32 && *prim != Prim::Arange => {
+                                format!("{}({call})", t.name())
+                            }
                             Some(crate::types::ElemTy::F32) if *prim == Prim::Arange => format!("f32({call})"),
                             _ => call,
                         }
@@ -219,7 +246,11 @@ impl Printer<'_> {
                         let dims: Vec<String> = attrs.shape.iter().map(|d| dim_str(d, self.p)).collect();
                         format!("full({}, {})", a[0], dims.join(", "))
                     }
-                    Prim::OneHot => format!("one_hot({}, {})", a[0], attrs.shape.first().map(|d| dim_str(d, self.p)).unwrap_or_default()),
+                    Prim::OneHot => format!(
+                        "one_hot({}, {})",
+                        a[0],
+                        attrs.shape.first().map(|d| dim_str(d, self.p)).unwrap_or_default()
+                    ),
                     Prim::ScatterAdd => {
                         let k = attrs.axis.unwrap_or(0);
                         let n = attrs.shape.get(k).map(|d| dim_str(d, self.p)).unwrap_or_default();
@@ -279,7 +310,9 @@ impl Printer<'_> {
             ExprKind::TupleGet(t, i) => format!("{}.{i}", self.expr(t, 10, depth)),
             ExprKind::Field(m, i) => {
                 let name = match &m.ty {
-                    Type::Model(id, _) => self.p.model(*id).fields.get(*i).map(|f| self.p.names.get(f.name).to_string()),
+                    Type::Model(id, _) => {
+                        self.p.model(*id).fields.get(*i).map(|f| self.p.names.get(f.name).to_string())
+                    }
                     _ => None,
                 };
                 format!("{}.{}", self.expr(m, 10, depth), name.unwrap_or_else(|| i.to_string()))
@@ -289,14 +322,20 @@ impl Printer<'_> {
                 match &e.ty {
                     Type::Model(id, _) => {
                         let def = self.p.model(*id);
-                        let parts: Vec<String> =
-                            def.fields.iter().zip(a).map(|(f, v)| format!("{}: {v}", self.p.names.get(f.name))).collect();
+                        let parts: Vec<String> = def
+                            .fields
+                            .iter()
+                            .zip(a)
+                            .map(|(f, v)| format!("{}: {v}", self.p.names.get(f.name)))
+                            .collect();
                         format!("{}({})", self.p.names.get(def.name), parts.join(", "))
                     }
                     _ => format!("({})", a.join(", ")),
                 }
             }
-            ExprKind::ModelInit { seed, .. } => format!("init({}, seed: {})", self.ty(&e.ty), self.expr(seed, 0, depth)),
+            ExprKind::ModelInit { seed, .. } => {
+                format!("init({}, seed: {})", self.ty(&e.ty), self.expr(seed, 0, depth))
+            }
             ExprKind::Block { .. } => {
                 let saved = std::mem::take(&mut self.out);
                 self.block_expr(e, depth);

@@ -40,12 +40,25 @@ pub enum UseTarget {
 #[derive(Clone, Debug, PartialEq)]
 pub enum ItemKind {
     Use(UseTarget),
-    Dim { name: Ident, value: DimExpr },
-    Const { name: Ident, ty: Option<TypeExpr>, value: Expr },
+    Dim {
+        name: Ident,
+        value: DimExpr,
+    },
+    Const {
+        name: Ident,
+        ty: Option<TypeExpr>,
+        value: Expr,
+    },
     Fn(FnDecl),
     Model(ModelDecl),
-    Mesh { name: Ident, axes: Vec<(Ident, DimExpr)> },
-    Test { name: String, body: Block },
+    Mesh {
+        name: Ident,
+        axes: Vec<(Ident, DimExpr)>,
+    },
+    Test {
+        name: String,
+        body: Block,
+    },
     /// An item the parser could not read; a diagnostic was reported.
     Error,
 }
@@ -98,16 +111,25 @@ pub struct TypeExpr {
 #[derive(Clone, Debug, PartialEq)]
 pub enum TypeKind {
     /// `f32`, `Mlp`, `M`, `f32[N, 64]`, `Mlp[64, 128, 10]`, `AdamState[M]`, `nn.Linear[4, 8]`.
-    Named { path: Vec<Ident>, args: Option<Vec<DimArg>> },
+    Named {
+        path: Vec<Ident>,
+        args: Option<Vec<DimArg>>,
+    },
     Tuple(Vec<TypeExpr>),
-    Fn { params: Vec<TypeExpr>, ret: Box<TypeExpr> },
+    Fn {
+        params: Vec<TypeExpr>,
+        ret: Box<TypeExpr>,
+    },
     Error,
 }
 
 /// One entry of a `[…]` type argument list: a dimension (with optional sharding) or `..S`.
 #[derive(Clone, Debug, PartialEq)]
 pub enum DimArg {
-    Dim { dim: DimExpr, shard: Option<Ident> },
+    Dim {
+        dim: DimExpr,
+        shard: Option<Ident>,
+    },
     Rest(Ident),
     /// A model type with arguments as the argument of a generic model: `AdamState[Mlp[4, 8, 2]]`.
     Type(TypeExpr),
@@ -143,10 +165,22 @@ pub struct Stmt {
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum StmtKind {
-    Let { pat: Pattern, ty: Option<TypeExpr>, value: Expr },
-    Var { name: Ident, ty: Option<TypeExpr>, value: Expr },
+    Let {
+        pat: Pattern,
+        ty: Option<TypeExpr>,
+        value: Expr,
+    },
+    Var {
+        name: Ident,
+        ty: Option<TypeExpr>,
+        value: Expr,
+    },
     /// `x = e`, `(a, b) = e`, `x += e`.
-    Assign { target: Expr, op: Option<BinOp>, value: Expr },
+    Assign {
+        target: Expr,
+        op: Option<BinOp>,
+        value: Expr,
+    },
     Return(Option<Expr>),
     Expr(Expr),
     Error,
@@ -253,11 +287,25 @@ pub enum ExprKind {
     /// `t.0`: a tuple element.
     TupleIndex(Box<Expr>, u32, Span),
     Index(Box<Expr>, Vec<IndexArg>),
-    Closure { params: Vec<Param>, body: Box<Expr> },
+    Closure {
+        params: Vec<Param>,
+        body: Box<Expr>,
+    },
     Block(Block),
-    If { cond: Box<Expr>, then: Block, els: Option<Box<Expr>> },
-    For { pat: Pattern, iter: ForIter, body: Block },
-    While { cond: Box<Expr>, body: Block },
+    If {
+        cond: Box<Expr>,
+        then: Block,
+        els: Option<Box<Expr>>,
+    },
+    For {
+        pat: Pattern,
+        iter: ForIter,
+        body: Block,
+    },
+    While {
+        cond: Box<Expr>,
+        body: Block,
+    },
     Error,
 }
 

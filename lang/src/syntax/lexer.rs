@@ -260,7 +260,8 @@ pub fn lex(file: FileId, src: &str) -> (Vec<Spanned<'_>>, Vec<Diagnostic>) {
             Err(e) => {
                 // A run of characters that start no token is one error, not one per character.
                 if e == LexError::Unknown {
-                    let adjacent = |d: &&mut Diagnostic| d.code == Code::E0101 && d.primary.span.end as usize == r.start;
+                    let adjacent =
+                        |d: &&mut Diagnostic| d.code == Code::E0101 && d.primary.span.end as usize == r.start;
                     if let Some(last) = diags.last_mut().filter(adjacent) {
                         last.primary.span.end = r.end as u32;
                         let run = elide(&src[last.primary.span.range()]);
@@ -284,12 +285,10 @@ pub fn lex(file: FileId, src: &str) -> (Vec<Spanned<'_>>, Vec<Diagnostic>) {
                         Diagnostic::error(Code::E0102, span, format!("unterminated {what}"))
                             .label("starts here and never ends")
                     }
-                    LexError::BadEscape(c) => Diagnostic::error(
-                        Code::E0107,
-                        span,
-                        format!("unknown escape sequence `\\{c}` in string"),
-                    )
-                    .with_help("the escapes are \\n \\t \\\\ and \\\""),
+                    LexError::BadEscape(c) => {
+                        Diagnostic::error(Code::E0107, span, format!("unknown escape sequence `\\{c}` in string"))
+                            .with_help("the escapes are \\n \\t \\\\ and \\\"")
+                    }
                 };
                 if diags.len() + 1 == MAX_LEX_ERRORS {
                     diags.push(d.with_help(format!(
@@ -314,11 +313,7 @@ pub fn lex(file: FileId, src: &str) -> (Vec<Spanned<'_>>, Vec<Diagnostic>) {
 }
 
 /// Drops the newlines that do not end a statement and merges runs of separators.
-fn filter_newlines<'a>(
-    file: FileId,
-    raw: Vec<Spanned<'a>>,
-    diags: &mut Vec<Diagnostic>,
-) -> Vec<Spanned<'a>> {
+fn filter_newlines<'a>(file: FileId, raw: Vec<Spanned<'a>>, diags: &mut Vec<Diagnostic>) -> Vec<Spanned<'a>> {
     let mut out: Vec<Spanned<'a>> = Vec::with_capacity(raw.len());
     let mut stack: Vec<Tok> = Vec::new();
     let n = raw.len();
@@ -329,10 +324,8 @@ fn filter_newlines<'a>(
             Tok::Newline | Tok::Semi => {
                 let in_parens = matches!(stack.last(), Some(Tok::LParen | Tok::LBracket));
                 let after_cont = out.last().is_none_or(|(_, t, _)| t.continues_line());
-                let before_close = matches!(
-                    iter.peek(),
-                    None | Some((_, Tok::RBrace | Tok::Else | Tok::Newline | Tok::Semi, _))
-                );
+                let before_close =
+                    matches!(iter.peek(), None | Some((_, Tok::RBrace | Tok::Else | Tok::Newline | Tok::Semi, _)));
                 // An explicit `;` is always kept unless it is redundant, so `a; b` splits even
                 // inside a block on one line.
                 let keep = !in_parens && !after_cont && !before_close;

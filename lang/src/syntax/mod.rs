@@ -151,27 +151,21 @@ fn expected_list(expected: &[String]) -> String {
 
 fn parse_error(file: FileId, e: ParseError<usize, Tok, ()>, end: usize) -> Diagnostic {
     match e {
-        ParseError::UnrecognizedToken { token: (l, tok, r), expected } => Diagnostic::error(
-            Code::E0103,
-            Span::new(file, l, r),
-            format!("unexpected {}", describe(&tok)),
-        )
-        .label(format!("expected {}", expected_list(&expected))),
-        ParseError::UnrecognizedEof { location, expected } => Diagnostic::error(
-            Code::E0104,
-            Span::new(file, location.min(end), end),
-            "unexpected end of file",
-        )
-        .label(format!("expected {}", expected_list(&expected))),
+        ParseError::UnrecognizedToken { token: (l, tok, r), expected } => {
+            Diagnostic::error(Code::E0103, Span::new(file, l, r), format!("unexpected {}", describe(&tok)))
+                .label(format!("expected {}", expected_list(&expected)))
+        }
+        ParseError::UnrecognizedEof { location, expected } => {
+            Diagnostic::error(Code::E0104, Span::new(file, location.min(end), end), "unexpected end of file")
+                .label(format!("expected {}", expected_list(&expected)))
+        }
         ParseError::ExtraToken { token: (l, tok, r) } => {
             Diagnostic::error(Code::E0103, Span::new(file, l, r), format!("unexpected {}", describe(&tok)))
         }
         ParseError::InvalidToken { location } => {
             Diagnostic::error(Code::E0101, Span::new(file, location, location + 1), "invalid token")
         }
-        ParseError::User { .. } => {
-            Diagnostic::error(Code::E0103, Span::new(file, 0, 0), "syntax error")
-        }
+        ParseError::User { .. } => Diagnostic::error(Code::E0103, Span::new(file, 0, 0), "syntax error"),
     }
 }
 
@@ -188,10 +182,9 @@ fn item_too_deep(item: &ast::Item) -> bool {
                     || block_deep(&f.body, 0)
             }
             Const { ty, value, .. } => ty.as_ref().is_some_and(|t| type_deep(t, 0)) || expr_deep(value, 0),
-            Model(m) => m
-                .fields
-                .iter()
-                .any(|f| type_deep(&f.ty, 0) || f.init.as_ref().is_some_and(|e| expr_deep(e, 0))),
+            Model(m) => {
+                m.fields.iter().any(|f| type_deep(&f.ty, 0) || f.init.as_ref().is_some_and(|e| expr_deep(e, 0)))
+            }
             Test { body, .. } => block_deep(body, 0),
             Dim { value, .. } => dim_deep(value, 0),
             Mesh { axes, .. } => axes.iter().any(|(_, d)| dim_deep(d, 0)),
@@ -262,9 +255,7 @@ fn expr_deep(e: &ast::Expr, d: usize) -> bool {
             expr_deep(a, d)
                 || args.iter().any(|a| match a {
                     ast::IndexArg::Expr(e) => expr_deep(e, d),
-                    ast::IndexArg::Slice { start, end, .. } => {
-                        start.iter().chain(end.iter()).any(|e| expr_deep(e, d))
-                    }
+                    ast::IndexArg::Slice { start, end, .. } => start.iter().chain(end.iter()).any(|e| expr_deep(e, d)),
                 })
         }
         Closure { params, body } => params.iter().any(|p| param_deep(p, d)) || expr_deep(body, d),

@@ -175,7 +175,8 @@ impl Dim {
         if self.terms.len().saturating_mul(o.terms.len()) > MAX_PRODUCT_TERMS {
             return Dim::saturated();
         }
-        let products = self.terms.iter().flat_map(|(m1, c1)| o.terms.iter().map(|(m2, c2)| (mono_mul(m1, m2), c1.mul(*c2))));
+        let products =
+            self.terms.iter().flat_map(|(m1, c1)| o.terms.iter().map(|(m2, c2)| (mono_mul(m1, m2), c1.mul(*c2))));
         Dim { terms: products.collect() }
     }
 

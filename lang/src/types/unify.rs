@@ -63,10 +63,9 @@ impl Subst {
             ),
             Type::ModelVar(v) => self.models.get(v).cloned().unwrap_or(Type::ModelVar(*v)),
             Type::ModelType(t) => Type::ModelType(Box::new(self.ty(t))),
-            Type::Fn(FnTy::Sig { params, ret }) => Type::Fn(FnTy::Sig {
-                params: params.iter().map(|t| self.ty(t)).collect(),
-                ret: Box::new(self.ty(ret)),
-            }),
+            Type::Fn(FnTy::Sig { params, ret }) => {
+                Type::Fn(FnTy::Sig { params: params.iter().map(|t| self.ty(t)).collect(), ret: Box::new(self.ty(ret)) })
+            }
             other => other.clone(),
         }
     }
@@ -212,9 +211,7 @@ impl<'a> Unifier<'a> {
                 Ok(())
             }
             (Type::ModelVar(v), a) if a.is_model() => match self.subst.models.get(v).cloned() {
-                Some(prev) if &prev != a && !matches!(prev, Type::ModelVar(pv) if pv == *v) => {
-                    Err(Mismatch::Kind)
-                }
+                Some(prev) if &prev != a && !matches!(prev, Type::ModelVar(pv) if pv == *v) => Err(Mismatch::Kind),
                 Some(_) => Ok(()),
                 None => {
                     self.subst.models.insert(*v, a.clone());

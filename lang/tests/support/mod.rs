@@ -74,15 +74,8 @@ impl Rng {
             (0..r).map(|_| self.range(2, 5)).collect()
         };
         let one = |rng: &mut Rng| {
-            let drop = if rng.coin(0.35) {
-                rng.range(0, base.len() + 1)
-            } else {
-                0
-            };
-            base[drop..]
-                .iter()
-                .map(|&d| if rng.coin(0.35) { 1 } else { d })
-                .collect::<Vec<_>>()
+            let drop = if rng.coin(0.35) { rng.range(0, base.len() + 1) } else { 0 };
+            base[drop..].iter().map(|&d| if rng.coin(0.35) { 1 } else { d }).collect::<Vec<_>>()
         };
         (one(self), one(self))
     }
@@ -93,16 +86,8 @@ pub fn broadcast(a: &[usize], b: &[usize]) -> Vec<usize> {
     let n = a.len().max(b.len());
     (0..n)
         .map(|i| {
-            let x = if i + a.len() >= n {
-                a[i + a.len() - n]
-            } else {
-                1
-            };
-            let y = if i + b.len() >= n {
-                b[i + b.len() - n]
-            } else {
-                1
-            };
+            let x = if i + a.len() >= n { a[i + a.len() - n] } else { 1 };
+            let y = if i + b.len() >= n { b[i + b.len() - n] } else { 1 };
             x.max(y)
         })
         .collect()
@@ -170,10 +155,7 @@ pub fn i32t(shape: &[usize], lo: i32, hi: i32) -> Arg {
 }
 
 pub fn shape_str(s: &[usize]) -> String {
-    s.iter()
-        .map(|d| d.to_string())
-        .collect::<Vec<_>>()
-        .join(", ")
+    s.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")
 }
 
 pub fn tensor_ty(elem: &str, s: &[usize]) -> String {
@@ -195,13 +177,7 @@ impl Arg {
                 if dims.is_empty() {
                     name.clone()
                 } else {
-                    format!(
-                        "{name}[{}]",
-                        dims.iter()
-                            .map(|d| d.to_string())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    )
+                    format!("{name}[{}]", dims.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", "))
                 }
             }
             Arg::Tuple(ts) => {
@@ -238,11 +214,9 @@ impl Arg {
     fn draw_into(&self, rng: &mut Rng, out: &mut Vec<Leaf>) {
         let n = |s: &[usize]| s.iter().product::<usize>();
         match self {
-            Arg::F64(s, d) => out.push(Leaf {
-                shape: s.clone(),
-                kind: LeafKind::F64,
-                data: (0..n(s)).map(|_| d.draw(rng)).collect(),
-            }),
+            Arg::F64(s, d) => {
+                out.push(Leaf { shape: s.clone(), kind: LeafKind::F64, data: (0..n(s)).map(|_| d.draw(rng)).collect() })
+            }
             Arg::F32(s, d) => out.push(Leaf {
                 shape: s.clone(),
                 kind: LeafKind::F32,
@@ -251,21 +225,15 @@ impl Arg {
             Arg::I32(s, lo, hi) => out.push(Leaf {
                 shape: s.clone(),
                 kind: LeafKind::I32,
-                data: (0..n(s))
-                    .map(|_| (*lo + rng.range(0, (*hi - *lo) as usize) as i32) as f64)
-                    .collect(),
+                data: (0..n(s)).map(|_| (*lo + rng.range(0, (*hi - *lo) as usize) as i32) as f64).collect(),
             }),
-            Arg::I32Values(s, v) => out.push(Leaf {
-                shape: s.clone(),
-                kind: LeafKind::I32,
-                data: v.iter().map(|&x| x as f64).collect(),
-            }),
+            Arg::I32Values(s, v) => {
+                out.push(Leaf { shape: s.clone(), kind: LeafKind::I32, data: v.iter().map(|&x| x as f64).collect() })
+            }
             Arg::Bool(s) => out.push(Leaf {
                 shape: s.clone(),
                 kind: LeafKind::Bool,
-                data: (0..n(s))
-                    .map(|_| if rng.coin(0.5) { 1.0 } else { 0.0 })
-                    .collect(),
+                data: (0..n(s)).map(|_| if rng.coin(0.5) { 1.0 } else { 0.0 }).collect(),
             }),
             Arg::Model { fields, .. } => fields.iter().for_each(|f| f.draw_into(rng, out)),
             Arg::Tuple(ts) => ts.iter().for_each(|f| f.draw_into(rng, out)),
@@ -273,29 +241,16 @@ impl Arg {
     }
 
     /// Builds the value from leaves (consumed in order).
-    fn build(
-        &self,
-        prog: &lang::ir::Program,
-        leaves: &mut std::slice::Iter<Leaf>,
-    ) -> Result<Value, String> {
+    fn build(&self, prog: &lang::ir::Program, leaves: &mut std::slice::Iter<Leaf>) -> Result<Value, String> {
         Ok(match self {
             Arg::Model { name, dims, fields } => {
                 let id = model_id(prog, name).ok_or_else(|| format!("no model `{name}`"))?;
-                let fields = fields
-                    .iter()
-                    .map(|f| f.build(prog, leaves))
-                    .collect::<Result<Vec<_>, _>>()?;
-                Value::Model(Rc::new(ModelValue {
-                    model: id,
-                    dims: dims.clone(),
-                    fields,
-                }))
+                let fields = fields.iter().map(|f| f.build(prog, leaves)).collect::<Result<Vec<_>, _>>()?;
+                Value::Model(Rc::new(ModelValue { model: id, dims: dims.clone(), fields }))
             }
-            Arg::Tuple(ts) => Value::Tuple(Rc::new(
-                ts.iter()
-                    .map(|f| f.build(prog, leaves))
-                    .collect::<Result<Vec<_>, _>>()?,
-            )),
+            Arg::Tuple(ts) => {
+                Value::Tuple(Rc::new(ts.iter().map(|f| f.build(prog, leaves)).collect::<Result<Vec<_>, _>>()?))
+            }
             _ => Value::Tensor(leaves.next().ok_or("missing leaf")?.tensor()),
         })
     }
@@ -354,18 +309,10 @@ pub struct Tol {
 }
 
 /// f64 everywhere: h = 1e-6, round-off ≈ 1e-10·|f|, truncation ≈ 1e-13·f‴.
-pub const F64: Tol = Tol {
-    h: 1e-6,
-    rtol: 1e-6,
-    atol: 1e-8,
-};
+pub const F64: Tol = Tol { h: 1e-6, rtol: 1e-6, atol: 1e-8 };
 /// An f32 computation somewhere: f32 round-off (6e-8·|f|) divided by 2h dominates, so h is
 /// larger (2⁻⁷) and the truncation error h²·f‴/6 ≈ 1e-5·f‴ sets the tolerance.
-pub const F32: Tol = Tol {
-    h: 0.0078125,
-    rtol: 2e-3,
-    atol: 5e-4,
-};
+pub const F32: Tol = Tol { h: 0.0078125, rtol: 2e-3, atol: 5e-4 };
 
 #[derive(Clone, Debug)]
 pub struct Case {
@@ -445,56 +392,30 @@ impl Case {
         if !self.wrt.is_empty() {
             return self.wrt.clone();
         }
-        self.params
-            .iter()
-            .filter(|(n, a)| n != "w" && a.is_float())
-            .map(|(n, _)| n.clone())
-            .collect()
+        self.params.iter().filter(|(n, a)| n != "w" && a.is_float()).map(|(n, _)| n.clone()).collect()
     }
 
     fn param_list(&self) -> String {
-        self.params
-            .iter()
-            .map(|(n, a)| format!("{n}: {}", a.ty()))
-            .collect::<Vec<_>>()
-            .join(", ")
+        self.params.iter().map(|(n, a)| format!("{n}: {}", a.ty())).collect::<Vec<_>>().join(", ")
     }
 
     fn arg_list(&self) -> String {
-        self.params
-            .iter()
-            .map(|(n, _)| n.clone())
-            .collect::<Vec<_>>()
-            .join(", ")
+        self.params.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>().join(", ")
     }
 
     fn arg_of(&self, name: &str) -> &Arg {
-        &self
-            .params
-            .iter()
-            .find(|(n, _)| n == name)
-            .expect("wrt names a parameter")
-            .1
+        &self.params.iter().find(|(n, _)| n == name).expect("wrt names a parameter").1
     }
 
     /// The first-order program: `f`, `d_X` (the gradient wrt X) and `vg_X` (value_and_grad).
     pub fn program(&self) -> String {
         let (ps, args) = (self.param_list(), self.arg_list());
-        let mut s = format!(
-            "{}\nfn f({ps}) -> {} {{\n    {}\n}}\n",
-            self.prelude,
-            self.ret,
-            self.body.trim()
-        );
+        let mut s = format!("{}\nfn f({ps}) -> {} {{\n    {}\n}}\n", self.prelude, self.ret, self.body.trim());
         for x in self.wrt_names() {
             let t = self.arg_of(&x).ty();
             let _ = writeln!(s, "fn d_{x}({ps}) -> {t} {{ grad(f, wrt: {x})({args}) }}");
             if self.value_and_grad {
-                let _ = writeln!(
-                    s,
-                    "fn vg_{x}({ps}) -> ({}, {t}) {{ value_and_grad(f, wrt: {x})({args}) }}",
-                    self.ret
-                );
+                let _ = writeln!(s, "fn vg_{x}({ps}) -> ({}, {t}) {{ value_and_grad(f, wrt: {x})({args}) }}", self.ret);
             }
         }
         s
@@ -503,23 +424,11 @@ impl Case {
     /// The second-order program: `s2_X = sum(v * grad(f, wrt: X))` and its gradient `d2_X`.
     fn program2(&self, xs: &[String]) -> String {
         let (ps, args) = (self.param_list(), self.arg_list());
-        let mut s = format!(
-            "{}\nfn f({ps}) -> {} {{\n    {}\n}}\n",
-            self.prelude,
-            self.ret,
-            self.body.trim()
-        );
+        let mut s = format!("{}\nfn f({ps}) -> {} {{\n    {}\n}}\n", self.prelude, self.ret, self.body.trim());
         for x in xs {
             let t = self.arg_of(x).ty();
-            let _ = writeln!(
-                s,
-                "fn s2_{x}({ps}, v_: {t}) -> {} {{ sum(v_ * grad(f, wrt: {x})({args})) }}",
-                self.ret
-            );
-            let _ = writeln!(
-                s,
-                "fn d2_{x}({ps}, v_: {t}) -> {t} {{ grad(s2_{x}, wrt: {x})({args}, v_) }}"
-            );
+            let _ = writeln!(s, "fn s2_{x}({ps}, v_: {t}) -> {} {{ sum(v_ * grad(f, wrt: {x})({args})) }}", self.ret);
+            let _ = writeln!(s, "fn d2_{x}({ps}, v_: {t}) -> {t} {{ grad(s2_{x}, wrt: {x})({args}, v_) }}");
         }
         s
     }
@@ -531,10 +440,8 @@ impl Case {
 /// Type-checks a program; `Err` carries the rendered diagnostics.
 pub fn check(text: &str) -> Result<lang::check::Checked, String> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let c = catch_unwind(AssertUnwindSafe(|| {
-        lang::check::check_source("gradcheck.msl", text, dir)
-    }))
-    .map_err(|p| format!("the checker panicked: {}", panic_msg(&p)))?;
+    let c = catch_unwind(AssertUnwindSafe(|| lang::check::check_source("gradcheck.msl", text, dir)))
+        .map_err(|p| format!("the checker panicked: {}", panic_msg(&p)))?;
     if c.has_errors() {
         return Err(lang::diag::render_short(&c.diagnostics, &c.sources));
     }
@@ -552,11 +459,7 @@ pub fn panic_msg(p: &Box<dyn std::any::Any + Send>) -> String {
 }
 
 pub fn func(prog: &lang::ir::Program, name: &str) -> Result<FuncId, String> {
-    prog.root_funcs
-        .iter()
-        .find(|(n, _)| n == name)
-        .map(|(_, f)| *f)
-        .ok_or_else(|| format!("no function `{name}`"))
+    prog.root_funcs.iter().find(|(n, _)| n == name).map(|(_, f)| *f).ok_or_else(|| format!("no function `{name}`"))
 }
 
 /// Calls a root function; errors (and panics) become messages.
@@ -568,30 +471,20 @@ pub fn call(prog: &lang::ir::Program, name: &str, args: Vec<Value>) -> Result<Va
     }));
     match r {
         Ok(Ok(v)) | Ok(Err(Ctrl::Return(v))) => Ok(v),
-        Ok(Err(Ctrl::Error(e))) => Err(format!(
-            "run-time error in `{name}`: {:?} {}",
-            e.code, e.message
-        )),
-        Err(p) => Err(format!(
-            "the interpreter panicked in `{name}`: {}",
-            panic_msg(&p)
-        )),
+        Ok(Err(Ctrl::Error(e))) => Err(format!("run-time error in `{name}`: {:?} {}", e.code, e.message)),
+        Err(p) => Err(format!("the interpreter panicked in `{name}`: {}", panic_msg(&p))),
     }
 }
 
 pub fn scalar(v: &Value) -> Result<f64, String> {
-    v.tensor()
-        .and_then(|t| t.scalar_value_f64())
-        .ok_or_else(|| "result is not a scalar".to_string())
+    v.tensor().and_then(|t| t.scalar_value_f64()).ok_or_else(|| "result is not a scalar".to_string())
 }
 
 /// The tensor leaves of a value, as f64 vectors with shapes.
 fn value_leaves(v: &Value) -> Vec<(Vec<usize>, Vec<f64>)> {
     let mut ls = Vec::new();
     v.leaves(&mut ls);
-    ls.iter()
-        .map(|t| (t.shape().to_vec(), t.to_f64_vec()))
-        .collect()
+    ls.iter().map(|t| (t.shape().to_vec(), t.to_f64_vec())).collect()
 }
 
 fn fmt_vec(v: &[f64]) -> String {
@@ -606,11 +499,7 @@ struct Inputs {
 
 impl Inputs {
     fn values(&self, c: &Case, prog: &lang::ir::Program) -> Result<Vec<Value>, String> {
-        c.params
-            .iter()
-            .zip(&self.leaves)
-            .map(|((_, a), l)| a.build(prog, &mut l.iter()))
-            .collect()
+        c.params.iter().zip(&self.leaves).map(|((_, a), l)| a.build(prog, &mut l.iter())).collect()
     }
     fn describe(&self, c: &Case) -> String {
         let mut s = String::new();
@@ -619,11 +508,7 @@ impl Inputs {
                 let _ = writeln!(
                     s,
                     "  {n}{} {:?} = {}",
-                    if ls.len() > 1 {
-                        format!(".leaf{j}")
-                    } else {
-                        String::new()
-                    },
+                    if ls.len() > 1 { format!(".leaf{j}") } else { String::new() },
                     l.shape,
                     fmt_vec(&l.data)
                 );
@@ -660,9 +545,7 @@ fn finite_diff(
                     xi = xi as f32 as f64;
                 }
                 xs[k] = xi;
-                let mut inp = Inputs {
-                    leaves: inputs.leaves.clone(),
-                };
+                let mut inp = Inputs { leaves: inputs.leaves.clone() };
                 inp.leaves[pi][li].data[e] = xi;
                 let mut args = inp.values(c, prog)?;
                 args.extend(extra.iter().cloned());
@@ -684,20 +567,12 @@ fn compare(
     shapes: &[Vec<usize>],
 ) -> Result<(), String> {
     if analytic.len() != numeric.len() {
-        return Err(format!(
-            "gradient has {} tensors, expected {}",
-            analytic.len(),
-            numeric.len()
-        ));
+        return Err(format!("gradient has {} tensors, expected {}", analytic.len(), numeric.len()));
     }
     let mut msg = String::new();
     for (j, ((ash, a), n)) in analytic.iter().zip(numeric).enumerate() {
         if ash != &shapes[j] || a.len() != n.len() {
-            let _ = writeln!(
-                msg,
-                "  leaf {j}: gradient shape {ash:?}, expected {:?}",
-                shapes[j]
-            );
+            let _ = writeln!(msg, "  leaf {j}: gradient shape {ash:?}, expected {:?}", shapes[j]);
             continue;
         }
         let mut bad = None;
@@ -742,8 +617,7 @@ impl Stats {
     pub fn run(&mut self, c: &Case) {
         self.cases += 1;
         if let Err(e) = self.run_inner(c) {
-            self.failures
-                .push(format!("=== case `{}` (seed {}) ===\n{e}", c.name, c.seed));
+            self.failures.push(format!("=== case `{}` (seed {}) ===\n{e}", c.name, c.seed));
         }
     }
 
@@ -751,9 +625,7 @@ impl Stats {
         let text = c.program();
         let ck = match check(&text) {
             Ok(ck) => ck,
-            Err(d)
-                if c.allow_e0403 && d.lines().all(|l| l.contains("[E0403]")) && !d.is_empty() =>
-            {
+            Err(d) if c.allow_e0403 && d.lines().all(|l| l.contains("[E0403]")) && !d.is_empty() => {
                 self.limitations.push(format!("{}: {}", c.name, d.trim()));
                 return Ok(());
             }
@@ -761,9 +633,7 @@ impl Stats {
         };
         let prog = &ck.program;
         let mut rng = Rng::new(c.seed);
-        let inputs = Inputs {
-            leaves: c.params.iter().map(|(_, a)| a.draw(&mut rng)).collect(),
-        };
+        let inputs = Inputs { leaves: c.params.iter().map(|(_, a)| a.draw(&mut rng)).collect() };
         let ctx = |e: String| format!("{e}\nprogram:\n{text}\ninputs:\n{}", inputs.describe(c));
         let args = inputs.values(c, prog).map_err(ctx)?;
         let fval = scalar(&call(prog, "f", args.clone()).map_err(ctx)?).map_err(ctx)?;
@@ -771,8 +641,7 @@ impl Stats {
         let wrt = c.wrt_names();
         for x in &wrt {
             let pi = c.params.iter().position(|(n, _)| n == x).unwrap();
-            let shapes: Vec<Vec<usize>> =
-                inputs.leaves[pi].iter().map(|l| l.shape.clone()).collect();
+            let shapes: Vec<Vec<usize>> = inputs.leaves[pi].iter().map(|l| l.shape.clone()).collect();
             let analytic = match call(prog, &format!("d_{x}"), args.clone()) {
                 Ok(v) => value_leaves(&v),
                 Err(e) => {
@@ -790,26 +659,16 @@ impl Stats {
                     Ok(Value::Tuple(t)) if t.len() == 2 => {
                         let v = scalar(&t[0])?;
                         if (v - fval).abs() > 1e-12 * fval.abs().max(1.0) {
-                            let _ = writeln!(
-                                errs,
-                                "value_and_grad wrt {x}: value {v} but f gives {fval}"
-                            );
+                            let _ = writeln!(errs, "value_and_grad wrt {x}: value {v} but f gives {fval}");
                         }
                         if let Err(m) = compare(
-                            &Tol {
-                                h: 0.0,
-                                rtol: 1e-12,
-                                atol: 1e-14,
-                            },
+                            &Tol { h: 0.0, rtol: 1e-12, atol: 1e-14 },
                             0.0,
                             &value_leaves(&t[1]),
                             &analytic.iter().map(|l| l.1.clone()).collect::<Vec<_>>(),
                             &shapes,
                         ) {
-                            let _ = writeln!(
-                                errs,
-                                "value_and_grad wrt {x}: gradient differs from grad:\n{m}"
-                            );
+                            let _ = writeln!(errs, "value_and_grad wrt {x}: gradient differs from grad:\n{m}");
                         }
                     }
                     Ok(_) => {
@@ -825,11 +684,7 @@ impl Stats {
             return Err(ctx(errs));
         }
         if c.second_order {
-            let xs: Vec<String> = wrt
-                .iter()
-                .filter(|x| c.arg_of(x).is_plain_f64())
-                .cloned()
-                .collect();
+            let xs: Vec<String> = wrt.iter().filter(|x| c.arg_of(x).is_plain_f64()).cloned().collect();
             if !xs.is_empty() {
                 self.second_order(c, &xs, &inputs, &mut rng)?;
             }
@@ -838,23 +693,11 @@ impl Stats {
     }
 
     /// d/dx ⟨v, ∇ₓf⟩ by msl (grad of a grad) against finite differences of ⟨v, ∇ₓf⟩.
-    fn second_order(
-        &mut self,
-        c: &Case,
-        xs: &[String],
-        inputs: &Inputs,
-        rng: &mut Rng,
-    ) -> Result<(), String> {
+    fn second_order(&mut self, c: &Case, xs: &[String], inputs: &Inputs, rng: &mut Rng) -> Result<(), String> {
         let text = c.program2(xs);
-        let ck = check(&text)
-            .map_err(|d| format!("second-order program does not check:\n{d}\nprogram:\n{text}"))?;
+        let ck = check(&text).map_err(|d| format!("second-order program does not check:\n{d}\nprogram:\n{text}"))?;
         let prog = &ck.program;
-        let ctx = |e: String| {
-            format!(
-                "second order: {e}\nprogram:\n{text}\ninputs:\n{}",
-                inputs.describe(c)
-            )
-        };
+        let ctx = |e: String| format!("second order: {e}\nprogram:\n{text}\ninputs:\n{}", inputs.describe(c));
         let args = inputs.values(c, prog).map_err(ctx)?;
         let mut errs = String::new();
         for x in xs {
@@ -863,22 +706,16 @@ impl Stats {
             let v = Value::Tensor(vleaf[0].tensor());
             let mut a2 = args.clone();
             a2.push(v.clone());
-            let sval =
-                scalar(&call(prog, &format!("s2_{x}"), a2.clone()).map_err(ctx)?).map_err(ctx)?;
+            let sval = scalar(&call(prog, &format!("s2_{x}"), a2.clone()).map_err(ctx)?).map_err(ctx)?;
             let shapes = vec![inputs.leaves[pi][0].shape.clone()];
             let analytic = match call(prog, &format!("d2_{x}"), a2) {
                 Ok(v) => value_leaves(&v),
                 Err(e) => {
-                    let _ = writeln!(
-                        errs,
-                        "grad of grad wrt {x}: {e}\n  v_ = {}",
-                        fmt_vec(&vleaf[0].data)
-                    );
+                    let _ = writeln!(errs, "grad of grad wrt {x}: {e}\n  v_ = {}", fmt_vec(&vleaf[0].data));
                     continue;
                 }
             };
-            let numeric =
-                finite_diff(c, prog, &format!("s2_{x}"), inputs, &[v], pi).map_err(ctx)?;
+            let numeric = finite_diff(c, prog, &format!("s2_{x}"), inputs, &[v], pi).map_err(ctx)?;
             self.second += 1;
             if let Err(m) = compare(&c.tol, sval, &analytic, &numeric, &shapes) {
                 let _ = writeln!(
@@ -908,11 +745,7 @@ impl Stats {
             eprintln!("  known limitation (clean E0403): {l}");
         }
         if !self.failures.is_empty() {
-            panic!(
-                "{suite}: {} failing cases\n\n{}",
-                self.failures.len(),
-                self.failures.join("\n")
-            );
+            panic!("{suite}: {} failing cases\n\n{}", self.failures.len(), self.failures.join("\n"));
         }
     }
 }
