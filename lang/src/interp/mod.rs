@@ -609,15 +609,24 @@ fn lit_value(l: &Lit, ty: &Type) -> Value {
     match l {
         Lit::Bool(b) => Value::Tensor(Tensor::scalar_bool(*b)),
         Lit::Str(s) => Value::Str(s.as_str().into()),
-        Lit::Int(n) => Value::Tensor(match elem {
-            Elem::T(t) => Tensor::scalar_f64(*n as f64).cast(dtype_of(t)),
-            Elem::WeakFloat => Tensor::scalar_f64(*n as f64),
-            Elem::WeakInt => Tensor::scalar_i32(*n as i32),
+        Lit::Int(n) => Value::Tensor(match elem.materialise_weak_float() {
+            Some(t) => scalar_of(t, *n as f64),
+            None => Tensor::scalar_i32(*n as i32),
         }),
         Lit::Float(x) => Value::Tensor(match elem {
-            Elem::T(t) => Tensor::scalar_f64(*x).cast(dtype_of(t)),
+            Elem::T(t) => scalar_of(t, *x),
             _ => Tensor::scalar_f64(*x),
         }),
+    }
+}
+
+/// A scalar of an element type, built directly (literals are evaluated in every loop iteration).
+fn scalar_of(t: crate::types::ElemTy, x: f64) -> Tensor {
+    match dtype_of(t) {
+        DType::F32 => Tensor::scalar_f32(x as f32),
+        DType::F64 => Tensor::scalar_f64(x),
+        DType::I32 => Tensor::scalar_i32(x as i32),
+        DType::Bool => Tensor::scalar_bool(x != 0.0),
     }
 }
 

@@ -69,6 +69,16 @@ impl Elem {
     pub fn is_weak(self) -> bool {
         !matches!(self, Elem::T(_))
     }
+    /// The concrete type of an integer literal's value: `None` while it is still a weak integer,
+    /// f64 for a weak float (weak floats are computed in f64 until they meet a type).
+    pub fn materialise_weak_float(self) -> Option<ElemTy> {
+        match self {
+            Elem::T(t) => Some(t),
+            Elem::WeakFloat => Some(ElemTy::F64),
+            Elem::WeakInt => None,
+        }
+    }
+
     /// The type a weak literal takes when nothing asks for another.
     pub fn materialise(self) -> ElemTy {
         match self {
