@@ -1437,7 +1437,7 @@ impl Checker {
                     }
                     return self.error_expr(span);
                 };
-                let prim_vals = self.tuple_items(cx, a.pos[1].0);
+                let prim_vals = self.tuple_items(cx, a.pos[1].0, Some(&fty));
                 let tan_exprs: Vec<&ast::Expr> = match &a.pos[2].0.kind {
                     ast::ExprKind::Tuple(es) => es.iter().collect(),
                     _ => vec![a.pos[2].0],
@@ -1543,20 +1543,25 @@ impl Checker {
         }
     }
 
-    fn tuple_items(&mut self, cx: &mut FnCx, e: &ast::Expr) -> Vec<ir::Expr> {
-        match &e.kind {
-            ast::ExprKind::Tuple(es) => es
-                .iter()
-                .map(|x| {
-                    let v = self.check_expr(cx, x, None);
-                    self.materialise(v)
-                })
-                .collect(),
-            _ => {
-                let v = self.check_expr(cx, e, None);
-                vec![self.materialise(v)]
-            }
-        }
+    /// The primals of `jvp`: weak literals take the parameter types of the function.
+    fn tuple_items(&mut self, cx: &mut FnCx, e: &ast::Expr, f: Option<&FnTy>) -> Vec<ir::Expr> {
+        let exprs: Vec<&ast::Expr> = match &e.kind {
+            ast::ExprKind::Tuple(es) => es.iter().collect(),
+            _ => vec![e],
+        };
+        let vals: Vec<ir::Expr> = exprs.iter().map(|x| self.check_expr(cx, x, None)).collect();
+        let tys: Vec<(Type, Span)> = vals.iter().map(|v| (v.ty.clone(), e.span)).collect();
+        let params = f.and_then(|f| self.param_types(f, &tys));
+        vals.into_iter()
+            .enumerate()
+            .map(|(i, v)| match params.as_ref().and_then(|p| p.get(i)) {
+                Some(p) if matches!(v.ty, Type::Tensor(e, _) if e.is_weak()) => match self.try_coerce(v, p) {
+                    Ok(v) => v,
+                    Err((v, _)) => self.materialise(v),
+                },
+                _ => self.materialise(v),
+            })
+            .collect()
     }
 
     fn in_axes(&mut self, cx: &FnCx, e: &ast::Expr) -> Option<Vec<Option<usize>>> {

@@ -136,7 +136,7 @@ impl Checker {
     }
 
     /// The parameter types a function value expects for these arguments, where known.
-    fn param_types(&mut self, fty: &FnTy, args: &[(Type, Span)]) -> Option<Vec<Type>> {
+    pub(crate) fn param_types(&mut self, fty: &FnTy, args: &[(Type, Span)]) -> Option<Vec<Type>> {
         match fty {
             FnTy::Item(id) => {
                 let (_, subst) = self.instantiate(*id, args, Span::default(), true)?;
