@@ -76,6 +76,15 @@ pub(super) struct LoopNode {
     pub span: SpanId,
 }
 
+struct LoopState {
+    carried: Vec<Local>,
+    init: Vec<Local>,
+    free: Vec<Local>,
+    active: bool,
+    ctx: Vec<FrameCx>,
+    slots: Vec<Local>,
+}
+
 pub(super) struct Gen<'p> {
     pub prog: &'p Program,
     pub locals: Vec<LocalInfo>,
@@ -936,26 +945,7 @@ impl Gen<'_> {
         body: &Expr,
         tape: &mut Vec<Node>,
     ) -> Res<Local> {
-        let carried: Vec<Local> =
-            assigned_locals(body).into_iter().filter(|l| self.frame().env.contains_key(l)).collect();
-        let init: Vec<Local> = carried.iter().map(|l| self.frame().env[l]).collect();
-        let free: Vec<Local> = free_locals(body)
-            .into_iter()
-            .filter(|l| !carried.contains(l) && Some(*l) != ivar)
-            .filter_map(|l| self.frame().env.get(&l).copied())
-            .collect();
-        let active = init.iter().chain(&free).any(|v| self.is_active(*v));
-        let ctx = self.frames.clone();
-        // State slots, read and written by the emitted loop.
-        let slots: Vec<Local> = init
-            .iter()
-            .map(|v| {
-                let ty = self.ty_of(*v);
-                let s = self.new_local(ty, "s", true);
-                self.push_stmt(Stmt::Let { pat: Pat::Local(s), value: self.local(*v) });
-                s
-            })
-            .collect();
+        let LoopState { carried, init, free, active, ctx, slots } = self.loop_state(body, ivar);
         let iv = self.new_local(Type::scalar(ElemTy::I32), "i", false);
         let body_e = self.loop_body(body, &carried, &slots, ivar, iv)?;
         let loop_e = match start {
@@ -999,6 +989,31 @@ impl Gen<'_> {
         Ok(self.emit(mk(ExprKind::Tuple(vec![]), Type::unit(), self.sid), Type::unit(), "u"))
     }
 
+    /// What a loop carries: the outer locals its body assigns (their values before the loop and
+    /// mutable slots initialised with them), the outer values it reads, and whether any is active.
+    fn loop_state(&mut self, body: &Expr, ivar: Option<Local>) -> LoopState {
+        let carried: Vec<Local> =
+            assigned_locals(body).into_iter().filter(|l| self.frame().env.contains_key(l)).collect();
+        let init: Vec<Local> = carried.iter().map(|l| self.frame().env[l]).collect();
+        let free: Vec<Local> = free_locals(body)
+            .into_iter()
+            .filter(|l| !carried.contains(l) && Some(*l) != ivar)
+            .filter_map(|l| self.frame().env.get(&l).copied())
+            .collect();
+        let active = init.iter().chain(&free).any(|v| self.is_active(*v));
+        let ctx = self.frames.clone();
+        let slots = init
+            .iter()
+            .map(|v| {
+                let ty = self.ty_of(*v);
+                let s = self.new_local(ty, "s", true);
+                self.push_stmt(Stmt::Let { pat: Pat::Local(s), value: self.local(*v) });
+                s
+            })
+            .collect();
+        LoopState { carried, init, free, active, ctx, slots }
+    }
+
     /// One iteration of a loop body as a block: reads the state slots, writes them back.
     fn loop_body(
         &mut self,
@@ -1039,25 +1054,7 @@ impl Gen<'_> {
     fn fwd_while(&mut self, e: &Expr, cond: &Expr, body: &Expr, tape: &mut Vec<Node>) -> Res<Local> {
         // `while` runs as a counted loop: the forward pass counts iterations, and the backward
         // pass (like a `for`) recomputes the state of each iteration from the initial state.
-        let carried: Vec<Local> =
-            assigned_locals(body).into_iter().filter(|l| self.frame().env.contains_key(l)).collect();
-        let init: Vec<Local> = carried.iter().map(|l| self.frame().env[l]).collect();
-        let free: Vec<Local> = free_locals(body)
-            .into_iter()
-            .filter(|l| !carried.contains(l))
-            .filter_map(|l| self.frame().env.get(&l).copied())
-            .collect();
-        let active = init.iter().chain(&free).any(|v| self.is_active(*v));
-        let ctx = self.frames.clone();
-        let slots: Vec<Local> = init
-            .iter()
-            .map(|v| {
-                let ty = self.ty_of(*v);
-                let s = self.new_local(ty, "s", true);
-                self.push_stmt(Stmt::Let { pat: Pat::Local(s), value: self.local(*v) });
-                s
-            })
-            .collect();
+        let LoopState { carried, init, free, active, ctx, slots } = self.loop_state(body, None);
         let i32t = Type::scalar(ElemTy::I32);
         let count = self.new_local(i32t.clone(), "n", true);
         self.push_stmt(Stmt::Let {
