@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite: formatting, lints, then every test (unit, spec, robustness).
-# `.ci/run` runs exactly this on a clean clone.
+# The whole test suite: formatting, lints, then every test (unit, spec, robustness, CLI, LSP).
+# `.ci/run` runs exactly this on a clean clone. The last line sums every test run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -9,4 +9,12 @@ cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 echo "== cargo test"
-cargo test --workspace
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+status=0
+cargo test --workspace 2>&1 | tee "$log" || status=$?
+passed=$(grep -Eo '(test result: (ok|FAILED)\. |^spec: )[0-9]+ passed' "$log" | grep -Eo '[0-9]+ passed' | awk '{s += $1} END {print s + 0}')
+failed=$(grep -Eo '(test result: (ok|FAILED)\. [0-9]+ passed; |^spec: [0-9]+ passed, )[0-9]+ failed' "$log" | grep -Eo '[0-9]+ failed' | awk '{s += $1} END {print s + 0}')
+echo
+echo "tests: $passed passed, $failed failed"
+exit "$status"
