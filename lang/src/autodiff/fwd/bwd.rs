@@ -1,0 +1,434 @@
+//! The backward sweep of reverse mode: cotangent sums, zeros of any type, and the backward
+//! of operations, `if`s (recomputing the taken branch) and loops (recomputing each iteration's
+//! state from the state before the loop).
+
+use super::*;
+
+impl Gen<'_> {
+    /// The sum of the contributions to `v`, or zeros of its type.
+    pub(in crate::autodiff) fn total(&mut self, v: Local, contribs: &mut HashMap<Local, Vec<Local>>) -> Res<Local> {
+        match self.take(v, contribs)? {
+            Some(cs) if !cs.is_empty() => Ok(self.sum(&cs)),
+            _ => self.zeros_like(v),
+        }
+    }
+
+    pub(in crate::autodiff) fn has(&self, v: &Local, contribs: &HashMap<Local, Vec<Local>>) -> bool {
+        contribs.contains_key(v) || self.field_contribs.contains_key(v)
+    }
+
+    /// All cotangent contributions to `v`, with per-field ones merged into one model value.
+    pub(in crate::autodiff) fn take(
+        &mut self,
+        v: Local,
+        contribs: &mut HashMap<Local, Vec<Local>>,
+    ) -> Res<Option<Vec<Local>>> {
+        let mut cs = contribs.remove(&v);
+        if let Some(fields) = self.field_contribs.remove(&v) {
+            let ty = self.ty_of(v);
+            let Type::Model(id, args) = ty.clone() else { return Ok(cs) };
+            let n = self.prog.model(id).fields.len();
+            let mut items = Vec::new();
+            for i in 0..n {
+                match fields.get(&i) {
+                    Some(fc) if !fc.is_empty() => items.push(self.sum(fc)),
+                    _ => {
+                        let ft = self.field_type(id, &args, i);
+                        let fv = self.emit(
+                            mk(ExprKind::Field(Box::new(self.local(v)), i), ft.clone(), self.sid),
+                            ft.clone(),
+                            "zf",
+                        );
+                        items.push(self.zeros_of(&ft, fv)?);
+                    }
+                }
+            }
+            let m = self.emit(
+                mk(
+                    ExprKind::ModelBuild { fields: items.iter().map(|x| self.local(*x)).collect() },
+                    ty.clone(),
+                    self.sid,
+                ),
+                ty,
+                "gm",
+            );
+            cs.get_or_insert_with(Vec::new).push(m);
+        }
+        Ok(cs)
+    }
+
+    pub(in crate::autodiff) fn sum(&mut self, cs: &[Local]) -> Local {
+        let mut acc = cs[0];
+        for c in &cs[1..] {
+            let ty = self.ty_of(acc);
+            acc = self.p(Prim::Add, &[acc, *c], Attrs::default(), ty);
+        }
+        acc
+    }
+
+    /// Zeros of the type of `v` (a tensor, a model or a tuple).
+    pub(in crate::autodiff) fn zeros_like(&mut self, v: Local) -> Res<Local> {
+        let ty = self.ty_of(v);
+        self.zeros_of(&ty, v)
+    }
+
+    pub(in crate::autodiff) fn zeros_of(&mut self, ty: &Type, v: Local) -> Res<Local> {
+        match ty {
+            Type::Tensor(e, s) => {
+                let dims: Option<Vec<Dim>> = s
+                    .iter()
+                    .map(|i| match i {
+                        ShapeItem::Dim(d) => Some(d.clone()),
+                        ShapeItem::Rest(_) => None,
+                    })
+                    .collect();
+                let et = e.materialise();
+                match dims {
+                    Some(d) => Ok(self.p(
+                        Prim::Zeros,
+                        &[],
+                        Attrs { shape: d, dtype: Some(et), ..Attrs::default() },
+                        ty.clone(),
+                    )),
+                    None => {
+                        let z = self.lit(0.0, et);
+                        Ok(self.p(Prim::Mul, &[v, z], Attrs::default(), ty.clone()))
+                    }
+                }
+            }
+            Type::Model(id, args) => {
+                let def = self.prog.model(*id);
+                let mut fields = Vec::new();
+                for (i, _) in def.fields.iter().enumerate() {
+                    let fty = self.field_type(*id, args, i);
+                    let fv = self.emit(
+                        mk(ExprKind::Field(Box::new(self.local(v)), i), fty.clone(), self.sid),
+                        fty.clone(),
+                        "zf",
+                    );
+                    fields.push(self.zeros_of(&fty, fv)?);
+                }
+                Ok(self.emit(
+                    mk(
+                        ExprKind::ModelBuild { fields: fields.iter().map(|f| self.local(*f)).collect() },
+                        ty.clone(),
+                        self.sid,
+                    ),
+                    ty.clone(),
+                    "zm",
+                ))
+            }
+            Type::Tuple(ts) => {
+                let mut items = Vec::new();
+                for (i, t) in ts.iter().enumerate() {
+                    let tv = self.emit(
+                        mk(ExprKind::TupleGet(Box::new(self.local(v)), i), t.clone(), self.sid),
+                        t.clone(),
+                        "zt",
+                    );
+                    items.push(self.zeros_of(t, tv)?);
+                }
+                Ok(self.emit(
+                    mk(ExprKind::Tuple(items.iter().map(|f| self.local(*f)).collect()), ty.clone(), self.sid),
+                    ty.clone(),
+                    "ztup",
+                ))
+            }
+            _ => {
+                let z = self.lit(0.0, ElemTy::F32);
+                Ok(self.p(Prim::Mul, &[v, z], Attrs::default(), ty.clone()))
+            }
+        }
+    }
+
+    /// The type of field `i` of a model type, with its arguments substituted.
+    pub(in crate::autodiff) fn field_type(&self, id: crate::types::ModelId, args: &[TypeArg], i: usize) -> Type {
+        let def = self.prog.model(id);
+        let mut s = Subst::default();
+        let (mut d, mut v) = (def.dims.iter(), def.models.iter());
+        for a in args {
+            match a {
+                TypeArg::Dim(x) => {
+                    if let Some(sym) = d.next() {
+                        s.dims.insert(*sym, x.clone());
+                    }
+                }
+                TypeArg::Type(t) => {
+                    if let Some(tv) = v.next() {
+                        s.models.insert(*tv, t.clone());
+                    }
+                }
+            }
+        }
+        s.ty(&def.fields[i].ty)
+    }
+
+    pub(in crate::autodiff) fn bwd(&mut self, tape: &[Node], contribs: &mut HashMap<Local, Vec<Local>>) -> Res<()> {
+        for node in tape.iter().rev() {
+            match node {
+                Node::Op { out, op, args, span } => {
+                    let Some(cs) = self.take(*out, contribs)? else { continue };
+                    if cs.is_empty() {
+                        continue;
+                    }
+                    let g = self.sum(&cs);
+                    self.sid = *span;
+                    if let (Op::Field(i), Type::Model(..)) = (op, self.ty_of(args[0])) {
+                        if self.is_active(args[0]) {
+                            self.field_contribs.entry(args[0]).or_default().entry(*i).or_default().push(g);
+                        }
+                        continue;
+                    }
+                    let parts = rules::vjp(self, op, args, *out, g)?;
+                    for (i, c) in parts {
+                        if self.is_active(args[i]) {
+                            contribs.entry(args[i]).or_default().push(c);
+                        }
+                    }
+                }
+                Node::If { cond, then, els, ctx, assigned, outs, free, span } => {
+                    if !outs.iter().any(|o| self.has(o, contribs)) {
+                        continue;
+                    }
+                    self.sid = *span;
+                    let mut seeds = Vec::new();
+                    for o in outs {
+                        let active = self.is_active(*o);
+                        seeds.push(if active { Some(self.total(*o, contribs)?) } else { None });
+                    }
+                    let free_act: Vec<Local> = free.iter().copied().filter(|v| self.is_active(*v)).collect();
+                    let te = self.if_branch_bwd(then, ctx, assigned, &seeds, &free_act)?;
+                    let ee = self.if_branch_bwd(els, ctx, assigned, &seeds, &free_act)?;
+                    let tty = te.ty.clone();
+                    let both = mk(
+                        ExprKind::If { cond: Box::new(self.local(*cond)), then: Box::new(te), els: Box::new(ee) },
+                        tty.clone(),
+                        *span,
+                    );
+                    let tup = self.emit(both, tty.clone(), "bif");
+                    let Type::Tuple(parts) = tty else { unreachable!() };
+                    for (i, (v, t)) in free_act.iter().zip(parts).enumerate() {
+                        let b = self.emit(
+                            mk(ExprKind::TupleGet(Box::new(self.local(tup)), i), t.clone(), self.sid),
+                            t,
+                            "bfr",
+                        );
+                        contribs.entry(*v).or_default().push(b);
+                    }
+                }
+                Node::Loop(l) => self.loop_bwd(l, contribs)?,
+                Node::Custom { out, args, bwd, dims, rests, span } => {
+                    let Some(cs) = self.take(*out, contribs)? else { continue };
+                    if cs.is_empty() {
+                        continue;
+                    }
+                    self.sid = *span;
+                    let g = self.sum(&cs);
+                    let bf = self.prog.func(*bwd);
+                    let mut s = Subst::default();
+                    for (sym, d) in bf.dims.iter().zip(dims) {
+                        s.dims.insert(*sym, d.clone());
+                    }
+                    for (r, sh) in bf.rests.iter().zip(rests) {
+                        s.rests.insert(*r, sh.clone());
+                    }
+                    let rty = s.ty(&bf.ret);
+                    let mut a: Vec<Expr> = args.iter().map(|v| self.local(*v)).collect();
+                    a.push(self.local(*out));
+                    a.push(self.local(g));
+                    let call = mk(
+                        ExprKind::Call { func: *bwd, dims: dims.clone(), rests: rests.clone(), args: a },
+                        rty.clone(),
+                        *span,
+                    );
+                    let r = self.emit(call, rty.clone(), "cv");
+                    for (i, arg) in args.iter().enumerate() {
+                        if !self.is_active(*arg) {
+                            continue;
+                        }
+                        let c = if args.len() == 1 {
+                            r
+                        } else {
+                            let Type::Tuple(parts) = &rty else { continue };
+                            let t = parts[i].clone();
+                            self.emit(mk(ExprKind::TupleGet(Box::new(self.local(r)), i), t.clone(), self.sid), t, "cvi")
+                        };
+                        contribs.entry(*arg).or_default().push(c);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Backward of one `if` branch: recompute its forward values, then run its backward.
+    pub(in crate::autodiff) fn if_branch_bwd(
+        &mut self,
+        b: &Expr,
+        ctx: &[FrameCx],
+        assigned: &[Local],
+        seeds: &[Option<Local>],
+        free: &[Local],
+    ) -> Res<Expr> {
+        let saved = std::mem::replace(&mut self.frames, ctx.to_vec());
+        self.blocks.push(vec![]);
+        let mut sub = Vec::new();
+        let r = self.fwd(b, &mut sub)?;
+        let mut local: HashMap<Local, Vec<Local>> = HashMap::new();
+        let results: Vec<Local> = std::iter::once(r).chain(assigned.iter().map(|l| self.frame().env[l])).collect();
+        for (res, seed) in results.iter().zip(seeds) {
+            if let Some(s) = seed {
+                if self.is_active(*res) {
+                    local.entry(*res).or_default().push(*s);
+                }
+            }
+        }
+        self.bwd(&sub, &mut local)?;
+        let mut outs = Vec::new();
+        for v in free {
+            let t = self.total(*v, &mut local)?;
+            outs.push(self.local(t));
+        }
+        let stmts = self.blocks.pop().unwrap_or_default();
+        self.frames = saved;
+        let t = Type::Tuple(outs.iter().map(|o| o.ty.clone()).collect());
+        Ok(mk(ExprKind::Block { stmts, result: Box::new(mk(ExprKind::Tuple(outs), t.clone(), self.sid)) }, t, self.sid))
+    }
+
+    /// Backward of a loop: for each iteration, last first, recompute the state at its start from
+    /// the state before the loop, then run the body's backward.
+    pub(in crate::autodiff) fn loop_bwd(&mut self, l: &LoopNode, contribs: &mut HashMap<Local, Vec<Local>>) -> Res<()> {
+        if !l.outs.iter().any(|o| self.has(o, contribs)) {
+            return Ok(());
+        }
+        self.sid = l.span;
+        let i32t = Type::scalar(ElemTy::I32);
+        // Carried cotangents and accumulated cotangents of free values, as mutable slots.
+        let mut sb = Vec::new();
+        for (o, init) in l.outs.iter().zip(&l.init) {
+            let v = if self.is_active(*o) { self.total(*o, contribs)? } else { self.zeros_like(*init)? };
+            let ty = self.ty_of(v);
+            let s = self.new_local(ty, "sb", true);
+            self.push_stmt(Stmt::Let { pat: Pat::Local(s), value: self.local(v) });
+            sb.push(s);
+        }
+        let free_act: Vec<Local> = l.free.iter().copied().filter(|v| self.is_active(*v)).collect();
+        let mut fb = Vec::new();
+        for v in &free_act {
+            let z = self.zeros_like(*v)?;
+            let ty = self.ty_of(z);
+            let s = self.new_local(ty, "fb", true);
+            self.push_stmt(Stmt::Let { pat: Pat::Local(s), value: self.local(z) });
+            fb.push(s);
+        }
+        let start = match l.start {
+            Some(s) => s,
+            None => self.emit(mk(ExprKind::Lit(Lit::Int(0)), i32t.clone(), self.sid), i32t.clone(), "z"),
+        };
+        let n = self.p(Prim::Sub, &[l.end, start], Attrs::default(), i32t.clone());
+        let zero = self.emit(mk(ExprKind::Lit(Lit::Int(0)), i32t.clone(), self.sid), i32t.clone(), "z");
+        let r = self.new_local(i32t.clone(), "r", false);
+
+        // The body of the reverse loop.
+        self.blocks.push(vec![]);
+        let one = self.emit(mk(ExprKind::Lit(Lit::Int(1)), i32t.clone(), self.sid), i32t.clone(), "one");
+        let last = self.p(Prim::Sub, &[l.end, one], Attrs::default(), i32t.clone());
+        let it = self.p(Prim::Sub, &[last, r], Attrs::default(), i32t.clone());
+        // Recompute the state at the start of iteration `it`.
+        let saved = std::mem::replace(&mut self.frames, l.ctx.clone());
+        let tslots: Vec<Local> = l
+            .init
+            .iter()
+            .map(|v| {
+                let ty = self.ty_of(*v);
+                let s = self.new_local(ty, "t", true);
+                self.push_stmt(Stmt::Let { pat: Pat::Local(s), value: self.local(*v) });
+                s
+            })
+            .collect();
+        let j = self.new_local(i32t.clone(), "j", false);
+        let rec_body = self.loop_body(&l.body, &l.carried, &tslots, l.ivar, j)?;
+        self.push_stmt(Stmt::Expr(mk(
+            ExprKind::ForRange {
+                var: j,
+                start: Box::new(self.local(start)),
+                end: Box::new(self.local(it)),
+                body: Box::new(rec_body),
+            },
+            Type::unit(),
+            self.sid,
+        )));
+        // One taped iteration at `it` from that state.
+        let mut state = Vec::new();
+        for (c, t) in l.carried.iter().zip(&tslots) {
+            let ty = self.ty_of(*t);
+            let v = self.emit(self.local(*t), ty, "st");
+            if self.active.contains(&l.init[state.len()]) || l.outs.iter().any(|o| self.active.contains(o)) {
+                self.active.insert(v);
+            }
+            self.bind(*c, v);
+            state.push(v);
+        }
+        if let Some(iv) = l.ivar {
+            self.bind(iv, it);
+        }
+        let mut sub = Vec::new();
+        self.fwd(&l.body, &mut sub)?;
+        let mut local: HashMap<Local, Vec<Local>> = HashMap::new();
+        for (c, s) in l.carried.iter().zip(&sb) {
+            let new = self.frame().env[c];
+            if self.is_active(new) {
+                // Read the slot once: contributions may pass it through unchanged, and the
+                // slots are reassigned before the free values' cotangents are accumulated.
+                let ty = self.ty_of(*s);
+                let cur = self.emit(self.local(*s), ty, "sbv");
+                local.entry(new).or_default().push(cur);
+            }
+        }
+        self.bwd(&sub, &mut local)?;
+        for (v, s) in state.iter().zip(&sb) {
+            let t = self.total(*v, &mut local)?;
+            self.push_stmt(Stmt::Assign { pat: Pat::Local(*s), value: self.local(t) });
+        }
+        for (v, s) in free_act.iter().zip(&fb) {
+            if let Some(cs) = self.take(*v, &mut local)? {
+                if !cs.is_empty() {
+                    let t = self.sum(&cs);
+                    let ty = self.ty_of(*s);
+                    let acc = self.p(Prim::Add, &[*s, t], Attrs::default(), ty);
+                    self.push_stmt(Stmt::Assign { pat: Pat::Local(*s), value: self.local(acc) });
+                }
+            }
+        }
+        self.frames = saved;
+        let stmts = self.blocks.pop().unwrap_or_default();
+        let body = mk(
+            ExprKind::Block { stmts, result: Box::new(mk(ExprKind::Tuple(vec![]), Type::unit(), self.sid)) },
+            Type::unit(),
+            self.sid,
+        );
+        self.push_stmt(Stmt::Expr(mk(
+            ExprKind::ForRange {
+                var: r,
+                start: Box::new(self.local(zero)),
+                end: Box::new(self.local(n)),
+                body: Box::new(body),
+            },
+            Type::unit(),
+            self.sid,
+        )));
+        for (init, s) in l.init.iter().zip(&sb) {
+            if self.is_active(*init) {
+                let ty = self.ty_of(*s);
+                let v = self.emit(self.local(*s), ty, "sbo");
+                contribs.entry(*init).or_default().push(v);
+            }
+        }
+        for (v, s) in free_act.iter().zip(&fb) {
+            let ty = self.ty_of(*s);
+            let x = self.emit(self.local(*s), ty, "fbo");
+            contribs.entry(*v).or_default().push(x);
+        }
+        Ok(())
+    }
+}
