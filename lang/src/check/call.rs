@@ -1110,6 +1110,14 @@ impl Checker {
                         Some(e) => self.symbolic_int(cx, e, &mut opaque),
                         None => Some(size.clone()),
                     };
+                    // A negative constant bound counts from the end, as in NumPy (`x[-2:]`, `x[:-1]`).
+                    let from_end = |d: Option<Dim>| {
+                        d.map(|d| match d.as_const() {
+                            Some(k) if k < 0 => size.add(&Dim::constant(k)),
+                            _ => d,
+                        })
+                    };
+                    let (sd, ed) = (from_end(sd), from_end(ed));
                     let len = match (&sd, &ed) {
                         (Some(a), Some(b)) => {
                             let l = b.sub(a);
@@ -1146,7 +1154,17 @@ impl Checker {
                         }
                     }
                     for (bound, default) in [(start, Lit::Int(0)), (end, Lit::Int(-1))] {
+                        let negative = bound
+                            .as_ref()
+                            .and_then(|e| self.static_dim(cx, e))
+                            .and_then(|d| d.as_const())
+                            .filter(|k| *k < 0);
                         let v = match bound {
+                            Some(e) if negative.is_some() => {
+                                let sid = self.span_id(e.span);
+                                let d = size.add(&Dim::constant(negative.unwrap_or(0)));
+                                mk(ExprKind::DimValue(d), i32t.clone(), sid)
+                            }
                             Some(e) => {
                                 let v = self.check_expr(cx, e, Some(&i32t));
                                 self.coerce(v, &i32t, e.span, "slice bound")
