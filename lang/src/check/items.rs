@@ -133,8 +133,14 @@ impl Checker {
                     }
                 }
                 ast::UseTarget::Names(_, names) => {
+                    let subs = self.module(m).sub_uses.clone();
                     for n in names {
-                        self.import_name(m, target, n);
+                        match subs.iter().find(|(j, name, _)| *j == i && *name == n.name) {
+                            Some((_, _, sm)) if !self.scopes[target.0 as usize].contains_key(&n.name) => {
+                                self.define(m, n, ItemRef::Module(*sm))
+                            }
+                            _ => self.import_name(m, target, n),
+                        }
                     }
                 }
             }

@@ -43,6 +43,8 @@ pub struct Module {
     pub ast: Rc<ast::File>,
     /// The module each `use` item resolved to (by item index).
     pub uses: Vec<(usize, ModuleId)>,
+    /// Submodules named in a `use m.{a, b}` list (`use optim.{adam}`): (item index, name, module).
+    pub sub_uses: Vec<(usize, String, ModuleId)>,
     pub is_stdlib: bool,
 }
 
@@ -66,20 +68,34 @@ impl Checker {
             origin: origin.clone(),
             ast: Rc::new(tree),
             uses: Vec::new(),
+            sub_uses: Vec::new(),
             is_stdlib,
         });
         self.module_index.insert(origin, id);
         self.loading.push(id);
         let ast = self.modules[id.0 as usize].ast.clone();
         let mut uses = Vec::new();
+        let mut sub_uses = Vec::new();
         for (i, item) in ast.items.iter().enumerate() {
             if let ast::ItemKind::Use(target) = &item.kind {
                 if let Some(m) = self.resolve_use(id, target, item.span) {
                     uses.push((i, m));
                 }
+                if let ast::UseTarget::Names(path, names) = target {
+                    let base = path.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(".");
+                    for n in names {
+                        let full = format!("{base}.{}", n.name);
+                        if stdlib_source(&full).is_some() {
+                            if let Some(sm) = self.load_stdlib(&full, n.span) {
+                                sub_uses.push((i, n.name.clone(), sm));
+                            }
+                        }
+                    }
+                }
             }
         }
         self.modules[id.0 as usize].uses = uses;
+        self.modules[id.0 as usize].sub_uses = sub_uses;
         self.loading.pop();
         self.order.push(id);
         id
