@@ -13,12 +13,23 @@ impl Checker {
         span: Span,
         expected: Option<&Type>,
     ) -> ir::Expr {
-        let hint = match op {
-            BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div | BinOp::Rem | BinOp::Pow => expected,
+        let arithmetic = matches!(op, BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div | BinOp::Rem | BinOp::Pow);
+        let hint = if arithmetic { expected } else { None };
+        // A creation call (`ones(3)`, `zeros(N)`) takes its element type from the other operand,
+        // so `x * ones(3)` and `ones(3) * x` both work for an f64 `x`.
+        let from = |v: &ir::Expr| match &v.ty {
+            Type::Tensor(e @ Elem::T(_), _) => Some(Type::Tensor(*e, vec![])),
             _ => None,
         };
+        if arithmetic && hint.is_none() && is_creation(a) && !is_creation(b) {
+            let y = self.check_expr(cx, b, None);
+            let ha = from(&y);
+            let x = self.check_expr(cx, a, ha.as_ref());
+            return self.binary_op(op, x, y, span, a.span, b.span);
+        }
         let x = self.check_expr(cx, a, hint);
-        let y = self.check_expr(cx, b, hint);
+        let hb = if arithmetic { hint.cloned().or_else(|| from(&x)) } else { None };
+        let y = self.check_expr(cx, b, hb.as_ref());
         self.binary_op(op, x, y, span, a.span, b.span)
     }
 
@@ -341,4 +352,11 @@ impl Checker {
             }
         }
     }
+}
+
+/// A call of a builtin that creates a tensor and can take its element type from context.
+fn is_creation(e: &ast::Expr) -> bool {
+    const CREATION: &[&str] =
+        &["zeros", "ones", "full", "eye", "arange", "normal", "uniform", "he_normal", "glorot_uniform", "one_hot"];
+    matches!(&e.kind, ast::ExprKind::Call(f, _) if matches!(&f.kind, ast::ExprKind::Name(n) if CREATION.contains(&n.as_str())))
 }
