@@ -19,6 +19,10 @@ struct Args<'a> {
     named: Vec<(&'a ast::Ident, &'a ast::Expr)>,
 }
 
+/// Checked operands of `gather`/`scatter_add`: values, their element type and shape, indices and
+/// their shape.
+type ValuesAndIndices = (ir::Expr, Elem, Vec<ShapeItem>, ir::Expr, Vec<ShapeItem>);
+
 fn split(args: &[ast::Arg]) -> Args<'_> {
     let mut pos = Vec::new();
     let mut named = Vec::new();
@@ -181,6 +185,32 @@ impl Checker {
             }
         }
         ok.then_some(out)
+    }
+
+    /// The two tensor operands of `gather`/`scatter_add`: values of any type and i32 indices.
+    fn values_and_indices(&mut self, cx: &mut FnCx, a: &Args, name: &str) -> Option<ValuesAndIndices> {
+        let x = self.check_expr(cx, a.pos[0].0, None);
+        let x = self.materialise(x);
+        let idx = self.check_expr(cx, a.pos[1].0, None);
+        let idx = self.materialise(idx);
+        let (Some((e, xs)), Some((ie, is))) =
+            (self.tensor_of(&x, a.pos[0].1, name), self.tensor_of(&idx, a.pos[1].1, name))
+        else {
+            return None;
+        };
+        let (xs, is) = (xs.clone(), is.clone());
+        if ie != Elem::T(ElemTy::I32) {
+            self.error(
+                Diagnostic::error(
+                    Code::E0303,
+                    a.pos[1].1,
+                    format!("`{name}` indices must be i32, found {}", ie.name()),
+                )
+                .with_help("convert them with `i32(…)`"),
+            );
+            return None;
+        }
+        Some((x, e, xs, idx, is))
     }
 
     fn elem_from_expected(expected: Option<&Type>, default: ElemTy) -> ElemTy {
@@ -624,27 +654,9 @@ impl Checker {
                 if !self.arity(name, a, 2, 2, span) {
                     return self.error_expr(span);
                 }
-                let x = self.check_expr(cx, a.pos[0].0, None);
-                let x = self.materialise(x);
-                let idx = self.check_expr(cx, a.pos[1].0, None);
-                let idx = self.materialise(idx);
-                let (Some((e, xs)), Some((ie, is))) =
-                    (self.tensor_of(&x, a.pos[0].1, name), self.tensor_of(&idx, a.pos[1].1, name))
-                else {
+                let Some((x, e, xs, idx, is)) = self.values_and_indices(cx, a, name) else {
                     return self.error_expr(span);
                 };
-                let (xs, is) = (xs.clone(), is.clone());
-                if ie != Elem::T(ElemTy::I32) {
-                    self.error(
-                        Diagnostic::error(
-                            Code::E0303,
-                            a.pos[1].1,
-                            format!("`gather` indices must be i32, found {}", ie.name()),
-                        )
-                        .with_help("convert them with `i32(…)`"),
-                    );
-                    return self.error_expr(span);
-                }
                 let k = match self.named(a, "axis") {
                     Some(x) => self.const_int(cx, x, "axis"),
                     None => Some(0),
@@ -666,24 +678,9 @@ impl Checker {
                 if !self.arity(name, a, 3, 3, span) {
                     return self.error_expr(span);
                 }
-                let upd = self.check_expr(cx, a.pos[0].0, None);
-                let upd = self.materialise(upd);
-                let idx = self.check_expr(cx, a.pos[1].0, None);
-                let idx = self.materialise(idx);
-                let (Some((e, us)), Some((ie, is))) =
-                    (self.tensor_of(&upd, a.pos[0].1, name), self.tensor_of(&idx, a.pos[1].1, name))
-                else {
+                let Some((upd, e, us, idx, is)) = self.values_and_indices(cx, a, name) else {
                     return self.error_expr(span);
                 };
-                let (us, is) = (us.clone(), is.clone());
-                if ie != Elem::T(ElemTy::I32) {
-                    self.error(Diagnostic::error(
-                        Code::E0303,
-                        a.pos[1].1,
-                        format!("`scatter_add` indices must be i32, found {}", ie.name()),
-                    ));
-                    return self.error_expr(span);
-                }
                 let Some(n) = self.dim_args(cx, &a.pos[2..3], name) else { return self.error_expr(span) };
                 let k = match self.named(a, "axis") {
                     Some(x) => self.const_int(cx, x, "axis"),
