@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs the system packages msl's tests need. Today: none beyond the Rust toolchain, so this
-# only checks that cargo is there; later issues add packages here (never install them by hand).
+# Installs the system packages msl's tests need: the Rust toolchain's rustfmt/clippy components
+# and Debian's neovim for the editor test. New packages go here, never installed by hand.
 set -euo pipefail
 if ! command -v cargo >/dev/null; then
     echo "error: cargo is required (install Rust 1.95 with rustup)" >&2
