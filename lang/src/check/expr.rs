@@ -980,26 +980,8 @@ impl Checker {
             None => {}
         }
         match self.scopes[cx.module.0 as usize].get(n).cloned() {
-            Some(ItemRef::Func(f)) => {
-                let s = self.span_id(span);
-                let def = self.fn_sigs[f.0 as usize].span;
-                self.index.types.push((span, self.fn_signature_str(f), Some(def)));
-                mk(ExprKind::FuncRef(f), Type::Fn(FnTy::Item(f)), s)
-            }
-            Some(ItemRef::Const(c)) => {
-                let ty = self.prog.consts[c.0 as usize].ty.clone();
-                let s = self.span_id(span);
-                mk(ExprKind::Const(c), ty, s)
-            }
-            Some(ItemRef::Dim(d)) => {
-                let s = self.span_id(span);
-                mk(ExprKind::DimValue(d), Type::Tensor(Elem::WeakInt, vec![]), s)
-            }
-            Some(ItemRef::Model(id)) => {
-                let mut env = self.env_of(cx);
-                let t = self.model_type_from_args(cx.module, id, None, &mut env, span);
-                let s = self.span_id(span);
-                mk(ExprKind::Tuple(vec![]), Type::ModelType(Box::new(t)), s)
+            Some(r @ (ItemRef::Func(_) | ItemRef::Const(_) | ItemRef::Dim(_) | ItemRef::Model(_))) => {
+                self.item_value(cx, r, span, span)
             }
             Some(ItemRef::Module(_)) => {
                 self.error(
@@ -1019,6 +1001,27 @@ impl Checker {
                 self.unknown_name(cx, n, span);
                 self.error_expr(span)
             }
+        }
+    }
+
+    /// A module-level item used as a value: a function, a constant, a dim (an integer) or a
+    /// model type (the argument of `init`). `name_span` is where the name is written.
+    fn item_value(&mut self, cx: &FnCx, r: ItemRef, span: Span, name_span: Span) -> ir::Expr {
+        let s = self.span_id(span);
+        match r {
+            ItemRef::Func(f) => {
+                let def = self.fn_sigs[f.0 as usize].span;
+                self.index.types.push((name_span, self.fn_signature_str(f), Some(def)));
+                mk(ExprKind::FuncRef(f), Type::Fn(FnTy::Item(f)), s)
+            }
+            ItemRef::Const(c) => mk(ExprKind::Const(c), self.prog.consts[c.0 as usize].ty.clone(), s),
+            ItemRef::Dim(d) => mk(ExprKind::DimValue(d), Type::Tensor(Elem::WeakInt, vec![]), s),
+            ItemRef::Model(id) => {
+                let mut env = self.env_of(cx);
+                let t = self.model_type_from_args(cx.module, id, None, &mut env, span);
+                mk(ExprKind::Tuple(vec![]), Type::ModelType(Box::new(t)), s)
+            }
+            ItemRef::Module(_) | ItemRef::Mesh(_) => self.error_expr(span),
         }
     }
 
@@ -1157,26 +1160,8 @@ impl Checker {
 
     fn module_member(&mut self, cx: &mut FnCx, m: ModuleId, field: &ast::Ident, span: Span) -> ir::Expr {
         match self.scopes[m.0 as usize].get(&field.name).cloned() {
-            Some(ItemRef::Func(f)) => {
-                let s = self.span_id(span);
-                let def = self.fn_sigs[f.0 as usize].span;
-                self.index.types.push((field.span, self.fn_signature_str(f), Some(def)));
-                mk(ExprKind::FuncRef(f), Type::Fn(FnTy::Item(f)), s)
-            }
-            Some(ItemRef::Const(c)) => {
-                let ty = self.prog.consts[c.0 as usize].ty.clone();
-                let s = self.span_id(span);
-                mk(ExprKind::Const(c), ty, s)
-            }
-            Some(ItemRef::Dim(d)) => {
-                let s = self.span_id(span);
-                mk(ExprKind::DimValue(d), Type::Tensor(Elem::WeakInt, vec![]), s)
-            }
-            Some(ItemRef::Model(id)) => {
-                let mut env = self.env_of(cx);
-                let t = self.model_type_from_args(cx.module, id, None, &mut env, span);
-                let s = self.span_id(span);
-                mk(ExprKind::Tuple(vec![]), Type::ModelType(Box::new(t)), s)
+            Some(r @ (ItemRef::Func(_) | ItemRef::Const(_) | ItemRef::Dim(_) | ItemRef::Model(_))) => {
+                self.item_value(cx, r, span, field.span)
             }
             _ => {
                 let mname = self.module(m).name.clone();
