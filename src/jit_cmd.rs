@@ -1,9 +1,10 @@
 //! `msl run --mode jit -O<level> [--explain]`: the interpreter with the JIT installed.
 //!
-//! `-O0` runs op by op (the interpreter alone); `-O1` fuses elementwise trees into Cranelift
-//! loops; `-O2` is `-O1` for now (whole-program passes and memory planning are not built yet).
-//! `--explain` prints, on stderr after the run, each fused tree with its source location and
-//! every fallback to the interpreter.
+//! At every level, loops of scalar host code run as native code (`jit::host`); `-O0` runs every
+//! tensor primitive op by op through the kernels; `-O1` also fuses elementwise trees into
+//! Cranelift loops; `-O2` is `-O1` for now (whole-program passes and memory planning are not
+//! built yet). `--explain` prints, on stderr after the run, each compiled loop and fused tree
+//! with its source location, and every fallback to the interpreter with its reason.
 
 use crate::cli::load;
 use lang::check::Checked;
@@ -76,10 +77,11 @@ fn explain_text(c: &Checked, level: u8, r: &jit::Report) -> String {
     use std::fmt::Write as _;
     let mut s = String::new();
     if level == 0 {
-        let _ = writeln!(s, "jit -O0: every primitive runs op by op in the interpreter (no fusion); 0 fallbacks");
-        return s;
+        let _ = writeln!(s, "jit -O0: scalar loops compiled, tensor primitives op by op (no fusion)");
+    } else {
+        let _ = writeln!(s, "jit -O{level}: scalar loops compiled, elementwise trees fused into Cranelift loops");
     }
-    let _ = writeln!(s, "jit -O{level}: fusion of elementwise trees into Cranelift loops");
+    explain_loops(&mut s, c, r);
     if level == 2 {
         let _ = writeln!(s, "  note: -O2 is -O1 for now (no CSE, constant folding or memory planning yet)");
     }
@@ -118,13 +120,48 @@ fn explain_text(c: &Checked, level: u8, r: &jit::Report) -> String {
     }
     let _ = writeln!(
         s,
-        "jit: {} fused tree{}, {} compiled calls, {} loops in the compile cache, {} fallback{}",
+        "jit: {} compiled loop{}, {} fused tree{}, {} compiled calls, {} functions in the compile cache, {} fallback{} \
+         ({} interpreted loop runs, {} fused-tree fallbacks)",
+        r.loops.iter().filter(|l| l.calls > 0).count(),
+        if r.loops.iter().filter(|l| l.calls > 0).count() == 1 { "" } else { "s" },
         sites.len(),
         if sites.len() == 1 { "" } else { "s" },
-        r.calls(),
+        r.calls() + r.loops.iter().map(|l| l.calls).sum::<u64>(),
         jit::cached_loops(),
+        r.fallbacks() + r.interpreted_loops(),
+        if r.fallbacks() + r.interpreted_loops() == 1 { "" } else { "s" },
+        r.interpreted_loops(),
         r.fallbacks(),
-        if r.fallbacks() == 1 { "" } else { "s" }
     );
     s
+}
+
+/// Each loop of host code: compiled (with its compile times) or interpreted (with the reason).
+fn explain_loops(s: &mut String, c: &Checked, r: &jit::Report) {
+    use std::fmt::Write as _;
+    let mut loops: Vec<&jit::LoopSite> = r.loops.iter().collect();
+    loops.sort_by_key(|x| {
+        let sp = c.program.span(x.span);
+        (sp.file.0, sp.start)
+    });
+    for x in loops {
+        let (at, snippet) = place(c, x.span);
+        if x.calls > 0 {
+            let compiles: Vec<String> = x.compiles.iter().map(|us| format!("{us:.0} µs")).collect();
+            let _ = writeln!(s, "  compiled loop at {at}: `{snippet}`");
+            let _ = writeln!(
+                s,
+                "     {} scalar ops, {} native run{}, compiled in {}",
+                x.ops,
+                x.calls,
+                if x.calls == 1 { "" } else { "s" },
+                if compiles.is_empty() { "cache".to_string() } else { compiles.join(", ") }
+            );
+        }
+        if x.interpreted > 0 {
+            let why = x.reason.as_deref().unwrap_or("");
+            let _ = writeln!(s, "  fallback: loop at {at} interpreted ({why}): `{snippet}`");
+            let _ = writeln!(s, "     {} interpreted run{}", x.interpreted, if x.interpreted == 1 { "" } else { "s" });
+        }
+    }
 }

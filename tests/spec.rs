@@ -40,6 +40,7 @@ fn run() -> bool {
     let bless = std::env::var_os("MSL_BLESS").is_some();
     let (mut passed, mut failed) = (0usize, 0usize);
     let (mut jit_calls, mut jit_fallbacks, mut jit_blocks) = (0u64, 0u64, 0usize);
+    let (mut loops_native, mut loops_interp) = (0u64, 0u64);
     let mut report = String::new();
     for file in spec_files(&root) {
         let text = std::fs::read_to_string(&file).unwrap();
@@ -59,6 +60,8 @@ fn run() -> bool {
                 jit_calls += r.calls();
                 jit_fallbacks += r.fallbacks();
                 jit_blocks += usize::from(r.calls() > 0);
+                loops_native += r.loops.iter().map(|l| l.calls).sum::<u64>();
+                loops_interp += r.interpreted_loops();
             }
             if jit.kind() != actual_kind || jit.text() != actual {
                 failed += 1;
@@ -116,5 +119,6 @@ fn run() -> bool {
     print!("{report}");
     println!("spec: {passed} passed, {failed} failed");
     println!("spec [jit -O1]: {jit_calls} fused calls in {jit_blocks} blocks, {jit_fallbacks} fallbacks");
+    println!("spec [jit -O1]: {loops_native} native runs of scalar loops, {loops_interp} interpreted loop runs (tensor loops)");
     failed == 0
 }

@@ -17,14 +17,17 @@ pub mod codegen;
 pub mod exec;
 pub mod fuse;
 mod helpers;
+pub mod host;
+mod lower;
 
 use codegen::{Jit, Spec};
 use kernels::{KernelError, Tensor};
-use lang::interp::{Accel, Interp};
+use lang::interp::{Accel, Interp, Region, RegionRun};
 use lang::ir::{Expr, SpanId};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
+use std::sync::atomic::AtomicBool;
 
 /// How much the JIT does.
 #[derive(Clone, Copy, Debug)]
@@ -63,10 +66,26 @@ pub struct Site {
     pub vector: Option<kernels::DType>,
 }
 
+/// What happened at one loop of host code, for `--explain`.
+#[derive(Clone, Debug)]
+pub struct LoopSite {
+    pub span: SpanId,
+    /// Scalar operations in the loop (calls included), when it compiles.
+    pub ops: usize,
+    /// Times the loop ran as native code, and times the interpreter ran it.
+    pub calls: u64,
+    pub interpreted: u64,
+    /// Why the interpreter ran it (the JIT compiles only loops of scalars).
+    pub reason: Option<String>,
+    /// Compile times in microseconds, one per distinct set of input element types.
+    pub compiles: Vec<f64>,
+}
+
 /// Everything the JIT did in one run, shared with whoever installed it.
 #[derive(Debug, Default)]
 pub struct Report {
     pub sites: Vec<Site>,
+    pub loops: Vec<LoopSite>,
     /// Site of each tree root, by the address of its expression.
     index: HashMap<usize, usize>,
 }
@@ -82,13 +101,26 @@ impl Report {
     }
 }
 
+impl Report {
+    /// The number of loops the interpreter ran (fallbacks of host code).
+    pub fn interpreted_loops(&self) -> u64 {
+        self.loops.iter().map(|l| l.interpreted).sum()
+    }
+}
+
 thread_local! {
     static JIT: RefCell<Option<Result<Jit, String>>> = const { RefCell::new(None) };
 }
 
 /// The accelerator installed into the interpreter.
-pub struct JitAccel {
+pub struct JitAccel<'p> {
+    prog: &'p lang::ir::Program,
     opts: Options,
+    /// Every loop `plan_region` has seen, by address: its analysis and site, or its site
+    /// alone when it does not compile.
+    loops: HashMap<usize, (Option<Rc<host::Analysis>>, usize)>,
+    /// The compiled code of each loop for the input element types it last ran with.
+    loop_memo: HashMap<usize, (Vec<kernels::DType>, host::CompiledRegion)>,
     /// Every primitive application `plan` has seen, by address: its tree, or `None` when it
     /// does not root one.
     planned: HashMap<usize, Option<Planned>>,
@@ -110,10 +142,17 @@ struct Memo {
     f: codegen::KernelFn,
 }
 
-impl JitAccel {
-    pub fn new(opts: Options) -> (JitAccel, Rc<RefCell<Report>>) {
+impl<'p> JitAccel<'p> {
+    pub fn new(prog: &'p lang::ir::Program, opts: Options) -> (JitAccel<'p>, Rc<RefCell<Report>>) {
         let report = Rc::new(RefCell::new(Report::default()));
-        let accel = JitAccel { opts, planned: HashMap::new(), report: report.clone() };
+        let accel = JitAccel {
+            prog,
+            opts,
+            loops: HashMap::new(),
+            loop_memo: HashMap::new(),
+            planned: HashMap::new(),
+            report: report.clone(),
+        };
         (accel, report)
     }
 
@@ -181,18 +220,94 @@ impl JitAccel {
     }
 }
 
-/// Installs the JIT into an interpreter (nothing at `-O0`); the report fills as the program runs.
-pub fn install(it: &mut Interp<'_>, opts: Options) -> Rc<RefCell<Report>> {
-    let (accel, report) = JitAccel::new(opts);
-    if opts.level >= 1 {
-        it.accel = Some(Box::new(accel));
-    }
+/// Installs the JIT into an interpreter; the report fills as the program runs.
+pub fn install<'p>(it: &mut Interp<'p>, opts: Options) -> Rc<RefCell<Report>> {
+    let (accel, report) = JitAccel::new(it.prog, opts);
+    it.accel = Some(Box::new(accel));
     report
 }
 
-impl Accel for JitAccel {
+impl Accel for JitAccel<'_> {
+    fn plan_region<'e>(&mut self, e: &'e Expr) -> Option<Region<'e>> {
+        let addr = e as *const Expr as usize;
+        let (an, site) = match self.loops.get(&addr) {
+            Some(x) => x.clone(),
+            None => {
+                let r = host::analyse(self.prog, e);
+                let mut rep = self.report.borrow_mut();
+                let (ops, reason) = match &r {
+                    Ok(a) => (a.ops, None),
+                    Err(why) => (0, Some(why.clone())),
+                };
+                rep.loops.push(LoopSite { span: e.span, ops, calls: 0, interpreted: 0, reason, compiles: Vec::new() });
+                let entry = (r.ok().map(Rc::new), rep.loops.len() - 1);
+                self.loops.insert(addr, entry.clone());
+                entry
+            }
+        };
+        let Some(an) = an else {
+            self.report.borrow_mut().loops[site].interpreted += 1;
+            return None;
+        };
+        let mut leaves = Vec::with_capacity(an.n_leaves);
+        host::leaves(e, &mut leaves);
+        Some(Region { locals: an.locals.clone(), leaves, outputs: an.outputs.clone() })
+    }
+
+    fn run_region(&mut self, e: &Expr, inputs: &[Tensor], interrupt: &AtomicBool) -> RegionRun {
+        let addr = e as *const Expr as usize;
+        let Some((Some(an), site)) = self.loops.get(&addr).cloned() else { return RegionRun::Decline };
+        let dtypes: Vec<kernels::DType> = inputs.iter().map(Tensor::dtype).collect();
+        let code = match self.loop_memo.get(&addr) {
+            Some((d, c)) if *d == dtypes => c.clone(),
+            _ => {
+                let r = JIT.with(|j| {
+                    let mut j = j.borrow_mut();
+                    match j.get_or_insert_with(Jit::new) {
+                        Ok(jit) => jit.get_or_compile_region(self.prog, e, &an, &dtypes),
+                        Err(e) => Err(e.clone()),
+                    }
+                });
+                match r {
+                    Ok((c, fresh)) => {
+                        if fresh {
+                            self.report.borrow_mut().loops[site].compiles.push(c.micros);
+                        }
+                        self.loop_memo.insert(addr, (dtypes, c.clone()));
+                        c
+                    }
+                    Err(why) => {
+                        let mut rep = self.report.borrow_mut();
+                        rep.loops[site].interpreted += 1;
+                        rep.loops[site].reason = Some(why);
+                        return RegionRun::Decline;
+                    }
+                }
+            }
+        };
+        let ins: Vec<u64> = inputs.iter().map(host::slot).collect();
+        let mut outs = vec![0u64; code.outputs.len()];
+        let flag = interrupt as *const AtomicBool as *const u8;
+        // SAFETY: the region reads `ins.len()` slots, writes `outs.len()` slots (both as
+        // compiled for exactly these inputs and outputs) and reads one byte of the flag.
+        let status = unsafe { (code.f)(ins.as_ptr(), outs.as_mut_ptr(), flag) };
+        let mut rep = self.report.borrow_mut();
+        match status {
+            host::OK => {
+                rep.loops[site].calls += 1;
+                RegionRun::Done(outs.iter().zip(&code.outputs).map(|(s, d)| host::from_slot(*s, *d)).collect())
+            }
+            host::INTERRUPTED => RegionRun::Interrupted,
+            _ => {
+                rep.loops[site].interpreted += 1;
+                rep.loops[site].reason = Some("an integer division by zero (the interpreter reports it)".into());
+                RegionRun::Decline
+            }
+        }
+    }
+
     fn plan<'e>(&mut self, e: &'e Expr) -> Option<Vec<&'e Expr>> {
-        if !fuse::may_root(e) {
+        if self.opts.level == 0 || !fuse::may_root(e) {
             return None;
         }
         let addr = e as *const Expr as usize;

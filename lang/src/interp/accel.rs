@@ -10,11 +10,39 @@
 //! or shape it does not handle), the interpreter evaluates the tree op by op from the same input
 //! values, so a fallback never evaluates anything twice. The interpreter stays the reference
 //! semantics: an accelerator must return exactly what the op-by-op evaluation would.
+//!
+//! Loops are offered the same way as whole regions of host code
+//! ([`plan_region`](Accel::plan_region)): the accelerator names the pure leaves it reads
+//! (locals defined before the loop, dims, constants) and the locals it writes; the interpreter
+//! evaluates the leaves, runs the compiled region, and stores the written locals back. A region
+//! that declines (an integer division by zero, say) has changed nothing, and the interpreter
+//! runs the loop itself from the start, reporting the error as usual.
 
 use super::{kerr, lit_value, Frame, Interp, Value, R};
-use crate::ir::{Expr, ExprKind, Lit};
+use crate::ir::{Expr, ExprKind, Lit, Local};
 use crate::types::Type;
 use kernels::{KernelError, Tensor};
+use std::sync::atomic::AtomicBool;
+
+/// What a compiled region of host code reads and writes.
+pub struct Region<'e> {
+    /// Locals defined before the region that it reads or assigns (its first inputs).
+    pub locals: Vec<Local>,
+    /// Pure subexpressions (dims, constants) whose values it takes in after the locals.
+    pub leaves: Vec<&'e Expr>,
+    /// Locals the region assigns, in the order of the values it returns.
+    pub outputs: Vec<Local>,
+}
+
+/// How a compiled region ended.
+pub enum RegionRun {
+    /// The values of the region's outputs.
+    Done(Vec<Tensor>),
+    /// Nothing was changed; the interpreter runs the region itself.
+    Decline,
+    /// The interrupt flag was raised while the region ran.
+    Interrupted,
+}
 
 /// A compiler that evaluates whole trees of primitives at once.
 pub trait Accel {
@@ -26,6 +54,18 @@ pub trait Accel {
     /// Evaluates the tree `plan` accepted, given the tensors of its inputs in the same order.
     /// `None` declines (the interpreter then evaluates the tree op by op from these inputs).
     fn try_eval(&mut self, e: &Expr, inputs: &[Tensor]) -> Option<Result<Tensor, KernelError>>;
+
+    /// Called when the interpreter is about to run the loop `e`: the region's inputs and
+    /// outputs when the accelerator compiles it whole, `None` to let the interpreter run it.
+    fn plan_region<'e>(&mut self, _e: &'e Expr) -> Option<Region<'e>> {
+        None
+    }
+
+    /// Runs the region `plan_region` accepted, given the values of its inputs (all scalars).
+    /// It may poll `interrupt` and stop.
+    fn run_region(&mut self, _e: &Expr, _inputs: &[Tensor], _interrupt: &AtomicBool) -> RegionRun {
+        RegionRun::Decline
+    }
 }
 
 /// The value of a literal of type `ty`, exactly as the interpreter makes it (accelerators that
@@ -48,6 +88,37 @@ impl Interp<'_> {
     pub(crate) fn eval_accel(&mut self, e: &Expr, frame: &mut Frame) -> Option<R<Value>> {
         let leaves = self.accel.as_mut()?.plan(e)?;
         Some(self.run_planned(e, &leaves, frame))
+    }
+
+    /// Runs the loop `e` as a compiled region when the accelerator takes it; `None` when the
+    /// interpreter should run it itself.
+    pub(crate) fn eval_region(&mut self, e: &Expr, frame: &mut Frame) -> Option<R<Value>> {
+        let region = self.accel.as_mut()?.plan_region(e)?;
+        let mut ins = Vec::with_capacity(region.locals.len() + region.leaves.len());
+        for l in &region.locals {
+            match frame.locals.get(l.0 as usize) {
+                Some(Some(Value::Tensor(t))) if t.rank() == 0 => ins.push(t.clone()),
+                _ => return None,
+            }
+        }
+        for x in &region.leaves {
+            match self.eval(x, frame) {
+                Ok(Value::Tensor(t)) if t.rank() == 0 => ins.push(t),
+                Ok(_) => return None,
+                Err(err) => return Some(Err(err)),
+            }
+        }
+        let interrupt = self.interrupt.clone();
+        match self.accel.as_mut()?.run_region(e, &ins, &interrupt) {
+            RegionRun::Done(outs) => {
+                for (l, t) in region.outputs.iter().zip(outs) {
+                    frame.locals[l.0 as usize] = Some(Value::Tensor(t));
+                }
+                Some(Ok(Value::unit()))
+            }
+            RegionRun::Decline => None,
+            RegionRun::Interrupted => Some(Err(super::rt(crate::diag::Code::E0605, "interrupted", self.span(e)))),
+        }
     }
 
     fn run_planned(&mut self, e: &Expr, leaves: &[&Expr], frame: &mut Frame) -> R<Value> {

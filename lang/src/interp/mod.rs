@@ -13,7 +13,7 @@ use crate::diag::{Code, Diagnostic};
 use crate::ir::{self, Expr, ExprKind, FnTarget, Lit, Local, Pat, Program, Stmt};
 use crate::source::Span;
 use crate::types::{Dim, FuncId, RestSym, ShapeItem, Sym, Type, TypeArg};
-pub use accel::Accel;
+pub use accel::{Accel, Region, RegionRun};
 use kernels::{DType, KernelError, Tensor};
 use std::collections::HashMap;
 use std::io::Write;
@@ -336,6 +336,11 @@ impl<'p> Interp<'p> {
                 }
             }
             ExprKind::ForRange { var, start, end, body } => {
+                if self.accel.is_some() {
+                    if let Some(r) = self.eval_region(e, frame) {
+                        return r;
+                    }
+                }
                 let a = self.eval(start, frame)?.tensor().and_then(value::scalar_i64).unwrap_or(0);
                 let b = self.eval(end, frame)?.tensor().and_then(value::scalar_i64).unwrap_or(0);
                 for i in a..b {
@@ -349,6 +354,11 @@ impl<'p> Interp<'p> {
                 self.for_batches(e, vars, data, size, shuffle.as_deref(), body, frame)
             }
             ExprKind::While { cond, body } => {
+                if self.accel.is_some() {
+                    if let Some(r) = self.eval_region(e, frame) {
+                        return r;
+                    }
+                }
                 while truthy(&self.eval(cond, frame)?) {
                     self.check_interrupt(self.span(e))?;
                     self.eval(body, frame)?;

@@ -1,0 +1,299 @@
+//! Lowering of one elementwise operation to Cranelift instructions, on one element (scalar) or
+//! one 128-bit vector of elements, shared by fused loops (`codegen`) and compiled host code
+//! (`host`).
+//!
+//! Each operation mirrors the CPU kernel it replaces instruction for instruction, so results are
+//! bit-identical: no fused multiply-add, `maximum` and `minimum` with the kernels' NaN rule, and
+//! transcendental functions calling the same Rust methods as the kernels (`helpers`).
+
+use crate::helpers;
+use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
+use cranelift_codegen::ir::{
+    types, Endianness, FuncRef, InstBuilder, MemFlagsData, StackSlot, StackSlotData, StackSlotKind, Type, Value,
+};
+use cranelift_frontend::FunctionBuilder;
+use cranelift_jit::JITModule;
+use cranelift_module::{FuncId, Module};
+use kernels::DType;
+use lang::ir::Prim;
+use std::collections::HashMap;
+
+pub(crate) fn float_type(d: DType) -> Type {
+    if d == DType::F64 {
+        types::F64
+    } else {
+        types::F32
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Scalar,
+    Vector(DType),
+}
+
+impl Mode {
+    pub(crate) fn lanes(self) -> i64 {
+        match self {
+            Mode::Scalar => 1,
+            Mode::Vector(DType::F64) => 2,
+            Mode::Vector(_) => 4,
+        }
+    }
+
+    /// The Cranelift type of a value of element type `d`.
+    pub(crate) fn ty(self, d: DType) -> Type {
+        match (self, d) {
+            (Mode::Scalar, DType::Bool) => types::I8,
+            (Mode::Scalar, d) => float_type(d),
+            (Mode::Vector(DType::F64), DType::Bool) => types::I64X2,
+            (Mode::Vector(_), DType::Bool) => types::I32X4,
+            (Mode::Vector(_), DType::F64) => types::F64X2,
+            (Mode::Vector(_), _) => types::F32X4,
+        }
+    }
+}
+
+/// The function being built, and the helpers it may call.
+pub(crate) struct Lower<'a, 'f> {
+    pub b: &'a mut FunctionBuilder<'f>,
+    module: &'a mut JITModule,
+    helpers: &'a HashMap<&'static str, FuncId>,
+    /// The helpers this function calls, declared on first use.
+    refs: HashMap<&'static str, FuncRef>,
+    /// Two 16-byte stack slots for vector helper calls, made on first use.
+    slots: Option<(StackSlot, StackSlot)>,
+}
+
+impl<'a, 'f> Lower<'a, 'f> {
+    pub fn new(
+        b: &'a mut FunctionBuilder<'f>,
+        module: &'a mut JITModule,
+        helpers: &'a HashMap<&'static str, FuncId>,
+    ) -> Self {
+        Lower { b, module, helpers, refs: HashMap::new(), slots: None }
+    }
+    /// A float constant; `x` is exactly representable in `d`.
+    pub(crate) fn fconst(&mut self, mode: Mode, d: DType, x: f64) -> Value {
+        let s = if d == DType::F64 { self.b.ins().f64const(x) } else { self.b.ins().f32const(x as f32) };
+        match mode {
+            Mode::Scalar => s,
+            Mode::Vector(_) => self.b.ins().splat(mode.ty(d), s),
+        }
+    }
+
+    pub(crate) fn bconst(&mut self, mode: Mode, v: bool) -> Value {
+        match mode {
+            Mode::Scalar => self.b.ins().iconst(types::I8, i64::from(v)),
+            Mode::Vector(_) => {
+                let lane = mode.ty(DType::Bool).lane_type();
+                let s = self.b.ins().iconst(lane, if v { -1 } else { 0 });
+                self.b.ins().splat(mode.ty(DType::Bool), s)
+            }
+        }
+    }
+
+    /// `c ? a : b` lane by lane; `c` is a bool (scalar) or a lane mask (vector).
+    pub(crate) fn select(&mut self, mode: Mode, c: Value, a: Value, b: Value) -> Value {
+        match mode {
+            Mode::Scalar => self.b.ins().select(c, a, b),
+            Mode::Vector(_) => {
+                let ty = self.b.func.dfg.value_type(a);
+                let c = if self.b.func.dfg.value_type(c) == ty {
+                    c
+                } else {
+                    self.b.ins().bitcast(ty, MemFlagsData::new().with_endianness(Endianness::Little), c)
+                };
+                self.b.ins().bitselect(c, a, b)
+            }
+        }
+    }
+
+    pub(crate) fn not(&mut self, mode: Mode, c: Value) -> Value {
+        match mode {
+            Mode::Scalar => self.b.ins().bxor_imm_u(c, 1),
+            Mode::Vector(_) => self.b.ins().bnot(c),
+        }
+    }
+
+    /// The interpreter's element type conversions (`Tensor::cast`).
+    pub(crate) fn convert(&mut self, mode: Mode, v: Value, from: DType, to: DType) -> Value {
+        match (from, to) {
+            _ if from == to => v,
+            (DType::Bool, _) => {
+                let one = self.fconst(mode, to, 1.0);
+                let zero = self.fconst(mode, to, 0.0);
+                self.select(mode, v, one, zero)
+            }
+            (_, DType::Bool) => {
+                let zero = self.fconst(mode, from, 0.0);
+                self.b.ins().fcmp(FloatCC::NotEqual, v, zero)
+            }
+            (DType::F32, DType::F64) => self.b.ins().fpromote(types::F64, v),
+            _ => self.b.ins().fdemote(types::F32, v),
+        }
+    }
+
+    pub(crate) fn helper(&mut self, sym: &'static str) -> FuncRef {
+        if let Some(f) = self.refs.get(sym) {
+            return *f;
+        }
+        let f = self.module.declare_func_in_func(self.helpers[sym], self.b.func);
+        self.refs.insert(sym, f);
+        f
+    }
+
+    fn helper_slots(&mut self) -> (StackSlot, StackSlot) {
+        if let Some(s) = self.slots {
+            return s;
+        }
+        let mk =
+            |b: &mut FunctionBuilder| b.create_sized_stack_slot(StackSlotData::new(StackSlotKind::ExplicitSlot, 16, 4));
+        let s = (mk(self.b), mk(self.b));
+        self.slots = Some(s);
+        s
+    }
+
+    /// Calls the Rust helper for `op` on one value (scalar) or on each lane (vector, in place
+    /// in a stack slot).
+    pub(crate) fn call(&mut self, mode: Mode, op: &str, d: DType, xs: &[Value]) -> Value {
+        let (sym, vsym) = helpers::symbols(op, d).expect("a helper exists for every transcendental op");
+        match mode {
+            Mode::Scalar => {
+                let f = self.helper(sym);
+                let inst = self.b.ins().call(f, xs);
+                self.b.inst_results(inst)[0]
+            }
+            Mode::Vector(_) => {
+                let (sa, sb) = self.helper_slots();
+                let ty = mode.ty(d);
+                self.b.ins().stack_store(types::I64, xs[0], sa, 0);
+                let pa = self.b.ins().stack_addr(types::I64, sa, 0);
+                let mut args = vec![pa];
+                if let Some(&y) = xs.get(1) {
+                    self.b.ins().stack_store(types::I64, y, sb, 0);
+                    args.push(self.b.ins().stack_addr(types::I64, sb, 0));
+                }
+                let f = self.helper(vsym);
+                self.b.ins().call(f, &args);
+                self.b.ins().stack_load(types::I64, ty, sa, 0)
+            }
+        }
+    }
+
+    pub(crate) fn binary(&mut self, mode: Mode, prim: Prim, d: DType, a: Value, b: Value) -> Value {
+        if d == DType::Bool {
+            let cc = match prim {
+                Prim::And => return self.b.ins().band(a, b),
+                Prim::Or => return self.b.ins().bor(a, b),
+                Prim::Eq => IntCC::Equal,
+                Prim::Ne => IntCC::NotEqual,
+                Prim::Lt => IntCC::UnsignedLessThan,
+                Prim::Le => IntCC::UnsignedLessThanOrEqual,
+                Prim::Gt => IntCC::UnsignedGreaterThan,
+                _ => IntCC::UnsignedGreaterThanOrEqual,
+            };
+            // Scalar bools are 0/1 and lane masks 0/-1: unsigned order puts false first in both.
+            return self.b.ins().icmp(cc, a, b);
+        }
+        match prim {
+            Prim::Add => self.b.ins().fadd(a, b),
+            Prim::Sub => self.b.ins().fsub(a, b),
+            Prim::Mul => self.b.ins().fmul(a, b),
+            Prim::Div => self.b.ins().fdiv(a, b),
+            Prim::Rem => self.call(mode, "rem", d, &[a, b]),
+            Prim::Pow => self.call(mode, "pow", d, &[a, b]),
+            Prim::Maximum | Prim::Minimum => {
+                // `Num::max_p`: `a` when `a` is NaN or wins the comparison, else `b`.
+                let cc = if prim == Prim::Maximum { FloatCC::GreaterThanOrEqual } else { FloatCC::LessThanOrEqual };
+                let nan = self.b.ins().fcmp(FloatCC::Unordered, a, a);
+                let wins = self.b.ins().fcmp(cc, a, b);
+                let m = self.b.ins().bor(nan, wins);
+                self.select(mode, m, a, b)
+            }
+            Prim::Eq => self.b.ins().fcmp(FloatCC::Equal, a, b),
+            Prim::Ne => self.b.ins().fcmp(FloatCC::NotEqual, a, b),
+            Prim::Lt => self.b.ins().fcmp(FloatCC::LessThan, a, b),
+            Prim::Le => self.b.ins().fcmp(FloatCC::LessThanOrEqual, a, b),
+            Prim::Gt => self.b.ins().fcmp(FloatCC::GreaterThan, a, b),
+            _ => self.b.ins().fcmp(FloatCC::GreaterThanOrEqual, a, b),
+        }
+    }
+
+    pub(crate) fn unary(&mut self, mode: Mode, prim: Prim, d: DType, a: Value) -> Value {
+        if prim == Prim::Not {
+            return self.not(mode, a);
+        }
+        let zero = self.fconst(mode, d, 0.0);
+        let one = self.fconst(mode, d, 1.0);
+        match prim {
+            Prim::Neg => self.b.ins().fneg(a),
+            Prim::Abs => self.b.ins().fabs(a),
+            Prim::Sqrt => self.b.ins().sqrt(a),
+            Prim::Floor => self.b.ins().floor(a),
+            Prim::Rsqrt => {
+                let s = self.b.ins().sqrt(a);
+                self.b.ins().fdiv(one, s)
+            }
+            Prim::Exp => self.call(mode, "exp", d, &[a]),
+            Prim::Log => self.call(mode, "log", d, &[a]),
+            Prim::Tanh => self.call(mode, "tanh", d, &[a]),
+            Prim::Sin => self.call(mode, "sin", d, &[a]),
+            Prim::Cos => self.call(mode, "cos", d, &[a]),
+            Prim::Sigmoid => {
+                // a >= 0: 1 / (1 + exp(-a)); otherwise (NaN too) exp(a) / (1 + exp(a)).
+                let ge = self.b.ins().fcmp(FloatCC::GreaterThanOrEqual, a, zero);
+                let neg = self.b.ins().fneg(a);
+                let arg = self.select(mode, ge, neg, a);
+                let e = self.call(mode, "exp", d, &[arg]);
+                let den = self.b.ins().fadd(one, e);
+                let pos = self.b.ins().fdiv(one, den);
+                let negv = self.b.ins().fdiv(e, den);
+                self.select(mode, ge, pos, negv)
+            }
+            Prim::Relu => {
+                // `a` when a > 0 or a is NaN, else +0.
+                let m = match mode {
+                    Mode::Scalar => self.b.ins().fcmp(FloatCC::UnorderedOrGreaterThan, a, zero),
+                    Mode::Vector(_) => {
+                        let le = self.b.ins().fcmp(FloatCC::LessThanOrEqual, a, zero);
+                        self.b.ins().bnot(le)
+                    }
+                };
+                self.select(mode, m, a, zero)
+            }
+            Prim::Gelu => {
+                // half * a * (one + tanh(c * (a + k * a * a * a))), in the kernel's order.
+                let c = self.fconst(mode, d, round(d, (2.0 / std::f64::consts::PI).sqrt()));
+                let kk = self.fconst(mode, d, round(d, 0.044715));
+                let half = self.fconst(mode, d, 0.5);
+                let t = self.b.ins().fmul(kk, a);
+                let t = self.b.ins().fmul(t, a);
+                let t = self.b.ins().fmul(t, a);
+                let t = self.b.ins().fadd(a, t);
+                let t = self.b.ins().fmul(c, t);
+                let t = self.call(mode, "tanh", d, &[t]);
+                let t = self.b.ins().fadd(one, t);
+                let h = self.b.ins().fmul(half, a);
+                self.b.ins().fmul(h, t)
+            }
+            Prim::Sign => {
+                let minus = self.fconst(mode, d, -1.0);
+                let gt = self.b.ins().fcmp(FloatCC::GreaterThan, a, zero);
+                let lt = self.b.ins().fcmp(FloatCC::LessThan, a, zero);
+                let inner = self.select(mode, lt, minus, a);
+                self.select(mode, gt, one, inner)
+            }
+            _ => unreachable!("`{}` is not a unary elementwise primitive", prim.name()),
+        }
+    }
+}
+
+/// `x` rounded to `d` (as `T::from_f64c` does in the kernels), returned as f64.
+fn round(d: DType, x: f64) -> f64 {
+    if d == DType::F32 {
+        f64::from(x as f32)
+    } else {
+        x
+    }
+}
