@@ -220,6 +220,40 @@ impl<'a, 'f> Lower<'a, 'f> {
         }
     }
 
+    /// `tanh`: in f32 msl's own `kernels::math::tanh_f32`, inline and vectorised, operation for
+    /// operation; in f64 the library's, through a helper.
+    fn tanh(&mut self, mode: Mode, d: DType, a: Value) -> Value {
+        use kernels::math::{TANH_CLAMP, TANH_P, TANH_Q, TANH_TINY};
+        if d != DType::F32 {
+            return self.call(mode, "tanh", d, &[a]);
+        }
+        let hi = self.fconst(mode, d, f64::from(TANH_CLAMP));
+        let lo = self.fconst(mode, d, f64::from(-TANH_CLAMP));
+        let gt = self.b.ins().fcmp(FloatCC::GreaterThan, a, hi);
+        let lt = self.b.ins().fcmp(FloatCC::LessThan, a, lo);
+        let x = self.select(mode, lt, lo, a);
+        let x = self.select(mode, gt, hi, x);
+        let x2 = self.b.ins().fmul(x, x);
+        let mut p = self.fconst(mode, d, f64::from(TANH_P[0]));
+        for c in &TANH_P[1..] {
+            let c = self.fconst(mode, d, f64::from(*c));
+            let m = self.b.ins().fmul(p, x2);
+            p = self.b.ins().fadd(m, c);
+        }
+        let p = self.b.ins().fmul(p, x);
+        let mut q = self.fconst(mode, d, f64::from(TANH_Q[0]));
+        for c in &TANH_Q[1..] {
+            let c = self.fconst(mode, d, f64::from(*c));
+            let m = self.b.ins().fmul(q, x2);
+            q = self.b.ins().fadd(m, c);
+        }
+        let r = self.b.ins().fdiv(p, q);
+        let tiny = self.fconst(mode, d, f64::from(TANH_TINY));
+        let mag = self.b.ins().fabs(a);
+        let small = self.b.ins().fcmp(FloatCC::LessThan, mag, tiny);
+        self.select(mode, small, a, r)
+    }
+
     pub(crate) fn unary(&mut self, mode: Mode, prim: Prim, d: DType, a: Value) -> Value {
         if prim == Prim::Not {
             return self.not(mode, a);
@@ -237,7 +271,7 @@ impl<'a, 'f> Lower<'a, 'f> {
             }
             Prim::Exp => self.call(mode, "exp", d, &[a]),
             Prim::Log => self.call(mode, "log", d, &[a]),
-            Prim::Tanh => self.call(mode, "tanh", d, &[a]),
+            Prim::Tanh => self.tanh(mode, d, a),
             Prim::Sin => self.call(mode, "sin", d, &[a]),
             Prim::Cos => self.call(mode, "cos", d, &[a]),
             Prim::Sigmoid => {
@@ -263,19 +297,19 @@ impl<'a, 'f> Lower<'a, 'f> {
                 self.select(mode, m, a, zero)
             }
             Prim::Gelu => {
-                // half * a * (one + tanh(c * (a + k * a * a * a))), in the kernel's order.
+                // a / (one + exp(-(u + u))) with u = c * (a + k * a * a * a), in the kernel's order.
                 let c = self.fconst(mode, d, round(d, (2.0 / std::f64::consts::PI).sqrt()));
                 let kk = self.fconst(mode, d, round(d, 0.044715));
-                let half = self.fconst(mode, d, 0.5);
                 let t = self.b.ins().fmul(kk, a);
                 let t = self.b.ins().fmul(t, a);
                 let t = self.b.ins().fmul(t, a);
                 let t = self.b.ins().fadd(a, t);
-                let t = self.b.ins().fmul(c, t);
-                let t = self.call(mode, "tanh", d, &[t]);
-                let t = self.b.ins().fadd(one, t);
-                let h = self.b.ins().fmul(half, a);
-                self.b.ins().fmul(h, t)
+                let u = self.b.ins().fmul(c, t);
+                let u2 = self.b.ins().fadd(u, u);
+                let n = self.b.ins().fneg(u2);
+                let e = self.call(mode, "exp", d, &[n]);
+                let den = self.b.ins().fadd(one, e);
+                self.b.ins().fdiv(a, den)
             }
             Prim::Sign => {
                 let minus = self.fconst(mode, d, -1.0);

@@ -10,6 +10,7 @@ pub mod device;
 pub mod error;
 pub mod format;
 pub mod io;
+pub mod math;
 pub mod rng;
 pub mod tensor;
 

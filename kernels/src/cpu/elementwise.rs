@@ -128,7 +128,6 @@ pub fn unary(op: UnaryOp, x: &Tensor) -> Result<Tensor, KernelError> {
 }
 
 fn float_unary<T: Float>(op: UnaryOp, v: &[T]) -> Result<Vec<T>, KernelError> {
-    let half = T::from_f64c(0.5);
     let one = T::one();
     Ok(match op {
         UnaryOp::Neg => map_slice(v, |a| -a),
@@ -142,7 +141,12 @@ fn float_unary<T: Float>(op: UnaryOp, v: &[T]) -> Result<Vec<T>, KernelError> {
         UnaryOp::Gelu => {
             let c = T::from_f64c((2.0 / std::f64::consts::PI).sqrt());
             let k = T::from_f64c(0.044715);
-            map_slice(v, move |a| half * a * (one + (c * (a + k * a * a * a)).tanh()))
+            // ½a(1 + tanh u) written as a / (1 + e^(-2u)): the same function, without the
+            // cancellation of 1 + tanh u in the negative tail.
+            map_slice(v, move |a| {
+                let u = c * (a + k * a * a * a);
+                a / (one + (-(u + u)).exp())
+            })
         }
         UnaryOp::Sin => map_slice(v, T::sin),
         UnaryOp::Cos => map_slice(v, T::cos),

@@ -127,7 +127,7 @@ pub(crate) trait Float: Num + std::ops::Div<Output = Self> + std::ops::Neg<Outpu
 }
 
 macro_rules! impl_float {
-    ($t:ty) => {
+    ($t:ty, $tanh:path) => {
         impl Float for $t {
             const NEG_INFINITY: Self = <$t>::NEG_INFINITY;
             #[inline(always)]
@@ -144,7 +144,7 @@ macro_rules! impl_float {
             }
             #[inline(always)]
             fn tanh(self) -> Self {
-                <$t>::tanh(self)
+                $tanh(self)
             }
             #[inline(always)]
             fn sin(self) -> Self {
@@ -177,8 +177,8 @@ macro_rules! impl_float {
         }
     };
 }
-impl_float!(f32);
-impl_float!(f64);
+impl_float!(f32, crate::math::tanh_f32);
+impl_float!(f64, f64::tanh);
 
 /// Sum of a contiguous slice with eight accumulators in blocks and pairwise combination of
 /// blocks (the scheme NumPy uses), so that long f32 sums keep their accuracy.
