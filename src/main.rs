@@ -2,12 +2,16 @@
 //!
 //! Exit status: 0 success, 1 the program was rejected (diagnostics), 2 a run-time error.
 
+mod alloc;
 mod cli;
 mod jit_cmd;
 mod repl;
 mod run;
 
 use std::process::ExitCode;
+
+#[global_allocator]
+static ALLOC: alloc::Counting = alloc::Counting;
 
 fn main() -> ExitCode {
     // Deeply nested programs recurse in the checker; a large stack (reserved, not committed)

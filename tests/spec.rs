@@ -5,7 +5,7 @@
 //!   line as `CODE line:col: message`.
 //! - Every other block is run (`main`, then its `test` blocks); its printed output must match the
 //!   `output` block that follows it, if any, and it must not fail.
-//! - Every block also runs with the JIT installed (`--mode jit -O1`): its outcome must be exactly
+//! - Every block also runs with the JIT installed (`--mode jit -O2`): its outcome must be exactly
 //!   the interpreter's.
 //!
 //! `MSL_BLESS=1 cargo test --test spec` rewrites the expectation blocks from what msl does now
@@ -15,7 +15,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use lang::spec::{parse_blocks, run_block, run_block_with};
+use lang::spec::{parse_blocks, run_block, run_block_prepared};
 
 fn spec_files(root: &Path) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(root)
@@ -53,8 +53,15 @@ fn run() -> bool {
             let outcome = run_block(&b.code, &root);
             let (actual_kind, actual) = (outcome.kind(), outcome.text().to_string());
             let mut jit_report = None;
-            let jit =
-                run_block_with(&b.code, &root, &mut |it| jit_report = Some(jit::install(it, jit::Options::level(1))));
+            let opts = jit::Options::level(2);
+            let jit = run_block_prepared(
+                &b.code,
+                &root,
+                &mut |p| {
+                    jit::prepare(p, opts);
+                },
+                &mut |it| jit_report = Some(jit::install(it, opts)),
+            );
             if let Some(r) = jit_report {
                 let r = r.borrow();
                 jit_calls += r.calls();
@@ -67,7 +74,7 @@ fn run() -> bool {
                 failed += 1;
                 let _ = writeln!(
                     report,
-                    "\n--- {label} [jit]\n{}interpreter:\n```{actual_kind}\n{actual}```\njit -O1:\n```{}\n{}```",
+                    "\n--- {label} [jit]\n{}interpreter:\n```{actual_kind}\n{actual}```\njit -O2:\n```{}\n{}```",
                     b.code,
                     jit.kind(),
                     jit.text()
@@ -118,7 +125,7 @@ fn run() -> bool {
     }
     print!("{report}");
     println!("spec: {passed} passed, {failed} failed");
-    println!("spec [jit -O1]: {jit_calls} fused calls in {jit_blocks} blocks, {jit_fallbacks} fallbacks");
-    println!("spec [jit -O1]: {loops_native} native runs of scalar loops, {loops_interp} interpreted loop runs (tensor loops)");
+    println!("spec [jit -O2]: {jit_calls} fused calls in {jit_blocks} blocks, {jit_fallbacks} fallbacks");
+    println!("spec [jit -O2]: {loops_native} native runs of scalar loops, {loops_interp} interpreted loop runs (tensor loops)");
     failed == 0
 }

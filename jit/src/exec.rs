@@ -9,6 +9,7 @@
 use crate::codegen::KernelFn;
 use kernels::{DType, Storage, Tensor};
 use rayon::prelude::*;
+use std::sync::Arc;
 
 /// Outputs with at least this many elements are computed by several threads.
 const PAR_MIN: usize = 1 << 15;
@@ -102,17 +103,59 @@ fn data_ptr(t: &Tensor) -> usize {
     }
 }
 
-/// Runs `f` over the layout and returns the output tensor of element type `out`.
-pub fn run(f: KernelFn, inputs: &[Tensor], lay: &Layout, out: DType) -> Tensor {
-    let base: Vec<usize> = inputs.iter().map(data_ptr).collect();
-    let size: Vec<usize> = inputs.iter().map(|t| t.dtype().size_in_bytes()).collect();
+/// The buffer of input `t` when nothing else refers to it (then `t` is left a placeholder).
+fn take_unique(t: &mut Tensor) -> Option<Buf> {
+    let (shape, storage) = std::mem::replace(t, Tensor::scalar_bool(false)).into_parts();
+    let back = |s| Tensor::new(shape.clone(), s).expect("the tensor's own shape and storage");
+    let r = match storage {
+        Storage::F32(a) => Arc::try_unwrap(a).map(Buf::F32).map_err(Storage::F32),
+        Storage::F64(a) => Arc::try_unwrap(a).map(Buf::F64).map_err(Storage::F64),
+        Storage::I32(a) => Arc::try_unwrap(a).map(Buf::I32).map_err(Storage::I32),
+        Storage::Bool(a) => Arc::try_unwrap(a).map(Buf::Bool).map_err(Storage::Bool),
+    };
+    match r {
+        Ok(b) => Some(b),
+        Err(s) => {
+            *t = back(s);
+            None
+        }
+    }
+}
+
+/// Runs `f` over the layout and returns the output tensor of element type `out`. With
+/// `reuse`, the output goes into the buffer of an input of the output's type and shape that
+/// nothing else refers to (an element is read before it is written at the same index); the
+/// flag says whether that happened.
+pub fn run(f: KernelFn, inputs: &mut [Tensor], lay: &Layout, out: DType, reuse: bool) -> (Tensor, bool) {
+    let mut donated = None;
+    if reuse {
+        for (k, t) in inputs.iter_mut().enumerate() {
+            if !lay.bcast[k] && t.dtype() == out && t.shape() == lay.shape.as_slice() {
+                if let Some(b) = take_unique(t) {
+                    donated = Some((k, b));
+                    break;
+                }
+            }
+        }
+    }
+    let mut base: Vec<usize> = inputs.iter().map(data_ptr).collect();
+    let mut size: Vec<usize> = inputs.iter().map(|t| t.dtype().size_in_bytes()).collect();
     let osize = out.size_in_bytes();
-    // Large zeroed allocations come from fresh pages, so zeroing costs nothing extra.
-    let mut buf = match out {
-        DType::F32 => Buf::F32(vec![0f32; lay.n]),
-        DType::F64 => Buf::F64(vec![0f64; lay.n]),
-        DType::I32 => Buf::I32(vec![0i32; lay.n]),
-        DType::Bool => Buf::Bool(vec![false; lay.n]),
+    let reused = donated.is_some();
+    let mut buf = match donated {
+        Some((k, b)) => {
+            // The donor's slot holds a placeholder now: read the buffer as the output.
+            base[k] = b.ptr();
+            size[k] = osize;
+            b
+        }
+        // Large zeroed allocations come from fresh pages, so zeroing costs nothing extra.
+        None => match out {
+            DType::F32 => Buf::F32(vec![0f32; lay.n]),
+            DType::F64 => Buf::F64(vec![0f64; lay.n]),
+            DType::I32 => Buf::I32(vec![0i32; lay.n]),
+            DType::Bool => Buf::Bool(vec![false; lay.n]),
+        },
     };
     let obase = match &mut buf {
         Buf::F32(v) => v.as_mut_ptr() as usize,
@@ -171,13 +214,14 @@ pub fn run(f: KernelFn, inputs: &[Tensor], lay: &Layout, out: DType) -> Tensor {
         }
     }
     let shape = lay.shape.clone();
-    match buf {
+    let t = match buf {
         Buf::F32(v) => Tensor::from_vec(shape, v),
         Buf::F64(v) => Tensor::from_vec(shape, v),
         Buf::I32(v) => Tensor::from_vec(shape, v),
         Buf::Bool(v) => Tensor::from_vec(shape, v),
     }
-    .expect("the output has the layout's element count")
+    .expect("the output has the layout's element count");
+    (t, reused)
 }
 
 /// The output buffer while the loop writes it.
@@ -186,4 +230,15 @@ enum Buf {
     F64(Vec<f64>),
     I32(Vec<i32>),
     Bool(Vec<bool>),
+}
+
+impl Buf {
+    fn ptr(&self) -> usize {
+        match self {
+            Buf::F32(v) => v.as_ptr() as usize,
+            Buf::F64(v) => v.as_ptr() as usize,
+            Buf::I32(v) => v.as_ptr() as usize,
+            Buf::Bool(v) => v.as_ptr() as usize,
+        }
+    }
 }

@@ -64,6 +64,8 @@ pub struct Site {
     pub compiles: Vec<f64>,
     /// Whether the last compiled run used vector code.
     pub vector: Option<kernels::DType>,
+    /// Calls that wrote their result into an input's buffer (`-O2`).
+    pub reused: u64,
 }
 
 /// What happened at one loop of host code, for `--explain`.
@@ -171,6 +173,7 @@ impl<'p> JitAccel<'p> {
             fallback_reason: None,
             compiles: Vec::new(),
             vector: None,
+            reused: 0,
         };
         r.sites.push(site);
         let i = r.sites.len() - 1;
@@ -220,10 +223,20 @@ impl<'p> JitAccel<'p> {
     }
 }
 
-/// Installs the JIT into an interpreter; the report fills as the program runs.
+/// The whole-program passes of `-O2` (none below): run on the checked program before an
+/// interpreter borrows it.
+pub fn prepare(prog: &mut lang::ir::Program, opts: Options) -> Option<lang::ir::opt::OptReport> {
+    (opts.level >= 2).then(|| lang::ir::opt::optimize(prog))
+}
+
+/// Installs the JIT into an interpreter (at `-O2` with the memory plan's last uses); the
+/// report fills as the program runs.
 pub fn install<'p>(it: &mut Interp<'p>, opts: Options) -> Rc<RefCell<Report>> {
     let (accel, report) = JitAccel::new(it.prog, opts);
     it.accel = Some(Box::new(accel));
+    if opts.level >= 2 {
+        it.moves = lang::ir::opt::last_uses(it.prog);
+    }
     report
 }
 
@@ -332,16 +345,17 @@ impl Accel for JitAccel<'_> {
         }
     }
 
-    fn try_eval(&mut self, e: &Expr, inputs: &[Tensor]) -> Option<Result<Tensor, KernelError>> {
+    fn try_eval(&mut self, e: &Expr, inputs: &mut [Tensor]) -> Option<Result<Tensor, KernelError>> {
         let addr = e as *const Expr as usize;
         let p = self.planned.get(&addr)?.as_ref()?;
         let site = p.site;
+        let ins: &[Tensor] = inputs;
         let same_kinds = |m: &Memo| {
-            m.inputs.len() == inputs.len()
-                && m.inputs.iter().zip(inputs).all(|(k, t)| k.0 == t.dtype() && k.1 == (t.rank() == 0))
+            m.inputs.len() == ins.len()
+                && m.inputs.iter().zip(ins).all(|(k, t)| k.0 == t.dtype() && k.1 == (t.rank() == 0))
         };
         let hit = p.memo.as_ref().filter(|m| same_kinds(m)).and_then(|m| {
-            let lay = exec::layout(inputs)?;
+            let lay = exec::layout(ins)?;
             (lay.bcast == m.bcast).then_some((m.f, m.out, lay))
         });
         let (f, out, lay) = match hit {
@@ -357,8 +371,11 @@ impl Accel for JitAccel<'_> {
                 Err(why) => return self.fallback(site, why),
             },
         };
-        self.report.borrow_mut().sites[site].calls += 1;
-        Some(Ok(exec::run(f, inputs, &lay, out)))
+        let (t, reused) = exec::run(f, inputs, &lay, out, self.opts.level >= 2);
+        let mut r = self.report.borrow_mut();
+        r.sites[site].calls += 1;
+        r.sites[site].reused += u64::from(reused);
+        Some(Ok(t))
     }
 }
 

@@ -211,6 +211,11 @@ impl Tensor {
     pub fn storage(&self) -> &Storage {
         &self.storage
     }
+    /// The shape and storage, giving up the tensor (a caller that owns the only reference to
+    /// the storage may reuse its buffer).
+    pub fn into_parts(self) -> (Vec<usize>, Storage) {
+        (self.shape, self.storage)
+    }
 
     /// The elements when the tensor holds `T`.
     pub fn data<T: Element>(&self) -> Option<&[T]> {

@@ -87,7 +87,18 @@ pub fn run_block(code: &str, dir: &Path) -> Outcome {
 /// `run_block` with a hook that configures the interpreter before anything runs; the spec
 /// harness installs the JIT's accelerator with it, so every block also runs compiled.
 pub fn run_block_with(code: &str, dir: &Path, setup: &mut dyn FnMut(&mut Interp<'_>)) -> Outcome {
-    let c = check::check_source("spec.msl", code, dir);
+    run_block_prepared(code, dir, &mut |_| {}, setup)
+}
+
+/// `run_block_with` where `prepare` may first transform the checked program (the JIT's `-O2`
+/// passes).
+pub fn run_block_prepared(
+    code: &str,
+    dir: &Path,
+    prepare: &mut dyn FnMut(&mut crate::ir::Program),
+    setup: &mut dyn FnMut(&mut Interp<'_>),
+) -> Outcome {
+    let mut c = check::check_source("spec.msl", code, dir);
     let pos = |span: crate::source::Span| {
         let (line, col) = c.sources.line_col(span.file, span.start);
         let file = c.sources.name(span.file);
@@ -104,6 +115,7 @@ pub fn run_block_with(code: &str, dir: &Path, setup: &mut dyn FnMut(&mut Interp<
         }
         return Outcome::Rejected(out);
     }
+    prepare(&mut c.program);
     let mut buf: Vec<u8> = Vec::new();
     let mut failure = None;
     {

@@ -6,6 +6,12 @@ use std::collections::{HashMap, HashSet};
 
 /// Simplifies a function in place.
 pub fn simplify(f: &mut Func) {
+    simplify_with(f, false)
+}
+
+/// Simplifies a function in place; with `anywhere`, equal expressions from different places
+/// of the source are shared too (their spans are ignored), as `-O2` does for whole programs.
+pub fn simplify_with(f: &mut Func, anywhere: bool) {
     let mutable: HashSet<Local> =
         f.locals.iter().enumerate().filter(|(_, l)| l.mutable).map(|(i, _)| Local(i as u32)).collect();
     let mut assigned = HashSet::new();
@@ -19,10 +25,18 @@ pub fn simplify(f: &mut Func) {
         }
     });
     let _ = mutable;
+    // Captured locals are read by closure bodies under their own ids: never renamed or dropped.
+    let mut captured = HashSet::new();
+    walk(&f.body, &mut |e| {
+        if let ExprKind::Closure { captures, .. } = &e.kind {
+            captured.extend(captures.iter().copied());
+        }
+    });
+    assigned.extend(captured.iter().copied());
     let mut renames = HashMap::new();
-    cse(&mut f.body, &mut HashMap::new(), &mut renames, &assigned);
+    cse(&mut f.body, &mut HashMap::new(), &mut renames, &assigned, anywhere);
     for _ in 0..8 {
-        let mut used = HashSet::new();
+        let mut used = captured.clone();
         walk(&f.body, &mut |e| {
             if let ExprKind::Local(l) = &e.kind {
                 used.insert(*l);
@@ -97,7 +111,7 @@ fn rename(e: &mut Expr, renames: &HashMap<Local, Local>) {
     });
 }
 
-fn visit_mut(e: &mut Expr, f: &mut dyn FnMut(&mut Expr)) {
+pub(crate) fn visit_mut(e: &mut Expr, f: &mut dyn FnMut(&mut Expr)) {
     f(e);
     match &mut e.kind {
         ExprKind::Prim { args, .. } | ExprKind::Call { args, .. } | ExprKind::Tuple(args) => {
@@ -154,12 +168,26 @@ fn visit_mut(e: &mut Expr, f: &mut dyn FnMut(&mut Expr)) {
     }
 }
 
+/// `s` without the numbers of its `SpanId(…)`s.
+fn strip_spans(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(i) = rest.find("SpanId(") {
+        out.push_str(&rest[..i + 7]);
+        rest = &rest[i + 7..];
+        rest = rest.trim_start_matches(|c: char| c.is_ascii_digit());
+    }
+    out.push_str(rest);
+    out
+}
+
 /// Shares equal pure values within a block (and with the blocks it encloses).
 fn cse(
     e: &mut Expr,
     seen: &mut HashMap<String, Local>,
     renames: &mut HashMap<Local, Local>,
     assigned: &HashSet<Local>,
+    anywhere: bool,
 ) {
     match &mut e.kind {
         ExprKind::Block { stmts, result } => {
@@ -169,7 +197,7 @@ fn cse(
                 match &mut s {
                     Stmt::Let { pat: Pat::Local(l), value } => {
                         rename(value, renames);
-                        cse(value, &mut scope, renames, assigned);
+                        cse(value, &mut scope, renames, assigned, anywhere);
                         let reads_mutable = {
                             let mut r = false;
                             walk(value, &mut |x| {
@@ -180,7 +208,10 @@ fn cse(
                             r
                         };
                         if pure(value) && !reads_mutable && !assigned.contains(l) {
-                            let key = format!("{:?}|{:?}", value.kind, value.ty);
+                            let mut key = format!("{:?}|{:?}", value.kind, value.ty);
+                            if anywhere {
+                                key = strip_spans(&key);
+                            }
                             if let Some(prev) = scope.get(&key) {
                                 renames.insert(*l, *prev);
                                 continue;
@@ -190,7 +221,7 @@ fn cse(
                     }
                     Stmt::Let { value, .. } | Stmt::Assign { value, .. } | Stmt::Expr(value) => {
                         rename(value, renames);
-                        cse(value, &mut scope, renames, assigned);
+                        cse(value, &mut scope, renames, assigned, anywhere);
                     }
                     Stmt::BindDims { .. } => {}
                 }
@@ -198,21 +229,21 @@ fn cse(
             }
             *stmts = kept;
             rename(result, renames);
-            cse(result, &mut scope, renames, assigned);
+            cse(result, &mut scope, renames, assigned, anywhere);
         }
         ExprKind::If { cond, then, els } => {
             rename(cond, renames);
-            cse(then, seen, renames, assigned);
-            cse(els, seen, renames, assigned);
+            cse(then, seen, renames, assigned, anywhere);
+            cse(els, seen, renames, assigned, anywhere);
         }
         ExprKind::ForRange { start, end, body, .. } => {
             rename(start, renames);
             rename(end, renames);
-            cse(body, seen, renames, assigned);
+            cse(body, seen, renames, assigned, anywhere);
         }
         ExprKind::While { cond, body } => {
-            cse(cond, seen, renames, assigned);
-            cse(body, seen, renames, assigned);
+            cse(cond, seen, renames, assigned, anywhere);
+            cse(body, seen, renames, assigned, anywhere);
         }
         _ => rename(e, renames),
     }

@@ -52,8 +52,10 @@ pub trait Accel {
     fn plan<'e>(&mut self, e: &'e Expr) -> Option<Vec<&'e Expr>>;
 
     /// Evaluates the tree `plan` accepted, given the tensors of its inputs in the same order.
-    /// `None` declines (the interpreter then evaluates the tree op by op from these inputs).
-    fn try_eval(&mut self, e: &Expr, inputs: &[Tensor]) -> Option<Result<Tensor, KernelError>>;
+    /// `None` declines (the interpreter then evaluates the tree op by op from these inputs,
+    /// which must be left as they were). When it evaluates, it may reuse the buffer of an input
+    /// nothing else refers to for its result, leaving a placeholder in its slot.
+    fn try_eval(&mut self, e: &Expr, inputs: &mut [Tensor]) -> Option<Result<Tensor, KernelError>>;
 
     /// Called when the interpreter is about to run the loop `e`: the region's inputs and
     /// outputs when the accelerator compiles it whole, `None` to let the interpreter run it.
@@ -126,12 +128,20 @@ impl Interp<'_> {
         for l in leaves {
             vals.push(self.eval(l, frame)?);
         }
-        let tensors: Option<Vec<Tensor>> = vals.iter().map(|v| v.tensor().cloned()).collect();
-        if let Some(ts) = tensors {
-            let r = self.accel.as_mut().and_then(|a| a.try_eval(e, &ts));
+        if vals.iter().all(|v| matches!(v, Value::Tensor(_))) {
+            // Hand the values over (not copies), so that a temporary's buffer can be reused.
+            let mut ts: Vec<Tensor> = vals
+                .into_iter()
+                .filter_map(|v| match v {
+                    Value::Tensor(t) => Some(t),
+                    _ => None,
+                })
+                .collect();
+            let r = self.accel.as_mut().and_then(|a| a.try_eval(e, &mut ts));
             if let Some(r) = r {
                 return r.map(Value::Tensor).map_err(|k| kerr(k, self.span(e)));
             }
+            vals = ts.into_iter().map(Value::Tensor).collect();
         }
         let mut next = 0;
         self.eval_with_leaves(e, leaves, &vals, &mut next, frame)

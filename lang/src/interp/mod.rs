@@ -92,6 +92,9 @@ pub struct Interp<'p> {
     closure_dims: HashMap<Sym, i64>,
     /// A compiler that takes over trees of primitives (`--mode jit`); `None` interprets op by op.
     pub accel: Option<Box<dyn Accel + 'p>>,
+    /// Reads of locals that are their last (`ir::opt::last_uses`, at `-O2`), by expression
+    /// address: the value moves out of the frame there.
+    pub moves: std::collections::HashSet<usize>,
 }
 
 impl<'p> Interp<'p> {
@@ -106,6 +109,7 @@ impl<'p> Interp<'p> {
             observer: Box::new(NoObserver),
             closure_dims: HashMap::new(),
             accel: None,
+            moves: Default::default(),
         }
     }
 
@@ -198,9 +202,16 @@ impl<'p> Interp<'p> {
     pub fn eval(&mut self, e: &Expr, frame: &mut Frame) -> R<Value> {
         match &e.kind {
             ExprKind::Lit(l) => Ok(lit_value(l, &e.ty)),
-            ExprKind::Local(l) => frame.locals[l.0 as usize]
-                .clone()
-                .ok_or_else(|| rt(Code::E0605, "use of a variable before it has a value", self.span(e))),
+            ExprKind::Local(l) => {
+                let slot = &mut frame.locals[l.0 as usize];
+                // A last use (`-O2`'s liveness) hands the value over instead of copying it.
+                let v = if !self.moves.is_empty() && self.moves.contains(&(e as *const Expr as usize)) {
+                    slot.take()
+                } else {
+                    slot.clone()
+                };
+                v.ok_or_else(|| rt(Code::E0605, "use of a variable before it has a value", self.span(e)))
+            }
             ExprKind::Const(c) => {
                 if let Some(v) = &self.consts[c.0 as usize] {
                     return Ok(v.clone());

@@ -1,0 +1,257 @@
+//! Whole-program passes of `-O2`: constant folding, common-subexpression elimination and
+//! dead-code removal on every function, and a liveness analysis that finds the last use of each
+//! local so the interpreter can hand its value over instead of keeping a copy alive.
+//!
+//! Folding evaluates a scalar elementwise primitive whose operands are literals with the
+//! interpreter itself and keeps the result only when a literal of the expression's type makes
+//! exactly that value (same element type, same bits), so folding never changes a result. CSE
+//! and dead-code removal are the autodiff pass's `simplify` (pure expressions only: no calls,
+//! random numbers or effects). The last uses are a set of expression addresses: the program
+//! must not move between [`last_uses`] and the run that uses them.
+
+use super::prim::Class;
+use super::{Expr, ExprKind, Func, Lit, Local, Pat, Prim, Program, Stmt};
+use crate::interp::{Frame, Interp, Value};
+use crate::types::Type;
+use kernels::{DType, Tensor};
+use std::collections::{HashMap, HashSet};
+
+/// What [`optimize`] did.
+#[derive(Clone, Debug, Default)]
+pub struct OptReport {
+    /// Primitive applications replaced by literals.
+    pub folded: usize,
+    /// Expression nodes before and after, over all functions.
+    pub nodes_before: usize,
+    pub nodes_after: usize,
+}
+
+fn count(e: &Expr) -> usize {
+    let mut n = 0;
+    super::dump::walk(e, &mut |_| n += 1);
+    n
+}
+
+/// Folds constants and removes common subexpressions and dead code in every function.
+pub fn optimize(prog: &mut Program) -> OptReport {
+    let mut rep = OptReport::default();
+    let mut funcs = std::mem::take(&mut prog.funcs);
+    {
+        let mut it = Interp::new(prog, Box::new(std::io::sink()));
+        for f in &mut funcs {
+            rep.nodes_before += count(&f.body);
+            rep.folded += fold(&mut it, f);
+            crate::autodiff::simplify::simplify_with(f, true);
+            rep.nodes_after += count(&f.body);
+        }
+    }
+    prog.funcs = funcs;
+    rep
+}
+
+/// Folds literal-only scalar primitives of `f`, innermost first; returns how many.
+fn fold(it: &mut Interp, f: &mut Func) -> usize {
+    let mut folded = 0;
+    // Each sweep folds the primitives whose operands are already literals; nested constant
+    // expressions fold from the inside out over successive sweeps.
+    for _ in 0..16 {
+        let mut changed = 0;
+        crate::autodiff::simplify::visit_mut(&mut f.body, &mut |e| {
+            if let Some(lit) = fold_one(it, e) {
+                e.kind = ExprKind::Lit(lit);
+                changed += 1;
+            }
+        });
+        folded += changed;
+        if changed == 0 {
+            break;
+        }
+    }
+    folded
+}
+
+fn fold_one(it: &mut Interp, e: &Expr) -> Option<Lit> {
+    let ExprKind::Prim { prim, args, .. } = &e.kind else { return None };
+    let scalar = |t: &Type| matches!(t, Type::Tensor(_, s) if s.is_empty());
+    if prim.has_effect()
+        || !(matches!(prim.class(), Class::Unary | Class::Binary) || matches!(prim, Prim::Cast | Prim::Where))
+        || !scalar(&e.ty)
+        || !args.iter().all(|a| matches!(a.kind, ExprKind::Lit(Lit::Int(_) | Lit::Float(_) | Lit::Bool(_))))
+    {
+        return None;
+    }
+    let mut frame = Frame { locals: vec![], dims: HashMap::new(), rests: HashMap::new() };
+    let Ok(Value::Tensor(v)) = it.eval(e, &mut frame) else { return None };
+    let lit = match v.dtype() {
+        DType::F32 => Lit::Float(f64::from(v.as_f32()?[0])),
+        DType::F64 => Lit::Float(v.as_f64()?[0]),
+        DType::I32 => Lit::Int(i64::from(v.as_i32()?[0])),
+        DType::Bool => Lit::Bool(v.as_bool()?[0]),
+    };
+    // Keep the literal only if it evaluates to exactly this value (type and bits).
+    let back = Expr { kind: ExprKind::Lit(lit.clone()), ty: e.ty.clone(), span: e.span };
+    let Ok(Value::Tensor(w)) = it.eval(&back, &mut frame) else { return None };
+    same_bits(&v, &w).then_some(lit)
+}
+
+fn same_bits(a: &Tensor, b: &Tensor) -> bool {
+    if a.dtype() != b.dtype() || a.shape() != b.shape() {
+        return false;
+    }
+    match a.dtype() {
+        DType::F32 => a.as_f32().zip(b.as_f32()).is_some_and(|(x, y)| x[0].to_bits() == y[0].to_bits()),
+        DType::F64 => a.as_f64().zip(b.as_f64()).is_some_and(|(x, y)| x[0].to_bits() == y[0].to_bits()),
+        DType::I32 => a.as_i32() == b.as_i32(),
+        DType::Bool => a.as_bool() == b.as_bool(),
+    }
+}
+
+/// The reads of locals after which the local is never read again (in any function of the
+/// program), by expression address. The interpreter moves those values out of the frame.
+pub fn last_uses(prog: &Program) -> HashSet<usize> {
+    let mut out = HashSet::new();
+    for f in &prog.funcs {
+        let mut live = HashSet::new();
+        Live { out: &mut out, record: true }.expr(&f.body, &mut live);
+    }
+    out
+}
+
+struct Live<'a> {
+    out: &'a mut HashSet<usize>,
+    /// False while iterating a loop to its fixpoint (only the last pass records).
+    record: bool,
+}
+
+/// Every local read anywhere in `e` (closure captures and dim bindings included).
+fn uses(e: &Expr, live: &mut HashSet<Local>) {
+    super::dump::walk(e, &mut |x| match &x.kind {
+        ExprKind::Local(l) => {
+            live.insert(*l);
+        }
+        ExprKind::Closure { captures, .. } => live.extend(captures.iter().copied()),
+        ExprKind::Block { stmts, .. } => {
+            for s in stmts {
+                if let Stmt::BindDims { local, .. } = s {
+                    live.insert(*local);
+                }
+            }
+        }
+        _ => {}
+    });
+}
+
+fn kill(p: &Pat, live: &mut HashSet<Local>) {
+    match p {
+        Pat::Local(l) => {
+            live.remove(l);
+        }
+        Pat::Ignore => {}
+        Pat::Tuple(ps) => ps.iter().for_each(|p| kill(p, live)),
+    }
+}
+
+impl Live<'_> {
+    /// Turns `live` (the locals live after `e`) into those live before it, walking `e`'s
+    /// evaluation order backwards and recording last reads.
+    fn expr(&mut self, e: &Expr, live: &mut HashSet<Local>) {
+        match &e.kind {
+            ExprKind::Local(l) => {
+                if self.record && !live.contains(l) {
+                    self.out.insert(e as *const Expr as usize);
+                }
+                live.insert(*l);
+            }
+            ExprKind::Prim { args, .. } | ExprKind::Call { args, .. } | ExprKind::Tuple(args) => {
+                args.iter().rev().for_each(|a| self.expr(a, live))
+            }
+            ExprKind::ModelBuild { fields } => fields.iter().rev().for_each(|a| self.expr(a, live)),
+            ExprKind::CallValue { callee, args, .. } => {
+                args.iter().rev().for_each(|a| self.expr(a, live));
+                self.expr(callee, live);
+            }
+            ExprKind::TupleGet(a, _) | ExprKind::Field(a, _) => self.expr(a, live),
+            ExprKind::Return(a) => {
+                live.clear();
+                self.expr(a, live);
+            }
+            ExprKind::Block { stmts, result } => {
+                self.expr(result, live);
+                for s in stmts.iter().rev() {
+                    match s {
+                        Stmt::Let { pat, value } | Stmt::Assign { pat, value } => {
+                            kill(pat, live);
+                            self.expr(value, live);
+                        }
+                        Stmt::Expr(x) => self.expr(x, live),
+                        Stmt::BindDims { local, .. } => {
+                            live.insert(*local);
+                        }
+                    }
+                }
+            }
+            ExprKind::If { cond, then, els } => {
+                let mut t = live.clone();
+                self.expr(then, &mut t);
+                self.expr(els, live);
+                live.extend(t);
+                self.expr(cond, live);
+            }
+            ExprKind::ForRange { var, start, end, body } => {
+                self.body_loop(body, std::slice::from_ref(var), None, live);
+                self.expr(end, live);
+                self.expr(start, live);
+            }
+            ExprKind::ForBatches { vars, data, size, shuffle, body } => {
+                self.body_loop(body, vars, None, live);
+                if let Some(s) = shuffle {
+                    self.expr(s, live);
+                }
+                self.expr(size, live);
+                data.iter().rev().for_each(|a| self.expr(a, live));
+            }
+            ExprKind::While { cond, body } => self.body_loop(body, &[], Some(cond), live),
+            // Transforms, closures, model initialisers: their reads are uses, never moves.
+            _ => uses(e, live),
+        }
+    }
+
+    /// A loop `head: [cond →] body → head`, run zero or more times: iterates the live set at
+    /// the loop head to its fixpoint, then walks the body once more recording last reads.
+    fn body_loop(&mut self, body: &Expr, vars: &[Local], cond: Option<&Expr>, live: &mut HashSet<Local>) {
+        let after = live.clone();
+        let record = self.record;
+        self.record = false;
+        let mut head = after.clone();
+        loop {
+            let next = self.head_from(body, vars, cond, &after, &head);
+            if next == head {
+                break;
+            }
+            head = next;
+        }
+        self.record = record;
+        *live = self.head_from(body, vars, cond, &after, &head);
+    }
+
+    /// The live set at the loop head given the one assumed at the end of the body.
+    fn head_from(
+        &mut self,
+        body: &Expr,
+        vars: &[Local],
+        cond: Option<&Expr>,
+        after: &HashSet<Local>,
+        head: &HashSet<Local>,
+    ) -> HashSet<Local> {
+        let mut b = head.clone();
+        self.expr(body, &mut b);
+        for v in vars {
+            b.remove(v);
+        }
+        let mut h: HashSet<Local> = after.union(&b).copied().collect();
+        if let Some(c) = cond {
+            self.expr(c, &mut h);
+        }
+        h
+    }
+}
