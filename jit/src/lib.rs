@@ -1,7 +1,10 @@
-//! msl's Cranelift JIT, first slice: automatic fusion of elementwise trees (`-O1`).
+//! msl's Cranelift JIT: compiled scalar loops (every level), fusion of elementwise trees (`-O1`)
+//! and the whole-program passes and memory plan of `-O2` (`prepare`).
 //!
-//! The interpreter stays in charge of the program (host code, calls, control flow, every
-//! non-elementwise kernel); through `lang::interp::Accel` it hands this crate each maximal tree
+//! The interpreter stays in charge of the program; through `lang::interp::Accel` it offers this
+//! crate every loop, which `host` compiles whole when all its values are scalars (the rest of
+//! the host code, calls of tensor functions and every non-elementwise kernel stay in the
+//! interpreter and are listed as fallbacks by `--explain`), and each maximal tree
 //! of elementwise primitives over float and bool tensors (`gelu(x * w + b)`, the body of
 //! `nn.layer_norm` after its reductions). Each tree becomes one Cranelift loop that reads every
 //! input once and writes the output once (`codegen`), run over broadcast shapes and threads by
@@ -32,7 +35,8 @@ use std::sync::atomic::AtomicBool;
 /// How much the JIT does.
 #[derive(Clone, Copy, Debug)]
 pub struct Options {
-    /// The `-O` level: 0 interprets op by op, 1 fuses elementwise trees; 2 is 1 for now.
+    /// The `-O` level: 0 compiles scalar loops and runs tensor ops one kernel each, 1 also fuses
+    /// elementwise trees, 2 adds the whole-program passes and the memory plan.
     pub level: u8,
     /// Trees with fewer operations are left to the interpreter's kernels (a lone op gains
     /// nothing from fusion).

@@ -1,308 +1,14 @@
-//! Compiled host code: loops whose every value is a scalar become one native function.
-//!
-//! A `for` or `while` loop qualifies when every value inside it is a scalar (`i32`, `f32`,
-//! `f64`, `bool`) and every operation is one the interpreter runs on scalars without effects:
-//! arithmetic, comparisons, logic, `where`, casts, the elementwise functions, `if`, blocks,
-//! `let`/`var`/assignment, nested loops, and calls of named functions of scalars (inlined,
-//! early `return` included; recursion is left to the interpreter). `analyse` finds the region's
-//! inputs (locals defined before the loop, dims, constants) and the locals it writes;
-//! `compile` types the region from its inputs' run-time element types, following the
-//! interpreter's rules (a wider scalar type wins; `i32` under a float function is computed in
-//! `f64`), and emits Cranelift code with one SSA variable per local.
-//!
-//! The function is `f(inputs: *const u64, outputs: *mut u64, interrupt: *const u8) -> i32`;
-//! each input and output occupies one 8-byte slot holding its value in its own type. It
-//! returns [`OK`], [`DECLINE`] (an integer division by zero: the interpreter reruns the loop and
-//! reports the error with its span) or [`INTERRUPTED`] (the flag was seen at a loop head).
-//! Every operation is the interpreter's own arithmetic (wrapping `i32`, truncating division,
-//! the float lowering shared with fused loops), so results are bit-identical.
+//! Cranelift code for one host region: SSA variables per local (by inline frame), blocks for
+//! `if`, loops and inlined calls, and the interpreter's scalar arithmetic (see `host`).
 
-use crate::codegen::Jit;
+use super::{kind_name, leaves, Analysis, DECLINE, INTERRUPTED, OK};
 use crate::lower::{float_type, Lower, Mode};
 use cranelift_codegen::ir::condcodes::IntCC;
-use cranelift_codegen::ir::{types, AbiParam, Block, BlockArg, InstBuilder, MemFlagsData, Type as ClType, Value};
+use cranelift_codegen::ir::{types, Block, BlockArg, InstBuilder, MemFlagsData, Type as ClType, Value};
 use cranelift_frontend::Variable;
 use kernels::{DType, Tensor};
 use lang::ir::{Expr, ExprKind, Local, Pat, Prim, Program, Stmt};
-use lang::types::{Elem, ElemTy, Type};
-use std::collections::{HashMap, HashSet};
-use std::hash::{DefaultHasher, Hash, Hasher};
-
-/// The compiled region ran to the end.
-pub const OK: i32 = 0;
-/// The region stopped without effect; the interpreter reruns it.
-pub const DECLINE: i32 = 1;
-/// The interrupt flag was raised.
-pub const INTERRUPTED: i32 = 2;
-
-/// A compiled region.
-pub type RegionFn = unsafe extern "C" fn(*const u64, *mut u64, *const u8) -> i32;
-
-/// Calls nested deeper than this are left to the interpreter.
-const MAX_INLINE: usize = 16;
-
-/// What a loop reads and writes, found before any run.
-pub struct Analysis {
-    /// Locals defined before the loop that it reads or assigns (the first inputs).
-    pub locals: Vec<Local>,
-    /// How many dims and constants it reads (the inputs after the locals, in the order of
-    /// [`leaves`]).
-    pub n_leaves: usize,
-    /// Locals defined before the loop that it assigns.
-    pub outputs: Vec<Local>,
-    /// Number of operations, for `--explain`.
-    pub ops: usize,
-    /// Hash of the region and every function it inlines (the compile cache key's base).
-    pub hash: u64,
-}
-
-fn scalar_ty(t: &Type) -> bool {
-    matches!(t, Type::Tensor(e, s) if s.is_empty() && elem_ok(*e))
-}
-
-fn elem_ok(e: Elem) -> bool {
-    match e {
-        Elem::T(t) => matches!(t, ElemTy::F32 | ElemTy::F64 | ElemTy::I32 | ElemTy::Bool),
-        Elem::WeakInt | Elem::WeakFloat => true,
-    }
-}
-
-fn unit_ty(t: &Type) -> bool {
-    matches!(t, Type::Tuple(v) if v.is_empty())
-}
-
-/// Finds whether the loop `e` can be compiled whole, and what it reads and writes.
-pub fn analyse(prog: &Program, e: &Expr) -> Result<Analysis, String> {
-    let mut a = Analyser {
-        prog,
-        bound: HashSet::new(),
-        locals: Vec::new(),
-        writes: Vec::new(),
-        leaves: 0,
-        ops: 0,
-        stack: Vec::new(),
-        hasher: DefaultHasher::new(),
-    };
-    a.bind_all(e);
-    a.expr(e, true)?;
-    format!("{:?}", e.kind).hash(&mut a.hasher);
-    let mut outputs = Vec::new();
-    for l in a.writes {
-        if !outputs.contains(&l) {
-            outputs.push(l);
-        }
-    }
-    Ok(Analysis { locals: a.locals, n_leaves: a.leaves, outputs, ops: a.ops, hash: a.hasher.finish() })
-}
-
-struct Analyser<'e> {
-    prog: &'e Program,
-    /// Locals of the region's own function bound inside the region.
-    bound: HashSet<Local>,
-    /// Locals defined outside the region that it reads or assigns.
-    locals: Vec<Local>,
-    writes: Vec<Local>,
-    leaves: usize,
-    ops: usize,
-    /// Functions being inlined (empty: the region's own function).
-    stack: Vec<lang::types::FuncId>,
-    hasher: DefaultHasher,
-}
-
-impl<'e> Analyser<'e> {
-    /// Records the locals the region binds itself (`let`, loop variables).
-    fn bind_all(&mut self, e: &Expr) {
-        match &e.kind {
-            ExprKind::Block { stmts, result } => {
-                for s in stmts {
-                    match s {
-                        Stmt::Let { pat, value } => {
-                            bind_pat(pat, &mut self.bound);
-                            self.bind_all(value);
-                        }
-                        Stmt::Assign { value, .. } | Stmt::Expr(value) => self.bind_all(value),
-                        Stmt::BindDims { .. } => {}
-                    }
-                }
-                self.bind_all(result);
-            }
-            ExprKind::ForRange { var, start, end, body } => {
-                self.bound.insert(*var);
-                self.bind_all(start);
-                self.bind_all(end);
-                self.bind_all(body);
-            }
-            ExprKind::While { cond, body } => {
-                self.bind_all(cond);
-                self.bind_all(body);
-            }
-            ExprKind::If { cond, then, els } => {
-                self.bind_all(cond);
-                self.bind_all(then);
-                self.bind_all(els);
-            }
-            ExprKind::Prim { args, .. } | ExprKind::Call { args, .. } => args.iter().for_each(|a| self.bind_all(a)),
-            _ => {}
-        }
-    }
-
-    fn expr(&mut self, e: &Expr, top: bool) -> Result<(), String> {
-        let inlined = !self.stack.is_empty();
-        // (`return` has the error type, which matches everything: it never produces a value.)
-        if !(scalar_ty(&e.ty) || unit_ty(&e.ty) || e.ty.is_error()) {
-            return Err(format!("it holds a value of type {}", lang::types::type_str(&e.ty, self.prog)));
-        }
-        match &e.kind {
-            ExprKind::Lit(lang::ir::Lit::Str(_)) => Err("it uses a string".into()),
-            ExprKind::Lit(_) => Ok(()),
-            ExprKind::Local(l) => {
-                if !inlined && !self.bound.contains(l) && !self.locals.contains(l) {
-                    self.locals.push(*l);
-                }
-                Ok(())
-            }
-            ExprKind::DimValue(_) | ExprKind::Const(_) if !inlined => {
-                self.leaves += 1;
-                Ok(())
-            }
-            ExprKind::DimValue(_) | ExprKind::Const(_) => Err("a called function uses a dim or constant".into()),
-            ExprKind::Prim { prim, args, .. } => {
-                if !scalar_prim(*prim) {
-                    return Err(format!("it calls `{}`", prim.name()));
-                }
-                self.ops += 1;
-                args.iter().try_for_each(|a| self.expr(a, false))
-            }
-            ExprKind::Call { func, dims, rests, args } => {
-                let f = self.prog.func(*func);
-                let name = self.prog.names.get(f.name);
-                if !dims.is_empty() || !rests.is_empty() || !f.models.is_empty() || f.n_captures > 0 {
-                    return Err(format!("it calls the generic function `{name}`"));
-                }
-                if self.stack.contains(func) || self.stack.len() >= MAX_INLINE {
-                    return Err(format!("it calls `{name}` recursively"));
-                }
-                if !f.params.iter().all(|p| scalar_ty(&f.locals[p.0 as usize].ty)) {
-                    return Err(format!("`{name}` takes non-scalar values"));
-                }
-                args.iter().try_for_each(|a| self.expr(a, false))?;
-                self.ops += 1;
-                format!("{:?}", f.body.kind).hash(&mut self.hasher);
-                self.stack.push(*func);
-                let r = self.expr(&f.body, false);
-                self.stack.pop();
-                r
-            }
-            ExprKind::Tuple(items) if items.is_empty() => Ok(()),
-            ExprKind::Block { stmts, result } => {
-                for s in stmts {
-                    match s {
-                        Stmt::Let { pat, value } => {
-                            simple_pat(pat)?;
-                            self.expr(value, false)?;
-                        }
-                        Stmt::Assign { pat, value } => {
-                            simple_pat(pat)?;
-                            if let (Pat::Local(l), false) = (pat, inlined) {
-                                if !self.bound.contains(l) {
-                                    self.writes.push(*l);
-                                    if !self.locals.contains(l) {
-                                        self.locals.push(*l);
-                                    }
-                                }
-                            }
-                            self.expr(value, false)?;
-                        }
-                        Stmt::Expr(x) => self.expr(x, false)?,
-                        Stmt::BindDims { .. } => return Err("it binds dims at run time".into()),
-                    }
-                }
-                self.expr(result, false)
-            }
-            ExprKind::If { cond, then, els } => {
-                self.expr(cond, false)?;
-                self.expr(then, false)?;
-                self.expr(els, false)
-            }
-            ExprKind::ForRange { start, end, body, .. } => {
-                self.expr(start, false)?;
-                self.expr(end, false)?;
-                self.expr(body, false)
-            }
-            ExprKind::While { cond, body } => {
-                self.expr(cond, false)?;
-                self.expr(body, false)
-            }
-            ExprKind::Return(v) if inlined => self.expr(v, false),
-            ExprKind::Return(_) => Err("it returns from its function".into()),
-            _ if top => Err("it is not a loop".into()),
-            _ => Err(format!("it uses {}", kind_name(&e.kind))),
-        }
-    }
-}
-
-/// The dims and constants the loop `e` reads, in the order `analyse` counted them (the
-/// bodies of called functions have none).
-pub fn leaves<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
-    match &e.kind {
-        ExprKind::DimValue(_) | ExprKind::Const(_) => out.push(e),
-        ExprKind::Prim { args, .. } | ExprKind::Call { args, .. } => args.iter().for_each(|a| leaves(a, out)),
-        ExprKind::Block { stmts, result } => {
-            for s in stmts {
-                match s {
-                    Stmt::Let { value, .. } | Stmt::Assign { value, .. } | Stmt::Expr(value) => leaves(value, out),
-                    Stmt::BindDims { .. } => {}
-                }
-            }
-            leaves(result, out);
-        }
-        ExprKind::If { cond, then, els } => {
-            leaves(cond, out);
-            leaves(then, out);
-            leaves(els, out);
-        }
-        ExprKind::ForRange { start, end, body, .. } => {
-            leaves(start, out);
-            leaves(end, out);
-            leaves(body, out);
-        }
-        ExprKind::While { cond, body } => {
-            leaves(cond, out);
-            leaves(body, out);
-        }
-        ExprKind::Return(v) => leaves(v, out),
-        _ => {}
-    }
-}
-
-fn bind_pat(p: &Pat, out: &mut HashSet<Local>) {
-    match p {
-        Pat::Local(l) => {
-            out.insert(*l);
-        }
-        Pat::Ignore => {}
-        Pat::Tuple(ps) => ps.iter().for_each(|p| bind_pat(p, out)),
-    }
-}
-
-fn simple_pat(p: &Pat) -> Result<(), String> {
-    match p {
-        Pat::Local(_) | Pat::Ignore => Ok(()),
-        Pat::Tuple(_) => Err("it destructures a tuple".into()),
-    }
-}
-
-fn kind_name(k: &ExprKind) -> &'static str {
-    match k {
-        ExprKind::CallValue { .. } => "a function value",
-        ExprKind::Closure { .. } | ExprKind::FuncRef(_) => "a function value",
-        ExprKind::Transform { .. } | ExprKind::Jvp { .. } | ExprKind::Vjp { .. } => "a transform",
-        ExprKind::Tuple(_) | ExprKind::TupleGet(..) => "tuples",
-        ExprKind::Field(..) | ExprKind::ModelInit { .. } | ExprKind::ModelBuild { .. } => "models",
-        ExprKind::ForBatches { .. } => "`batches`",
-        _ => "an expression the JIT does not compile",
-    }
-}
+use std::collections::HashMap;
 
 /// Whether `e` always leaves its function through a `return`.
 fn diverges(e: &Expr) -> bool {
@@ -317,11 +23,6 @@ fn diverges(e: &Expr) -> bool {
         ExprKind::If { cond, then, els } => diverges(cond) || (diverges(then) && diverges(els)),
         _ => false,
     }
-}
-
-/// The primitives host code runs on scalars.
-fn scalar_prim(p: Prim) -> bool {
-    crate::fuse::is_elementwise(p)
 }
 
 /// Whether the interpreter's `where`/binary rules give `a` or `b` for two rank-0 operands.
@@ -347,51 +48,9 @@ fn cl_type(d: DType) -> ClType {
     }
 }
 
-/// A compiled region and the element types of its outputs.
-#[derive(Clone, Debug)]
-pub struct CompiledRegion {
-    pub f: RegionFn,
-    pub outputs: Vec<DType>,
-    pub micros: f64,
-}
-
-/// The cache key of a region compiled for inputs of these element types.
-pub fn key(a: &Analysis, ins: &[DType]) -> String {
-    let ts: Vec<&str> = ins.iter().map(|d| d.name()).collect();
-    format!("host:{:016x}:{}", a.hash, ts.join(","))
-}
-
-impl Jit {
-    /// Compiles the loop `e` for inputs of these element types (or finds it in the cache).
-    pub fn get_or_compile_region(
-        &mut self,
-        prog: &Program,
-        e: &Expr,
-        a: &Analysis,
-        ins: &[DType],
-    ) -> Result<(CompiledRegion, bool), String> {
-        let k = key(a, ins);
-        if let Some(c) = self.regions.get(&k) {
-            return Ok((c.clone(), false));
-        }
-        let t = std::time::Instant::now();
-        let ptr = AbiParam::new(types::I64);
-        let (id, outputs) = self.build("msl_host", &[ptr, ptr, ptr], &[AbiParam::new(types::I32)], |l| {
-            HostGen::new(l, prog, a, ins, e).run(e)
-        })?;
-        let code = self.finalize(id)?;
-        // SAFETY: `build` defined a function with exactly this signature (three pointer-sized
-        // parameters, an i32 result) for the host's calling convention.
-        let f = unsafe { std::mem::transmute::<*const u8, RegionFn>(code) };
-        let c = CompiledRegion { f, outputs, micros: t.elapsed().as_secs_f64() * 1e6 };
-        self.regions.insert(k, c.clone());
-        Ok((c, true))
-    }
-}
-
 type Val = Option<(Value, DType)>;
 
-struct HostGen<'a, 'f, 'p> {
+pub(super) struct HostGen<'a, 'f, 'p> {
     l: Lower<'a, 'f>,
     prog: &'p Program,
     an: &'p Analysis,
@@ -416,7 +75,7 @@ fn bad<T>(why: impl Into<String>) -> Result<T, String> {
 }
 
 impl<'a, 'f, 'p> HostGen<'a, 'f, 'p> {
-    fn new(l: Lower<'a, 'f>, prog: &'p Program, an: &'p Analysis, ins: &'p [DType], e: &'p Expr) -> Self {
+    pub(super) fn new(l: Lower<'a, 'f>, prog: &'p Program, an: &'p Analysis, ins: &'p [DType], e: &'p Expr) -> Self {
         let mut leaf_exprs = Vec::new();
         leaves(e, &mut leaf_exprs);
         HostGen {
@@ -436,7 +95,7 @@ impl<'a, 'f, 'p> HostGen<'a, 'f, 'p> {
         }
     }
 
-    fn run(mut self, e: &Expr) -> Result<Vec<DType>, String> {
+    pub(super) fn run(mut self, e: &Expr) -> Result<Vec<DType>, String> {
         let entry = self.l.b.create_block();
         self.l.b.append_block_params_for_function_params(entry);
         self.l.b.switch_to_block(entry);
@@ -891,25 +550,5 @@ impl<'a, 'f, 'p> HostGen<'a, 'f, 'p> {
             Pow => self.int_pow(x, y),
             _ => return bad(format!("`{}` of i32 values", p.name())),
         })
-    }
-}
-
-/// The 8-byte slot of one scalar input, its value in its own type.
-pub fn slot(t: &Tensor) -> u64 {
-    match t.dtype() {
-        DType::F32 => u64::from(t.as_f32().map_or(0.0, |v| v[0]).to_bits()),
-        DType::F64 => t.as_f64().map_or(0.0, |v| v[0]).to_bits(),
-        DType::I32 => u64::from(t.as_i32().map_or(0, |v| v[0]) as u32),
-        DType::Bool => u64::from(t.as_bool().is_some_and(|v| v[0])),
-    }
-}
-
-/// The scalar an output slot holds.
-pub fn from_slot(s: u64, d: DType) -> Tensor {
-    match d {
-        DType::F32 => Tensor::scalar_f32(f32::from_bits(s as u32)),
-        DType::F64 => Tensor::scalar_f64(f64::from_bits(s)),
-        DType::I32 => Tensor::scalar_i32(s as u32 as i32),
-        DType::Bool => Tensor::scalar_bool(s as u8 != 0),
     }
 }

@@ -1,0 +1,57 @@
+//! The compile cache: a second run of the same program in the same process (a REPL, a test
+//! runner) compiles nothing; its fused loops and host regions come from the cache, which is
+//! keyed by the IR (structure, element types, a hash of the region) and never by sizes.
+
+use lang::spec::run_block_prepared;
+use std::path::Path;
+
+const SRC: &str = r#"
+fn steps(n: i32) -> i32 {
+    var k = n
+    var s = 0
+    while k > 1 {
+        if k % 2 == 0 { k = k / 2 } else { k = 3 * k + 1 }
+        s = s + 1
+    }
+    s
+}
+
+fn main() {
+    var total = 0
+    for i in 1..500 { total = total + steps(i) }
+    let x = normal(1000, seed: 1)
+    let y = normal(1000, seed: 2)
+    print(total, sum(gelu(x * y + 1.0)), sum(exp(x) - y * 2.0))
+}
+"#;
+
+/// Runs SRC at -O2 and returns (output, compiles of fused trees, compiles of loops).
+fn run() -> (String, usize, usize) {
+    let opts = jit::Options::level(2);
+    let mut rep = None;
+    let out = run_block_prepared(
+        SRC,
+        Path::new("."),
+        &mut |p| {
+            jit::prepare(p, opts);
+        },
+        &mut |it| rep = Some(jit::install(it, opts)),
+    );
+    let r = rep.expect("installed");
+    let r = r.borrow();
+    let trees: usize = r.sites.iter().map(|s| s.compiles.len()).sum();
+    let loops: usize = r.loops.iter().map(|l| l.compiles.len()).sum();
+    assert!(r.sites.iter().all(|s| s.calls > 0) && r.loops.iter().all(|l| l.calls > 0), "{r:?}");
+    (out.text().to_string(), trees, loops)
+}
+
+#[test]
+fn a_second_run_in_the_process_reuses_every_compiled_function() {
+    let (first, trees, loops) = run();
+    assert!(trees >= 2 && loops >= 1, "first run compiled {trees} trees and {loops} loops");
+    let cached = jit::cached_loops();
+    let (second, trees2, loops2) = run();
+    assert_eq!(first, second);
+    assert_eq!((trees2, loops2), (0, 0), "the second run compiled again");
+    assert_eq!(jit::cached_loops(), cached, "the cache grew on the second run");
+}
