@@ -99,8 +99,12 @@ impl Gen {
                 }
                 3 => {
                     let op = self.r.pick(&["/", "%"]);
-                    // Mostly a divisor that cannot be zero; sometimes one that may be.
-                    if self.r.chance(90) {
+                    // Mostly a divisor that cannot be zero, or a literal one (compiled as a
+                    // multiplication); sometimes one that may be zero.
+                    if self.r.chance(30) {
+                        let k = [2, 3, 7, 10, 13, 64, 1000, 65537, 2147483647][self.r.below(9) as usize];
+                        format!("({} {op} {k})", self.expr(t, d))
+                    } else if self.r.chance(90) {
                         format!("({} {op} (abs({}) + 1))", self.expr(t, d), self.expr(t, d))
                     } else {
                         format!("({} {op} {})", self.expr(t, d), self.expr(t, d))

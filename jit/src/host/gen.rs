@@ -4,7 +4,9 @@
 use super::{kind_name, leaves, Analysis, DECLINE, INTERRUPTED, OK};
 use crate::lower::{float_type, Lower, Mode};
 use cranelift_codegen::ir::condcodes::IntCC;
-use cranelift_codegen::ir::{types, Block, BlockArg, InstBuilder, MemFlagsData, Type as ClType, Value};
+use cranelift_codegen::ir::{
+    types, Block, BlockArg, InstBuilder, InstructionData, MemFlagsData, Opcode, Type as ClType, Value,
+};
 use cranelift_frontend::Variable;
 use kernels::{DType, Tensor};
 use lang::ir::{Expr, ExprKind, Local, Pat, Prim, Program, Stmt};
@@ -481,6 +483,16 @@ impl<'a, 'f, 'p> HostGen<'a, 'f, 'p> {
         }
     }
 
+    /// The value of `v` when an `iconst` instruction defines it.
+    fn constant(&self, v: Value) -> Option<i64> {
+        let dfg = &self.l.b.func.dfg;
+        let inst = dfg.value_def(v).inst()?;
+        match dfg.insts[inst] {
+            InstructionData::UnaryImm { opcode: Opcode::Iconst, imm } => Some(imm.bits()),
+            _ => None,
+        }
+    }
+
     /// `i32::wrapping_pow` by squaring (any order of wrapping products gives the same bits); a
     /// negative exponent is the interpreter's error to report.
     fn int_pow(&mut self, x: Value, y: Value) -> Value {
@@ -531,6 +543,27 @@ impl<'a, 'f, 'p> HostGen<'a, 'f, 'p> {
             Mul => self.l.b.ins().imul(x, y),
             Maximum => self.l.b.ins().smax(x, y),
             Minimum => self.l.b.ins().smin(x, y),
+            Div | Rem if self.constant(y).is_some_and(|c| (2..=i64::from(i32::MAX)).contains(&c)) => {
+                // A literal divisor d ≥ 2: no checks, and the quotient by a multiplication
+                // (`magic_s32`), which is exact for every x.
+                let d = self.constant(y).unwrap_or(2) as i32;
+                let (m, shift) = magic_s32(d);
+                let b = &mut self.l.b;
+                let mc = b.ins().iconst(types::I32, i64::from(m));
+                let mut q = b.ins().smulhi(x, mc);
+                if m < 0 {
+                    q = b.ins().iadd(q, x);
+                }
+                let q = b.ins().sshr_imm_u(q, i64::from(shift));
+                let sign = b.ins().ushr_imm_u(x, 31);
+                let q = b.ins().iadd(q, sign);
+                if p == Div {
+                    q
+                } else {
+                    let qd = b.ins().imul(q, y);
+                    b.ins().isub(x, qd)
+                }
+            }
             Div | Rem => {
                 let zero = self.l.b.ins().icmp_imm_s(IntCC::Equal, y, 0);
                 self.exit_if(zero, DECLINE);
@@ -550,5 +583,71 @@ impl<'a, 'f, 'p> HostGen<'a, 'f, 'p> {
             Pow => self.int_pow(x, y),
             _ => return bad(format!("`{}` of i32 values", p.name())),
         })
+    }
+}
+
+/// The multiplier and shift of signed 32-bit division by `d ≥ 2` (Hacker's Delight, 10–1):
+/// `x / d == ((mulhs(x, m) [+ x if m < 0]) >> shift) + (x < 0)` for every `x`.
+pub(crate) fn magic_s32(d: i32) -> (i32, u32) {
+    let two31: u32 = 0x8000_0000;
+    let ad = d.unsigned_abs();
+    let t = two31 + ((d as u32) >> 31);
+    let anc = t - 1 - t % ad;
+    let mut p = 31u32;
+    let (mut q1, mut r1) = (two31 / anc, two31 - (two31 / anc) * anc);
+    let (mut q2, mut r2) = (two31 / ad, two31 - (two31 / ad) * ad);
+    loop {
+        p += 1;
+        q1 = q1.wrapping_mul(2);
+        r1 = r1.wrapping_mul(2);
+        if r1 >= anc {
+            q1 = q1.wrapping_add(1);
+            r1 = r1.wrapping_sub(anc);
+        }
+        q2 = q2.wrapping_mul(2);
+        r2 = r2.wrapping_mul(2);
+        if r2 >= ad {
+            q2 = q2.wrapping_add(1);
+            r2 = r2.wrapping_sub(ad);
+        }
+        let delta = ad - r2;
+        if !(q1 < delta || (q1 == delta && r1 == 0)) {
+            break;
+        }
+    }
+    (q2.wrapping_add(1) as i32, p - 32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::magic_s32;
+
+    /// The instruction sequence `int_binary` emits, in Rust.
+    fn div(x: i32, d: i32) -> i32 {
+        let (m, s) = magic_s32(d);
+        let mut q = ((i64::from(x) * i64::from(m)) >> 32) as i32;
+        if m < 0 {
+            q = q.wrapping_add(x);
+        }
+        (q >> s) + ((x as u32) >> 31) as i32
+    }
+
+    #[test]
+    fn magic_division_matches_truncating_division() {
+        let mut xs: Vec<i32> = vec![0, 1, -1, 2, -2, 6, 7, -7, 8, i32::MAX, i32::MIN, i32::MAX - 1, i32::MIN + 1];
+        let mut r = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..20_000 {
+            r ^= r << 13;
+            r ^= r >> 7;
+            r ^= r << 17;
+            xs.push(r as i32);
+        }
+        let mut ds: Vec<i32> = (2..=300).collect();
+        ds.extend([641, 1000, 65_535, 65_536, 1 << 20, 1_000_000_007, i32::MAX - 1, i32::MAX]);
+        for &d in &ds {
+            for &x in &xs {
+                assert_eq!(div(x, d), x.wrapping_div(d), "{x} / {d}");
+            }
+        }
     }
 }
