@@ -1,7 +1,8 @@
 //! Rust functions the generated loops call for transcendental operations.
 //!
-//! The CPU kernels compute `exp`, `ln`, `sin`, `cos`, `powf`, `%` and f64 `tanh` with Rust's
-//! `f32` and `f64` methods, which call the C library (f32 `tanh` is msl's own, generated inline); calling the very same methods from the fused
+//! The CPU kernels compute `ln`, `sin`, `cos`, `powf`, `%` and f64 `exp` and `tanh` with Rust's
+//! `f32` and `f64` methods, which call the C library (f32 `exp` and `tanh` are msl's own,
+//! generated inline); calling the very same methods from the fused
 //! loop keeps the JIT bit-identical to the interpreter. The vector forms take a pointer to one
 //! vector's lanes in memory (a stack slot of the generated function) and work in place, so a
 //! vector loop pays one call per vector rather than one per lane.
@@ -66,7 +67,6 @@ use kernels::Element as Elem;
 type Helper = (&'static str, kernels::DType, &'static str, usize, &'static str, usize);
 
 unary_helpers! {
-    msl_exp_f32, msl_exp_f32x4, f32, 4, "exp", f32::exp;
     msl_log_f32, msl_log_f32x4, f32, 4, "log", f32::ln;
     msl_sin_f32, msl_sin_f32x4, f32, 4, "sin", f32::sin;
     msl_cos_f32, msl_cos_f32x4, f32, 4, "cos", f32::cos;

@@ -220,6 +220,70 @@ impl<'a, 'f> Lower<'a, 'f> {
         }
     }
 
+    /// `exp`: in f32 msl's own `kernels::math::exp_f32`, inline and vectorised, operation for
+    /// operation; in f64 the library's, through a helper.
+    fn exp(&mut self, mode: Mode, d: DType, x: Value) -> Value {
+        use kernels::math::{EXP_MAX, EXP_MIN, EXP_P, LN2_HI, LN2_LO, LOG2E, ROUNDER};
+        if d != DType::F32 {
+            return self.call(mode, "exp", d, &[x]);
+        }
+        let f = |s: &mut Self, v: f32| s.fconst(mode, d, f64::from(v));
+        let little = MemFlagsData::new().with_endianness(Endianness::Little);
+        let ity = if mode == Mode::Scalar { types::I32 } else { types::I32X4 };
+        let int = |s: &mut Self, v: i64| {
+            let c = s.b.ins().iconst(types::I32, v);
+            if mode == Mode::Scalar {
+                c
+            } else {
+                s.b.ins().splat(ity, c)
+            }
+        };
+        let log2e = f(self, LOG2E);
+        let rounder = f(self, ROUNDER);
+        let t = self.b.ins().fmul(x, log2e);
+        let t = self.b.ins().fadd(t, rounder);
+        let n = self.b.ins().fsub(t, rounder);
+        let hi = f(self, LN2_HI);
+        let lo = f(self, LN2_LO);
+        let m = self.b.ins().fmul(n, hi);
+        let r = self.b.ins().fsub(x, m);
+        let m = self.b.ins().fmul(n, lo);
+        let r = self.b.ins().fsub(r, m);
+        let z = self.b.ins().fmul(r, r);
+        let mut p = f(self, EXP_P[0]);
+        for c in &EXP_P[1..] {
+            let c = f(self, *c);
+            let m = self.b.ins().fmul(p, r);
+            p = self.b.ins().fadd(m, c);
+        }
+        let y = self.b.ins().fmul(p, z);
+        let y = self.b.ins().fadd(y, r);
+        let one = f(self, 1.0);
+        let y = self.b.ins().fadd(y, one);
+        // n from t's bits, then 2^n as two factors built from their exponent bits.
+        let tb = self.b.ins().bitcast(ity, little, t);
+        let rb = int(self, i64::from(ROUNDER.to_bits() as i32));
+        let ni = self.b.ins().isub(tb, rb);
+        let n1 = self.b.ins().sshr_imm_u(ni, 1);
+        let n2 = self.b.ins().isub(ni, n1);
+        let bias = int(self, 127);
+        let mut scaled = y;
+        for k in [n1, n2] {
+            let e = self.b.ins().iadd(k, bias);
+            let e = self.b.ins().ishl_imm_u(e, 23);
+            let s = self.b.ins().bitcast(mode.ty(d), little, e);
+            scaled = self.b.ins().fmul(scaled, s);
+        }
+        let big = f(self, EXP_MAX);
+        let small = f(self, EXP_MIN);
+        let inf = f(self, f32::INFINITY);
+        let zero = f(self, 0.0);
+        let over = self.b.ins().fcmp(FloatCC::GreaterThan, x, big);
+        let under = self.b.ins().fcmp(FloatCC::LessThan, x, small);
+        let v = self.select(mode, under, zero, scaled);
+        self.select(mode, over, inf, v)
+    }
+
     /// `tanh`: in f32 msl's own `kernels::math::tanh_f32`, inline and vectorised, operation for
     /// operation; in f64 the library's, through a helper.
     fn tanh(&mut self, mode: Mode, d: DType, a: Value) -> Value {
@@ -269,7 +333,7 @@ impl<'a, 'f> Lower<'a, 'f> {
                 let s = self.b.ins().sqrt(a);
                 self.b.ins().fdiv(one, s)
             }
-            Prim::Exp => self.call(mode, "exp", d, &[a]),
+            Prim::Exp => self.exp(mode, d, a),
             Prim::Log => self.call(mode, "log", d, &[a]),
             Prim::Tanh => self.tanh(mode, d, a),
             Prim::Sin => self.call(mode, "sin", d, &[a]),
@@ -279,7 +343,7 @@ impl<'a, 'f> Lower<'a, 'f> {
                 let ge = self.b.ins().fcmp(FloatCC::GreaterThanOrEqual, a, zero);
                 let neg = self.b.ins().fneg(a);
                 let arg = self.select(mode, ge, neg, a);
-                let e = self.call(mode, "exp", d, &[arg]);
+                let e = self.exp(mode, d, arg);
                 let den = self.b.ins().fadd(one, e);
                 let pos = self.b.ins().fdiv(one, den);
                 let negv = self.b.ins().fdiv(e, den);
@@ -307,7 +371,7 @@ impl<'a, 'f> Lower<'a, 'f> {
                 let u = self.b.ins().fmul(c, t);
                 let u2 = self.b.ins().fadd(u, u);
                 let n = self.b.ins().fneg(u2);
-                let e = self.call(mode, "exp", d, &[n]);
+                let e = self.exp(mode, d, n);
                 let den = self.b.ins().fadd(one, e);
                 self.b.ins().fdiv(a, den)
             }

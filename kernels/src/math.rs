@@ -2,6 +2,12 @@
 //! multiply-add, no library call), so the interpreter's kernels and the JIT's generated vector
 //! code compute them with the same instructions and get the same bits.
 //!
+//! `exp_f32` is Cephes' `expf` with round-to-nearest: `n = round(x·log₂e)`, `r = x − n·ln2` in two parts
+//! (Cody–Waite), a degree-7 polynomial for `e^r`, and the scaling by `2ⁿ` as two exact
+//! multiplications by powers of two built from their bits (so that subnormal results round
+//! once); `+∞` above 88.72 and `0` below −103.97. It is within 2 ulp of the correctly rounded
+//! `exp` for normal results (`kernels/tests/math.rs`).
+//!
 //! `tanh_f32` is a rational minimax approximation `x·P(x²)/Q(x²)` on `[-c, c]` (the form and
 //! coefficients of Eigen's `ptanh_float`), with `c` the point beyond which `tanh` rounds to ±1
 //! in `f32`, and `x` itself below 4·10⁻⁴. Its error against the correctly rounded `tanh` is at
@@ -38,5 +44,51 @@ pub fn tanh_f32(a: f32) -> f32 {
         a
     } else {
         r
+    }
+}
+
+/// Above this `exp` overflows to `+∞` in `f32`.
+pub const EXP_MAX: f32 = 88.722_84;
+/// Below this `exp` underflows to `0` in `f32`.
+pub const EXP_MIN: f32 = -103.972_08;
+pub const LOG2E: f32 = std::f32::consts::LOG2_E;
+/// 1.5 · 2²³: adding it rounds an `f32` below 2²² in magnitude to an integer, kept in the low
+/// bits of the sum's mantissa.
+pub const ROUNDER: f32 = 12_582_912.0;
+/// ln 2 in two parts: `LN2_HI` has few enough bits that `n · LN2_HI` is exact.
+pub const LN2_HI: f32 = 0.693_359_4;
+pub const LN2_LO: f32 = -2.121_944_4e-4;
+/// The polynomial of `(e^r − 1 − r) / r²`, highest power first.
+pub const EXP_P: [f32; 6] = [1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 0.5];
+
+/// `exp` in `f32`, the same bits in the kernels and in JIT-compiled code.
+#[inline(always)]
+pub fn exp_f32(x: f32) -> f32 {
+    // n = x·log₂e rounded to nearest by the 1.5·2²³ trick: t's low mantissa bits hold n, so
+    // neither a floor nor a float-to-int conversion is needed (both are slow or library calls
+    // without SSE4.1, and would stop vectorisation). Out of range, the result is replaced below.
+    let t = x * LOG2E + ROUNDER;
+    let n = t - ROUNDER;
+    let r = x - n * LN2_HI;
+    let r = r - n * LN2_LO;
+    let z = r * r;
+    let mut p = EXP_P[0];
+    for c in &EXP_P[1..] {
+        p = p * r + c;
+    }
+    let y = p * z + r + 1.0;
+    // 2^n as 2^(n/2) · 2^(n - n/2): both factors are normal for every n that matters here.
+    let ni = (t.to_bits() as i32).wrapping_sub(ROUNDER.to_bits() as i32);
+    let n1 = ni >> 1;
+    let n2 = ni.wrapping_sub(n1);
+    let s1 = f32::from_bits((n1.wrapping_add(127) as u32) << 23);
+    let s2 = f32::from_bits((n2.wrapping_add(127) as u32) << 23);
+    let v = y * s1 * s2;
+    if x > EXP_MAX {
+        f32::INFINITY
+    } else if x < EXP_MIN {
+        0.0
+    } else {
+        v
     }
 }

@@ -29,11 +29,18 @@ pub(crate) const MAX_OPERANDS: usize = 4;
 pub(crate) fn map_slice<T, U, F>(x: &[T], f: F) -> Vec<U>
 where
     T: Copy + Sync,
-    U: Send,
+    U: Copy + Default + Send + Sync,
     F: Fn(T) -> U + Sync + Send,
 {
     if x.len() >= PAR_MIN {
-        x.par_iter().map(|&v| f(v)).collect()
+        // Whole chunks per task, so that each task's loop is a plain (vectorisable) loop.
+        let mut out = vec![U::default(); x.len()];
+        out.par_chunks_mut(PAR_MIN / 4).zip(x.par_chunks(PAR_MIN / 4)).for_each(|(o, i)| {
+            for (o, &v) in o.iter_mut().zip(i) {
+                *o = f(v);
+            }
+        });
+        out
     } else {
         x.iter().map(|&v| f(v)).collect()
     }

@@ -127,12 +127,12 @@ pub(crate) trait Float: Num + std::ops::Div<Output = Self> + std::ops::Neg<Outpu
 }
 
 macro_rules! impl_float {
-    ($t:ty, $tanh:path) => {
+    ($t:ty, $exp:path, $tanh:path) => {
         impl Float for $t {
             const NEG_INFINITY: Self = <$t>::NEG_INFINITY;
             #[inline(always)]
             fn exp(self) -> Self {
-                <$t>::exp(self)
+                $exp(self)
             }
             #[inline(always)]
             fn ln(self) -> Self {
@@ -177,8 +177,8 @@ macro_rules! impl_float {
         }
     };
 }
-impl_float!(f32, crate::math::tanh_f32);
-impl_float!(f64, f64::tanh);
+impl_float!(f32, crate::math::exp_f32, crate::math::tanh_f32);
+impl_float!(f64, f64::exp, f64::tanh);
 
 /// Sum of a contiguous slice with eight accumulators in blocks and pairwise combination of
 /// blocks (the scheme NumPy uses), so that long f32 sums keep their accuracy.
