@@ -22,6 +22,7 @@ pub mod fuse;
 mod helpers;
 pub mod host;
 mod lower;
+pub mod proggen;
 
 use codegen::{Jit, Spec};
 use kernels::{KernelError, Tensor};
