@@ -1,4 +1,6 @@
-//! Smoke tests of the examples: each checks, and the MLP trains to its accuracy target.
+//! Smoke tests of the examples: each checks, the MLP trains to its accuracy target, the PINN and
+//! MD examples reach theirs, and each of them prints exactly the same under `--mode jit -O2`
+//! as in the interpreter. (The transformer, about 45 s in a release build, is run by hand.)
 
 use std::process::Command;
 
@@ -30,6 +32,8 @@ fn mlp_example_reaches_96_percent() {
     let out = msl().arg("run").arg(&file).current_dir(&dir).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let jit = msl().args(["run", "--mode", "jit", "-O2"]).arg(&file).current_dir(&dir).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&jit.stdout), stdout, "{}", String::from_utf8_lossy(&jit.stderr));
     let last = stdout.lines().rev().find(|l| l.contains("test_acc")).expect("an epoch line");
     let acc: f64 = last.rsplit("test_acc").next().unwrap().split_whitespace().next().unwrap().parse().unwrap();
     assert!(acc >= 0.96, "test accuracy {acc} < 0.96:\n{stdout}");
@@ -37,12 +41,18 @@ fn mlp_example_reaches_96_percent() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// What the example prints, after checking that `--mode jit -O2` prints exactly the same.
 fn run_example(rel: &str) -> String {
     let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(rel);
-    let out = msl().arg("run").arg(&file).output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "{rel}: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    stdout
+    let run = |args: &[&str]| {
+        let out = msl().args(args).arg(&file).output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "{rel} {args:?}: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+        stdout
+    };
+    let eager = run(&["run"]);
+    assert_eq!(run(&["run", "--mode", "jit", "-O2"]), eager, "{rel}: the JIT prints something else");
+    eager
 }
 
 /// The number after `key` on the last line that has it.
