@@ -238,6 +238,9 @@ impl<'p> Interp<'p> {
                     }
                     return self.map(vals, self.span(e));
                 }
+                if *prim == ir::Prim::MatMul {
+                    return self.matmul(args, e, frame);
+                }
                 for a in args {
                     vals.push(self.eval(a, frame)?);
                 }

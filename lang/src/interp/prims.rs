@@ -154,6 +154,33 @@ fn t(v: &Value, span: Span) -> R<&Tensor> {
 }
 
 impl Interp<'_> {
+    /// `a @ b`; an operand written as a swap of its last two axes (`transpose(a) @ b`, and the
+    /// derivatives of `@`) is read through strides by the GEMM instead of being copied.
+    pub(crate) fn matmul(&mut self, args: &[Expr], e: &Expr, frame: &mut Frame) -> R<Value> {
+        let span = self.span(e);
+        let mut ts = Vec::with_capacity(2);
+        let mut flags = [false; 2];
+        for (i, a) in args.iter().enumerate() {
+            let inner = crate::ir::opt::swapped_last(a);
+            flags[i] = inner.is_some();
+            let v = self.eval(inner.unwrap_or(a), frame)?;
+            ts.push(t(&v, span)?.clone());
+        }
+        let (Some(b), Some(a)) = (ts.pop(), ts.pop()) else {
+            return Err(rt(Code::E0605, "`@` takes two operands", span));
+        };
+        let (a, b) = unify_dtypes(a, b);
+        let r = if flags == [false; 2] || a.rank() < 2 || b.rank() < 2 {
+            // Copies only where needed (a rank-1 operand is reshaped by `matmul`).
+            let undo = |x: Tensor, f: bool| if f { swap_last_copy(&x) } else { Ok(x) };
+            let (a, b) = (undo(a, flags[0]).map_err(|k| kerr(k, span))?, undo(b, flags[1]).map_err(|k| kerr(k, span))?);
+            ops::matmul(&a, &b)
+        } else {
+            ops::matmul_t(&a, &b, flags[0], flags[1])
+        };
+        r.map(Value::Tensor).map_err(|k| kerr(k, span))
+    }
+
     pub(crate) fn prim(&mut self, p: Prim, args: Vec<Value>, attrs: &Attrs, e: &Expr, frame: &mut Frame) -> R<Value> {
         let span = self.span(e);
         let normalised;
@@ -432,3 +459,11 @@ fn shape_dims(s: &[crate::types::ShapeItem]) -> Vec<crate::types::Dim> {
 }
 
 use std::io::Write as _;
+
+/// `x` with its last two axes swapped, as a new contiguous tensor.
+fn swap_last_copy(x: &Tensor) -> Result<Tensor, kernels::KernelError> {
+    let n = x.rank();
+    let mut perm: Vec<usize> = (0..n).collect();
+    perm.swap(n - 2, n - 1);
+    ops::permute(x, &perm)
+}

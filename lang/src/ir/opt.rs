@@ -106,6 +106,28 @@ fn same_bits(a: &Tensor, b: &Tensor) -> bool {
     }
 }
 
+/// The operand of a permutation that swaps exactly the last two axes of a tensor of rank ≥ 2
+/// (the interpreter's `@` reads such an operand through strides instead of copying it).
+pub(crate) fn swapped_last(e: &Expr) -> Option<&Expr> {
+    let ExprKind::Prim { prim: Prim::Permute | Prim::Transpose, args, attrs } = &e.kind else { return None };
+    let n = attrs.perm.len();
+    let swap = n >= 2
+        && attrs.perm.iter().enumerate().all(|(i, &p)| {
+            p == if i + 2 == n {
+                n - 1
+            } else if i + 1 == n {
+                n - 2
+            } else {
+                i
+            }
+        });
+    if swap && args.len() == 1 {
+        args.first()
+    } else {
+        None
+    }
+}
+
 /// The reads of locals after which the local is never read again (in any function of the
 /// program), by expression address. The interpreter moves those values out of the frame.
 pub fn last_uses(prog: &Program) -> HashSet<usize> {
