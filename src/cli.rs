@@ -87,7 +87,12 @@ enum Cmd {
     /// Start the language server (LSP over stdin/stdout) for editors.
     Lsp,
     /// Start an interactive session; `:help` inside lists its commands.
-    Repl,
+    Repl {
+        /// Eager interpretation, or with the JIT (`-O1`: compiled scalar loops and fused
+        /// elementwise trees; compiled code is reused by later inputs).
+        #[arg(long, value_enum, default_value = "eager")]
+        mode: Mode,
+    },
 }
 
 pub fn main() -> u8 {
@@ -114,7 +119,7 @@ pub fn main() -> u8 {
         }
         Cmd::Test { paths } => crate::run::test_cmd(&paths),
         Cmd::Lsp => lsp::run(),
-        Cmd::Repl => crate::repl::main(),
+        Cmd::Repl { mode } => crate::repl::main(mode == Mode::Jit),
         Cmd::Grad { file, func, wrt, explain } => crate::run::grad_cmd(&file, &func, wrt.as_deref(), explain),
     }
 }

@@ -7,8 +7,14 @@ use std::process::{Command, Stdio};
 
 /// Runs a session on `input`; returns (stdout, stderr, exit status).
 fn repl(input: &str) -> (String, String, Option<i32>) {
+    repl_with(&[], input)
+}
+
+/// `repl` with extra arguments to `msl repl`.
+fn repl_with(args: &[&str], input: &str) -> (String, String, Option<i32>) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_msl"))
         .arg("repl")
+        .args(args)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .env("XDG_DATA_HOME", std::env::temp_dir().join("msl-repl-test-data"))
         .stdin(Stdio::piped())
@@ -179,4 +185,24 @@ fn help_and_quit() {
     assert_eq!(code, Some(0));
     assert!(out.contains(":type EXPR"), "{out}");
     assert!(!out.contains("not reached"));
+}
+
+#[test]
+fn a_jit_session_prints_what_an_eager_one_prints() {
+    // Scalar loops compile (and the second loop reuses the first one's code), a fused tree
+    // runs, variables live across inputs; the printed values are the interpreter's.
+    let input = "var acc = 0
+for i in 0..100000 { acc = acc + i % 7 }
+acc
+for i in 0..100000 { acc = acc + i % 7 }
+acc
+let x = normal(1000, seed: 1)
+sum(gelu(x * 2.0 + 1.0))
+";
+    let (eager, err, code) = repl(input);
+    assert_eq!(code, Some(0), "{err}");
+    let (jit, err, code) = repl_with(&["--mode", "jit"], input);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(jit, eager);
+    assert!(eager.contains("299995") && eager.contains("599990"), "{eager}");
 }

@@ -40,7 +40,7 @@ next line while a bracket is open or a line ends with an operator.
 Ctrl-C cancels the current input or interrupts a running evaluation.";
 
 /// Runs the REPL until `:quit` or end of input. Returns the process exit status.
-pub fn main() -> u8 {
+pub fn main(jit: bool) -> u8 {
     let interrupt = Arc::new(AtomicBool::new(false));
     let busy = Arc::new(AtomicBool::new(false));
     let tty = std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
@@ -57,6 +57,7 @@ pub fn main() -> u8 {
         });
     }
     let mut s = Session::new(interrupt);
+    s.jit = jit;
     s.color = tty && std::env::var_os("NO_COLOR").is_none();
     let session = Rc::new(RefCell::new(s));
     let mut repl = Repl { session, busy };
@@ -197,6 +198,7 @@ impl Repl {
                 let mut s = self.session.borrow_mut();
                 let mut fresh = Session::new(s.interrupt.clone());
                 fresh.color = s.color;
+                fresh.jit = s.jit;
                 *s = fresh;
                 println!("session cleared");
             }

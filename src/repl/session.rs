@@ -71,6 +71,9 @@ pub struct Session {
     dir: PathBuf,
     pub interrupt: Arc<AtomicBool>,
     pub color: bool,
+    /// Evaluate with the JIT installed at `-O1` (`msl repl --mode jit`). Not `-O2`: its
+    /// last-use moves assume the program ends, while the session's frame outlives each input.
+    pub jit: bool,
 }
 
 /// A check of the session's program with some input placed in it.
@@ -119,6 +122,7 @@ impl Session {
             dir: std::env::current_dir().unwrap_or_default(),
             interrupt,
             color: false,
+            jit: false,
         }
     }
 
@@ -278,6 +282,9 @@ impl Session {
         let mut it = Interp::new(&comp.c.program, Box::new(stdout.lock()));
         it.source_dir = Some(self.dir.clone());
         it.interrupt = self.interrupt.clone();
+        if self.jit {
+            jit::install(&mut it, jit::Options::level(1));
+        }
         let r = it.eval(&block, &mut self.frame);
         let _ = it.out.flush();
         drop(it);
