@@ -5,8 +5,8 @@
 //!   line as `CODE line:col: message`.
 //! - Every other block is run (`main`, then its `test` blocks); its printed output must match the
 //!   `output` block that follows it, if any, and it must not fail.
-//! - Every block also runs with the JIT installed (`--mode jit -O2`): its outcome must be exactly
-//!   the interpreter's.
+//! - Every block also runs with the JIT installed at `-O0`, `-O1` and `-O2`: each outcome must be
+//!   exactly the interpreter's.
 //!
 //! `MSL_BLESS=1 cargo test --test spec` rewrites the expectation blocks from what msl does now
 //! (and adds an `error` block to a rejected block that has none); review the diff before committing.
@@ -52,33 +52,35 @@ fn run() -> bool {
             let label = format!("{name}:{}", b.start + 1);
             let outcome = run_block(&b.code, &root);
             let (actual_kind, actual) = (outcome.kind(), outcome.text().to_string());
-            let mut jit_report = None;
-            let opts = jit::Options::level(2);
-            let jit = run_block_prepared(
-                &b.code,
-                &root,
-                &mut |p| {
-                    jit::prepare(p, opts);
-                },
-                &mut |it| jit_report = Some(jit::install(it, opts)),
-            );
-            if let Some(r) = jit_report {
-                let r = r.borrow();
-                jit_calls += r.calls();
-                jit_fallbacks += r.fallbacks();
-                jit_blocks += usize::from(r.calls() > 0);
-                loops_native += r.loops.iter().map(|l| l.calls).sum::<u64>();
-                loops_interp += r.interpreted_loops();
-            }
-            if jit.kind() != actual_kind || jit.text() != actual {
-                failed += 1;
-                let _ = writeln!(
-                    report,
-                    "\n--- {label} [jit]\n{}interpreter:\n```{actual_kind}\n{actual}```\njit -O2:\n```{}\n{}```",
-                    b.code,
-                    jit.kind(),
-                    jit.text()
+            for level in [0u8, 1, 2] {
+                let mut jit_report = None;
+                let opts = jit::Options::level(level);
+                let jit = run_block_prepared(
+                    &b.code,
+                    &root,
+                    &mut |p| {
+                        jit::prepare(p, opts);
+                    },
+                    &mut |it| jit_report = Some(jit::install(it, opts)),
                 );
+                if let Some(r) = jit_report.filter(|_| level == 2) {
+                    let r = r.borrow();
+                    jit_calls += r.calls();
+                    jit_fallbacks += r.fallbacks();
+                    jit_blocks += usize::from(r.calls() > 0);
+                    loops_native += r.loops.iter().map(|l| l.calls).sum::<u64>();
+                    loops_interp += r.interpreted_loops();
+                }
+                if jit.kind() != actual_kind || jit.text() != actual {
+                    failed += 1;
+                    let _ = writeln!(
+                        report,
+                        "\n--- {label} [jit -O{level}]\n{}interpreter:\n```{actual_kind}\n{actual}```\njit -O{level}:\n```{}\n{}```",
+                        b.code,
+                        jit.kind(),
+                        jit.text()
+                    );
+                }
             }
             let ok = match (&b.expect, actual_kind) {
                 (Some((k, _, _, content)), ak) => k == ak && content == &actual,
