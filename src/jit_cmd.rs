@@ -52,11 +52,13 @@ pub fn run(file: &Path, level: u8, explain: bool, json: bool) -> u8 {
         let mut s = explain_text(&c, level, &report.borrow());
         if let Some(o) = opt {
             s.push_str(&format!(
-                "-O2: {} constants folded, IR {} -> {} nodes (CSE, dead code), {} last uses move their value, \
-                 {} fused results written into a dead input's buffer ({opt_ms:.1} ms)\n",
+                "-O2: {} constants folded, IR {} -> {} nodes (CSE, dead code), {} single-use values moved into \
+                 their use, {} last uses move their value, {} fused results written into a dead input's buffer \
+                 ({opt_ms:.1} ms)\n",
                 o.folded,
                 o.nodes_before,
                 o.nodes_after,
+                o.substituted,
                 n_moves,
                 report.borrow().sites.iter().map(|s| s.reused).sum::<u64>()
             ));

@@ -1,5 +1,6 @@
-//! Whole-program passes of `-O2`: constant folding, common-subexpression elimination and
-//! dead-code removal on every function, and a liveness analysis that finds the last use of each
+//! Whole-program passes of `-O2`: constant folding, common-subexpression elimination,
+//! dead-code removal and forward substitution of single-use elementwise values (so that the SSA
+//! chains of derivatives fuse) on every function, and a liveness analysis that finds the last use of each
 //! local so the interpreter can hand its value over instead of keeping a copy alive.
 //!
 //! Folding evaluates a scalar elementwise primitive whose operands are literals with the
@@ -21,6 +22,8 @@ use std::collections::{HashMap, HashSet};
 pub struct OptReport {
     /// Primitive applications replaced by literals.
     pub folded: usize,
+    /// Single-use elementwise values moved into their use (so that they fuse there).
+    pub substituted: usize,
     /// Expression nodes before and after, over all functions.
     pub nodes_before: usize,
     pub nodes_after: usize,
@@ -42,6 +45,7 @@ pub fn optimize(prog: &mut Program) -> OptReport {
             rep.nodes_before += count(&f.body);
             rep.folded += fold(&mut it, f);
             crate::autodiff::simplify::simplify_with(f, true);
+            rep.substituted += substitute(f);
             rep.nodes_after += count(&f.body);
         }
     }
@@ -125,6 +129,133 @@ pub(crate) fn swapped_last(e: &Expr) -> Option<&Expr> {
         args.first()
     } else {
         None
+    }
+}
+
+/// Moves `let t = <float elementwise expression>` read exactly once, later in the same block
+/// and not inside a loop or a closure, into that read, so that chains of single-use values
+/// (the SSA form of derivatives: `let u = t + b; let v = relu(u)`) become one fusable tree.
+/// Only expressions that cannot fail are moved (elementwise arithmetic on float and bool
+/// tensors over locals and literals, no integer division, no random numbers), and only when
+/// nothing they read is assigned anywhere in the function, so moving them changes no value, no
+/// error and no order of effects.
+fn substitute(f: &mut Func) -> usize {
+    let mut reads: HashMap<Local, usize> = HashMap::new();
+    let mut assigned = HashSet::new();
+    super::dump::walk(&f.body, &mut |e| match &e.kind {
+        ExprKind::Local(l) => *reads.entry(*l).or_default() += 1,
+        ExprKind::Closure { captures, .. } => captures.iter().for_each(|l| *reads.entry(*l).or_default() += 2),
+        ExprKind::Block { stmts, .. } => {
+            for s in stmts {
+                match s {
+                    Stmt::Assign { pat, .. } => kill_all(pat, &mut assigned),
+                    Stmt::BindDims { local, .. } => *reads.entry(*local).or_default() += 2,
+                    _ => {}
+                }
+            }
+        }
+        _ => {}
+    });
+    let mut n = 0;
+    crate::autodiff::simplify::visit_mut(&mut f.body, &mut |e| {
+        let ExprKind::Block { stmts, result } = &mut e.kind else { return };
+        let mut i = 0;
+        while i < stmts.len() {
+            let movable = match &stmts[i] {
+                Stmt::Let { pat: Pat::Local(l), value } => {
+                    reads.get(l) == Some(&1)
+                        && !assigned.contains(l)
+                        && cannot_fail(value, &assigned)
+                        && !matches!(value.kind, ExprKind::Local(_))
+                }
+                _ => false,
+            };
+            if movable {
+                let Stmt::Let { pat: Pat::Local(l), value } = stmts[i].clone() else { unreachable!() };
+                let mut value = Some(value);
+                for s in stmts[i + 1..].iter_mut() {
+                    if let Stmt::Let { value: v, .. } | Stmt::Assign { value: v, .. } | Stmt::Expr(v) = s {
+                        place(v, l, &mut value);
+                    }
+                    if value.is_none() {
+                        break;
+                    }
+                }
+                if value.is_some() {
+                    place(result, l, &mut value);
+                }
+                if value.is_none() {
+                    stmts.remove(i);
+                    n += 1;
+                    continue;
+                }
+            }
+            i += 1;
+        }
+    });
+    n
+}
+
+fn kill_all(p: &Pat, out: &mut HashSet<Local>) {
+    match p {
+        Pat::Local(l) => {
+            out.insert(*l);
+        }
+        Pat::Ignore => {}
+        Pat::Tuple(ps) => ps.iter().for_each(|p| kill_all(p, out)),
+    }
+}
+
+/// Elementwise float/bool arithmetic over locals (never assigned) and literals: no run-time
+/// error is possible, and its value does not depend on when it is computed.
+fn cannot_fail(e: &Expr, assigned: &HashSet<Local>) -> bool {
+    let float_or_bool = |t: &Type| matches!(t, Type::Tensor(el, _) if el.is_float() || *el == crate::types::Elem::T(crate::types::ElemTy::Bool));
+    match &e.kind {
+        ExprKind::Local(l) => !assigned.contains(l),
+        ExprKind::Lit(Lit::Float(_) | Lit::Bool(_)) => true,
+        ExprKind::Prim { prim, args, .. } => {
+            let elementwise = matches!(prim.class(), Class::Unary | Class::Binary) || matches!(prim, Prim::Where);
+            elementwise && float_or_bool(&e.ty) && args.iter().all(|a| float_or_bool(&a.ty) && cannot_fail(a, assigned))
+        }
+        _ => false,
+    }
+}
+
+/// Replaces the read of `l` in `e` by `value` (taking it), unless the read is inside a loop, a
+/// closure or a transform (where it could run more than once).
+fn place(e: &mut Expr, l: Local, value: &mut Option<Expr>) {
+    if value.is_none() {
+        return;
+    }
+    match &mut e.kind {
+        ExprKind::Local(x) if *x == l => {
+            if let Some(v) = value.take() {
+                *e = v;
+            }
+        }
+        ExprKind::Prim { args, .. } | ExprKind::Call { args, .. } | ExprKind::Tuple(args) => {
+            args.iter_mut().for_each(|a| place(a, l, value))
+        }
+        ExprKind::ModelBuild { fields } => fields.iter_mut().for_each(|a| place(a, l, value)),
+        ExprKind::CallValue { callee, args, .. } => {
+            place(callee, l, value);
+            args.iter_mut().for_each(|a| place(a, l, value));
+        }
+        ExprKind::TupleGet(a, _) | ExprKind::Field(a, _) | ExprKind::Return(a) => place(a, l, value),
+        ExprKind::If { cond, then, els } => {
+            place(cond, l, value);
+            place(then, l, value);
+            place(els, l, value);
+        }
+        ExprKind::Block { stmts, result } => {
+            for s in stmts {
+                if let Stmt::Let { value: v, .. } | Stmt::Assign { value: v, .. } | Stmt::Expr(v) = s {
+                    place(v, l, value);
+                }
+            }
+            place(result, l, value);
+        }
+        _ => {}
     }
 }
 
