@@ -117,7 +117,7 @@ impl<'e> Analyser<'e> {
                 for s in stmts {
                     match s {
                         Stmt::Let { pat, value } => {
-                            bind_pat(pat, &mut self.bound);
+                            self.bound.extend(pat.locals());
                             self.bind_all(value);
                         }
                         Stmt::Assign { value, .. } | Stmt::Expr(value) => self.bind_all(value),
@@ -272,16 +272,6 @@ pub fn leaves<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
         }
         ExprKind::Return(v) => leaves(v, out),
         _ => {}
-    }
-}
-
-fn bind_pat(p: &Pat, out: &mut HashSet<Local>) {
-    match p {
-        Pat::Local(l) => {
-            out.insert(*l);
-        }
-        Pat::Ignore => {}
-        Pat::Tuple(ps) => ps.iter().for_each(|p| bind_pat(p, out)),
     }
 }
 

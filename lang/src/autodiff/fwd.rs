@@ -112,7 +112,7 @@ fn residuals(stmts: &[Stmt], split: usize) -> Vec<Local> {
     let mut defined = HashSet::new();
     for s in &stmts[..split.min(stmts.len())] {
         if let Stmt::Let { pat, .. } = s {
-            pat_locals(pat, &mut defined);
+            defined.extend(pat.locals());
         }
     }
     let mut used = Vec::new();
@@ -294,23 +294,13 @@ pub(super) fn free_locals(e: &Expr) -> Vec<Local> {
     out
 }
 
-fn pat_locals(p: &Pat, out: &mut HashSet<Local>) {
-    match p {
-        Pat::Local(l) => {
-            out.insert(*l);
-        }
-        Pat::Ignore => {}
-        Pat::Tuple(ps) => ps.iter().for_each(|p| pat_locals(p, out)),
-    }
-}
-
 fn collect_locals(e: &Expr, defined: &mut HashSet<Local>, used: &mut Vec<Local>) {
     ir::dump::walk(e, &mut |x| match &x.kind {
         ExprKind::Local(l) => used.push(*l),
         ExprKind::Block { stmts, .. } => {
             for s in stmts {
                 if let Stmt::Let { pat, .. } = s {
-                    pat_locals(pat, defined);
+                    defined.extend(pat.locals());
                 }
             }
         }
@@ -331,12 +321,8 @@ fn assigned_locals(e: &Expr) -> Vec<Local> {
         if let ExprKind::Block { stmts, .. } = &x.kind {
             for s in stmts {
                 match s {
-                    Stmt::Let { pat, .. } => pat_locals(pat, &mut defined),
-                    Stmt::Assign { pat, .. } => {
-                        let mut set = HashSet::new();
-                        pat_locals(pat, &mut set);
-                        assigned.extend(set);
-                    }
+                    Stmt::Let { pat, .. } => defined.extend(pat.locals()),
+                    Stmt::Assign { pat, .. } => assigned.extend(pat.locals()),
                     _ => {}
                 }
             }
@@ -453,7 +439,7 @@ impl Gen<'_> {
             ExprKind::Block { stmts, .. } => {
                 for s in stmts {
                     if let Stmt::Let { pat, .. } | Stmt::Assign { pat, .. } = s {
-                        pat_locals(pat, &mut defs);
+                        defs.extend(pat.locals());
                     }
                 }
             }

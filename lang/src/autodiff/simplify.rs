@@ -19,7 +19,7 @@ pub fn simplify_with(f: &mut Func, anywhere: bool) {
         if let ExprKind::Block { stmts, .. } = &e.kind {
             for s in stmts {
                 if let Stmt::Assign { pat, .. } = s {
-                    pat_locals(pat, &mut assigned);
+                    assigned.extend(pat.locals());
                 }
             }
         }
@@ -52,16 +52,6 @@ pub fn simplify_with(f: &mut Func, anywhere: bool) {
         if !dce(&mut f.body, &used) {
             break;
         }
-    }
-}
-
-fn pat_locals(p: &Pat, out: &mut HashSet<Local>) {
-    match p {
-        Pat::Local(l) => {
-            out.insert(*l);
-        }
-        Pat::Ignore => {}
-        Pat::Tuple(ps) => ps.iter().for_each(|p| pat_locals(p, out)),
     }
 }
 

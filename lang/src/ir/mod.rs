@@ -236,6 +236,24 @@ pub enum Pat {
     Tuple(Vec<Pat>),
 }
 
+impl Pat {
+    /// Calls `f` with every local the pattern binds, left to right.
+    pub fn each_local(&self, f: &mut dyn FnMut(Local)) {
+        match self {
+            Pat::Local(l) => f(*l),
+            Pat::Ignore => {}
+            Pat::Tuple(ps) => ps.iter().for_each(|p| p.each_local(f)),
+        }
+    }
+
+    /// The locals the pattern binds, left to right.
+    pub fn locals(&self) -> Vec<Local> {
+        let mut out = Vec::new();
+        self.each_local(&mut |l| out.push(l));
+        out
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct Func {
     pub name: Name,

@@ -148,7 +148,7 @@ fn substitute(f: &mut Func) -> usize {
         ExprKind::Block { stmts, .. } => {
             for s in stmts {
                 match s {
-                    Stmt::Assign { pat, .. } => kill_all(pat, &mut assigned),
+                    Stmt::Assign { pat, .. } => assigned.extend(pat.locals()),
                     Stmt::BindDims { local, .. } => *reads.entry(*local).or_default() += 2,
                     _ => {}
                 }
@@ -194,16 +194,6 @@ fn substitute(f: &mut Func) -> usize {
         }
     });
     n
-}
-
-fn kill_all(p: &Pat, out: &mut HashSet<Local>) {
-    match p {
-        Pat::Local(l) => {
-            out.insert(*l);
-        }
-        Pat::Ignore => {}
-        Pat::Tuple(ps) => ps.iter().for_each(|p| kill_all(p, out)),
-    }
 }
 
 /// Elementwise float/bool arithmetic over locals (never assigned) and literals: no run-time
@@ -294,16 +284,6 @@ fn uses(e: &Expr, live: &mut HashSet<Local>) {
     });
 }
 
-fn kill(p: &Pat, live: &mut HashSet<Local>) {
-    match p {
-        Pat::Local(l) => {
-            live.remove(l);
-        }
-        Pat::Ignore => {}
-        Pat::Tuple(ps) => ps.iter().for_each(|p| kill(p, live)),
-    }
-}
-
 impl Live<'_> {
     /// Turns `live` (the locals live after `e`) into those live before it, walking `e`'s
     /// evaluation order backwards and recording last reads.
@@ -333,7 +313,9 @@ impl Live<'_> {
                 for s in stmts.iter().rev() {
                     match s {
                         Stmt::Let { pat, value } | Stmt::Assign { pat, value } => {
-                            kill(pat, live);
+                            pat.each_local(&mut |l| {
+                                live.remove(&l);
+                            });
                             self.expr(value, live);
                         }
                         Stmt::Expr(x) => self.expr(x, live),

@@ -151,7 +151,7 @@ impl Printer<'_> {
                 for s in stmts {
                     if let Stmt::Assign { pat, .. } = s {
                         let mut ls = Vec::new();
-                        pat_locals(pat, &mut ls);
+                        ls.extend(pat.locals());
                         found |= ls.contains(&l);
                     }
                 }
@@ -368,13 +368,5 @@ impl Printer<'_> {
             ExprKind::FuncRef(f) => self.p.names.get(self.p.func(*f).name).to_string(),
             _ => "/* not expressible in msl source */ ()".to_string(),
         }
-    }
-}
-
-fn pat_locals(p: &Pat, out: &mut Vec<Local>) {
-    match p {
-        Pat::Local(l) => out.push(*l),
-        Pat::Ignore => {}
-        Pat::Tuple(ps) => ps.iter().for_each(|p| pat_locals(p, out)),
     }
 }

@@ -1,7 +1,7 @@
 //! The IR verifier: structural invariants every pass must keep. Run after checking and after
 //! every transform; a violation is a compiler bug, reported as a message, never a panic.
 
-use super::{dump::walk, Expr, ExprKind, Pat, Program, Stmt};
+use super::{dump::walk, Expr, ExprKind, Program, Stmt};
 use crate::types::Type;
 
 /// Checks the invariants of a whole program; returns the violations found.
@@ -46,7 +46,7 @@ pub fn verify(p: &Program) -> Vec<String> {
             ExprKind::Block { stmts, .. } => {
                 for s in stmts {
                     if let Stmt::Let { pat, .. } | Stmt::Assign { pat, .. } = s {
-                        pat_locals(pat, &mut |l| check_local(l, &mut local_errs));
+                        pat.each_local(&mut |l| check_local(l, &mut local_errs));
                     }
                 }
             }
@@ -66,12 +66,4 @@ pub fn verify(p: &Program) -> Vec<String> {
         errs.extend(local_errs);
     }
     errs
-}
-
-fn pat_locals(p: &Pat, f: &mut dyn FnMut(super::Local)) {
-    match p {
-        Pat::Local(l) => f(*l),
-        Pat::Ignore => {}
-        Pat::Tuple(ps) => ps.iter().for_each(|p| pat_locals(p, f)),
-    }
 }
