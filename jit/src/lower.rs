@@ -220,6 +220,18 @@ impl<'a, 'f> Lower<'a, 'f> {
         }
     }
 
+    /// The f32 polynomial with coefficients `cs` (highest power first) at `x`, as `kernels::math`
+    /// evaluates it: `p = p * x + c`, a multiplication then an addition (no fused multiply-add).
+    fn horner(&mut self, mode: Mode, cs: &[f32], x: Value) -> Value {
+        let mut p = self.fconst(mode, DType::F32, f64::from(cs[0]));
+        for c in &cs[1..] {
+            let c = self.fconst(mode, DType::F32, f64::from(*c));
+            let m = self.b.ins().fmul(p, x);
+            p = self.b.ins().fadd(m, c);
+        }
+        p
+    }
+
     /// `exp`: in f32 msl's own `kernels::math::exp_f32`, inline and vectorised, operation for
     /// operation; in f64 the library's, through a helper.
     fn exp(&mut self, mode: Mode, d: DType, x: Value) -> Value {
@@ -250,12 +262,7 @@ impl<'a, 'f> Lower<'a, 'f> {
         let m = self.b.ins().fmul(n, lo);
         let r = self.b.ins().fsub(r, m);
         let z = self.b.ins().fmul(r, r);
-        let mut p = f(self, EXP_P[0]);
-        for c in &EXP_P[1..] {
-            let c = f(self, *c);
-            let m = self.b.ins().fmul(p, r);
-            p = self.b.ins().fadd(m, c);
-        }
+        let p = self.horner(mode, &EXP_P, r);
         let y = self.b.ins().fmul(p, z);
         let y = self.b.ins().fadd(y, r);
         let one = f(self, 1.0);
@@ -298,19 +305,9 @@ impl<'a, 'f> Lower<'a, 'f> {
         let x = self.select(mode, lt, lo, a);
         let x = self.select(mode, gt, hi, x);
         let x2 = self.b.ins().fmul(x, x);
-        let mut p = self.fconst(mode, d, f64::from(TANH_P[0]));
-        for c in &TANH_P[1..] {
-            let c = self.fconst(mode, d, f64::from(*c));
-            let m = self.b.ins().fmul(p, x2);
-            p = self.b.ins().fadd(m, c);
-        }
+        let p = self.horner(mode, &TANH_P, x2);
         let p = self.b.ins().fmul(p, x);
-        let mut q = self.fconst(mode, d, f64::from(TANH_Q[0]));
-        for c in &TANH_Q[1..] {
-            let c = self.fconst(mode, d, f64::from(*c));
-            let m = self.b.ins().fmul(q, x2);
-            q = self.b.ins().fadd(m, c);
-        }
+        let q = self.horner(mode, &TANH_Q, x2);
         let r = self.b.ins().fdiv(p, q);
         let tiny = self.fconst(mode, d, f64::from(TANH_TINY));
         let mag = self.b.ins().fabs(a);

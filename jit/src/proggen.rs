@@ -26,8 +26,8 @@ impl Gen {
 }
 
 /// Whether every engine prints what the interpreter prints; the message names the first that
-/// differs. `Ok` carries the number of native loop runs.
-pub fn compare(src: &str) -> Result<u64, String> {
+/// differs. `Ok` carries the interpreter's outcome and the number of native loop runs.
+pub fn compare(src: &str) -> Result<(Outcome, u64), String> {
     let (eager, outs, native) = engines(src);
     for (level, o) in outs.iter().enumerate() {
         if o.text() != eager.text() {
@@ -38,7 +38,7 @@ pub fn compare(src: &str) -> Result<u64, String> {
             ));
         }
     }
-    Ok(native)
+    Ok((eager, native))
 }
 
 /// xorshift64*: a small deterministic generator (no dependency).

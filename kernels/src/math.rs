@@ -24,22 +24,24 @@ pub const TANH_P: [f32; 7] =
 /// Denominator coefficients, highest power first: β6, β4, β2, β0 (even powers).
 pub const TANH_Q: [f32; 4] = [1.198_258_4e-6, 1.185_347_1e-4, 2.268_434_7e-3, 4.893_525e-3];
 
+/// The polynomial with coefficients `cs` (highest power first) at `x`: `p = p * x + c`, a
+/// multiplication then an addition (Rust never fuses them), as the JIT emits it.
+#[inline(always)]
+fn horner(cs: &[f32], x: f32) -> f32 {
+    let mut p = cs[0];
+    for c in &cs[1..] {
+        p = p * x + c;
+    }
+    p
+}
+
 /// `tanh` in `f32`, the same bits in the kernels and in JIT-compiled code.
 #[inline(always)]
 pub fn tanh_f32(a: f32) -> f32 {
     // NaN stays NaN (as in the JIT's two selects).
     let x = a.clamp(-TANH_CLAMP, TANH_CLAMP);
     let x2 = x * x;
-    let mut p = TANH_P[0];
-    for c in &TANH_P[1..] {
-        p = p * x2 + c;
-    }
-    let p = p * x;
-    let mut q = TANH_Q[0];
-    for c in &TANH_Q[1..] {
-        q = q * x2 + c;
-    }
-    let r = p / q;
+    let r = horner(&TANH_P, x2) * x / horner(&TANH_Q, x2);
     if a.abs() < TANH_TINY {
         a
     } else {
@@ -72,11 +74,7 @@ pub fn exp_f32(x: f32) -> f32 {
     let r = x - n * LN2_HI;
     let r = r - n * LN2_LO;
     let z = r * r;
-    let mut p = EXP_P[0];
-    for c in &EXP_P[1..] {
-        p = p * r + c;
-    }
-    let y = p * z + r + 1.0;
+    let y = horner(&EXP_P, r) * z + r + 1.0;
     // 2^n as 2^(n/2) · 2^(n - n/2): both factors are normal for every n that matters here.
     let ni = (t.to_bits() as i32).wrapping_sub(ROUNDER.to_bits() as i32);
     let n1 = ni >> 1;

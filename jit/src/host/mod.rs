@@ -23,7 +23,7 @@ use crate::codegen::Jit;
 use cranelift_codegen::ir::{types, AbiParam};
 use gen::HostGen;
 use kernels::{DType, Tensor};
-use lang::ir::{Expr, ExprKind, Local, Pat, Prim, Program, Stmt};
+use lang::ir::{Expr, ExprKind, Local, Pat, Program, Stmt};
 use lang::types::{Elem, ElemTy, Type};
 use std::collections::HashSet;
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -167,7 +167,7 @@ impl<'e> Analyser<'e> {
             }
             ExprKind::DimValue(_) | ExprKind::Const(_) => Err("a called function uses a dim or constant".into()),
             ExprKind::Prim { prim, args, .. } => {
-                if !scalar_prim(*prim) {
+                if !crate::fuse::is_elementwise(*prim) {
                     return Err(format!("it calls `{}`", prim.name()));
                 }
                 self.ops += 1;
@@ -241,38 +241,14 @@ impl<'e> Analyser<'e> {
     }
 }
 
-/// The dims and constants the loop `e` reads, in the order `analyse` counted them (the
-/// bodies of called functions have none).
+/// The dims and constants the loop `e` reads (the bodies of called functions have none; the
+/// interpreter evaluates them in this order, and the region reads its inputs in this order).
 pub fn leaves<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
-    match &e.kind {
-        ExprKind::DimValue(_) | ExprKind::Const(_) => out.push(e),
-        ExprKind::Prim { args, .. } | ExprKind::Call { args, .. } => args.iter().for_each(|a| leaves(a, out)),
-        ExprKind::Block { stmts, result } => {
-            for s in stmts {
-                match s {
-                    Stmt::Let { value, .. } | Stmt::Assign { value, .. } | Stmt::Expr(value) => leaves(value, out),
-                    Stmt::BindDims { .. } => {}
-                }
-            }
-            leaves(result, out);
+    lang::ir::dump::walk(e, &mut |x| {
+        if matches!(x.kind, ExprKind::DimValue(_) | ExprKind::Const(_)) {
+            out.push(x);
         }
-        ExprKind::If { cond, then, els } => {
-            leaves(cond, out);
-            leaves(then, out);
-            leaves(els, out);
-        }
-        ExprKind::ForRange { start, end, body, .. } => {
-            leaves(start, out);
-            leaves(end, out);
-            leaves(body, out);
-        }
-        ExprKind::While { cond, body } => {
-            leaves(cond, out);
-            leaves(body, out);
-        }
-        ExprKind::Return(v) => leaves(v, out),
-        _ => {}
-    }
+    });
 }
 
 fn simple_pat(p: &Pat) -> Result<(), String> {
@@ -292,11 +268,6 @@ fn kind_name(k: &ExprKind) -> &'static str {
         ExprKind::ForBatches { .. } => "`batches`",
         _ => "an expression the JIT does not compile",
     }
-}
-
-/// The primitives host code runs on scalars.
-fn scalar_prim(p: Prim) -> bool {
-    crate::fuse::is_elementwise(p)
 }
 
 /// A compiled region and the element types of its outputs.

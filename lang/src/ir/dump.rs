@@ -43,7 +43,7 @@ fn target_funcs(t: &FnTarget, out: &mut Vec<crate::types::FuncId>) {
 }
 
 /// Calls `f` on every expression of a tree, parents first.
-pub fn walk(e: &Expr, f: &mut dyn FnMut(&Expr)) {
+pub fn walk<'e>(e: &'e Expr, f: &mut dyn FnMut(&'e Expr)) {
     f(e);
     match &e.kind {
         ExprKind::Lit(_) | ExprKind::Local(_) | ExprKind::Const(_) | ExprKind::DimValue(_) | ExprKind::FuncRef(_) => {}

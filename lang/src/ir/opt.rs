@@ -110,28 +110,6 @@ fn same_bits(a: &Tensor, b: &Tensor) -> bool {
     }
 }
 
-/// The operand of a permutation that swaps exactly the last two axes of a tensor of rank ≥ 2
-/// (the interpreter's `@` reads such an operand through strides instead of copying it).
-pub(crate) fn swapped_last(e: &Expr) -> Option<&Expr> {
-    let ExprKind::Prim { prim: Prim::Permute | Prim::Transpose, args, attrs } = &e.kind else { return None };
-    let n = attrs.perm.len();
-    let swap = n >= 2
-        && attrs.perm.iter().enumerate().all(|(i, &p)| {
-            p == if i + 2 == n {
-                n - 1
-            } else if i + 1 == n {
-                n - 2
-            } else {
-                i
-            }
-        });
-    if swap && args.len() == 1 {
-        args.first()
-    } else {
-        None
-    }
-}
-
 /// Moves `let t = <float elementwise expression>` read exactly once, later in the same block
 /// and not inside a loop or a closure, into that read, so that chains of single-use values
 /// (the SSA form of derivatives: `let u = t + b; let v = relu(u)`) become one fusable tree.
