@@ -9,11 +9,7 @@
 //! last use). The peak heap of the run is measured by the process's allocator. `--explain` prints, on stderr after the run, each compiled loop and fused tree
 //! with its source location, and every fallback to the interpreter with its reason.
 
-use crate::cli::load;
 use lang::check::Checked;
-use lang::diag::{self, Code, Diagnostic};
-use lang::interp::Interp;
-use std::io::IsTerminal;
 use std::path::Path;
 
 pub fn run(file: &Path, level: u8, explain: bool, json: bool) -> u8 {
@@ -21,28 +17,17 @@ pub fn run(file: &Path, level: u8, explain: bool, json: bool) -> u8 {
         eprintln!("error: `-O{level}` is not an optimisation level (use 0, 1 or 2)");
         return 2;
     }
-    let mut c = match load(file) {
-        Ok(c) => c,
+    let (mut c, main) = match crate::run::runnable(file, json) {
+        Ok(x) => x,
         Err(code) => return code,
-    };
-    if c.has_errors() {
-        render(&c.diagnostics, &c, json);
-        return 1;
-    }
-    let Some(main) = c.program.main else {
-        let span = lang::source::Span::new(lang::source::FileId(0), 0, 0);
-        render(&[Diagnostic::error(Code::E0211, span, "this program has no `main` function")], &c, json);
-        return 1;
     };
     let t = std::time::Instant::now();
     let opts = jit::Options::level(level);
     let opt = jit::prepare(&mut c.program, opts);
     let opt_ms = t.elapsed().as_secs_f64() * 1e3;
-    let stdout = std::io::stdout();
     crate::alloc::reset_peak();
     let (live0, _) = crate::alloc::heap();
-    let mut it = Interp::new(&c.program, Box::new(std::io::BufWriter::new(stdout.lock())));
-    it.source_dir = file.parent().map(Path::to_path_buf);
+    let mut it = crate::run::interpreter(&c.program, file);
     let report = jit::install(&mut it, opts);
     let n_moves = it.moves.len();
     let result = it.run_main(main);
@@ -69,25 +54,23 @@ pub fn run(file: &Path, level: u8, explain: bool, json: bool) -> u8 {
     match result {
         Ok(_) => 0,
         Err(e) => {
-            render(&[e.to_diagnostic()], &c, json);
+            crate::run::render(&[e.to_diagnostic()], &c, json);
             2
         }
     }
 }
 
-fn mib(bytes: usize) -> String {
-    format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
+/// The plural ending for `n` things.
+fn plural(n: u64) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
 }
 
-fn render(d: &[Diagnostic], c: &Checked, json: bool) {
-    if json {
-        for x in d {
-            println!("{}", diag::to_json(x, &c.sources));
-        }
-    } else {
-        let color = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-        eprint!("{}", diag::render(d, &c.sources, color));
-    }
+fn mib(bytes: usize) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
 }
 
 /// `file:line:col` and the source text of a span, on one line.
@@ -132,31 +115,27 @@ fn explain_text(c: &Checked, level: u8, r: &jit::Report) -> String {
             "     {} compiled calls ({code}), {} compile{} ({})",
             x.calls,
             x.compiles.len(),
-            if x.compiles.len() == 1 { "" } else { "s" },
+            plural(x.compiles.len() as u64),
             if compiles.is_empty() { "cached".to_string() } else { compiles.join(", ") }
         );
         if x.fallbacks > 0 {
             let why = x.fallback_reason.as_deref().unwrap_or("");
-            let _ = writeln!(
-                s,
-                "     fallback to the interpreter: {} call{} ({why})",
-                x.fallbacks,
-                if x.fallbacks == 1 { "" } else { "s" }
-            );
+            let _ =
+                writeln!(s, "     fallback to the interpreter: {} call{} ({why})", x.fallbacks, plural(x.fallbacks));
         }
     }
+    let compiled = r.loops.iter().filter(|l| l.calls > 0).count();
+    let fallbacks = r.fallbacks() + r.interpreted_loops();
     let _ = writeln!(
         s,
-        "jit: {} compiled loop{}, {} fused tree{}, {} compiled calls, {} functions in the compile cache, {} fallback{} \
-         ({} interpreted loop runs, {} fused-tree fallbacks)",
-        r.loops.iter().filter(|l| l.calls > 0).count(),
-        if r.loops.iter().filter(|l| l.calls > 0).count() == 1 { "" } else { "s" },
+        "jit: {compiled} compiled loop{}, {} fused tree{}, {} compiled calls, {} functions in the compile cache, \
+         {fallbacks} fallback{} ({} interpreted loop runs, {} fused-tree fallbacks)",
+        plural(compiled as u64),
         sites.len(),
-        if sites.len() == 1 { "" } else { "s" },
+        plural(sites.len() as u64),
         r.calls() + r.loops.iter().map(|l| l.calls).sum::<u64>(),
         jit::cached_loops(),
-        r.fallbacks() + r.interpreted_loops(),
-        if r.fallbacks() + r.interpreted_loops() == 1 { "" } else { "s" },
+        plural(fallbacks),
         r.interpreted_loops(),
         r.fallbacks(),
     );
@@ -181,14 +160,14 @@ fn explain_loops(s: &mut String, c: &Checked, r: &jit::Report) {
                 "     {} scalar ops, {} native run{}, compiled in {}",
                 x.ops,
                 x.calls,
-                if x.calls == 1 { "" } else { "s" },
+                plural(x.calls),
                 if compiles.is_empty() { "cache".to_string() } else { compiles.join(", ") }
             );
         }
         if x.interpreted > 0 {
             let why = x.reason.as_deref().unwrap_or("");
             let _ = writeln!(s, "  fallback: loop at {at} interpreted ({why}): `{snippet}`");
-            let _ = writeln!(s, "     {} interpreted run{}", x.interpreted, if x.interpreted == 1 { "" } else { "s" });
+            let _ = writeln!(s, "     {} interpreted run{}", x.interpreted, plural(x.interpreted));
         }
     }
 }

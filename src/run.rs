@@ -32,7 +32,7 @@ impl Observer for Progress {
     }
 }
 
-fn render(d: &[Diagnostic], c: &lang::check::Checked, json: bool) {
+pub(crate) fn render(d: &[Diagnostic], c: &lang::check::Checked, json: bool) {
     if json {
         for x in d {
             println!("{}", diag::to_json(x, &c.sources));
@@ -43,14 +43,12 @@ fn render(d: &[Diagnostic], c: &lang::check::Checked, json: bool) {
     }
 }
 
-pub fn run_cmd(file: &Path, json: bool) -> u8 {
-    let c = match load(file) {
-        Ok(c) => c,
-        Err(code) => return code,
-    };
+/// Checks `file` and finds its `main`; otherwise renders why not and gives the exit status.
+pub(crate) fn runnable(file: &Path, json: bool) -> Result<(lang::check::Checked, lang::types::FuncId), u8> {
+    let c = load(file)?;
     if c.has_errors() {
         render(&c.diagnostics, &c, json);
-        return 1;
+        return Err(1);
     }
     let Some(main) = c.program.main else {
         let file_id = lang::source::FileId(0);
@@ -61,14 +59,28 @@ pub fn run_cmd(file: &Path, json: bool) -> u8 {
         )
         .with_help("add `fn main() { … }`; `msl test` runs `test` blocks instead");
         render(&[d], &c, json);
-        return 1;
+        return Err(1);
     };
-    let stdout = std::io::stdout();
-    let mut it = Interp::new(&c.program, Box::new(std::io::BufWriter::new(stdout.lock())));
+    Ok((c, main))
+}
+
+/// An interpreter for a program of `file` that prints to stdout (buffered) and shows the
+/// progress of `batches` loops on a terminal.
+pub(crate) fn interpreter<'p>(prog: &'p lang::ir::Program, file: &Path) -> Interp<'p> {
+    let mut it = Interp::new(prog, Box::new(std::io::BufWriter::new(std::io::stdout().lock())));
     it.source_dir = file.parent().map(Path::to_path_buf);
     if std::io::stderr().is_terminal() {
         it.observer = Box::new(Progress { bar: None });
     }
+    it
+}
+
+pub fn run_cmd(file: &Path, json: bool) -> u8 {
+    let (c, main) = match runnable(file, json) {
+        Ok(x) => x,
+        Err(code) => return code,
+    };
+    let mut it = interpreter(&c.program, file);
     match it.run_main(main) {
         Ok(_) => 0,
         Err(e) => {
