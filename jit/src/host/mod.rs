@@ -112,38 +112,20 @@ struct Analyser<'e> {
 impl<'e> Analyser<'e> {
     /// Records the locals the region binds itself (`let`, loop variables).
     fn bind_all(&mut self, e: &Expr) {
-        match &e.kind {
-            ExprKind::Block { stmts, result } => {
+        let bound = &mut self.bound;
+        lang::ir::dump::walk(e, &mut |x| match &x.kind {
+            ExprKind::ForRange { var, .. } => {
+                bound.insert(*var);
+            }
+            ExprKind::Block { stmts, .. } => {
                 for s in stmts {
-                    match s {
-                        Stmt::Let { pat, value } => {
-                            self.bound.extend(pat.locals());
-                            self.bind_all(value);
-                        }
-                        Stmt::Assign { value, .. } | Stmt::Expr(value) => self.bind_all(value),
-                        Stmt::BindDims { .. } => {}
+                    if let Stmt::Let { pat, .. } = s {
+                        bound.extend(pat.locals());
                     }
                 }
-                self.bind_all(result);
             }
-            ExprKind::ForRange { var, start, end, body } => {
-                self.bound.insert(*var);
-                self.bind_all(start);
-                self.bind_all(end);
-                self.bind_all(body);
-            }
-            ExprKind::While { cond, body } => {
-                self.bind_all(cond);
-                self.bind_all(body);
-            }
-            ExprKind::If { cond, then, els } => {
-                self.bind_all(cond);
-                self.bind_all(then);
-                self.bind_all(els);
-            }
-            ExprKind::Prim { args, .. } | ExprKind::Call { args, .. } => args.iter().for_each(|a| self.bind_all(a)),
             _ => {}
-        }
+        });
     }
 
     fn expr(&mut self, e: &Expr, top: bool) -> Result<(), String> {
