@@ -12,6 +12,10 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::Instant;
 
+// As the `msl` binary: large freed blocks are reused (see `kernels::pool`).
+#[global_allocator]
+static ALLOC: kernels::pool::Pool<std::alloc::System> = kernels::pool::Pool(std::alloc::System);
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]

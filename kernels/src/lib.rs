@@ -11,6 +11,7 @@ pub mod error;
 pub mod format;
 pub mod io;
 pub mod math;
+pub mod pool;
 pub mod rng;
 pub mod tensor;
 
