@@ -7,7 +7,9 @@
 //! last read moves its value out of the frame, and a fused loop writes its result into the
 //! buffer of an input nothing else refers to (a temporary such as `x @ w`, or a local at its
 //! last use). The peak heap of the run is measured by the process's allocator. `--explain` prints, on stderr after the run, each compiled loop and fused tree
-//! with its source location, and every fallback to the interpreter with its reason.
+//! with its source location, and every fallback to the interpreter with its reason; at `-O2`
+//! also the static memory plan (`lang::ir::memplan`) of `main` and the functions it reaches,
+//! before the measured peak.
 
 use lang::check::Checked;
 use std::path::Path;
@@ -47,6 +49,7 @@ pub fn run(file: &Path, level: u8, explain: bool, json: bool) -> u8 {
                 n_moves,
                 report.borrow().sites.iter().map(|s| s.reused).sum::<u64>()
             ));
+            s.push_str(&plan_text(&c.program, main));
         }
         s.push_str(&format!("memory: peak heap during the run {}\n", mib(peak.saturating_sub(live0))));
         eprint!("{s}");
@@ -58,6 +61,33 @@ pub fn run(file: &Path, level: u8, explain: bool, json: bool) -> u8 {
             2
         }
     }
+}
+
+/// The most functions besides `main` whose memory plan `--explain` prints.
+const MAX_PLANS: usize = 8;
+
+/// The static memory plan (`lang::ir::memplan`) of `main` and of the functions it reaches that
+/// hold tensor values (the largest plans first, at most [`MAX_PLANS`]): bytes are concrete where
+/// the dims are constants and symbolic in the dims bound at run time.
+fn plan_text(prog: &lang::ir::Program, main: lang::types::FuncId) -> String {
+    use lang::ir::memplan;
+    let no_dims = |_: lang::types::Sym| None;
+    let mut others: Vec<memplan::MemPlan> = memplan::reachable(prog, main)
+        .into_iter()
+        .skip(1)
+        .map(|f| memplan::plan(prog, f))
+        .filter(|p| p.n_values() + p.n_unknown() > 0)
+        .collect();
+    others.sort_by_key(|p| std::cmp::Reverse(p.n_values()));
+    let mut s = memplan::plan(prog, main).render(prog, &no_dims) + "\n";
+    for p in others.iter().take(MAX_PLANS) {
+        s.push_str(&format!("  {}\n", p.render(prog, &no_dims)));
+    }
+    if others.len() > MAX_PLANS {
+        let more = (others.len() - MAX_PLANS) as u64;
+        s.push_str(&format!("  ... and {more} more function{} with tensor values\n", plural(more)));
+    }
+    s
 }
 
 /// The plural ending for `n` things.

@@ -1,6 +1,7 @@
 //! `msl run --mode jit`: same output as eager at every level, and `--explain` names each fused
 //! tree and each compiled scalar loop with its source location, lists every loop left to the
-//! interpreter with its reason, and at `-O2` what the whole-program passes did.
+//! interpreter with its reason, and at `-O2` what the whole-program passes did and the static
+//! memory plan.
 
 use std::process::{Command, Output};
 
@@ -54,6 +55,15 @@ fn jit_levels_print_what_eager_prints_and_explain_fusion() {
         assert!(err.contains("nn.msl"), "{err}");
         assert!(err.contains("0 fused-tree fallbacks"), "{err}");
         assert_eq!(err.contains("constants folded"), level == "-O2", "{err}");
+        // The static memory plan (-O2), before the measured peak: x, w, b, x @ w (its fused
+        // `gelu(… + b)` written into it), ones, zeros, layer_norm's result (the fused `* 2.0 - 1.0`
+        // written into it), zeros(4) and `t + 1.0`; the peak is x, w, b and x @ w, 14400 bytes.
+        let plan = "memory plan of `main`: 11 tensor values in 8 buffers (3 reuse a dead value's buffer); \
+                    peak 4 buffers = 14.1 KiB, 26.2 KiB without reuse";
+        assert_eq!(err.contains(plan), level == "-O2", "{err}");
+        if level == "-O2" {
+            assert!(err.find(plan) < err.find("memory: peak heap"), "{err}");
+        }
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

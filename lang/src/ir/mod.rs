@@ -6,6 +6,7 @@
 //! form used by golden tests (`msl check --emit ir`).
 
 pub mod dump;
+pub mod memplan;
 pub mod opt;
 pub mod prim;
 pub mod source;

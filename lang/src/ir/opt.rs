@@ -1,7 +1,8 @@
 //! Whole-program passes of `-O2`: constant folding, common-subexpression elimination,
 //! dead-code removal and forward substitution of single-use elementwise values (so that the SSA
 //! chains of derivatives fuse) on every function, and a liveness analysis that finds the last use of each
-//! local so the interpreter can hand its value over instead of keeping a copy alive.
+//! local so the interpreter can hand its value over instead of keeping a copy alive (the same
+//! walk gives the static memory plan, `ir::memplan`, its live sets).
 //!
 //! Folding evaluates a scalar elementwise primitive whose operands are literals with the
 //! interpreter itself and keeps the result only when a literal of the expression's type makes
@@ -233,13 +234,35 @@ pub fn last_uses(prog: &Program) -> HashSet<usize> {
     let mut out = HashSet::new();
     for f in &prog.funcs {
         let mut live = HashSet::new();
-        Live { out: &mut out, record: true }.expr(&f.body, &mut live);
+        Live { out: &mut out, after: None, record: true }.expr(&f.body, &mut live);
     }
     out
 }
 
+/// The liveness of one function's locals, as the memory plan (`ir::memplan`) needs it.
+#[derive(Clone, Debug, Default)]
+pub struct Liveness {
+    /// The reads that are a local's last ([`last_uses`] restricted to this function).
+    pub last_reads: HashSet<usize>,
+    /// The locals live after each statement (by the statement's address) and at the end of
+    /// each loop body (by the body expression's address, the live set at the next iteration's
+    /// head).
+    pub live_after: HashMap<usize, HashSet<Local>>,
+}
+
+/// The liveness of `f`'s locals: the same backward walk as [`last_uses`], also recording the
+/// live set after every statement.
+pub fn liveness(f: &Func) -> Liveness {
+    let mut l = Liveness::default();
+    let mut live = HashSet::new();
+    Live { out: &mut l.last_reads, after: Some(&mut l.live_after), record: true }.expr(&f.body, &mut live);
+    l
+}
+
 struct Live<'a> {
     out: &'a mut HashSet<usize>,
+    /// Where to record the live set after each statement and at each loop body's end.
+    after: Option<&'a mut HashMap<usize, HashSet<Local>>>,
     /// False while iterating a loop to its fixpoint (only the last pass records).
     record: bool,
 }
@@ -289,6 +312,11 @@ impl Live<'_> {
             ExprKind::Block { stmts, result } => {
                 self.expr(result, live);
                 for s in stmts.iter().rev() {
+                    if self.record {
+                        if let Some(after) = self.after.as_deref_mut() {
+                            after.insert(s as *const Stmt as usize, live.clone());
+                        }
+                    }
                     match s {
                         Stmt::Let { pat, value } | Stmt::Assign { pat, value } => {
                             pat.each_local(&mut |l| {
@@ -356,6 +384,11 @@ impl Live<'_> {
         after: &HashSet<Local>,
         head: &HashSet<Local>,
     ) -> HashSet<Local> {
+        if self.record {
+            if let Some(at_end) = self.after.as_deref_mut() {
+                at_end.insert(body as *const Expr as usize, head.clone());
+            }
+        }
         let mut b = head.clone();
         self.expr(body, &mut b);
         for v in vars {

@@ -253,6 +253,13 @@ impl Prim {
         }
     }
 
+    /// Elementwise primitives (unary and binary operators and functions, `where`, casts): the
+    /// ones the JIT fuses into one loop, and whose intermediate results the memory plan
+    /// (`ir::memplan`) does not materialise.
+    pub fn is_elementwise(self) -> bool {
+        matches!(self.class(), Class::Unary | Class::Binary) || matches!(self, Prim::Where | Prim::Cast)
+    }
+
     /// Primitives whose result has no derivative; differentiating through them is `E0403`.
     pub fn differentiable(self) -> bool {
         use Prim::*;
