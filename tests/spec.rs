@@ -41,6 +41,7 @@ fn run() -> bool {
     let (mut passed, mut failed) = (0usize, 0usize);
     let (mut jit_calls, mut jit_fallbacks, mut jit_blocks) = (0u64, 0u64, 0usize);
     let (mut loops_native, mut loops_interp) = (0u64, 0u64);
+    let (mut bodies, mut bodies_interp) = (0usize, 0usize);
     let mut report = String::new();
     for file in spec_files(&root) {
         let text = std::fs::read_to_string(&file).unwrap();
@@ -70,6 +71,8 @@ fn run() -> bool {
                     jit_blocks += usize::from(r.calls() > 0);
                     loops_native += r.loops.iter().map(|l| l.calls).sum::<u64>();
                     loops_interp += r.interpreted_loops();
+                    bodies += r.bodies.len() - r.interpreted_bodies();
+                    bodies_interp += r.interpreted_bodies();
                 }
                 if jit.kind() != actual_kind || jit.text() != actual {
                     failed += 1;
@@ -128,6 +131,7 @@ fn run() -> bool {
     print!("{report}");
     println!("spec: {passed} passed, {failed} failed");
     println!("spec [jit -O2]: {jit_calls} fused calls in {jit_blocks} blocks, {jit_fallbacks} fallbacks");
-    println!("spec [jit -O2]: {loops_native} native runs of scalar loops, {loops_interp} interpreted loop runs (tensor loops)");
+    println!("spec [jit -O2]: {loops_native} native runs of scalar loops, {loops_interp} interpreted loop runs");
+    println!("spec [jit -O2]: {bodies} function bodies compiled to native code, {bodies_interp} interpreted");
     failed == 0
 }

@@ -55,6 +55,8 @@ pub struct Jit {
     cache: HashMap<String, Compiled>,
     /// Compiled host-code regions, keyed by [`crate::host::key`].
     pub(crate) regions: HashMap<String, crate::host::CompiledRegion>,
+    /// Compiled function bodies and their compile times, keyed by [`crate::host::body::Code::key`].
+    pub(crate) bodies: HashMap<String, (crate::host::body::BodyFn, f64)>,
     next: u32,
 }
 
@@ -98,6 +100,7 @@ impl Jit {
             helpers: ids,
             cache: HashMap::new(),
             regions: HashMap::new(),
+            bodies: HashMap::new(),
             next: 0,
         })
     }
@@ -119,9 +122,9 @@ impl Jit {
         Ok((c, true))
     }
 
-    /// The number of compiled fused loops and host regions in the cache.
+    /// The number of compiled fused loops, host regions and bodies in the cache.
     pub fn cached(&self) -> usize {
-        self.cache.len() + self.regions.len()
+        self.cache.len() + self.regions.len() + self.bodies.len()
     }
 
     fn define(&mut self, spec: &Spec) -> Result<FuncId, String> {

@@ -88,11 +88,25 @@ pub struct LoopSite {
     pub compiles: Vec<f64>,
 }
 
+/// What happened to one function body, for `--explain`.
+#[derive(Clone, Debug)]
+pub struct BodySite {
+    pub func: lang::types::FuncId,
+    /// Operations the native code calls (one per primitive or fused tree, call, binding…).
+    pub ops: usize,
+    /// Compile time in microseconds (`None`: found in the cache).
+    pub compile: Option<f64>,
+    /// Why the interpreter runs it instead (compilation failed).
+    pub fallback: Option<String>,
+    pub runs: Rc<std::cell::Cell<u64>>,
+}
+
 /// Everything the JIT did in one run, shared with whoever installed it.
 #[derive(Debug, Default)]
 pub struct Report {
     pub sites: Vec<Site>,
     pub loops: Vec<LoopSite>,
+    pub bodies: Vec<BodySite>,
     /// Site of each tree root, by the address of its expression.
     index: HashMap<usize, usize>,
 }
@@ -113,6 +127,11 @@ impl Report {
     pub fn interpreted_loops(&self) -> u64 {
         self.loops.iter().map(|l| l.interpreted).sum()
     }
+
+    /// The number of function bodies the interpreter ran because they did not compile.
+    pub fn interpreted_bodies(&self) -> usize {
+        self.bodies.iter().filter(|b| b.fallback.is_some()).count()
+    }
 }
 
 thread_local! {
@@ -131,6 +150,8 @@ pub struct JitAccel<'p> {
     /// Every primitive application `plan` has seen, by address: its tree, or `None` when it
     /// does not root one.
     planned: HashMap<usize, Option<Planned>>,
+    /// The compiled body of each function run so far (`None`: it did not compile).
+    bodies: HashMap<lang::types::FuncId, Option<Rc<host::body::Body>>>,
     report: Rc<RefCell<Report>>,
 }
 
@@ -158,6 +179,7 @@ impl<'p> JitAccel<'p> {
             loops: HashMap::new(),
             loop_memo: HashMap::new(),
             planned: HashMap::new(),
+            bodies: HashMap::new(),
             report: report.clone(),
         };
         (accel, report)
@@ -245,7 +267,57 @@ pub fn install<'p>(it: &mut Interp<'p>, opts: Options) -> Rc<RefCell<Report>> {
     report
 }
 
+impl<'p> JitAccel<'p> {
+    /// Flattens and compiles the body of `f` (see `host::body`).
+    fn compile_body(&mut self, f: lang::types::FuncId) -> (Option<Rc<host::body::Body>>, BodySite) {
+        let prog = self.prog;
+        let body = &prog.func(f).body;
+        let flat = {
+            let mut plan = |e: &'p Expr| Accel::plan(self, e);
+            let mut scalar = |e: &'p Expr| host::analyse(prog, e).is_ok();
+            host::body::flatten(body, &mut plan, &mut scalar)
+        };
+        let mut site =
+            BodySite { func: f, ops: flat.code.calls(), compile: None, fallback: None, runs: Default::default() };
+        let r = JIT.with(|j| {
+            let mut j = j.borrow_mut();
+            match j.get_or_insert_with(Jit::new) {
+                Ok(jit) => jit.get_or_compile_body(&flat.code),
+                Err(e) => Err(e.clone()),
+            }
+        });
+        match r {
+            Ok((code, us, fresh)) => {
+                site.compile = fresh.then_some(us);
+                let b = host::body::Body {
+                    f: code,
+                    ops: flat.ops,
+                    slots: flat.slots,
+                    states: flat.states,
+                    result: flat.result,
+                    runs: site.runs.clone(),
+                };
+                (Some(Rc::new(b)), site)
+            }
+            Err(why) => {
+                site.fallback = Some(why);
+                (None, site)
+            }
+        }
+    }
+}
+
 impl Accel for JitAccel<'_> {
+    fn body(&mut self, f: lang::types::FuncId) -> Option<Rc<dyn lang::interp::host::CompiledBody>> {
+        if let Some(b) = self.bodies.get(&f) {
+            return b.clone().map(|b| b as Rc<dyn lang::interp::host::CompiledBody>);
+        }
+        let (b, site) = self.compile_body(f);
+        self.report.borrow_mut().bodies.push(site);
+        self.bodies.insert(f, b.clone());
+        b.map(|b| b as Rc<dyn lang::interp::host::CompiledBody>)
+    }
+
     fn plan_region<'e>(&mut self, e: &'e Expr) -> Option<Region<'e>> {
         let addr = e as *const Expr as usize;
         let (an, site) = match self.loops.get(&addr) {

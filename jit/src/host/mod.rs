@@ -17,6 +17,7 @@
 //! Every operation is the interpreter's own arithmetic (wrapping `i32`, truncating division,
 //! the float lowering shared with fused loops), so results are bit-identical.
 
+pub mod body;
 mod gen;
 
 use crate::codegen::Jit;

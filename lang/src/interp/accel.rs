@@ -68,6 +68,12 @@ pub trait Accel {
     fn run_region(&mut self, _e: &Expr, _inputs: &[Tensor], _interrupt: &AtomicBool) -> RegionRun {
         RegionRun::Decline
     }
+
+    /// Called when the interpreter is about to run the body of function `f`: native code for
+    /// the body (see [`host`](super::host)), or `None` to let the interpreter run it.
+    fn body(&mut self, _f: crate::types::FuncId) -> Option<std::rc::Rc<dyn super::host::CompiledBody>> {
+        None
+    }
 }
 
 /// The value of a literal of type `ty`, exactly as the interpreter makes it (accelerators that

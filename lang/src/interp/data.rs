@@ -1,12 +1,12 @@
 //! Data in and out of the interpreter: `load`, `save` and `for … in batches(…)`.
 
-use super::value::{scalar_i64, ModelValue, Value};
+use super::value::{ModelValue, Value};
 use super::{dtype_of, kerr, rt, Frame, Interp, R};
 use crate::diag::Code;
 use crate::ir::{Expr, Local};
 use crate::source::Span;
 use crate::types::{Elem, ShapeItem, Type, TypeArg};
-use kernels::{io, rng, DType, Tensor};
+use kernels::{io, Tensor};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
@@ -172,53 +172,17 @@ impl Interp<'_> {
         frame: &mut Frame,
     ) -> R<Value> {
         let span = self.span(e);
-        let mut arrays = Vec::new();
-        for d in data {
-            match self.eval(d, frame)? {
-                Value::Tensor(t) => arrays.push(t),
-                _ => return Err(rt(Code::E0605, "`batches` needs tensors", span)),
-            }
-        }
-        let b = self.eval(size, frame)?.tensor().and_then(scalar_i64).unwrap_or(0);
-        if b <= 0 {
-            return Err(rt(Code::E0602, format!("batch size must be positive, got {b}"), span));
-        }
-        let b = b as usize;
-        let n = arrays.first().map(|t| t.shape().first().copied().unwrap_or(0)).unwrap_or(0);
-        for a in &arrays {
-            if a.shape().first().copied() != Some(n) {
-                return Err(rt(Code::E0602, "`batches` arrays have different numbers of rows", span));
-            }
-        }
-        let order: Vec<usize> = match shuffle {
-            Some(s) => {
-                let seed = self.eval(s, frame)?.tensor().and_then(scalar_i64).unwrap_or(0);
-                rng::permutation(n, rng::stream_key(seed as u64, "batches"))
-            }
-            None => (0..n).collect(),
-        };
-        // The ragged tail is dropped, so every batch has exactly `b` rows (as its type says).
-        let count = n / b;
-        self.observer.batches_start(count);
-        for i in 0..count {
+        let b = self.batches_setup(e, data, size, shuffle, frame)?;
+        self.observer.batches_start(b.count);
+        for i in 0..b.count {
             if self.interrupt.load(std::sync::atomic::Ordering::Relaxed) {
                 return Err(rt(Code::E0605, "interrupted", span));
             }
-            let idx: Vec<i32> = order[i * b..(i + 1) * b].iter().map(|&x| x as i32).collect();
-            let idx = Tensor::from_i32(vec![b], idx).map_err(|e| kerr(e, span))?;
-            let batch: Vec<Tensor> = arrays
-                .iter()
-                .map(|a| kernels::ops::gather(a, &idx, 0))
-                .collect::<Result<_, _>>()
-                .map_err(|e| kerr(e, span))?;
-            for (l, t) in vars.iter().zip(batch) {
-                frame.locals[l.0 as usize] = Some(Value::Tensor(t));
-            }
+            self.batch_take(e, vars, &b, i, frame)?;
             self.eval(body, frame)?;
             self.observer.batch_done();
         }
         self.observer.batches_end();
-        let _ = DType::F32;
         Ok(Value::unit())
     }
 }

@@ -5,6 +5,7 @@
 
 pub mod accel;
 mod data;
+pub mod host;
 mod prims;
 mod transforms;
 pub mod value;
@@ -95,6 +96,8 @@ pub struct Interp<'p> {
     /// Reads of locals that are their last (`ir::opt::last_uses`, at `-O2`), by expression
     /// address: the value moves out of the frame there.
     pub moves: std::collections::HashSet<usize>,
+    /// Values of operands that compiled code evaluated, by expression address (`host`).
+    preset: Vec<(usize, Value)>,
 }
 
 impl<'p> Interp<'p> {
@@ -110,6 +113,7 @@ impl<'p> Interp<'p> {
             closure_dims: HashMap::new(),
             accel: None,
             moves: Default::default(),
+            preset: Vec::new(),
         }
     }
 
@@ -159,7 +163,12 @@ impl<'p> Interp<'p> {
             bind_dims_from(ty, &v, &mut frame);
             frame.locals[l.0 as usize] = Some(v);
         }
-        match self.eval(&func.body, &mut frame) {
+        let compiled = self.accel.as_mut().and_then(|a| a.body(f));
+        let r = match compiled {
+            Some(code) => code.run(self, &mut frame),
+            None => self.eval(&func.body, &mut frame),
+        };
+        match r {
             Ok(v) => Ok(v),
             Err(Ctrl::Return(v)) => Ok(v),
             Err(e) => Err(e),
@@ -200,6 +209,11 @@ impl<'p> Interp<'p> {
     }
 
     pub fn eval(&mut self, e: &Expr, frame: &mut Frame) -> R<Value> {
+        if !self.preset.is_empty() {
+            if let Some(v) = self.take_preset(e) {
+                return Ok(v);
+            }
+        }
         match &e.kind {
             ExprKind::Lit(l) => Ok(lit_value(l, &e.ty)),
             ExprKind::Local(l) => {

@@ -155,7 +155,7 @@ fn t(v: &Value, span: Span) -> R<&Tensor> {
 
 /// The operand of a permutation that swaps exactly the last two axes of a tensor of rank ≥ 2
 /// (`@` reads such an operand through strides instead of copying it).
-fn swapped_last(e: &Expr) -> Option<&Expr> {
+pub(crate) fn swapped_last(e: &Expr) -> Option<&Expr> {
     let ExprKind::Prim { prim: Prim::Permute | Prim::Transpose, args, attrs } = &e.kind else { return None };
     let n = attrs.perm.len();
     let swap = n >= 2
