@@ -90,6 +90,9 @@ fn plan_text(prog: &lang::ir::Program, main: lang::types::FuncId) -> String {
     s
 }
 
+/// Bodies listed one by one by `--explain` (the most run first).
+const MAX_BODIES: usize = 12;
+
 /// The plural ending for `n` things.
 fn plural(n: u64) -> &'static str {
     if n == 1 {
@@ -120,10 +123,15 @@ fn explain_text(c: &Checked, level: u8, r: &jit::Report) -> String {
     use std::fmt::Write as _;
     let mut s = String::new();
     if level == 0 {
-        let _ = writeln!(s, "jit -O0: scalar loops compiled, tensor primitives op by op (no fusion)");
+        let _ =
+            writeln!(s, "jit -O0: function bodies and scalar loops compiled, tensor primitives op by op (no fusion)");
     } else {
-        let _ = writeln!(s, "jit -O{level}: scalar loops compiled, elementwise trees fused into Cranelift loops");
+        let _ = writeln!(
+            s,
+            "jit -O{level}: function bodies and scalar loops compiled, elementwise trees fused into Cranelift loops"
+        );
     }
+    explain_bodies(&mut s, c, r);
     explain_loops(&mut s, c, r);
     let mut sites: Vec<&jit::Site> = r.sites.iter().collect();
     sites.sort_by_key(|x| {
@@ -155,21 +163,58 @@ fn explain_text(c: &Checked, level: u8, r: &jit::Report) -> String {
         }
     }
     let compiled = r.loops.iter().filter(|l| l.calls > 0).count();
-    let fallbacks = r.fallbacks() + r.interpreted_loops();
+    let bodies = r.bodies.len() - r.interpreted_bodies();
+    let fallbacks = r.fallbacks() + r.interpreted_loops() + r.interpreted_bodies() as u64;
     let _ = writeln!(
         s,
-        "jit: {compiled} compiled loop{}, {} fused tree{}, {} compiled calls, {} functions in the compile cache, \
-         {fallbacks} fallback{} ({} interpreted loop runs, {} fused-tree fallbacks)",
+        "jit: {bodies} compiled bod{}, {compiled} compiled scalar loop{}, {} fused tree{}, {} compiled calls, {} \
+         functions in the compile cache, {fallbacks} fallback{} ({} interpreted bodies, {} interpreted loop runs, {} \
+         fused-tree fallbacks)",
+        if bodies == 1 { "y" } else { "ies" },
         plural(compiled as u64),
         sites.len(),
         plural(sites.len() as u64),
         r.calls() + r.loops.iter().map(|l| l.calls).sum::<u64>(),
         jit::cached_loops(),
         plural(fallbacks),
+        r.interpreted_bodies(),
         r.interpreted_loops(),
         r.fallbacks(),
     );
     s
+}
+
+/// Each function body the run entered: compiled (ops, runs, compile time) or interpreted.
+fn explain_bodies(s: &mut String, c: &Checked, r: &jit::Report) {
+    use std::fmt::Write as _;
+    let mut bodies: Vec<&jit::BodySite> = r.bodies.iter().collect();
+    bodies.sort_by_key(|b| std::cmp::Reverse(b.runs.get()));
+    let shown = bodies.len().min(MAX_BODIES);
+    for b in &bodies[..shown] {
+        let name = lang::ir::memplan::func_name(&c.program, b.func);
+        let (at, _) = place(c, c.program.func(b.func).span);
+        let runs = b.runs.get();
+        match &b.fallback {
+            None => {
+                let compile =
+                    b.compile.map_or("code from the cache".to_string(), |us| format!("compiled in {us:.0} µs"));
+                let _ = writeln!(
+                    s,
+                    "  compiled body of `{name}` ({at}): {} op call{}, {runs} native run{}, {compile}",
+                    b.ops,
+                    plural(b.ops as u64),
+                    plural(runs)
+                );
+            }
+            Some(why) => {
+                let _ = writeln!(s, "  fallback: body of `{name}` ({at}) interpreted ({why})");
+            }
+        }
+    }
+    if bodies.len() > shown {
+        let more = (bodies.len() - shown) as u64;
+        let _ = writeln!(s, "  ... and {more} more compiled bod{}", if more == 1 { "y" } else { "ies" });
+    }
 }
 
 /// Each loop of host code: compiled (with its compile times) or interpreted (with the reason).

@@ -1,10 +1,10 @@
-//! msl's Cranelift JIT: compiled scalar loops (every level), fusion of elementwise trees (`-O1`)
-//! and the whole-program passes and memory plan of `-O2` (`prepare`).
+//! msl's Cranelift JIT: compiled function bodies and scalar loops (every level), fusion of
+//! elementwise trees (`-O1`) and the whole-program passes and memory plan of `-O2` (`prepare`).
 //!
-//! The interpreter stays in charge of the program; through `lang::interp::Accel` it offers this
-//! crate every loop, which `host` compiles whole when all its values are scalars (the rest of
-//! the host code, calls of tensor functions and every non-elementwise kernel stay in the
-//! interpreter and are listed as fallbacks by `--explain`), and each maximal tree
+//! The interpreter stays the reference semantics; through `lang::interp::Accel` it asks this
+//! crate for the native code of every function body it runs (`host::body`: native control flow
+//! calling the interpreter's operations one at a time), offers it every loop, which `host`
+//! compiles whole when all its values are scalars, and each maximal tree
 //! of elementwise primitives over float and bool tensors (`gelu(x * w + b)`, the body of
 //! `nn.layer_norm` after its reductions). Each tree becomes one Cranelift loop that reads every
 //! input once and writes the output once (`codegen`), run over broadcast shapes and threads by
