@@ -14,17 +14,24 @@ use std::process::ExitCode;
 static ALLOC: alloc::Counting = alloc::Counting;
 
 fn main() -> ExitCode {
-    // Deeply nested programs recurse in the checker; a large stack (reserved, not committed)
-    // keeps such input a diagnostic instead of a crash.
-    let child = std::thread::Builder::new().stack_size(1 << 30).spawn(cli::main);
-    match child.map(|h| h.join()) {
-        Ok(Ok(code)) => ExitCode::from(code),
-        Ok(Err(_)) => {
-            eprintln!("error: internal compiler error (a bug in msl); please report it with the input that caused it");
-            ExitCode::from(2)
-        }
+    // The command runs on a worker of the kernels' thread pool, one thread per core in all: the
+    // interpreter's thread takes part in every parallel kernel, and an idle worker spinning
+    // between two short kernels does not take a core from it (with a separate main thread, that
+    // contention cost W5 about a fifth of its time in the scheduler). Deeply nested programs
+    // recurse in the checker; a large stack (reserved, not committed) keeps such input a
+    // diagnostic instead of a crash.
+    let pool = rayon::ThreadPoolBuilder::new().stack_size(1 << 30).thread_name(|i| format!("msl-{i}")).build();
+    let pool = match pool {
+        Ok(p) => p,
         Err(e) => {
             eprintln!("error: cannot start: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match pool.install(|| std::panic::catch_unwind(cli::main)) {
+        Ok(code) => ExitCode::from(code),
+        Err(_) => {
+            eprintln!("error: internal compiler error (a bug in msl); please report it with the input that caused it");
             ExitCode::from(2)
         }
     }

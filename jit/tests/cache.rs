@@ -1,6 +1,7 @@
 //! The compile cache: a second run of the same program in the same process (a REPL, a test
-//! runner) compiles nothing; its fused loops and host regions come from the cache, which is
-//! keyed by the IR (structure, element types, a hash of the region) and never by sizes.
+//! runner) compiles nothing; its fused loops, host regions and function bodies come from the
+//! cache, which is keyed by the IR (structure, element types, a hash of the region or of the
+//! body's control tree) and never by sizes.
 
 use lang::spec::run_block_prepared;
 use std::path::Path;
@@ -25,8 +26,8 @@ fn main() {
 }
 "#;
 
-/// Runs SRC at -O2 and returns (output, compiles of fused trees, compiles of loops).
-fn run() -> (String, usize, usize) {
+/// Runs SRC at -O2 and returns (output, compiles of fused trees, of loops, of bodies).
+fn run() -> (String, usize, usize, usize) {
     let opts = jit::Options::level(2);
     let mut rep = None;
     let out = run_block_prepared(
@@ -41,17 +42,22 @@ fn run() -> (String, usize, usize) {
     let r = r.borrow();
     let trees: usize = r.sites.iter().map(|s| s.compiles.len()).sum();
     let loops: usize = r.loops.iter().map(|l| l.compiles.len()).sum();
+    let bodies = r.bodies.iter().filter(|b| b.compile.is_some()).count();
     assert!(r.sites.iter().all(|s| s.calls > 0) && r.loops.iter().all(|l| l.calls > 0), "{r:?}");
-    (out.text().to_string(), trees, loops)
+    assert!(r.bodies.iter().all(|b| b.fallback.is_none() && b.runs.get() > 0), "{r:?}");
+    (out.text().to_string(), trees, loops, bodies)
 }
 
 #[test]
 fn a_second_run_in_the_process_reuses_every_compiled_function() {
-    let (first, trees, loops) = run();
-    assert!(trees >= 2 && loops >= 1, "first run compiled {trees} trees and {loops} loops");
+    let (first, trees, loops, bodies) = run();
+    assert!(
+        trees >= 2 && loops >= 1 && bodies >= 1,
+        "first run compiled {trees} trees, {loops} loops, {bodies} bodies"
+    );
     let cached = jit::cached_loops();
-    let (second, trees2, loops2) = run();
+    let (second, trees2, loops2, bodies2) = run();
     assert_eq!(first, second);
-    assert_eq!((trees2, loops2), (0, 0), "the second run compiled again");
+    assert_eq!((trees2, loops2, bodies2), (0, 0, 0), "the second run compiled again");
     assert_eq!(jit::cached_loops(), cached, "the cache grew on the second run");
 }

@@ -49,10 +49,29 @@ pub fn simplify_with(f: &mut Func, anywhere: bool) {
                 }
             }
         });
-        if !dce(&mut f.body, &used) {
+        if !dce(&mut f.body, &used, anywhere) {
             break;
         }
     }
+}
+
+/// Whether evaluating `e` can stop with a run-time error even though it type-checked: integer
+/// division, indexing, and operations whose sizes come from values.
+fn may_fail(e: &Expr) -> bool {
+    use crate::ir::Prim::*;
+    let mut fails = false;
+    walk(e, &mut |x| {
+        if let ExprKind::Prim { prim, .. } = &x.kind {
+            let int = matches!(&x.ty, crate::types::Type::Tensor(el, _) if !el.is_float());
+            fails |= match prim {
+                Div | Rem | Pow => int,
+                Gather | OneHot | Slice | ScatterAdd | Reshape | Concat | Stack | Einsum | Map | Load => true,
+                Zeros | Ones | Full | Arange | Eye | BroadcastTo => true,
+                _ => false,
+            };
+        }
+    });
+    fails
 }
 
 /// A value whose evaluation has no effect and whose result depends only on its operands.
@@ -239,14 +258,18 @@ fn cse(
     }
 }
 
-/// Drops `let`s of pure values nobody reads; returns whether anything changed.
-fn dce(e: &mut Expr, used: &HashSet<Local>) -> bool {
+/// Drops `let`s of pure values nobody reads; returns whether anything changed. With `keep_errors`
+/// (`-O2` on user code), a value whose evaluation can fail at run time stays, so that the
+/// program reports the same errors at every level.
+fn dce(e: &mut Expr, used: &HashSet<Local>, keep_errors: bool) -> bool {
     let mut changed = false;
     visit_mut(e, &mut |x| {
         if let ExprKind::Block { stmts, .. } = &mut x.kind {
             let before = stmts.len();
             stmts.retain(|s| match s {
-                Stmt::Let { pat: Pat::Local(l), value } => used.contains(l) || !pure(value),
+                Stmt::Let { pat: Pat::Local(l), value } => {
+                    used.contains(l) || !pure(value) || (keep_errors && may_fail(value))
+                }
                 _ => true,
             });
             changed |= stmts.len() != before;

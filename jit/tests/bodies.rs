@@ -1,0 +1,141 @@
+//! Compiled function bodies: control flow over tensors, models and `batches` runs as native code
+//! with the interpreter's results — `return` from inside loops, tuples, run-time errors with
+//! the interpreter's message and span, and Ctrl-C stopping a loop that never ends.
+
+use lang::spec::{run_block, run_block_prepared};
+use std::path::Path;
+use std::sync::atomic::Ordering;
+
+/// Runs `src` at `level`, returning (output kind, text, bodies compiled, bodies interpreted).
+fn jit(src: &str, level: u8) -> (String, String, usize, usize) {
+    let opts = jit::Options::level(level);
+    let mut rep = None;
+    let out = run_block_prepared(
+        src,
+        Path::new("."),
+        &mut |p| {
+            jit::prepare(p, opts);
+        },
+        &mut |it| rep = Some(jit::install(it, opts)),
+    );
+    let r = rep.expect("installed");
+    let r = r.borrow();
+    (out.kind().to_string(), out.text().to_string(), r.bodies.len(), r.interpreted_bodies())
+}
+
+/// Every level prints exactly what the interpreter prints, with every body compiled.
+fn same_everywhere(src: &str) -> String {
+    let eager = run_block(src, Path::new("."));
+    for level in 0..3 {
+        let (kind, text, bodies, interpreted) = jit(src, level);
+        assert_eq!((kind.as_str(), text.as_str()), (eager.kind(), eager.text()), "-O{level}");
+        assert!(bodies >= 1, "-O{level}: no body compiled");
+        assert_eq!(interpreted, 0, "-O{level}");
+    }
+    eager.text().to_string()
+}
+
+#[test]
+fn return_from_loops_over_tensors_and_tuples() {
+    let out = same_everywhere(
+        r#"
+fn first_above(x: f32[8], t: f32) -> i32 {
+    var i = 0
+    var acc = zeros(8)
+    while i < 8 {
+        acc = acc + x
+        if sum(acc) > t { return i }
+        i = i + 1
+    }
+    -1
+}
+
+fn pow_sum(x: f32[4], n: i32) -> f32[4] {
+    var p = ones(4)
+    for k in 0..n {
+        if k == 10 { return p }
+        p = p * x
+    }
+    p
+}
+
+fn main() {
+    let x = f32(arange(8)) * 0.5
+    print(first_above(x, 40.0), first_above(x, 1000.0))
+    let p = pow_sum(stack([1.0, 2.0, 3.0, 0.5]), 5) + pow_sum(stack([1.0, 1.5, 0.5, 2.0]), 20)
+    let (a, b) = (p * 2.0, sum(p))
+    print(a, b)
+    for i in 0..3 {
+        let t = (i, x[i])
+        print(t.0, t.1)
+    }
+}
+"#,
+    );
+    assert!(out.starts_with("2 -1\n"), "{out}");
+}
+
+#[test]
+fn run_time_errors_keep_the_interpreters_message_and_span() {
+    let out = same_everywhere(
+        r#"
+fn main() {
+    var t = ones(4)
+    for i in 0..10 {
+        t = t * 2.0
+        if i == 3 { let bad = t[i + 4] }
+    }
+}
+"#,
+    );
+    assert!(out.contains("error[E0602]"), "{out}");
+}
+
+#[test]
+fn batches_and_models_in_a_training_loop() {
+    same_everywhere(
+        r#"
+use nn.{linear, mse}
+
+model Lin[I, O] {
+    w: f32[I, O] = he_normal(I, O)
+    b: f32[O]    = zeros(O)
+}
+
+fn loss[B](m: Lin[3, 1], x: f32[B, 3], y: f32[B, 1]) -> f32 {
+    mse(linear(x, m.w, m.b), y)
+}
+
+fn main() {
+    let x = normal(40, 3, seed: 1)
+    let y = sum(x, axis: 1, keepdims: true) * 0.5
+    var m = init(Lin[3, 1], seed: 2)
+    for epoch in 0..5 {
+        var total = 0.0
+        for (xb, yb) in batches(x, y, size: 8, shuffle: epoch) {
+            let (l, g) = value_and_grad(loss)(m, xb, yb)
+            m = m - 0.1 * g
+            total = total + l
+        }
+        print(epoch, total)
+    }
+}
+"#,
+    );
+}
+
+#[test]
+fn an_endless_tensor_loop_stops_at_ctrl_c() {
+    let src = "fn main() {\n    var t = zeros(16)\n    while true { t = t + 1.0 }\n}\n";
+    let opts = jit::Options::level(1);
+    let out = run_block_prepared(src, Path::new("."), &mut |_| {}, &mut |it| {
+        jit::install(it, opts);
+        let flag = it.interrupt.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            flag.store(true, Ordering::SeqCst);
+        });
+    });
+    assert!(out.text().contains("interrupted"), "{}", out.text());
+    assert!(out.text().contains("3:5"), "the error points at the loop: {}", out.text());
+}
