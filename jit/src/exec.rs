@@ -149,12 +149,13 @@ pub fn run(f: KernelFn, inputs: &mut [Tensor], lay: &Layout, out: DType, reuse: 
             size[k] = osize;
             b
         }
-        // Large zeroed allocations come from fresh pages, so zeroing costs nothing extra.
+        // Not zeroed: the loops below write every element before the length is set (a freed
+        // buffer reused by `kernels::pool` would otherwise be cleared for nothing).
         None => match out {
-            DType::F32 => Buf::F32(vec![0f32; lay.n]),
-            DType::F64 => Buf::F64(vec![0f64; lay.n]),
-            DType::I32 => Buf::I32(vec![0i32; lay.n]),
-            DType::Bool => Buf::Bool(vec![false; lay.n]),
+            DType::F32 => Buf::F32(Vec::with_capacity(lay.n)),
+            DType::F64 => Buf::F64(Vec::with_capacity(lay.n)),
+            DType::I32 => Buf::I32(Vec::with_capacity(lay.n)),
+            DType::Bool => Buf::Bool(Vec::with_capacity(lay.n)),
         },
     };
     let obase = match &mut buf {
@@ -213,6 +214,12 @@ pub fn run(f: KernelFn, inputs: &mut [Tensor], lay: &Layout, out: DType, reuse: 
             });
         }
     }
+    if !reused {
+        // SAFETY: the capacity is `lay.n`, and the calls above wrote every element of
+        // `0..lay.n` (each row whole, or in chunks that cover it) with a valid value of the
+        // output's element type (the compiled code stores `bool`s as 0 or 1).
+        unsafe { buf.set_len(lay.n) };
+    }
     let shape = lay.shape.clone();
     let t = match buf {
         Buf::F32(v) => Tensor::from_vec(shape, v),
@@ -233,6 +240,20 @@ enum Buf {
 }
 
 impl Buf {
+    /// # Safety
+    /// As `Vec::set_len`: `n` is within capacity and the first `n` elements are initialised.
+    unsafe fn set_len(&mut self, n: usize) {
+        // SAFETY: the caller's guarantee.
+        unsafe {
+            match self {
+                Buf::F32(v) => v.set_len(n),
+                Buf::F64(v) => v.set_len(n),
+                Buf::I32(v) => v.set_len(n),
+                Buf::Bool(v) => v.set_len(n),
+            }
+        }
+    }
+
     fn ptr(&self) -> usize {
         match self {
             Buf::F32(v) => v.as_ptr() as usize,

@@ -33,13 +33,17 @@ where
     F: Fn(T) -> U + Sync + Send,
 {
     if x.len() >= PAR_MIN {
-        // Whole chunks per task, so that each task's loop is a plain (vectorisable) loop.
-        let mut out = vec![U::default(); x.len()];
-        out.par_chunks_mut(PAR_MIN / 4).zip(x.par_chunks(PAR_MIN / 4)).for_each(|(o, i)| {
+        // Whole chunks per task, so that each task's loop is a plain (vectorisable) loop. The
+        // output is not zeroed first (a reused buffer would be cleared for nothing).
+        let mut out: Vec<U> = Vec::with_capacity(x.len());
+        let spare = &mut out.spare_capacity_mut()[..x.len()];
+        spare.par_chunks_mut(PAR_MIN / 4).zip(x.par_chunks(PAR_MIN / 4)).for_each(|(o, i)| {
             for (o, &v) in o.iter_mut().zip(i) {
-                *o = f(v);
+                o.write(f(v));
             }
         });
+        // SAFETY: the chunks cover all `x.len()` spare elements, each written above.
+        unsafe { out.set_len(x.len()) };
         out
     } else {
         x.iter().map(|&v| f(v)).collect()

@@ -54,14 +54,17 @@ pub fn permute(x: &Tensor, perm: &[usize]) -> Result<Tensor, KernelError> {
 
 /// Transposes each of the row-major `r×c` matrices that make up `src`, 32×32 tiles at a time.
 fn transpose_tiles<T: Element>(src: &[T], r: usize, c: usize) -> Vec<T> {
+    use std::mem::MaybeUninit;
     const TILE: usize = 32;
-    let mut out = vec![T::default(); src.len()];
     if src.is_empty() {
-        return out;
+        return Vec::new();
     }
+    // Not zeroed first: every element is written below (a reused buffer would be cleared for
+    // nothing).
+    let mut out: Vec<T> = Vec::with_capacity(src.len());
     // One task transposes a band of TILE source columns (= TILE output rows) of one matrix.
     let band = TILE * r;
-    let work = |mat: usize, col0: usize, dst: &mut [T]| {
+    let work = |mat: usize, col0: usize, dst: &mut [MaybeUninit<T>]| {
         let s = &src[mat * r * c..(mat + 1) * r * c];
         let cols = dst.len() / r;
         for i0 in (0..r).step_by(TILE) {
@@ -69,29 +72,33 @@ fn transpose_tiles<T: Element>(src: &[T], r: usize, c: usize) -> Vec<T> {
             for j in 0..cols {
                 let drow = &mut dst[j * r..(j + 1) * r];
                 for i in i0..i1 {
-                    drow[i] = s[i * c + col0 + j];
+                    drow[i].write(s[i * c + col0 + j]);
                 }
             }
         }
     };
     let bands_per_mat = c.div_ceil(TILE);
-    let run = |(t, dst): (usize, &mut [T])| {
+    let run = |(t, dst): (usize, &mut [MaybeUninit<T>])| {
         let mat = t / bands_per_mat;
         work(mat, (t % bands_per_mat) * TILE, dst)
     };
+    let spare = &mut out.spare_capacity_mut()[..src.len()];
     // Output chunks of one band each; the last band of every matrix may be narrower, so split
     // per matrix first.
     if src.len() >= PAR_MIN {
-        out.par_chunks_mut(r * c).enumerate().for_each(|(mat, m)| {
+        spare.par_chunks_mut(r * c).enumerate().for_each(|(mat, m)| {
             m.par_chunks_mut(band).enumerate().for_each(|(b, dst)| run((mat * bands_per_mat + b, dst)));
         });
     } else {
-        for (mat, m) in out.chunks_mut(r * c).enumerate() {
+        for (mat, m) in spare.chunks_mut(r * c).enumerate() {
             for (b, dst) in m.chunks_mut(band).enumerate() {
                 run((mat * bands_per_mat + b, dst));
             }
         }
     }
+    // SAFETY: each band of `TILE` output rows (r elements each) of each matrix is written
+    // whole: rows `j` of the band for every `i` in `0..r`, so all `src.len()` elements are set.
+    unsafe { out.set_len(src.len()) };
     out
 }
 
