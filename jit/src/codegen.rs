@@ -170,7 +170,14 @@ impl Jit {
         let name = format!("{prefix}_{}", self.next);
         self.next += 1;
         let id = self.module.declare_function(&name, Linkage::Local, &sig).map_err(err)?;
+        // `MSL_JIT_DISASM=1` prints the machine code of every function compiled (for
+        // developers tuning the code generators).
+        let disasm = std::env::var_os("MSL_JIT_DISASM").is_some();
+        self.ctx.set_disasm(disasm);
         let r = self.module.define_function(id, &mut self.ctx).map_err(|e| format!("{e:?}"));
+        if let (true, Some(code)) = (disasm, self.ctx.compiled_code()) {
+            eprintln!("== {name}\n{}", code.vcode.as_deref().unwrap_or(""));
+        }
         self.module.clear_context(&mut self.ctx);
         r?;
         Ok((id, out))

@@ -126,7 +126,17 @@ fn main() {
 
 #[test]
 fn an_endless_tensor_loop_stops_at_ctrl_c() {
-    let src = "fn main() {\n    var t = zeros(16)\n    while true { t = t + 1.0 }\n}\n";
+    interrupted("fn main() {\n    var t = zeros(16)\n    while true { t = t + 1.0 }\n}\n");
+}
+
+#[test]
+fn a_long_scalar_loop_stops_at_ctrl_c() {
+    // About a minute of work: the compiled loop reads the flag once per 65,536 iterations.
+    interrupted("fn main() {\n    var acc = 0\n    for k in 0..100 {\n        for i in 0..2000000000 { acc = acc + i % 3 }\n    }\n    print(acc)\n}\n");
+}
+
+/// Runs `src`, raising the interrupt flag after 200 ms: the run stops with an error at line 3.
+fn interrupted(src: &str) {
     let opts = jit::Options::level(1);
     let out = run_block_prepared(src, Path::new("."), &mut |_| {}, &mut |it| {
         jit::install(it, opts);

@@ -554,7 +554,8 @@ impl BodyGen<'_, '_> {
     /// Leaves through op `interrupted` when the run's interrupt flag is up.
     fn poll(&mut self, interrupted: u32) {
         let flag = self.b.ins().load(types::I64, MemFlagsData::trusted(), self.ctx, 8);
-        let up = self.b.ins().load(types::I8, MemFlagsData::new(), flag, 0);
+        // Atomic, so that no read is merged with an earlier one (see `host::gen`).
+        let up = self.b.ins().atomic_load(types::I8, MemFlagsData::new(), flag);
         let stop = self.b.create_block();
         let go = self.b.create_block();
         self.b.ins().brif(up, stop, &[], go, &[]);

@@ -52,6 +52,9 @@ fn cl_type(d: DType) -> ClType {
 
 type Val = Option<(Value, DType)>;
 
+/// Iterations of a `for` loop between two reads of the interrupt flag.
+const CHUNK: i64 = 1 << 16;
+
 pub(super) struct HostGen<'a, 'f, 'p> {
     l: Lower<'a, 'f>,
     prog: &'p Program,
@@ -68,6 +71,9 @@ pub(super) struct HostGen<'a, 'f, 'p> {
     /// Exit blocks of the calls being inlined, with their result types once known.
     rets: Vec<(Block, Option<DType>)>,
     interrupt: Option<Value>,
+    /// Known bounds of `i32` values (constants, loop variables, and what arithmetic on them
+    /// gives without wrapping), so that division by a literal skips the sign correction.
+    ranges: HashMap<Value, (i64, i64)>,
     decline: Option<Block>,
     interrupted: Option<Block>,
 }
@@ -92,6 +98,7 @@ impl<'a, 'f, 'p> HostGen<'a, 'f, 'p> {
             leaf_vals: HashMap::new(),
             rets: Vec::new(),
             interrupt: None,
+            ranges: HashMap::new(),
             decline: None,
             interrupted: None,
         }
@@ -202,22 +209,45 @@ impl<'a, 'f, 'p> HostGen<'a, 'f, 'p> {
                 if da != DType::I32 || db != DType::I32 {
                     return bad("a range bound is not an i32");
                 }
-                let head = self.l.b.create_block();
-                self.l.b.append_block_param(head, types::I32);
-                let body_blk = self.l.b.create_block();
-                let exit = self.l.b.create_block();
-                self.l.b.ins().jump(head, &[BlockArg::Value(a)]);
-                self.l.b.switch_to_block(head);
-                let i = self.l.b.block_params(head)[0];
-                let more = self.l.b.ins().icmp(IntCC::SignedLessThan, i, b);
-                self.l.b.ins().brif(more, body_blk, &[], exit, &[]);
-                self.l.b.switch_to_block(body_blk);
+                // The loop variable lies in [start, end - 1] whenever the loop runs.
+                let var_range = match (self.range(a), self.range(b)) {
+                    (Some((lo, _)), Some((_, hi))) if lo < hi => Some((lo, hi - 1)),
+                    _ => None,
+                };
+                // Rotated and strip-mined: the bound is tested at the bottom, and the interrupt
+                // flag is read once per CHUNK iterations (the counter is an i64, so `i + CHUNK`
+                // cannot wrap).
+                let (lo, hi) = (a, b);
+                let b = &mut self.l.b;
+                let (a64, b64) = (b.ins().sextend(types::I64, lo), b.ins().sextend(types::I64, hi));
+                let (outer, inner, exit) = (b.create_block(), b.create_block(), b.create_block());
+                b.append_block_param(outer, types::I64);
+                b.append_block_param(inner, types::I64);
+                let runs = b.ins().icmp(IntCC::SignedLessThan, a64, b64);
+                b.ins().brif(runs, outer, &[BlockArg::Value(a64)], exit, &[]);
+                b.switch_to_block(outer);
+                let i = b.block_params(outer)[0];
+                let lim = b.ins().iadd_imm_s(i, CHUNK);
+                let chunk_end = b.ins().smin(lim, b64);
                 self.poll_interrupt();
-                self.define(*var, i, DType::I32)?;
+                self.l.b.ins().jump(inner, &[BlockArg::Value(i)]);
+                self.l.b.switch_to_block(inner);
+                let j = self.l.b.block_params(inner)[0];
+                let v = self.l.b.ins().ireduce(types::I32, j);
+                if let Some(r) = var_range {
+                    self.ranges.insert(v, r);
+                }
+                self.define(*var, v, DType::I32)?;
                 self.expr(body)?;
-                let next = self.l.b.ins().iadd_imm_s(i, 1);
-                self.l.b.ins().jump(head, &[BlockArg::Value(next)]);
-                self.l.b.switch_to_block(exit);
+                let b = &mut self.l.b;
+                let next = b.ins().iadd_imm_s(j, 1);
+                let in_chunk = b.ins().icmp(IntCC::SignedLessThan, next, chunk_end);
+                let after = b.create_block();
+                b.ins().brif(in_chunk, inner, &[BlockArg::Value(next)], after, &[]);
+                b.switch_to_block(after);
+                let more = b.ins().icmp(IntCC::SignedLessThan, next, b64);
+                b.ins().brif(more, outer, &[BlockArg::Value(next)], exit, &[]);
+                b.switch_to_block(exit);
                 Ok(None)
             }
             ExprKind::While { cond, body } => {
@@ -293,7 +323,9 @@ impl<'a, 'f, 'p> HostGen<'a, 'f, 'p> {
 
     fn poll_interrupt(&mut self) {
         let Some(p) = self.interrupt else { return };
-        let flag = self.l.b.ins().load(types::I8, MemFlagsData::new().with_notrap(), p, 0);
+        // An atomic load: a plain one may be merged with an earlier read of the same address
+        // (the region stores nothing), and a nested loop would then never see the flag change.
+        let flag = self.l.b.ins().atomic_load(types::I8, MemFlagsData::new().with_notrap(), p);
         self.exit_if(flag, INTERRUPTED);
     }
 
@@ -478,19 +510,54 @@ impl<'a, 'f, 'p> HostGen<'a, 'f, 'p> {
             DType::Bool if cmp || matches!(p, And | Or) => Ok((self.l.binary(Mode::Scalar, p, d, x, y), out)),
             DType::Bool => bad(format!("`{}` of bools", p.name())),
             _ if matches!(p, And | Or) => bad(format!("`{}` of numbers", p.name())),
-            DType::I32 => self.int_binary(p, x, y).map(|v| (v, out)),
+            DType::I32 => {
+                let v = self.int_binary(p, x, y)?;
+                if let Some(r) = self.result_range(p, x, y) {
+                    self.ranges.insert(v, r);
+                }
+                Ok((v, out))
+            }
             d => Ok((self.l.binary(Mode::Scalar, p, d, x, y), out)),
         }
     }
 
-    /// The value of `v` when an `iconst` instruction defines it.
+    /// The value of `v` when an `iconst` instruction defines it (sign-extended from its type:
+    /// Cranelift keeps the immediate of a narrow constant zero-extended).
     fn constant(&self, v: Value) -> Option<i64> {
         let dfg = &self.l.b.func.dfg;
         let inst = dfg.value_def(v).inst()?;
         match dfg.insts[inst] {
-            InstructionData::UnaryImm { opcode: Opcode::Iconst, imm } => Some(imm.bits()),
+            InstructionData::UnaryImm { opcode: Opcode::Iconst, imm } => Some(match dfg.value_type(v) {
+                types::I8 => imm.bits() as i8 as i64,
+                types::I16 => imm.bits() as i16 as i64,
+                types::I32 => imm.bits() as i32 as i64,
+                _ => imm.bits(),
+            }),
             _ => None,
         }
+    }
+
+    /// Known bounds of the `i32` value `v`.
+    fn range(&self, v: Value) -> Option<(i64, i64)> {
+        self.constant(v).map(|c| (c, c)).or_else(|| self.ranges.get(&v).copied())
+    }
+
+    /// The bounds of `p(x, y)` on `i32`s of known bounds, when no result can wrap.
+    fn result_range(&self, p: Prim, x: Value, y: Value) -> Option<(i64, i64)> {
+        let ((a, b), (c, d)) = (self.range(x)?, self.range(y)?);
+        let r = match p {
+            Prim::Add => (a + c, b + d),
+            Prim::Sub => (a - d, b - c),
+            Prim::Mul => {
+                let ps = [a * c, a * d, b * c, b * d];
+                (*ps.iter().min()?, *ps.iter().max()?)
+            }
+            Prim::Rem if c == d && c >= 2 && a >= 0 => (0, b.min(c - 1)),
+            Prim::Div if c == d && c >= 2 && a >= 0 => (a / c, b / c),
+            _ => return None,
+        };
+        let fits = |v: i64| (i64::from(i32::MIN)..=i64::from(i32::MAX)).contains(&v);
+        (fits(r.0) && fits(r.1)).then_some(r)
     }
 
     /// `i32::wrapping_pow` by squaring (any order of wrapping products gives the same bits); a
@@ -547,6 +614,24 @@ impl<'a, 'f, 'p> HostGen<'a, 'f, 'p> {
                 // A literal divisor d ≥ 2: no checks, and the quotient by a multiplication
                 // (`magic_s32`), which is exact for every x.
                 let d = self.constant(y).unwrap_or(2) as i32;
+                let nonneg = self.range(x).is_some_and(|(lo, _)| lo >= 0);
+                // A dividend known to be ≥ 0: one 64-bit multiplication and a shift.
+                let fast =
+                    self.range(x).filter(|&(lo, _)| lo >= 0).and_then(|(_, hi)| magic_nonneg(d as u32, hi as u32));
+                if let Some((m, s)) = fast {
+                    let b = &mut self.l.b;
+                    let x64 = b.ins().uextend(types::I64, x);
+                    let mc = b.ins().iconst(types::I64, m as i64);
+                    let prod = b.ins().imul(x64, mc);
+                    let q64 = b.ins().ushr_imm_u(prod, i64::from(s));
+                    let q = b.ins().ireduce(types::I32, q64);
+                    return Ok(if p == Div {
+                        q
+                    } else {
+                        let qd = b.ins().imul(q, y);
+                        b.ins().isub(x, qd)
+                    });
+                }
                 let (m, shift) = magic_s32(d);
                 let b = &mut self.l.b;
                 let mc = b.ins().iconst(types::I32, i64::from(m));
@@ -555,8 +640,13 @@ impl<'a, 'f, 'p> HostGen<'a, 'f, 'p> {
                     q = b.ins().iadd(q, x);
                 }
                 let q = b.ins().sshr_imm_u(q, i64::from(shift));
-                let sign = b.ins().ushr_imm_u(x, 31);
-                let q = b.ins().iadd(q, sign);
+                // `+ (x < 0)` rounds toward zero; a dividend known to be ≥ 0 needs none.
+                let q = if nonneg {
+                    q
+                } else {
+                    let sign = b.ins().ushr_imm_u(x, 31);
+                    b.ins().iadd(q, sign)
+                };
                 if p == Div {
                     q
                 } else {
@@ -584,6 +674,26 @@ impl<'a, 'f, 'p> HostGen<'a, 'f, 'p> {
             _ => return bad(format!("`{}` of i32 values", p.name())),
         })
     }
+}
+
+/// The multiplier and shift of division by `d ≥ 2` of every `x` in `0..=hi` (`hi < 2^31`):
+/// `x / d == (x * m) >> s` in 64 bits. With `m = ⌈2^s / d⌉` and `e = m·d − 2^s`, the quotient is
+/// exact when `hi · e < 2^s`; `m < 2^32` keeps `x · m` below `2^63`.
+pub(crate) fn magic_nonneg(d: u32, hi: u32) -> Option<(u64, u32)> {
+    if d < 2 || hi >= 1 << 31 {
+        return None;
+    }
+    for s in 32..64u32 {
+        let p = 1u128 << s;
+        let m = p.div_ceil(u128::from(d));
+        if m >= 1 << 32 {
+            return None;
+        }
+        if u128::from(hi) * (m * u128::from(d) - p) < p {
+            return Some((m as u64, s));
+        }
+    }
+    None
 }
 
 /// The multiplier and shift of signed 32-bit division by `d ≥ 2` (Hacker's Delight, 10–1):
@@ -620,7 +730,30 @@ pub(crate) fn magic_s32(d: i32) -> (i32, u32) {
 
 #[cfg(test)]
 mod tests {
-    use super::magic_s32;
+    use super::{magic_nonneg, magic_s32};
+
+    #[test]
+    fn nonnegative_magic_division_is_exact_up_to_its_bound() {
+        let mut r = 0x9e37_79b9_7f4a_7c15u64;
+        for d in (2..=300u32).chain([641, 1000, 65_535, 65_536, 1 << 20, 1_000_000_007, i32::MAX as u32]) {
+            for hi in [1u32, 36, 1000, 9_999_999, i32::MAX as u32] {
+                let Some((m, s)) = magic_nonneg(d, hi) else { panic!("no multiplier for {d} up to {hi}") };
+                let mut xs = vec![0, hi, hi / 2, hi.saturating_sub(1)];
+                for _ in 0..2_000 {
+                    r ^= r << 13;
+                    r ^= r >> 7;
+                    r ^= r << 17;
+                    xs.push((r % (u64::from(hi) + 1)) as u32);
+                }
+                // Around multiples of d, where rounding errors show first.
+                let k = hi / d;
+                xs.extend([k * d, (k * d).saturating_sub(1), k.saturating_sub(1) * d]);
+                for x in xs {
+                    assert_eq!((u64::from(x) * m) >> s, u64::from(x / d), "{x} / {d} (hi {hi})");
+                }
+            }
+        }
+    }
 
     /// The instruction sequence `int_binary` emits, in Rust.
     fn div(x: i32, d: i32) -> i32 {
