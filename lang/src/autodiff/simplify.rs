@@ -4,9 +4,74 @@
 use crate::ir::{dump::walk, Expr, ExprKind, Func, Local, Pat, Stmt};
 use std::collections::{HashMap, HashSet};
 
-/// Simplifies a function in place.
+/// Simplifies a generated function in place, and lets its GEMMs read transposed operands
+/// through strides ([`operand_transposes`]).
 pub fn simplify(f: &mut Func) {
-    simplify_with(f, false)
+    simplify_with(f, false);
+    operand_transposes(f);
+}
+
+/// Moves each `let t = permute(x, [.., 1, 0])` (a swap of the last two axes) that is read once,
+/// as an operand of `@` in a later statement of the same block, into that operand, so that the
+/// GEMM reads `x` through strides instead of a transposed copy (the derivatives of `@` are
+/// such products). Only generated code is rewritten, so every engine evaluates the same IR.
+fn operand_transposes(f: &mut Func) {
+    let mut reads: HashMap<Local, usize> = HashMap::new();
+    let mut assigned = HashSet::new();
+    walk(&f.body, &mut |e| match &e.kind {
+        ExprKind::Local(l) => *reads.entry(*l).or_default() += 1,
+        ExprKind::Closure { captures, .. } => captures.iter().for_each(|l| *reads.entry(*l).or_default() += 2),
+        ExprKind::Block { stmts, .. } => {
+            for s in stmts {
+                match s {
+                    Stmt::Assign { pat, .. } => assigned.extend(pat.locals()),
+                    Stmt::BindDims { local, .. } => *reads.entry(*local).or_default() += 2,
+                    _ => {}
+                }
+            }
+        }
+        _ => {}
+    });
+    let operand_of = |value: &mut Expr, l: Local| -> Option<usize> {
+        let ExprKind::Prim { prim: crate::ir::Prim::MatMul, args, .. } = &value.kind else { return None };
+        args.iter().position(|a| matches!(a.kind, ExprKind::Local(x) if x == l))
+    };
+    visit_mut(&mut f.body, &mut |e| {
+        let ExprKind::Block { stmts, .. } = &mut e.kind else { return };
+        let mut i = 0;
+        while i < stmts.len() {
+            let movable = match &stmts[i] {
+                Stmt::Let { pat: Pat::Local(l), value } if reads.get(l) == Some(&1) => value
+                    .swapped_last()
+                    .is_some_and(|x| matches!(x.kind, ExprKind::Local(v) if !assigned.contains(&v)))
+                    .then_some(*l),
+                _ => None,
+            };
+            let Some(l) = movable else {
+                i += 1;
+                continue;
+            };
+            let mut target = None;
+            for (j, s) in stmts.iter_mut().enumerate().skip(i + 1) {
+                if let Stmt::Let { value, .. } | Stmt::Assign { value, .. } | Stmt::Expr(value) = s {
+                    if let Some(k) = operand_of(value, l) {
+                        target = Some((j, k));
+                        break;
+                    }
+                }
+            }
+            let Some((j, k)) = target else {
+                i += 1;
+                continue;
+            };
+            let Stmt::Let { value: perm, .. } = stmts.remove(i) else { continue };
+            if let Stmt::Let { value, .. } | Stmt::Assign { value, .. } | Stmt::Expr(value) = &mut stmts[j - 1] {
+                if let ExprKind::Prim { args, .. } = &mut value.kind {
+                    args[k] = perm;
+                }
+            }
+        }
+    });
 }
 
 /// Simplifies a function in place; with `anywhere`, equal expressions from different places

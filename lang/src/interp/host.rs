@@ -25,9 +25,7 @@ pub trait CompiledBody {
 /// most kinds) are evaluated by the interpreter when it applies `e`.
 pub fn operands(e: &Expr) -> Vec<&Expr> {
     match &e.kind {
-        ExprKind::Prim { prim: Prim::MatMul, args, .. } => {
-            args.iter().map(|a| super::prims::swapped_last(a).unwrap_or(a)).collect()
-        }
+        ExprKind::Prim { prim: Prim::MatMul, args, .. } => args.iter().map(|a| a.swapped_last().unwrap_or(a)).collect(),
         ExprKind::Prim { args, .. } | ExprKind::Call { args, .. } => args.iter().collect(),
         ExprKind::CallValue { callee, args, .. } => std::iter::once(&**callee).chain(args).collect(),
         ExprKind::Transform { callee, .. } => vec![callee],

@@ -4,7 +4,7 @@
 use super::value::{scalar_i64, ModelValue, Value};
 use super::{dtype_of, kerr, rt, Frame, Interp, R};
 use crate::diag::Code;
-use crate::ir::{Attrs, Expr, ExprKind, Prim};
+use crate::ir::{Attrs, Expr, Prim};
 use crate::source::Span;
 use crate::types::{ElemTy, Type};
 use kernels::ops::{self, BinaryOp, ReduceOp, SliceSpec, UnaryOp};
@@ -153,28 +153,6 @@ fn t(v: &Value, span: Span) -> R<&Tensor> {
     v.tensor().ok_or_else(|| rt(Code::E0605, "expected a tensor value", span))
 }
 
-/// The operand of a permutation that swaps exactly the last two axes of a tensor of rank ≥ 2
-/// (`@` reads such an operand through strides instead of copying it).
-pub(crate) fn swapped_last(e: &Expr) -> Option<&Expr> {
-    let ExprKind::Prim { prim: Prim::Permute | Prim::Transpose, args, attrs } = &e.kind else { return None };
-    let n = attrs.perm.len();
-    let swap = n >= 2
-        && attrs.perm.iter().enumerate().all(|(i, &p)| {
-            p == if i + 2 == n {
-                n - 1
-            } else if i + 1 == n {
-                n - 2
-            } else {
-                i
-            }
-        });
-    if swap && args.len() == 1 {
-        args.first()
-    } else {
-        None
-    }
-}
-
 impl Interp<'_> {
     /// `a @ b`; an operand written as a swap of its last two axes (`transpose(a) @ b`, and the
     /// derivatives of `@`) is read through strides by the GEMM instead of being copied.
@@ -183,7 +161,7 @@ impl Interp<'_> {
         let mut ts = Vec::with_capacity(2);
         let mut flags = [false; 2];
         for (i, a) in args.iter().enumerate() {
-            let inner = swapped_last(a);
+            let inner = a.swapped_last();
             flags[i] = inner.is_some();
             let v = self.eval(inner.unwrap_or(a), frame)?;
             ts.push(t(&v, span)?.clone());

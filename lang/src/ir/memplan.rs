@@ -395,27 +395,6 @@ fn rank(t: &Type) -> usize {
     }
 }
 
-/// The operand of a transpose of the last two axes (which `@` reads through its strides).
-fn swapped_last(e: &Expr) -> Option<&Expr> {
-    let ExprKind::Prim { prim: Prim::Permute | Prim::Transpose, args, attrs } = &e.kind else { return None };
-    let n = attrs.perm.len();
-    let swap = n >= 2
-        && attrs.perm.iter().enumerate().all(|(i, &p)| {
-            p == if i + 2 == n {
-                n - 1
-            } else if i + 1 == n {
-                n - 2
-            } else {
-                i
-            }
-        });
-    if swap && args.len() == 1 {
-        args.first()
-    } else {
-        None
-    }
-}
-
 impl Planner<'_> {
     /// Every value held by a local or an operand now.
     fn alive(&self) -> HashSet<usize> {
@@ -725,7 +704,7 @@ impl Planner<'_> {
             Prim::MatMul => {
                 let strided = args.len() == 2 && args.iter().all(|a| rank(&a.ty) >= 2);
                 let ops: Vec<&Expr> =
-                    args.iter().map(|a| if strided { swapped_last(a).unwrap_or(a) } else { a }).collect();
+                    args.iter().map(|a| if strided { a.swapped_last().unwrap_or(a) } else { a }).collect();
                 self.consume(&ops, &e.ty)
             }
             _ => self.consume(&args.iter().collect::<Vec<_>>(), &e.ty),

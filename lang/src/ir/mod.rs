@@ -94,6 +94,30 @@ pub struct Expr {
     pub span: SpanId,
 }
 
+impl Expr {
+    /// The operand of a permutation that swaps exactly the last two axes of a tensor of rank
+    /// ≥ 2 (`@` reads such an operand through strides instead of copying it).
+    pub fn swapped_last(&self) -> Option<&Expr> {
+        let ExprKind::Prim { prim: Prim::Permute | Prim::Transpose, args, attrs } = &self.kind else { return None };
+        let n = attrs.perm.len();
+        let swap = n >= 2
+            && attrs.perm.iter().enumerate().all(|(i, &p)| {
+                p == if i + 2 == n {
+                    n - 1
+                } else if i + 1 == n {
+                    n - 2
+                } else {
+                    i
+                }
+            });
+        if swap && args.len() == 1 {
+            args.first()
+        } else {
+            None
+        }
+    }
+}
+
 /// How a function value is called: the checker knows statically which function it is.
 #[derive(Clone, Debug, PartialEq)]
 pub enum FnTarget {
