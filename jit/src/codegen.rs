@@ -122,6 +122,15 @@ impl Jit {
         Ok((c, true))
     }
 
+    /// Frees the module's code.
+    ///
+    /// # Safety
+    /// No function compiled by this module may be called afterwards.
+    pub(crate) unsafe fn free(self) {
+        // SAFETY: the caller's guarantee.
+        unsafe { self.module.free_memory() };
+    }
+
     /// The number of compiled fused loops, host regions and bodies in the cache.
     pub fn cached(&self) -> usize {
         self.cache.len() + self.regions.len() + self.bodies.len()

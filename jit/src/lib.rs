@@ -136,6 +136,33 @@ impl Report {
 
 thread_local! {
     static JIT: RefCell<Option<Result<Jit, String>>> = const { RefCell::new(None) };
+    /// Accelerators alive on this thread: their memos point into the module's code.
+    static LIVE: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Compiled functions the module may hold before [`install`] frees it (when no accelerator is
+/// alive), so that a REPL session or a long fuzz run does not grow without bound.
+pub const MAX_CACHED: usize = 4096;
+
+/// Frees this thread's JIT module and its compile cache when it holds more than `limit`
+/// functions and no accelerator that could point into it is alive; whether it did.
+pub fn release_code(limit: usize) -> bool {
+    if LIVE.with(|l| l.get()) > 0 {
+        return false;
+    }
+    JIT.with(|j| {
+        let mut j = j.borrow_mut();
+        let full = matches!(&*j, Some(Ok(jit)) if jit.cached() > limit);
+        if full {
+            if let Some(Ok(jit)) = j.take() {
+                // SAFETY: no accelerator is alive on this thread, and only accelerators keep
+                // pointers to compiled code (their memos and compiled bodies), so nothing can
+                // call into the module after this.
+                unsafe { jit.free() };
+            }
+        }
+        full
+    })
 }
 
 /// The accelerator installed into the interpreter.
@@ -170,8 +197,15 @@ struct Memo {
     f: codegen::KernelFn,
 }
 
+impl Drop for JitAccel<'_> {
+    fn drop(&mut self) {
+        LIVE.with(|l| l.set(l.get().saturating_sub(1)));
+    }
+}
+
 impl<'p> JitAccel<'p> {
     pub fn new(prog: &'p lang::ir::Program, opts: Options) -> (JitAccel<'p>, Rc<RefCell<Report>>) {
+        LIVE.with(|l| l.set(l.get() + 1));
         let report = Rc::new(RefCell::new(Report::default()));
         let accel = JitAccel {
             prog,
@@ -259,6 +293,9 @@ pub fn prepare(prog: &mut lang::ir::Program, opts: Options) -> Option<lang::ir::
 /// Installs the JIT into an interpreter (at `-O2` with the memory plan's last uses); the
 /// report fills as the program runs.
 pub fn install<'p>(it: &mut Interp<'p>, opts: Options) -> Rc<RefCell<Report>> {
+    // Replacing an accelerator drops it first, so its code may go too.
+    it.accel = None;
+    release_code(MAX_CACHED);
     let (accel, report) = JitAccel::new(it.prog, opts);
     it.accel = Some(Box::new(accel));
     if opts.level >= 2 {

@@ -1,7 +1,8 @@
 //! The compile cache: a second run of the same program in the same process (a REPL, a test
 //! runner) compiles nothing; its fused loops, host regions and function bodies come from the
 //! cache, which is keyed by the IR (structure, element types, a hash of the region or of the
-//! body's control tree) and never by sizes.
+//! body's control tree) and never by sizes. A full module is freed between runs (never while
+//! an accelerator that points into it is alive).
 
 use lang::spec::run_block_prepared;
 use std::path::Path;
@@ -60,4 +61,27 @@ fn a_second_run_in_the_process_reuses_every_compiled_function() {
     assert_eq!(first, second);
     assert_eq!((trees2, loops2, bodies2), (0, 0, 0), "the second run compiled again");
     assert_eq!(jit::cached_loops(), cached, "the cache grew on the second run");
+}
+
+#[test]
+fn a_full_module_is_freed_between_runs_and_code_compiles_again() {
+    let (first, ..) = run();
+    assert!(jit::cached_loops() > 0);
+    // No accelerator is alive between runs, so the module may go.
+    assert!(jit::release_code(0), "the module was not freed");
+    assert_eq!(jit::cached_loops(), 0);
+    let (second, trees, loops, bodies) = run();
+    assert_eq!(first, second);
+    assert!(trees >= 2 && loops >= 1 && bodies >= 1, "nothing compiled again: {trees} {loops} {bodies}");
+}
+
+#[test]
+fn a_module_in_use_is_not_freed() {
+    run();
+    let prog = lang::ir::Program::default();
+    let (accel, _) = jit::JitAccel::new(&prog, jit::Options::level(1));
+    assert!(!jit::release_code(0), "freed while an accelerator was alive");
+    assert!(jit::cached_loops() > 0);
+    drop(accel);
+    assert!(jit::release_code(0), "not freed once no accelerator was alive");
 }
