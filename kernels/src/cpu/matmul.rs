@@ -82,6 +82,10 @@ pub fn matmul_t(a: &Tensor, b: &Tensor, transpose_a: bool, transpose_b: bool) ->
     let mut shape = batch.clone();
     shape.push(m);
     shape.push(n);
+    // A stack of matrices times one matrix (`x[B, T, D] @ w[D, F]`, and its derivative
+    // `g @ wᵀ`): one product of (nb·m)×k by k×n, so that the right operand is packed once
+    // rather than once per matrix of the stack. The rows of the stack are consecutive.
+    let (m, offsets) = if rb == 2 && !transpose_a && nb > 1 { (nb * m, vec![(0, 0)]) } else { (m, offsets) };
     let geo = Geometry {
         m,
         n,

@@ -139,3 +139,51 @@ fn mismatched_products_are_errors() {
     assert!(ops::matmul(&p, &p).is_err());
     assert!(ops::matmul(&a, &ti(&[3, 1], &[1, 2, 3])).is_err());
 }
+
+/// A stack of matrices times one matrix is computed as one tall product (the right operand is
+/// packed once): each matrix of the result is exactly the product of its own slice, with the
+/// right operand plain or read transposed, in f32 and f64, for small and threaded sizes.
+#[test]
+fn a_stack_times_a_matrix_equals_each_product() {
+    for &(nb, m, k, n) in &[(3usize, 2usize, 3usize, 4usize), (16, 128, 96, 80)] {
+        let a = lcg(nb * m * k, 7);
+        let b = lcg(k * n, 8);
+        for transpose_b in [false, true] {
+            // The right operand as stored: k×n, or n×k read transposed.
+            let (bshape, bdata) = if transpose_b {
+                let mut t = vec![0.0; k * n];
+                for p in 0..k {
+                    for j in 0..n {
+                        t[j * k + p] = b[p * n + j];
+                    }
+                }
+                ([n, k], t)
+            } else {
+                ([k, n], b.clone())
+            };
+            let a32: Vec<f32> = a.iter().map(|&x| x as f32).collect();
+            let b32: Vec<f32> = bdata.iter().map(|&x| x as f32).collect();
+            for (sa, sb) in [(t64(&[nb, m, k], &a), t64(&bshape, &bdata)), (t32(&[nb, m, k], &a32), t32(&bshape, &b32))]
+            {
+                let stacked = ops::matmul_t(&sa, &sb, false, transpose_b).unwrap();
+                assert_eq!(stacked.shape(), &[nb, m, n]);
+                let got = stacked.to_f64_vec();
+                let all = sa.to_f64_vec();
+                for i in 0..nb {
+                    let slice: Vec<f64> = all[i * m * k..(i + 1) * m * k].to_vec();
+                    let single = if sa.dtype() == kernels::DType::F64 {
+                        t64(&[m, k], &slice)
+                    } else {
+                        t32(&[m, k], &slice.iter().map(|&x| x as f32).collect::<Vec<_>>())
+                    };
+                    let want = ops::matmul_t(&single, &sb, false, transpose_b).unwrap().to_f64_vec();
+                    assert_eq!(&got[i * m * n..(i + 1) * m * n], &want[..], "matrix {i} of {nb}×{m}×{k}×{n}");
+                    let naive_want = naive(&slice, &b, m, k, n);
+                    for (g, w) in want.iter().zip(&naive_want) {
+                        assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "{g} vs {w}");
+                    }
+                }
+            }
+        }
+    }
+}
