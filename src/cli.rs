@@ -72,6 +72,12 @@ enum Cmd {
     Test {
         /// Files or folders (default: the current folder).
         paths: Vec<PathBuf>,
+        /// Eager interpretation or JIT compilation.
+        #[arg(long, value_enum, default_value = "eager")]
+        mode: Mode,
+        /// Optimisation level of the JIT (0, 1 or 2).
+        #[arg(short = 'O', default_value = "1")]
+        opt: u8,
     },
     /// Type-check files (names, types and every tensor shape) without running them.
     Check {
@@ -115,9 +121,18 @@ pub fn main() -> u8 {
                 return 2;
             }
             let _ = opt;
+            if explain {
+                eprintln!("note: `--explain` describes compiled code; add `--mode jit` to see it");
+            }
             crate::run::run_cmd(&file, message_format == MessageFormat::Json)
         }
-        Cmd::Test { paths } => crate::run::test_cmd(&paths),
+        Cmd::Test { paths, mode, opt } => {
+            if opt > 2 {
+                eprintln!("error: `-O{opt}` is not an optimisation level (use 0, 1 or 2)");
+                return 2;
+            }
+            crate::run::test_cmd(&paths, (mode == Mode::Jit).then(|| jit::Options::level(opt)))
+        }
         Cmd::Lsp => lsp::run(),
         Cmd::Repl { mode } => crate::repl::main(mode == Mode::Jit),
         Cmd::Grad { file, func, wrt, explain } => crate::run::grad_cmd(&file, &func, wrt.as_deref(), explain),

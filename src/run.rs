@@ -119,14 +119,28 @@ fn collect(paths: &[PathBuf]) -> Vec<PathBuf> {
     out
 }
 
-pub fn test_cmd(paths: &[PathBuf]) -> u8 {
+/// `msl test`: every `test` block and spec example, in the interpreter or, with `jit`, compiled
+/// at that level.
+pub fn test_cmd(paths: &[PathBuf], jit: Option<jit::Options>) -> u8 {
     let (mut passed, mut failed) = (0usize, 0usize);
     for f in collect(paths) {
         if f.extension().is_some_and(|x| x == "md") {
             let Ok(text) = std::fs::read_to_string(&f) else { continue };
             let dir = f.parent().unwrap_or(Path::new(".")).to_path_buf();
             for b in lang::spec::parse_blocks(&text) {
-                let out = lang::spec::run_block(&b.code, &dir);
+                let out = match jit {
+                    Some(opts) => lang::spec::run_block_prepared(
+                        &b.code,
+                        &dir,
+                        &mut |p| {
+                            jit::prepare(p, opts);
+                        },
+                        &mut |it| {
+                            jit::install(it, opts);
+                        },
+                    ),
+                    None => lang::spec::run_block(&b.code, &dir),
+                };
                 let ok = match &b.expect {
                     Some((k, _, _, content)) => k == out.kind() && content == out.text(),
                     None => out.kind() == "output" && !out.text().contains("error["),
@@ -141,7 +155,7 @@ pub fn test_cmd(paths: &[PathBuf]) -> u8 {
             }
             continue;
         }
-        let c = match load(&f) {
+        let mut c = match load(&f) {
             Ok(c) => c,
             Err(_) => {
                 failed += 1;
@@ -153,9 +167,15 @@ pub fn test_cmd(paths: &[PathBuf]) -> u8 {
             failed += 1;
             continue;
         }
+        if let Some(opts) = jit {
+            jit::prepare(&mut c.program, opts);
+        }
         for t in &c.program.tests {
             let mut it = Interp::new(&c.program, Box::new(std::io::stdout()));
             it.source_dir = f.parent().map(Path::to_path_buf);
+            if let Some(opts) = jit {
+                jit::install(&mut it, opts);
+            }
             match it.run_main(t.func) {
                 Ok(_) => {
                     passed += 1;

@@ -71,3 +71,33 @@ fn jit_levels_print_what_eager_prints_and_explain_fusion() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn msl_test_runs_test_blocks_and_spec_examples_compiled() {
+    let dir = std::env::temp_dir().join(format!("msl-jit-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("t.msl");
+    std::fs::write(
+        &file,
+        "test \"a loop over tensors\" {\n    var t = zeros(3)\n    for i in 0..4 { t = t + f32(i) }\n    \
+         assert_close(t, full(6.0, 3))\n}\n\ntest \"a failing one\" {\n    assert(sum(ones(2)) == 3.0, \"two ones\")\n}\n",
+    )
+    .unwrap();
+    let spec = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("spec/jit.md");
+    for level in ["-O0", "-O1", "-O2"] {
+        let out =
+            Command::new(env!("CARGO_BIN_EXE_msl")).args(["test", "--mode", "jit", level]).arg(&file).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "{level}: {text}");
+        assert!(
+            text.contains("\"a loop over tensors\" ... ok") && text.contains("\"a failing one\" ... FAILED"),
+            "{text}"
+        );
+        assert!(text.contains("1 passed, 1 failed"), "{text}");
+        let out =
+            Command::new(env!("CARGO_BIN_EXE_msl")).args(["test", "--mode", "jit", level]).arg(&spec).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success() && text.contains(" passed, 0 failed"), "{level}: {text}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
