@@ -15,10 +15,12 @@ pub fn simplify(f: &mut Func) {
 /// as an operand of `@` in a later statement of the same block, into that operand, so that the
 /// GEMM reads `x` through strides instead of a transposed copy (the derivatives of `@` are
 /// such products). Only generated code is rewritten, so every engine evaluates the same IR.
-fn operand_transposes(f: &mut Func) {
+/// How often each local of `body` is read (a closure capture or a run-time dim binding counts
+/// as two reads, so such a local is never "read once"), and the locals it assigns.
+pub(crate) fn reads_and_assigned(body: &Expr) -> (HashMap<Local, usize>, HashSet<Local>) {
     let mut reads: HashMap<Local, usize> = HashMap::new();
     let mut assigned = HashSet::new();
-    walk(&f.body, &mut |e| match &e.kind {
+    walk(body, &mut |e| match &e.kind {
         ExprKind::Local(l) => *reads.entry(*l).or_default() += 1,
         ExprKind::Closure { captures, .. } => captures.iter().for_each(|l| *reads.entry(*l).or_default() += 2),
         ExprKind::Block { stmts, .. } => {
@@ -32,6 +34,11 @@ fn operand_transposes(f: &mut Func) {
         }
         _ => {}
     });
+    (reads, assigned)
+}
+
+fn operand_transposes(f: &mut Func) {
+    let (reads, assigned) = reads_and_assigned(&f.body);
     let operand_of = |value: &mut Expr, l: Local| -> Option<usize> {
         let ExprKind::Prim { prim: crate::ir::Prim::MatMul, args, .. } = &value.kind else { return None };
         args.iter().position(|a| matches!(a.kind, ExprKind::Local(x) if x == l))

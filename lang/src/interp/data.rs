@@ -3,7 +3,7 @@
 use super::value::{ModelValue, Value};
 use super::{dtype_of, kerr, rt, Frame, Interp, R};
 use crate::diag::Code;
-use crate::ir::{Expr, Local};
+use crate::ir::Expr;
 use crate::source::Span;
 use crate::types::{Elem, ShapeItem, Type, TypeArg};
 use kernels::{io, Tensor};
@@ -161,28 +161,17 @@ impl Interp<'_> {
     }
 
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn for_batches(
-        &mut self,
-        e: &Expr,
-        vars: &[Local],
-        data: &[Expr],
-        size: &Expr,
-        shuffle: Option<&Expr>,
-        body: &Expr,
-        frame: &mut Frame,
-    ) -> R<Value> {
-        let span = self.span(e);
-        let b = self.batches_setup(e, data, size, shuffle, frame)?;
-        self.observer.batches_start(b.count);
+    /// `for (…) in batches(…) { body }` in the interpreter (compiled bodies run the same steps
+    /// from native code, `host`).
+    pub(crate) fn for_batches(&mut self, e: &Expr, body: &Expr, frame: &mut Frame) -> R<Value> {
+        let b = self.batches_begin(e, frame)?;
         for i in 0..b.count {
-            if self.interrupt.load(std::sync::atomic::Ordering::Relaxed) {
-                return Err(rt(Code::E0605, "interrupted", span));
-            }
-            self.batch_take(e, vars, &b, i, frame)?;
+            self.check_interrupt(self.span(e))?;
+            self.batch_bind(e, &b, i, frame)?;
             self.eval(body, frame)?;
-            self.observer.batch_done();
+            self.batch_done();
         }
-        self.observer.batches_end();
+        self.batches_end();
         Ok(Value::unit())
     }
 }

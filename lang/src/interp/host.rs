@@ -106,41 +106,10 @@ impl Interp<'_> {
     /// Starts the `batches` loop `e`: evaluates its arrays, batch size and seed (preset ones
     /// taken), and tells the observer.
     pub fn batches_begin(&mut self, e: &Expr, frame: &mut Frame) -> R<Batches> {
-        let ExprKind::ForBatches { data, size, shuffle, .. } = &e.kind else {
-            return Err(rt(Code::E0605, "internal error: not a `batches` loop", self.span(e)));
-        };
-        let b = self.batches_setup(e, data, size, shuffle.as_deref(), frame)?;
-        self.observer.batches_start(b.count);
-        Ok(b)
-    }
-
-    /// Binds the loop variables of `batches` loop `e` to batch `i`.
-    pub fn batch_bind(&mut self, e: &Expr, b: &Batches, i: usize, frame: &mut Frame) -> R<()> {
-        let ExprKind::ForBatches { vars, .. } = &e.kind else {
-            return Err(rt(Code::E0605, "internal error: not a `batches` loop", self.span(e)));
-        };
-        self.batch_take(e, vars, b, i, frame)
-    }
-
-    /// One batch has run.
-    pub fn batch_done(&mut self) {
-        self.observer.batch_done();
-    }
-
-    /// The `batches` loop has ended.
-    pub fn batches_end(&mut self) {
-        self.observer.batches_end();
-    }
-
-    pub(crate) fn batches_setup(
-        &mut self,
-        e: &Expr,
-        data: &[Expr],
-        size: &Expr,
-        shuffle: Option<&Expr>,
-        frame: &mut Frame,
-    ) -> R<Batches> {
         let span = self.span(e);
+        let ExprKind::ForBatches { data, size, shuffle, .. } = &e.kind else {
+            return Err(rt(Code::E0605, "internal error: not a `batches` loop", span));
+        };
         let mut arrays = Vec::new();
         for d in data {
             match self.eval(d, frame)? {
@@ -167,18 +136,17 @@ impl Interp<'_> {
             None => (0..n).collect(),
         };
         // The ragged tail is dropped, so every batch has exactly `b` rows (as its type says).
-        Ok(Batches { arrays, order, size: b, count: n / b })
+        let batches = Batches { arrays, order, size: b, count: n / b };
+        self.observer.batches_start(batches.count);
+        Ok(batches)
     }
 
-    pub(crate) fn batch_take(
-        &mut self,
-        e: &Expr,
-        vars: &[crate::ir::Local],
-        b: &Batches,
-        i: usize,
-        frame: &mut Frame,
-    ) -> R<()> {
+    /// Binds the loop variables of the `batches` loop `e` to batch `i`.
+    pub fn batch_bind(&mut self, e: &Expr, b: &Batches, i: usize, frame: &mut Frame) -> R<()> {
         let span = self.span(e);
+        let ExprKind::ForBatches { vars, .. } = &e.kind else {
+            return Err(rt(Code::E0605, "internal error: not a `batches` loop", span));
+        };
         let rows = b.order.get(i * b.size..(i + 1) * b.size).unwrap_or(&[]);
         let idx: Vec<i32> = rows.iter().map(|&x| x as i32).collect();
         let idx = kernels::Tensor::from_i32(vec![rows.len()], idx).map_err(|k| super::kerr(k, span))?;
@@ -187,5 +155,15 @@ impl Interp<'_> {
             frame.locals[l.0 as usize] = Some(Value::Tensor(t));
         }
         Ok(())
+    }
+
+    /// One batch has run.
+    pub fn batch_done(&mut self) {
+        self.observer.batch_done();
+    }
+
+    /// The `batches` loop has ended.
+    pub fn batches_end(&mut self) {
+        self.observer.batches_end();
     }
 }

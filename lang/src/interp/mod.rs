@@ -378,9 +378,7 @@ impl<'p> Interp<'p> {
                 }
                 Ok(Value::unit())
             }
-            ExprKind::ForBatches { vars, data, size, shuffle, body } => {
-                self.for_batches(e, vars, data, size, shuffle.as_deref(), body, frame)
-            }
+            ExprKind::ForBatches { body, .. } => self.for_batches(e, body, frame),
             ExprKind::While { cond, body } => {
                 if self.accel.is_some() {
                     if let Some(r) = self.eval_region(e, frame) {

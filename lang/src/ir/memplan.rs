@@ -26,8 +26,7 @@
 
 use super::opt::{liveness, Liveness};
 use super::{Expr, ExprKind, FnTarget, Func, Local, Pat, Prim, Program, Stmt};
-use crate::types::unify::Subst;
-use crate::types::{dim_str, Dim, Elem, ElemTy, FuncId, Names, ShapeItem, Sym, Type, TypeArg};
+use crate::types::{dim_str, Dim, Elem, ElemTy, FuncId, Names, ShapeItem, Sym, Type};
 use std::collections::{HashMap, HashSet};
 
 /// A function's memory plan (see the module documentation).
@@ -472,22 +471,7 @@ impl Planner<'_> {
                     self.unknown += 1;
                     return Res::none();
                 }
-                let mut s = Subst::default();
-                let (mut d, mut v) = (def.dims.iter(), def.models.iter());
-                for a in args {
-                    match a {
-                        TypeArg::Dim(x) => {
-                            if let Some(sym) = d.next() {
-                                s.dims.insert(*sym, x.clone());
-                            }
-                        }
-                        TypeArg::Type(t) => {
-                            if let Some(tv) = v.next() {
-                                s.models.insert(*tv, t.clone());
-                            }
-                        }
-                    }
-                }
+                let s = def.arg_subst(args);
                 let fields: Vec<Type> = def.fields.iter().map(|f| s.ty(&f.ty)).collect();
                 self.depth += 1;
                 let r = Res::Tuple(fields.iter().map(|t| self.fresh_held(t)).collect());

@@ -313,6 +313,30 @@ pub struct Model {
     pub span: SpanId,
 }
 
+impl Model {
+    /// The binding of the model's generic dims and model parameters to the arguments of a
+    /// use of it (`Mlp[64, H]`), in order, for substituting into its field types.
+    pub fn arg_subst(&self, args: &[crate::types::TypeArg]) -> crate::types::unify::Subst {
+        let mut s = crate::types::unify::Subst::default();
+        let (mut d, mut v) = (self.dims.iter(), self.models.iter());
+        for a in args {
+            match a {
+                crate::types::TypeArg::Dim(x) => {
+                    if let Some(sym) = d.next() {
+                        s.dims.insert(*sym, x.clone());
+                    }
+                }
+                crate::types::TypeArg::Type(t) => {
+                    if let Some(tv) = v.next() {
+                        s.models.insert(*tv, t.clone());
+                    }
+                }
+            }
+        }
+        s
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct Const {
     pub name: Name,

@@ -119,22 +119,7 @@ fn same_bits(a: &Tensor, b: &Tensor) -> bool {
 /// nothing they read is assigned anywhere in the function, so moving them changes no value, no
 /// error and no order of effects.
 fn substitute(f: &mut Func) -> usize {
-    let mut reads: HashMap<Local, usize> = HashMap::new();
-    let mut assigned = HashSet::new();
-    super::dump::walk(&f.body, &mut |e| match &e.kind {
-        ExprKind::Local(l) => *reads.entry(*l).or_default() += 1,
-        ExprKind::Closure { captures, .. } => captures.iter().for_each(|l| *reads.entry(*l).or_default() += 2),
-        ExprKind::Block { stmts, .. } => {
-            for s in stmts {
-                match s {
-                    Stmt::Assign { pat, .. } => assigned.extend(pat.locals()),
-                    Stmt::BindDims { local, .. } => *reads.entry(*local).or_default() += 2,
-                    _ => {}
-                }
-            }
-        }
-        _ => {}
-    });
+    let (reads, assigned) = crate::autodiff::simplify::reads_and_assigned(&f.body);
     let mut n = 0;
     crate::autodiff::simplify::visit_mut(&mut f.body, &mut |e| {
         let ExprKind::Block { stmts, result } = &mut e.kind else { return };

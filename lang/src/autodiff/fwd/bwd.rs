@@ -144,23 +144,7 @@ impl Gen<'_> {
     /// The type of field `i` of a model type, with its arguments substituted.
     pub(in crate::autodiff) fn field_type(&self, id: crate::types::ModelId, args: &[TypeArg], i: usize) -> Type {
         let def = self.prog.model(id);
-        let mut s = Subst::default();
-        let (mut d, mut v) = (def.dims.iter(), def.models.iter());
-        for a in args {
-            match a {
-                TypeArg::Dim(x) => {
-                    if let Some(sym) = d.next() {
-                        s.dims.insert(*sym, x.clone());
-                    }
-                }
-                TypeArg::Type(t) => {
-                    if let Some(tv) = v.next() {
-                        s.models.insert(*tv, t.clone());
-                    }
-                }
-            }
-        }
-        s.ty(&def.fields[i].ty)
+        def.arg_subst(args).ty(&def.fields[i].ty)
     }
 
     pub(in crate::autodiff) fn bwd(&mut self, tape: &[Node], contribs: &mut HashMap<Local, Vec<Local>>) -> Res<()> {
