@@ -129,16 +129,7 @@ pub fn test_cmd(paths: &[PathBuf], jit: Option<jit::Options>) -> u8 {
             let dir = f.parent().unwrap_or(Path::new(".")).to_path_buf();
             for b in lang::spec::parse_blocks(&text) {
                 let out = match jit {
-                    Some(opts) => lang::spec::run_block_prepared(
-                        &b.code,
-                        &dir,
-                        &mut |p| {
-                            jit::prepare(p, opts);
-                        },
-                        &mut |it| {
-                            jit::install(it, opts);
-                        },
-                    ),
+                    Some(opts) => jit::run_block(&b.code, &dir, opts).0,
                     None => lang::spec::run_block(&b.code, &dir),
                 };
                 let ok = match &b.expect {

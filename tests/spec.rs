@@ -15,7 +15,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use lang::spec::{parse_blocks, run_block, run_block_prepared};
+use lang::spec::{parse_blocks, run_block};
 
 fn spec_files(root: &Path) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(root)
@@ -54,17 +54,8 @@ fn run() -> bool {
             let outcome = run_block(&b.code, &root);
             let (actual_kind, actual) = (outcome.kind(), outcome.text().to_string());
             for level in [0u8, 1, 2] {
-                let mut jit_report = None;
-                let opts = jit::Options::level(level);
-                let jit = run_block_prepared(
-                    &b.code,
-                    &root,
-                    &mut |p| {
-                        jit::prepare(p, opts);
-                    },
-                    &mut |it| jit_report = Some(jit::install(it, opts)),
-                );
-                if let Some(r) = jit_report.filter(|_| level == 2) {
+                let (jit, r) = jit::run_block(&b.code, &root, jit::Options::level(level));
+                if level == 2 {
                     let r = r.borrow();
                     jit_calls += r.calls();
                     jit_fallbacks += r.fallbacks();

@@ -304,16 +304,41 @@ pub fn install<'p>(it: &mut Interp<'p>, opts: Options) -> Rc<RefCell<Report>> {
     report
 }
 
+impl<'p> host::body::Planner<'p> for JitAccel<'p> {
+    fn fused(&mut self, e: &'p Expr) -> Option<Vec<&'p Expr>> {
+        Accel::plan(self, e)
+    }
+
+    fn scalar_loop(&mut self, e: &'p Expr) -> bool {
+        self.loop_analysis(e).0.is_some()
+    }
+}
+
 impl<'p> JitAccel<'p> {
+    /// The analysis of the loop `e` (`None`: it does not compile whole) and its report site,
+    /// worked out once per loop.
+    fn loop_analysis(&mut self, e: &Expr) -> (Option<Rc<host::Analysis>>, usize) {
+        let addr = e as *const Expr as usize;
+        if let Some(x) = self.loops.get(&addr) {
+            return x.clone();
+        }
+        let r = host::analyse(self.prog, e);
+        let mut rep = self.report.borrow_mut();
+        let (ops, reason) = match &r {
+            Ok(a) => (a.ops, None),
+            Err(why) => (0, Some(why.clone())),
+        };
+        rep.loops.push(LoopSite { span: e.span, ops, calls: 0, interpreted: 0, reason, compiles: Vec::new() });
+        let entry = (r.ok().map(Rc::new), rep.loops.len() - 1);
+        self.loops.insert(addr, entry.clone());
+        entry
+    }
+
     /// Flattens and compiles the body of `f` (see `host::body`).
     fn compile_body(&mut self, f: lang::types::FuncId) -> (Option<Rc<host::body::Body>>, BodySite) {
         let prog = self.prog;
         let body = &prog.func(f).body;
-        let flat = {
-            let mut plan = |e: &'p Expr| Accel::plan(self, e);
-            let mut scalar = |e: &'p Expr| host::analyse(prog, e).is_ok();
-            host::body::flatten(body, &mut plan, &mut scalar)
-        };
+        let flat = host::body::flatten(body, self);
         let mut site =
             BodySite { func: f, ops: flat.code.calls(), compile: None, fallback: None, runs: Default::default() };
         let r = JIT.with(|j| {
@@ -356,22 +381,7 @@ impl Accel for JitAccel<'_> {
     }
 
     fn plan_region<'e>(&mut self, e: &'e Expr) -> Option<Region<'e>> {
-        let addr = e as *const Expr as usize;
-        let (an, site) = match self.loops.get(&addr) {
-            Some(x) => x.clone(),
-            None => {
-                let r = host::analyse(self.prog, e);
-                let mut rep = self.report.borrow_mut();
-                let (ops, reason) = match &r {
-                    Ok(a) => (a.ops, None),
-                    Err(why) => (0, Some(why.clone())),
-                };
-                rep.loops.push(LoopSite { span: e.span, ops, calls: 0, interpreted: 0, reason, compiles: Vec::new() });
-                let entry = (r.ok().map(Rc::new), rep.loops.len() - 1);
-                self.loops.insert(addr, entry.clone());
-                entry
-            }
-        };
+        let (an, site) = self.loop_analysis(e);
         let Some(an) = an else {
             self.report.borrow_mut().loops[site].interpreted += 1;
             return None;
@@ -491,6 +501,22 @@ impl Accel for JitAccel<'_> {
         r.sites[site].reused += u64::from(reused);
         Some(Ok(t))
     }
+}
+
+/// Runs a spec block (its `main`, then its `test`s) with the JIT installed at `opts`, after
+/// `-O2`'s passes when the level asks for them: the outcome, and what the JIT did (empty when
+/// the block did not check).
+pub fn run_block(code: &str, dir: &std::path::Path, opts: Options) -> (lang::spec::Outcome, Rc<RefCell<Report>>) {
+    let mut report = None;
+    let out = lang::spec::run_block_prepared(
+        code,
+        dir,
+        &mut |p| {
+            prepare(p, opts);
+        },
+        &mut |it| report = Some(install(it, opts)),
+    );
+    (out, report.unwrap_or_default())
 }
 
 /// The number of loops in this thread's compile cache.

@@ -6,7 +6,7 @@
 //! the threaded split of fused loops. A program is a function of a seed (or of a fuzzer's bytes,
 //! which take the first decisions).
 
-use lang::spec::{run_block_prepared, run_block_with, Outcome};
+use lang::spec::{run_block_with, Outcome};
 use std::path::Path;
 
 /// A random program from a seed.
@@ -285,19 +285,8 @@ pub fn engines(src: &str) -> (Outcome, [Outcome; 3], u64) {
     let eager = run_block_with(src, dir, &mut |_| {});
     let mut native = 0;
     let mut run = |level: u8| {
-        let mut rep = None;
-        let opts = crate::Options::level(level);
-        let o = run_block_prepared(
-            src,
-            dir,
-            &mut |p| {
-                crate::prepare(p, opts);
-            },
-            &mut |it| rep = Some(crate::install(it, opts)),
-        );
-        if let Some(r) = rep {
-            native += r.borrow().loops.iter().map(|l| l.calls).sum::<u64>();
-        }
+        let (o, r) = crate::run_block(src, dir, crate::Options::level(level));
+        native += r.borrow().loops.iter().map(|l| l.calls).sum::<u64>();
         o
     };
     let outs = [run(0), run(1), run(2)];

@@ -8,17 +8,7 @@ use std::sync::atomic::Ordering;
 
 /// Runs `src` at `level`, returning (output kind, text, bodies compiled, bodies interpreted).
 fn jit(src: &str, level: u8) -> (String, String, usize, usize) {
-    let opts = jit::Options::level(level);
-    let mut rep = None;
-    let out = run_block_prepared(
-        src,
-        Path::new("."),
-        &mut |p| {
-            jit::prepare(p, opts);
-        },
-        &mut |it| rep = Some(jit::install(it, opts)),
-    );
-    let r = rep.expect("installed");
+    let (out, r) = jit::run_block(src, Path::new("."), jit::Options::level(level));
     let r = r.borrow();
     (out.kind().to_string(), out.text().to_string(), r.bodies.len(), r.interpreted_bodies())
 }

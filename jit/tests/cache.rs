@@ -4,7 +4,6 @@
 //! body's control tree) and never by sizes. A full module is freed between runs (never while
 //! an accelerator that points into it is alive).
 
-use lang::spec::run_block_prepared;
 use std::path::Path;
 
 const SRC: &str = r#"
@@ -29,17 +28,7 @@ fn main() {
 
 /// Runs SRC at -O2 and returns (output, compiles of fused trees, of loops, of bodies).
 fn run() -> (String, usize, usize, usize) {
-    let opts = jit::Options::level(2);
-    let mut rep = None;
-    let out = run_block_prepared(
-        SRC,
-        Path::new("."),
-        &mut |p| {
-            jit::prepare(p, opts);
-        },
-        &mut |it| rep = Some(jit::install(it, opts)),
-    );
-    let r = rep.expect("installed");
+    let (out, r) = jit::run_block(SRC, Path::new("."), jit::Options::level(2));
     let r = r.borrow();
     let trees: usize = r.sites.iter().map(|s| s.compiles.len()).sum();
     let loops: usize = r.loops.iter().map(|l| l.compiles.len()).sum();

@@ -143,15 +143,17 @@ pub struct Flat {
     pub result: u32,
 }
 
-/// Flattens `body`: `plan` gives the leaves of the fused tree rooted at a primitive
-/// application (as the accelerator will plan it at run time), `scalar_loop` whether a loop
-/// compiles whole as a scalar region.
-pub fn flatten<'e>(
-    body: &'e Expr,
-    plan: &mut dyn FnMut(&'e Expr) -> Option<Vec<&'e Expr>>,
-    scalar_loop: &mut dyn FnMut(&'e Expr) -> bool,
-) -> Flat {
-    let mut f = Flattener { ops: Vec::new(), slots: 0, states: 0, plan, scalar_loop };
+/// What flattening asks of the accelerator, so that the ops match what it does at run time.
+pub trait Planner<'e> {
+    /// The leaves of the fused tree rooted at the primitive application `e`, if one is.
+    fn fused(&mut self, e: &'e Expr) -> Option<Vec<&'e Expr>>;
+    /// Whether the loop `e` compiles whole as a scalar region.
+    fn scalar_loop(&mut self, e: &'e Expr) -> bool;
+}
+
+/// Flattens `body` with the accelerator's plans.
+pub fn flatten<'e>(body: &'e Expr, planner: &mut dyn Planner<'e>) -> Flat {
+    let mut f = Flattener { ops: Vec::new(), slots: 0, states: 0, planner };
     let result = f.slot();
     let code = f.expr(body, Some(result));
     Flat { code, ops: f.ops, slots: f.slots, states: f.states, result }
@@ -161,8 +163,7 @@ struct Flattener<'e, 'a> {
     ops: Vec<Op>,
     slots: u32,
     states: u32,
-    plan: &'a mut dyn FnMut(&'e Expr) -> Option<Vec<&'e Expr>>,
-    scalar_loop: &'a mut dyn FnMut(&'e Expr) -> bool,
+    planner: &'a mut dyn Planner<'e>,
 }
 
 /// Nodes the interpreter evaluates without evaluating anything else.
@@ -205,7 +206,7 @@ impl<'e> Flattener<'e, '_> {
 
     fn apply(&mut self, e: &'e Expr, out: Option<u32>) -> Code {
         let xs = match &e.kind {
-            ExprKind::Prim { .. } => (self.plan)(e).unwrap_or_else(|| operands(e)),
+            ExprKind::Prim { .. } => self.planner.fused(e).unwrap_or_else(|| operands(e)),
             _ => operands(e),
         };
         let mut code = Vec::new();
@@ -247,7 +248,7 @@ impl<'e> Flattener<'e, '_> {
                 let els = Box::new(self.expr(els, out));
                 Code::If { cond, truthy, then, els }
             }
-            ExprKind::ForRange { .. } | ExprKind::While { .. } if (self.scalar_loop)(e) => self.apply(e, out),
+            ExprKind::ForRange { .. } | ExprKind::While { .. } if self.planner.scalar_loop(e) => self.apply(e, out),
             ExprKind::ForRange { var, start, end, body } => {
                 let (a, b) = (self.slot(), self.slot());
                 let bounds = Box::new(seq(vec![self.expr(start, Some(a)), self.expr(end, Some(b))]));

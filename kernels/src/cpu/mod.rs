@@ -29,7 +29,7 @@ pub(crate) const MAX_OPERANDS: usize = 4;
 pub(crate) fn map_slice<T, U, F>(x: &[T], f: F) -> Vec<U>
 where
     T: Copy + Sync,
-    U: Copy + Default + Send + Sync,
+    U: Copy + Send + Sync,
     F: Fn(T) -> U + Sync + Send,
 {
     if x.len() >= PAR_MIN {
