@@ -24,6 +24,15 @@ fn counts(p: &MemPlan) -> (usize, usize, usize, usize) {
     (p.n_values(), p.n_buffers(), p.n_reused(), p.n_unknown())
 }
 
+/// Plans `name` in `src`, checking its counts (values, buffers, reused, unknown) and its peak
+/// in bytes (every dim a constant).
+fn planned(src: &str, name: &str, want: (usize, usize, usize, usize), peak: u64) -> (Program, MemPlan) {
+    let (prog, p) = plan_of(src, name);
+    assert_eq!(counts(&p), want, "counts of `{name}`");
+    assert_eq!(p.peak_bytes(&no_dims), Some(peak), "peak of `{name}`");
+    (prog, p)
+}
+
 // Four 4×8 f32 products (128 bytes each) in a chain: each one's operand dies when the next is
 // computed, so two buffers alternate.
 #[test]
@@ -37,9 +46,7 @@ fn chain(x: f32[4, 8], w: f32[8, 8]) -> f32 {
     sum(d)
 }
 ";
-    let (prog, p) = plan_of(src, "chain");
-    assert_eq!(counts(&p), (4, 2, 2, 0));
-    assert_eq!(p.peak_bytes(&no_dims), Some(256));
+    let (prog, p) = planned(src, "chain", (4, 2, 2, 0), 256);
     assert_eq!(p.total_bytes(&no_dims), Some(512));
     assert_eq!(
         p.render(&prog, &no_dims),
@@ -63,15 +70,11 @@ fn split(x: f32[256], y: f32[256]) -> f32[256] {
     b - y
 }
 ";
-    let (_, p) = plan_of(src, "fused");
-    assert_eq!(counts(&p), (1, 1, 0, 0));
-    assert_eq!(p.peak_bytes(&no_dims), Some(1024));
+    planned(src, "fused", (1, 1, 0, 0), 1024);
     // Split into lets: `a` is stored; `exp(a + 1.0)` is a fused tree of two operations that
     // writes into `a`'s buffer (its last read); `b - y` is a single operation (not fused), so it
     // needs a second buffer while `b` is still an operand.
-    let (_, p) = plan_of(src, "split");
-    assert_eq!(counts(&p), (3, 2, 1, 0));
-    assert_eq!(p.peak_bytes(&no_dims), Some(2048));
+    let (_, p) = planned(src, "split", (3, 2, 1, 0), 2048);
     assert_eq!(p.total_bytes(&no_dims), Some(3072));
 }
 
@@ -89,9 +92,7 @@ fn looped(x: f32[8, 8]) -> f32[8, 8] {
     h
 }
 ";
-    let (_, p) = plan_of(src, "looped");
-    assert_eq!(counts(&p), (3, 2, 1, 0));
-    assert_eq!(p.peak_bytes(&no_dims), Some(512));
+    let (_, p) = planned(src, "looped", (3, 2, 1, 0), 512);
     assert_eq!(p.total_bytes(&no_dims), Some(768));
 }
 
@@ -109,9 +110,7 @@ fn kept(x: f32[8, 8]) -> f32 {
     sum(keep) + s
 }
 ";
-    let (_, p) = plan_of(src, "kept");
-    assert_eq!(counts(&p), (2, 2, 0, 0));
-    assert_eq!(p.peak_bytes(&no_dims), Some(512));
+    planned(src, "kept", (2, 2, 0, 0), 512);
 }
 
 // A symbolic batch dim. Values, in order (bytes):
@@ -172,10 +171,8 @@ fn poly[..S](x: f32[..S]) -> f32 {
     sum(y)
 }
 ";
-    let (_, p) = plan_of(src, "pick");
     // then: sort_of(x) → b0; else: sort_of(x) → b0 again, `+ x` (one op, not fused) → b1.
-    assert_eq!(counts(&p), (3, 2, 1, 0));
-    assert_eq!(p.peak_bytes(&no_dims), Some(512));
+    planned(src, "pick", (3, 2, 1, 0), 512);
     let (prog, p) = plan_of(src, "poly");
     assert_eq!(counts(&p), (0, 0, 0, 1));
     assert_eq!(
@@ -199,9 +196,7 @@ fn make() -> f32 {
     sum(m.w) + sum(m.b)
 }
 ";
-    let (_, p) = plan_of(src, "make");
-    assert_eq!(counts(&p), (2, 2, 0, 0));
-    assert_eq!(p.peak_bytes(&no_dims), Some(16 * 4 * 4 + 4 * 4));
+    planned(src, "make", (2, 2, 0, 0), 16 * 4 * 4 + 4 * 4);
 }
 
 // Every function of the examples, optimised as at -O2, plans without panicking, and the
