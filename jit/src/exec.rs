@@ -9,7 +9,6 @@
 use crate::codegen::KernelFn;
 use kernels::{DType, Storage, Tensor};
 use rayon::prelude::*;
-use std::sync::Arc;
 
 /// Outputs with at least this many elements are computed by several threads.
 const PAR_MIN: usize = 1 << 15;
@@ -95,12 +94,7 @@ fn broadcast_strides(src: &[usize], out: &[usize]) -> Vec<usize> {
 }
 
 fn data_ptr(t: &Tensor) -> usize {
-    match t.storage() {
-        Storage::F32(v) => v.as_ptr() as usize,
-        Storage::F64(v) => v.as_ptr() as usize,
-        Storage::I32(v) => v.as_ptr() as usize,
-        Storage::Bool(v) => v.as_ptr() as usize,
-    }
+    t.storage().addr()
 }
 
 /// The buffer of input `t` when nothing else refers to it (then `t` is left a placeholder).
@@ -108,10 +102,10 @@ fn take_unique(t: &mut Tensor) -> Option<Buf> {
     let (shape, storage) = std::mem::replace(t, Tensor::scalar_bool(false)).into_parts();
     let back = |s| Tensor::new(shape.clone(), s).expect("the tensor's own shape and storage");
     let r = match storage {
-        Storage::F32(a) => Arc::try_unwrap(a).map(Buf::F32).map_err(Storage::F32),
-        Storage::F64(a) => Arc::try_unwrap(a).map(Buf::F64).map_err(Storage::F64),
-        Storage::I32(a) => Arc::try_unwrap(a).map(Buf::I32).map_err(Storage::I32),
-        Storage::Bool(a) => Arc::try_unwrap(a).map(Buf::Bool).map_err(Storage::Bool),
+        Storage::F32(a) => a.into_vec().map(Buf::F32).map_err(Storage::F32),
+        Storage::F64(a) => a.into_vec().map(Buf::F64).map_err(Storage::F64),
+        Storage::I32(a) => a.into_vec().map(Buf::I32).map_err(Storage::I32),
+        Storage::Bool(a) => a.into_vec().map(Buf::Bool).map_err(Storage::Bool),
     };
     match r {
         Ok(b) => Some(b),

@@ -132,10 +132,22 @@ fn elem_ok(ty: &Type) -> bool {
     }
 }
 
+/// A model type, or a type variable that stands for one.
+fn is_model(ty: &Type) -> bool {
+    matches!(ty, Type::Model(..) | Type::ModelVar(_))
+}
+
 /// An expression the tree takes in as an interior node: an elementwise primitive over float or
-/// bool tensors whose operands are float or bool tensors too.
+/// bool tensors whose operands are float or bool tensors too; or arithmetic on models (which
+/// the interpreter runs over their flat parameter buffers, see [`lang::interp::ModelValue::flat`]),
+/// whose operands are models of its type or scalars.
 fn interior(e: &Expr) -> bool {
     match &e.kind {
+        ExprKind::Prim { prim, args, .. } if is_model(&e.ty) => {
+            let operand =
+                |a: &Expr| a.ty == e.ty || (elem_ok(&a.ty) && matches!(&a.ty, Type::Tensor(_, s) if s.is_empty()));
+            is_elementwise(*prim) && args.iter().all(operand)
+        }
         ExprKind::Prim { prim, args, .. } => {
             is_elementwise(*prim) && elem_ok(&e.ty) && args.iter().all(|a| elem_ok(&a.ty))
         }
@@ -144,8 +156,11 @@ fn interior(e: &Expr) -> bool {
 }
 
 /// Whether `e` may root a fused tree at all: an interior node whose static shape is not a
-/// scalar (scalar arithmetic is host code, cheaper in the interpreter).
+/// scalar (scalar arithmetic is host code, cheaper in the interpreter), or model arithmetic.
 pub fn may_root(e: &Expr) -> bool {
+    if is_model(&e.ty) {
+        return interior(e);
+    }
     let Type::Tensor(_, shape) = &e.ty else {
         return false;
     };

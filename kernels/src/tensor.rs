@@ -47,13 +47,86 @@ impl fmt::Display for DType {
     }
 }
 
+/// A run of elements in a shared, immutable buffer: the whole buffer, or a view of part of it
+/// (a field of a model held as one flat buffer). Cloning only bumps a reference count; it
+/// dereferences to the elements it covers.
+#[derive(Clone, Debug)]
+pub struct Shared<T> {
+    buf: Arc<Vec<T>>,
+    start: usize,
+    len: usize,
+}
+
+impl<T> Shared<T> {
+    /// The elements as a slice.
+    pub fn as_slice(&self) -> &[T] {
+        &self.buf[self.start..self.start + self.len]
+    }
+
+    /// The buffer, when this covers all of it and nothing else refers to it.
+    pub fn into_vec(self) -> Result<Vec<T>, Shared<T>> {
+        if self.start != 0 || self.len != self.buf.len() {
+            return Err(self);
+        }
+        let Shared { buf, start, len } = self;
+        Arc::try_unwrap(buf).map_err(|buf| Shared { buf, start, len })
+    }
+
+    /// The view of `len` elements from `start` (relative to this view), sharing the buffer.
+    pub fn view(&self, start: usize, len: usize) -> Option<Shared<T>> {
+        (start.checked_add(len)? <= self.len).then(|| Shared { buf: self.buf.clone(), start: self.start + start, len })
+    }
+
+    /// Whether `next` starts in the same buffer right where this view ends.
+    pub fn is_followed_by(&self, next: &Shared<T>) -> bool {
+        Arc::ptr_eq(&self.buf, &next.buf) && self.start + self.len == next.start
+    }
+
+    /// This view extended by `more` elements of the same buffer (see [`Shared::is_followed_by`]).
+    pub fn extend(&self, more: usize) -> Option<Shared<T>> {
+        let len = self.len.checked_add(more)?;
+        (self.start + len <= self.buf.len()).then(|| Shared { buf: self.buf.clone(), start: self.start, len })
+    }
+}
+
+impl<T> From<Vec<T>> for Shared<T> {
+    fn from(v: Vec<T>) -> Shared<T> {
+        let len = v.len();
+        Shared { buf: Arc::new(v), start: 0, len }
+    }
+}
+
+impl<T> std::ops::Deref for Shared<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        self.as_slice()
+    }
+}
+
+impl<T: PartialEq> PartialEq for Shared<T> {
+    fn eq(&self, other: &Shared<T>) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
 /// Shared, immutable host storage. Cloning only bumps a reference count.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Storage {
-    F32(Arc<Vec<f32>>),
-    F64(Arc<Vec<f64>>),
-    I32(Arc<Vec<i32>>),
-    Bool(Arc<Vec<bool>>),
+    F32(Shared<f32>),
+    F64(Shared<f64>),
+    I32(Shared<i32>),
+    Bool(Shared<bool>),
+}
+
+macro_rules! each_storage {
+    ($s:expr, $v:ident => $body:expr) => {
+        match $s {
+            Storage::F32($v) => $body,
+            Storage::F64($v) => $body,
+            Storage::I32($v) => $body,
+            Storage::Bool($v) => $body,
+        }
+    };
 }
 
 impl Storage {
@@ -69,17 +142,58 @@ impl Storage {
 
     /// The number of elements.
     pub fn len(&self) -> usize {
-        match self {
-            Storage::F32(v) => v.len(),
-            Storage::F64(v) => v.len(),
-            Storage::I32(v) => v.len(),
-            Storage::Bool(v) => v.len(),
-        }
+        each_storage!(self, v => v.len())
     }
 
     /// True when the storage holds no element.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// The view of `len` elements from `start`, sharing the buffer.
+    pub fn view(&self, start: usize, len: usize) -> Option<Storage> {
+        Some(match self {
+            Storage::F32(v) => Storage::F32(v.view(start, len)?),
+            Storage::F64(v) => Storage::F64(v.view(start, len)?),
+            Storage::I32(v) => Storage::I32(v.view(start, len)?),
+            Storage::Bool(v) => Storage::Bool(v.view(start, len)?),
+        })
+    }
+
+    /// The address of the first element (identifies a buffer and a position in it).
+    pub fn addr(&self) -> usize {
+        each_storage!(self, v => v.as_ptr() as usize)
+    }
+
+    /// `self` and `next` as one view, when `next` starts in the same buffer right where `self`
+    /// ends and both hold the same element type.
+    pub fn join(&self, next: &Storage) -> Option<Storage> {
+        Some(match (self, next) {
+            (Storage::F32(a), Storage::F32(b)) if a.is_followed_by(b) => Storage::F32(a.extend(b.len())?),
+            (Storage::F64(a), Storage::F64(b)) if a.is_followed_by(b) => Storage::F64(a.extend(b.len())?),
+            (Storage::I32(a), Storage::I32(b)) if a.is_followed_by(b) => Storage::I32(a.extend(b.len())?),
+            (Storage::Bool(a), Storage::Bool(b)) if a.is_followed_by(b) => Storage::Bool(a.extend(b.len())?),
+            _ => return None,
+        })
+    }
+
+    /// Storage holding `parts` one after another in one new buffer (all of one element type,
+    /// which `dtype` names; `None` when a part holds another).
+    pub fn concat(dtype: DType, parts: &[&Storage]) -> Option<Storage> {
+        fn cat<T: Element>(parts: &[&Storage]) -> Option<Storage> {
+            let n = parts.iter().map(|p| p.len()).sum();
+            let mut out = Vec::with_capacity(n);
+            for p in parts {
+                out.extend_from_slice(T::slice(p)?);
+            }
+            Some(T::into_storage(out))
+        }
+        match dtype {
+            DType::F32 => cat::<f32>(parts),
+            DType::F64 => cat::<f64>(parts),
+            DType::I32 => cat::<i32>(parts),
+            DType::Bool => cat::<bool>(parts),
+        }
     }
 }
 
@@ -112,7 +226,7 @@ macro_rules! impl_element {
                 }
             }
             fn into_storage(v: Vec<Self>) -> Storage {
-                Storage::$variant(Arc::new(v))
+                Storage::$variant(Shared::from(v))
             }
             fn to_f64(self) -> f64 {
                 let f: fn($t) -> f64 = $to;
@@ -239,6 +353,31 @@ impl Tensor {
         Tensor::new(shape, self.storage.clone())
     }
 
+    /// The `shape`d view of this tensor's elements from `start` on, sharing its buffer.
+    pub fn view(&self, start: usize, shape: Vec<usize>) -> Result<Tensor, KernelError> {
+        let n = checked_numel(&shape)?;
+        let storage = self.storage.view(start, n).ok_or_else(|| {
+            KernelError::Invalid(format!("a view of {n} elements from {start} of a tensor of {}", self.len()))
+        })?;
+        Ok(Tensor { shape, storage })
+    }
+
+    /// The elements of `self` then `next` as one rank-1 tensor without a copy, when `next`
+    /// starts in the same buffer right where `self` ends.
+    pub fn join(&self, next: &Tensor) -> Option<Tensor> {
+        let storage = self.storage.join(&next.storage)?;
+        Some(Tensor { shape: vec![storage.len()], storage })
+    }
+
+    /// The elements of `parts` one after another in one new rank-1 tensor (`None` when their
+    /// element types differ or there are none).
+    pub fn concat_flat(parts: &[&Tensor]) -> Option<Tensor> {
+        let dtype = parts.first()?.dtype();
+        let storages: Vec<&Storage> = parts.iter().map(|t| &t.storage).collect();
+        let storage = Storage::concat(dtype, &storages)?;
+        Some(Tensor { shape: vec![storage.len()], storage })
+    }
+
     /// Every element as an `f64`, whatever the dtype (bool gives 1 or 0).
     pub fn to_f64_vec(&self) -> Vec<f64> {
         match &self.storage {
@@ -277,18 +416,18 @@ impl Tensor {
         }
         let shape = self.shape.clone();
         let storage = match (&self.storage, to) {
-            (Storage::F32(v), DType::F64) => Storage::F64(Arc::new(map_slice(v, |x| x as f64))),
-            (Storage::F32(v), DType::I32) => Storage::I32(Arc::new(map_slice(v, |x| x as i32))),
-            (Storage::F32(v), DType::Bool) => Storage::Bool(Arc::new(map_slice(v, |x| x != 0.0))),
-            (Storage::F64(v), DType::F32) => Storage::F32(Arc::new(map_slice(v, |x| x as f32))),
-            (Storage::F64(v), DType::I32) => Storage::I32(Arc::new(map_slice(v, |x| x as i32))),
-            (Storage::F64(v), DType::Bool) => Storage::Bool(Arc::new(map_slice(v, |x| x != 0.0))),
-            (Storage::I32(v), DType::F32) => Storage::F32(Arc::new(map_slice(v, |x| x as f32))),
-            (Storage::I32(v), DType::F64) => Storage::F64(Arc::new(map_slice(v, |x| x as f64))),
-            (Storage::I32(v), DType::Bool) => Storage::Bool(Arc::new(map_slice(v, |x| x != 0))),
-            (Storage::Bool(v), DType::F32) => Storage::F32(Arc::new(map_slice(v, |x| u8::from(x) as f32))),
-            (Storage::Bool(v), DType::F64) => Storage::F64(Arc::new(map_slice(v, |x| u8::from(x) as f64))),
-            (Storage::Bool(v), DType::I32) => Storage::I32(Arc::new(map_slice(v, i32::from))),
+            (Storage::F32(v), DType::F64) => Storage::F64(Shared::from(map_slice(v, |x| x as f64))),
+            (Storage::F32(v), DType::I32) => Storage::I32(Shared::from(map_slice(v, |x| x as i32))),
+            (Storage::F32(v), DType::Bool) => Storage::Bool(Shared::from(map_slice(v, |x| x != 0.0))),
+            (Storage::F64(v), DType::F32) => Storage::F32(Shared::from(map_slice(v, |x| x as f32))),
+            (Storage::F64(v), DType::I32) => Storage::I32(Shared::from(map_slice(v, |x| x as i32))),
+            (Storage::F64(v), DType::Bool) => Storage::Bool(Shared::from(map_slice(v, |x| x != 0.0))),
+            (Storage::I32(v), DType::F32) => Storage::F32(Shared::from(map_slice(v, |x| x as f32))),
+            (Storage::I32(v), DType::F64) => Storage::F64(Shared::from(map_slice(v, |x| x as f64))),
+            (Storage::I32(v), DType::Bool) => Storage::Bool(Shared::from(map_slice(v, |x| x != 0))),
+            (Storage::Bool(v), DType::F32) => Storage::F32(Shared::from(map_slice(v, |x| u8::from(x) as f32))),
+            (Storage::Bool(v), DType::F64) => Storage::F64(Shared::from(map_slice(v, |x| u8::from(x) as f64))),
+            (Storage::Bool(v), DType::I32) => Storage::I32(Shared::from(map_slice(v, i32::from))),
             (s, _) => s.clone(),
         };
         Tensor { shape, storage }

@@ -9,6 +9,7 @@ mod matmul;
 mod reduce;
 mod rng;
 mod shape_index;
+mod views;
 
 use kernels::{KernelError, Tensor};
 

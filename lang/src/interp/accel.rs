@@ -18,6 +18,7 @@
 //! that declines (an integer division by zero, say) has changed nothing, and the interpreter
 //! runs the loop itself from the start, reporting the error as usual.
 
+use super::value::ModelValue;
 use super::{kerr, lit_value, Frame, Interp, Value, R};
 use crate::ir::{Expr, ExprKind, Lit, Local};
 use crate::types::Type;
@@ -134,6 +135,9 @@ impl Interp<'_> {
         for l in leaves {
             vals.push(self.eval(l, frame)?);
         }
+        if let Some(r) = self.run_flat_models(e, &vals) {
+            return r;
+        }
         if vals.iter().all(|v| matches!(v, Value::Tensor(_))) {
             // Hand the values over (not copies), so that a temporary's buffer can be reused.
             let mut ts: Vec<Tensor> = vals
@@ -151,6 +155,39 @@ impl Interp<'_> {
         }
         let mut next = 0;
         self.eval_with_leaves(e, leaves, &vals, &mut next, frame)
+    }
+
+    /// A planned tree of model arithmetic whose models are flat and of one layout: the
+    /// accelerator evaluates it once over their parameter buffers (scalars stay scalars).
+    /// `None` when a model is not flat, or the accelerator declines.
+    fn run_flat_models(&mut self, e: &Expr, vals: &[Value]) -> Option<R<Value>> {
+        if !matches!(e.ty, Type::Model(..) | Type::ModelVar(_)) {
+            return None;
+        }
+        let mut like: Option<&ModelValue> = None;
+        let mut ts = Vec::with_capacity(vals.len());
+        for v in vals {
+            match v {
+                Value::Model(m) => {
+                    let x = m.flat()?;
+                    if let Some(first) = like.and_then(|l| l.flat()) {
+                        (x.len() == first.len() && x.dtype() == first.dtype()).then_some(())?;
+                    }
+                    x.dtype().is_float().then_some(())?;
+                    like.get_or_insert(m);
+                    ts.push(x);
+                }
+                Value::Tensor(t) if t.rank() == 0 => ts.push(t.clone()),
+                _ => return None,
+            }
+        }
+        let like = like?;
+        let r = self.accel.as_mut()?.try_eval(e, &mut ts)?;
+        Some(r.map_err(|k| kerr(k, self.span(e))).and_then(|t| {
+            like.with_flat(&t).map(|m| Value::Model(std::rc::Rc::new(m))).ok_or_else(|| {
+                super::rt(crate::diag::Code::E0605, "internal error: a flat model of the wrong size", self.span(e))
+            })
+        }))
     }
 
     /// Op-by-op evaluation of a planned tree whose leaves already have values (walked in the

@@ -92,7 +92,7 @@ impl Interp<'_> {
             Type::Model(id, args) => {
                 let named = io::load_all_safetensors(&full).map_err(|e| kerr(e, span))?;
                 let dims = self.type_arg_dims(args, frame, span)?;
-                self.model_from_named(*id, dims, args, "", &named, &full, span, frame)
+                self.model_from_named(*id, dims, args, "", &named, &full, span, frame).map(Value::packed)
             }
             _ => Err(rt(Code::E0605, "`load` of this type is not supported", span)),
         }

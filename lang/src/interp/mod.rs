@@ -336,7 +336,7 @@ impl<'p> Interp<'p> {
                 let s = self.eval(seed, frame)?;
                 let seed = s.tensor().and_then(value::scalar_i64).unwrap_or(0);
                 let dims = self.type_arg_dims(args, frame, self.span(e))?;
-                self.init_model(*model, dims, seed, String::new(), self.span(e))
+                self.init_model(*model, dims, seed, String::new(), self.span(e)).map(Value::packed)
             }
             ExprKind::ModelBuild { fields } => {
                 let mut vals = Vec::with_capacity(fields.len());
@@ -347,7 +347,7 @@ impl<'p> Interp<'p> {
                     return Err(rt(Code::E0605, "not a model type", self.span(e)));
                 };
                 let dims = self.type_arg_dims(args, frame, self.span(e)).unwrap_or_default();
-                Ok(Value::Model(Rc::new(ModelValue { model: *id, dims, fields: vals })))
+                Ok(Value::Model(Rc::new(ModelValue { model: *id, dims, fields: vals })).packed())
             }
             ExprKind::Block { stmts, result } => {
                 for s in stmts {
@@ -546,7 +546,7 @@ impl<'p> Interp<'p> {
     }
 
     /// The closure instance whose parameters match the arguments' element types and ranks.
-    fn pick_instance(&self, cid: crate::types::ClosureId, args: &[Value]) -> Option<FuncId> {
+    pub(crate) fn pick_instance(&self, cid: crate::types::ClosureId, args: &[Value]) -> Option<FuncId> {
         let insts = &self.prog.closures.get(cid.0 as usize)?.instances;
         let fits = |fid: FuncId| {
             let f = self.prog.func(fid);

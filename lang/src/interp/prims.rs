@@ -363,6 +363,11 @@ impl Interp<'_> {
     pub(crate) fn binary(&mut self, op: BinaryOp, a: &Value, b: &Value, span: Span) -> R<Value> {
         match (a, b) {
             (Value::Tensor(x), Value::Tensor(y)) => tensor_binary(op, x, y, span).map(Value::Tensor),
+            (Value::Model(_), _) | (_, Value::Model(_)) if flat_operands(a, b).is_some() => {
+                let (m, x, y) = flat_operands(a, b).expect("checked by the guard");
+                let r = tensor_binary(op, &x, &y, span)?;
+                wrap_flat(&m, &r, span)
+            }
             (Value::Model(m), Value::Model(n)) => {
                 let fields =
                     m.fields.iter().zip(&n.fields).map(|(x, y)| self.binary(op, x, y, span)).collect::<R<Vec<_>>>()?;
@@ -389,7 +394,46 @@ impl Interp<'_> {
         let mut it = args.into_iter();
         let Some(Value::Fn(f)) = it.next() else { return Err(rt(Code::E0605, "`map` needs a function", span)) };
         let models: Vec<Value> = it.collect();
+        if let Some(r) = self.map_flat(&f, &models, span) {
+            return r;
+        }
         self.map_rec(&f, &models, span)
+    }
+
+    /// `map` of a pointwise function over flat models of one layout: the function applied
+    /// once to the models' parameter buffers (it gives what it gives tensor by tensor, since
+    /// every operation in it is elementwise and every other operand is a scalar). `None` when
+    /// some model is not flat or the function is not pointwise.
+    fn map_flat(&mut self, f: &Rc<super::FnValue>, models: &[Value], span: Span) -> Option<R<Value>> {
+        let super::FnValue::Func { target, captures, closure, .. } = &**f else { return None };
+        let mut flats = Vec::with_capacity(models.len());
+        for v in models {
+            let Value::Model(m) = v else { return None };
+            let x = m.flat()?;
+            let first: &Tensor = flats.first().unwrap_or(&x);
+            (x.dtype().is_float() && x.dtype() == first.dtype() && x.len() == first.len()).then_some(())?;
+            flats.push(x);
+        }
+        let Value::Model(shape_of) = &models[0] else { return None };
+        let args: Vec<Value> = flats.into_iter().map(Value::Tensor).collect();
+        let fid = match target {
+            crate::ir::FnTarget::Func(fid) => *fid,
+            crate::ir::FnTarget::Dynamic => self.pick_instance((*closure)?, &args)?,
+            _ => return None,
+        };
+        let func = self.prog.func(fid);
+        let scalar_capture = |l: crate::ir::Local| {
+            captures.iter().any(|(c, v)| *c == l && matches!(v, Value::Tensor(t) if t.rank() == 0))
+        };
+        let params = &func.params[func.params.len().checked_sub(args.len())?..];
+        pointwise(&func.body, params, &scalar_capture).then_some(())?;
+        let n = args[0].tensor().map_or(0, |t| t.len());
+        match self.apply(f, &crate::ir::FnTarget::Dynamic, args, span) {
+            // A body that ignores its parameters gives a scalar: map tensor by tensor then.
+            Ok(Value::Tensor(t)) if t.rank() == 1 && t.len() == n => Some(wrap_flat(shape_of, &t, span)),
+            Ok(_) => None,
+            Err(e) => Some(Err(e)),
+        }
     }
 
     fn map_rec(&mut self, f: &Rc<super::FnValue>, vals: &[Value], span: Span) -> R<Value> {
@@ -466,4 +510,43 @@ fn swap_last_copy(x: &Tensor) -> Result<Tensor, kernels::KernelError> {
     let mut perm: Vec<usize> = (0..n).collect();
     perm.swap(n - 2, n - 1);
     ops::permute(x, &perm)
+}
+
+/// The parameter buffers of the operands of an elementwise operation on a flat model (see
+/// [`ModelValue::flat`]), with the model giving the result's layout: two flat models of one
+/// layout, or a flat model and a scalar. Only float models take this path.
+fn flat_operands(a: &Value, b: &Value) -> Option<(Rc<ModelValue>, Tensor, Tensor)> {
+    let scalar = |v: &Value| match v {
+        Value::Tensor(t) if t.rank() == 0 => Some(t.clone()),
+        _ => None,
+    };
+    let (m, x, y) = match (a, b) {
+        (Value::Model(m), Value::Model(n)) => (m.clone(), m.flat()?, n.flat()?),
+        (Value::Model(m), s) => (m.clone(), m.flat()?, scalar(s)?),
+        (s, Value::Model(m)) => (m.clone(), scalar(s)?, m.flat()?),
+        _ => return None,
+    };
+    let ok = x.dtype().is_float() && x.dtype() == y.dtype() && (x.rank() == 0 || y.rank() == 0 || x.len() == y.len());
+    ok.then_some((m, x, y))
+}
+
+/// The model of `like`'s layout whose parameters are the rank-1 tensor `flat`.
+fn wrap_flat(like: &ModelValue, flat: &Tensor, span: Span) -> R<Value> {
+    like.with_flat(flat)
+        .map(|m| Value::Model(Rc::new(m)))
+        .ok_or_else(|| rt(Code::E0605, "internal error: a flat model result of the wrong size", span))
+}
+
+/// Whether `e` is built only from elementwise primitives, literals, the locals `params` and
+/// locals that `scalar` accepts (captured scalars): applied to a rank-1 concatenation of
+/// tensors it gives the concatenation of its results on each.
+pub(crate) fn pointwise(e: &Expr, params: &[crate::ir::Local], scalar: &dyn Fn(crate::ir::Local) -> bool) -> bool {
+    use crate::ir::ExprKind;
+    match &e.kind {
+        ExprKind::Prim { prim, args, .. } => prim.is_elementwise() && args.iter().all(|a| pointwise(a, params, scalar)),
+        ExprKind::Lit(_) => true,
+        ExprKind::Local(l) => params.contains(l) || scalar(*l),
+        ExprKind::Block { stmts, result } => stmts.is_empty() && pointwise(result, params, scalar),
+        _ => false,
+    }
 }

@@ -25,6 +25,73 @@ pub struct ModelValue {
     pub fields: Vec<Value>,
 }
 
+impl ModelValue {
+    /// The model's tensors in field order when every field is a tensor of rank ≥ 1 or such a
+    /// model, all of one element type (`None` otherwise).
+    fn dense_leaves(&self) -> Option<Vec<&Tensor>> {
+        fn walk<'a>(m: &'a ModelValue, out: &mut Vec<&'a Tensor>) -> Option<()> {
+            for f in &m.fields {
+                match f {
+                    Value::Tensor(t) if t.rank() > 0 && t.dtype() == out.first().map_or(t.dtype(), |u| u.dtype()) => {
+                        out.push(t)
+                    }
+                    Value::Model(n) => walk(n, out)?,
+                    _ => return None,
+                }
+            }
+            Some(())
+        }
+        let mut out = Vec::new();
+        walk(self, &mut out)?;
+        (!out.is_empty()).then_some(out)
+    }
+
+    /// The model's parameters as one rank-1 tensor, without a copy, when the model is flat:
+    /// its tensors (all of rank ≥ 1 and one element type) lie one after another in one buffer,
+    /// in field order. Elementwise arithmetic on flat models is one kernel over this tensor.
+    pub fn flat(&self) -> Option<Tensor> {
+        let leaves = self.dense_leaves()?;
+        let mut acc = leaves[0].with_shape(vec![leaves[0].len()]).ok()?;
+        for t in &leaves[1..] {
+            acc = acc.join(t)?;
+        }
+        Some(acc)
+    }
+
+    /// The model in one buffer: itself when it is flat already, a copy with its tensors
+    /// concatenated when it can be flat, `None` when it cannot (mixed element types, scalars).
+    pub fn packed(self: &Rc<Self>) -> Option<Rc<ModelValue>> {
+        if self.flat().is_some() {
+            return Some(self.clone());
+        }
+        let flat = Tensor::concat_flat(&self.dense_leaves()?)?;
+        self.with_flat(&flat).map(Rc::new)
+    }
+
+    /// A model of this one's type whose tensors are consecutive views of `flat` (a rank-1
+    /// tensor with as many elements as the model has parameters).
+    pub fn with_flat(&self, flat: &Tensor) -> Option<ModelValue> {
+        fn rebuild(m: &ModelValue, flat: &Tensor, at: &mut usize) -> Option<ModelValue> {
+            let mut fields = Vec::with_capacity(m.fields.len());
+            for f in &m.fields {
+                fields.push(match f {
+                    Value::Tensor(t) => {
+                        let v = flat.view(*at, t.shape().to_vec()).ok()?;
+                        *at += t.len();
+                        Value::Tensor(v)
+                    }
+                    Value::Model(n) => Value::Model(Rc::new(rebuild(n, flat, at)?)),
+                    _ => return None,
+                });
+            }
+            Some(ModelValue { model: m.model, dims: m.dims.clone(), fields })
+        }
+        let mut at = 0;
+        let m = rebuild(self, flat, &mut at)?;
+        (at == flat.len()).then_some(m)
+    }
+}
+
 /// A function value.
 #[derive(Clone, Debug)]
 pub enum FnValue {
@@ -43,6 +110,15 @@ pub enum FnValue {
 impl Value {
     pub fn unit() -> Value {
         Value::Tuple(Rc::new(vec![]))
+    }
+
+    /// The value with a model in it held as one flat buffer when it can be (see
+    /// [`ModelValue::packed`]); anything else unchanged.
+    pub fn packed(self) -> Value {
+        match &self {
+            Value::Model(m) => m.packed().map_or(self, Value::Model),
+            _ => self,
+        }
     }
 
     pub fn tensor(&self) -> Option<&Tensor> {
