@@ -85,3 +85,111 @@ fn main() {
         "[3.0, 6.0] 9.0 [9.0, 36.0]\n[0, 1, 2] [1.0, 1.0, 1.0]\n[4.0, 4.0] [1.0, 1.0, 1.0] [3.0, 3.0] [1.5, 1.5]\n"
     );
 }
+
+/// A small deterministic generator (xorshift), so that every case is reproducible by seed.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// One random expression over the models `m`, `n` and the scalar `s`, written twice: as model
+/// arithmetic (`.0`) and for field `f` by hand, tensor by tensor (`.1` is a function of `f`).
+fn expr(r: &mut Rng, depth: u32) -> (String, Box<dyn Fn(&str) -> String>) {
+    let unary = ["exp(X * 0.1)", "X * X", "maximum(X, 0.25)", "tanh(X)", "sqrt(abs(X) + 1.0)"];
+    let leaf = |r: &mut Rng| -> (String, Box<dyn Fn(&str) -> String>) {
+        if r.below(2) == 0 {
+            ("m".into(), Box::new(|f: &str| format!("m.{f}")))
+        } else {
+            ("n".into(), Box::new(|f: &str| format!("n.{f}")))
+        }
+    };
+    if depth == 0 {
+        return leaf(r);
+    }
+    match r.below(6) {
+        0 | 1 => {
+            let op = ["+", "-", "*"][r.below(3) as usize];
+            let (a, fa) = expr(r, depth - 1);
+            let (b, fb) = expr(r, depth - 1);
+            (format!("({a} {op} {b})"), Box::new(move |f: &str| format!("({} {op} {})", fa(f), fb(f))))
+        }
+        2 => {
+            let k = ["0.5", "s", "(1.0 - s)", "2.0"][r.below(4) as usize];
+            let (a, fa) = expr(r, depth - 1);
+            (format!("({k} * {a})"), Box::new(move |f: &str| format!("({k} * {})", fa(f))))
+        }
+        3 => {
+            let u = unary[r.below(unary.len() as u64) as usize];
+            let (a, fa) = expr(r, depth - 1);
+            let body = u.replace('X', "x");
+            (
+                format!("map(|x| {body}, {a})"),
+                Box::new(move |f: &str| format!("({})", u.replace('X', &format!("({})", fa(f))))),
+            )
+        }
+        4 => {
+            // Not pointwise: each tensor on its own.
+            let (a, fa) = expr(r, depth - 1);
+            (
+                format!("map(|x| x - mean(x), {a})"),
+                Box::new(move |f: &str| {
+                    let t = fa(f);
+                    format!("(({t}) - mean({t}))")
+                }),
+            )
+        }
+        _ => leaf(r),
+    }
+}
+
+/// A random model type, two values of it, and a random expression over them printed as model
+/// arithmetic and, tensor by tensor, as tensor arithmetic.
+fn case(seed: u64) -> (String, String) {
+    let mut r = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let k = 1 + r.below(4) as usize;
+    let shapes: Vec<Vec<u64>> = (0..k).map(|_| (0..1 + r.below(3)).map(|_| 1 + r.below(5)).collect()).collect();
+    let dims = |s: &Vec<u64>| s.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ");
+    let fields: Vec<String> = (0..k).map(|i| format!("f{i}: f32[{}]", dims(&shapes[i]))).collect();
+    let build = |seed0: u64| {
+        let args: Vec<String> =
+            (0..k).map(|i| format!("f{i}: normal({}, seed: {})", dims(&shapes[i]), seed0 + i as u64)).collect();
+        format!("M({})", args.join(", "))
+    };
+    let depth = 1 + r.below(3) as u32;
+    let (e, per_field) = expr(&mut r, depth);
+    let head = format!(
+        "model M {{ {} }}\n\nfn main() {{\n    let m = {}\n    let n = {}\n    let s = 0.75\n",
+        fields.join(", "),
+        build(10),
+        build(20)
+    );
+    let names: Vec<String> = (0..k).map(|i| format!("f{i}")).collect();
+    let model = format!(
+        "{head}    let r = {e}\n    print({})\n}}\n",
+        names.iter().map(|f| format!("r.{f}")).collect::<Vec<_>>().join(", ")
+    );
+    let by_hand =
+        format!("{head}    print({})\n}}\n", names.iter().map(|f| per_field(f)).collect::<Vec<_>>().join(", "));
+    (model, by_hand)
+}
+
+#[test]
+fn random_model_arithmetic_equals_the_same_arithmetic_tensor_by_tensor() {
+    for seed in 0..60 {
+        let (model, by_hand) = case(seed);
+        let want = run_block(&by_hand, Path::new("."));
+        assert_eq!(want.kind(), "output", "seed {seed}:\n{by_hand}\n{}", want.text());
+        let got = run_block(&model, Path::new("."));
+        assert_eq!(got.text(), want.text(), "seed {seed}, interpreter:\n{model}");
+        for level in 0..3 {
+            let (out, _) = jit::run_block(&model, Path::new("."), jit::Options::level(level));
+            assert_eq!(out.text(), want.text(), "seed {seed}, -O{level}:\n{model}");
+        }
+    }
+}
