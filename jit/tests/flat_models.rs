@@ -98,11 +98,14 @@ impl Rng {
     }
 }
 
+/// An expression for one field, given the field's name.
+type PerField = Box<dyn Fn(&str) -> String>;
+
 /// One random expression over the models `m`, `n` and the scalar `s`, written twice: as model
 /// arithmetic (`.0`) and for field `f` by hand, tensor by tensor (`.1` is a function of `f`).
-fn expr(r: &mut Rng, depth: u32) -> (String, Box<dyn Fn(&str) -> String>) {
+fn expr(r: &mut Rng, depth: u32) -> (String, PerField) {
     let unary = ["exp(X * 0.1)", "X * X", "maximum(X, 0.25)", "tanh(X)", "sqrt(abs(X) + 1.0)"];
-    let leaf = |r: &mut Rng| -> (String, Box<dyn Fn(&str) -> String>) {
+    let leaf = |r: &mut Rng| -> (String, PerField) {
         if r.below(2) == 0 {
             ("m".into(), Box::new(|f: &str| format!("m.{f}")))
         } else {
