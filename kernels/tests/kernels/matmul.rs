@@ -187,3 +187,27 @@ fn a_stack_times_a_matrix_equals_each_product() {
         }
     }
 }
+
+/// A right operand read transposed in a product big enough for threads is first copied
+/// row-major (gemm packs a column-major one slowly): the result is exactly the product with
+/// that copy, and close to a naive f64 product, for one matrix and for a broadcast batch.
+#[test]
+fn large_products_with_a_transposed_right_operand_equal_the_copy() {
+    let (m, k, n) = (96, 130, 70);
+    let a = lcg(2 * m * k, 11);
+    let b = lcg(n * k, 12);
+    let a32: Vec<f32> = a.iter().map(|&x| x as f32).collect();
+    let b32: Vec<f32> = b.iter().map(|&x| x as f32).collect();
+    let bt = t32(&[n, k], &b32);
+    let copy = ops::transpose(&bt);
+    let one = t32(&[m, k], &a32[..m * k]);
+    let got = ops::matmul_t(&one, &bt, false, true).unwrap();
+    assert_eq!(got, ops::matmul(&one, &copy).unwrap());
+    let bt64: Vec<f64> = copy.to_f64_vec();
+    let a64: Vec<f64> = a32[..m * k].iter().map(|&x| x as f64).collect();
+    check(&got, &[m, n], &naive(&a64, &bt64, m, k, n), 1e-5);
+    let batch = t32(&[2, m, k], &a32);
+    let stacked = t32(&[2, n, k], &[b32.clone(), b32].concat());
+    let got = ops::matmul_t(&batch, &stacked, false, true).unwrap();
+    assert_eq!(got, ops::matmul(&batch, &ops::permute(&stacked, &[0, 2, 1]).unwrap()).unwrap());
+}
