@@ -3,8 +3,9 @@
 //! scalar loops over `i32`, `f32`, `f64` and `bool` variables with inlined helper functions and
 //! every scalar operation the JIT compiles (literal and variable divisors, `pow`, casts, `if`,
 //! `where`), then elementwise tensor expressions over those scalars, sometimes large enough for
-//! the threaded split of fused loops. A program is a function of a seed (or of a fuzzer's bytes,
-//! which take the first decisions).
+//! the threaded split of fused loops, and in half the programs a loop of model arithmetic
+//! (flat models: `+ - *`, scaling by those scalars, pointwise and per-tensor `map`). A program is
+//! a function of a seed (or of a fuzzer's bytes, which take the first decisions).
 
 use lang::spec::{run_block_with, Outcome};
 use std::path::Path;
@@ -217,8 +218,45 @@ impl Gen {
         }
     }
 
+    /// An expression of model type over the models `p` and `q` and the scalars in scope.
+    fn model_expr(&mut self, depth: u32) -> String {
+        if depth == 0 || self.r.chance(20) {
+            return self.r.pick(&["p", "q"]).to_string();
+        }
+        let d = depth - 1;
+        match self.r.below(6) {
+            0 | 1 => {
+                let op = self.r.pick(&["+", "-", "*"]);
+                format!("({} {op} {})", self.model_expr(d), self.model_expr(d))
+            }
+            2 => {
+                // A bounded scalar, so that a few steps stay finite.
+                let k = self.expr(Ty::F32, 2);
+                format!("(tanh({k}) * {})", self.model_expr(d))
+            }
+            3 | 4 => {
+                let x = self.f32s.first().cloned().unwrap_or_else(|| "0.5".into());
+                let bodies = [
+                    "v * v".to_string(),
+                    "tanh(v)".to_string(),
+                    "exp(v * 0.1)".to_string(),
+                    format!("maximum(v, {x} * 0.1)"),
+                    format!("v * tanh({x}) + 0.5"),
+                    "sigmoid(v) - 0.5".to_string(),
+                ];
+                let body = bodies[self.r.below(bodies.len() as u64) as usize].clone();
+                format!("map(|v| {body}, {})", self.model_expr(d))
+            }
+            _ => format!("map(|v| v - mean(v), {})", self.model_expr(d)),
+        }
+    }
+
     fn program(&mut self) -> String {
         let mut s = String::new();
+        let models = self.r.chance(50);
+        if models {
+            s.push_str("model P { a: f32[3], b: f32[2, 4] }\n\n");
+        }
         // Two helpers that the loops call (inlined by the JIT), with early returns.
         s.push_str("fn helper_i(a: i32, x: f32) -> i32 {\n    if a > 7 { return a % 5 }\n    var k = a\n");
         s.push_str("    for j in 0..3 { k = k * 3 + j }\n    if x < 0.0 { return -k }\n    k\n}\n\n");
@@ -272,6 +310,17 @@ impl Gen {
         for _ in 0..2 {
             let e = self.expr(Ty::F32, 4);
             s.push_str(&format!("    let r = t * 0.0 + {e}\n    print(r, sum(r))\n"));
+        }
+        self.tensor = false;
+        if models {
+            s.push_str("    var p = P(a: normal(3, seed: 5), b: normal(2, 4, seed: 6))\n");
+            s.push_str("    let q = P(a: uniform(3, seed: 7), b: uniform(2, 4, seed: 8))\n");
+            s.push_str(&format!("    for k in 0..{} {{\n", 1 + self.r.below(4)));
+            for _ in 0..(1 + self.r.below(3)) {
+                let e = self.model_expr(3);
+                s.push_str(&format!("        p = {e}\n"));
+            }
+            s.push_str("    }\n    print(p.a, p.b)\n");
         }
         s.push_str("}\n");
         s

@@ -196,3 +196,28 @@ fn random_model_arithmetic_equals_the_same_arithmetic_tensor_by_tensor() {
         }
     }
 }
+
+/// A model tree whose models are not all flat (a `map` that is not pointwise gives separate
+/// tensors) runs op by op; a local it reads twice is one input, whose value must not be read
+/// again from the frame, which `-O2` has emptied at the local's last read further right.
+#[test]
+fn a_repeated_local_in_a_tree_that_runs_op_by_op_keeps_its_value() {
+    let src = r#"
+model P { a: f32[3], b: f32[2, 4] }
+
+fn main() {
+    var p = P(a: stack([1.0, 2.0, 3.0]), b: ones(2, 4))
+    for k in 0..2 {
+        p = (p * p) * map(|v| v - mean(v) + 1.0, map(|v| v * 2.0, p))
+    }
+    print(p.a, p.b)
+}
+"#;
+    for level in 0..3 {
+        calls_of(src, level, "");
+    }
+    // Step 1: a = [1, 4, 9] * ([2, 4, 6] - 4 + 1) = [-1, 4, 27]; b = 1 * 1 = 1.
+    // Step 2: a = [1, 16, 729] * ([-2, 8, 54] - 20 + 1) = [-21, -176, 25515]; b = 1.
+    let out = run_block(src, Path::new("."));
+    assert_eq!(out.text(), "[-21.0, -176.0, 25515.0] [[1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0]]\n");
+}

@@ -212,6 +212,16 @@ impl Interp<'_> {
                 }
                 self.prim(*prim, xs, attrs, e, frame)
             }
+            // A local read again in the tree is one input (the plan lists it once): its value
+            // is that input's, not the frame's, which a later leaf may have moved out at its
+            // last use (`-O2`).
+            ExprKind::Local(l) => {
+                let first = leaves[..*next].iter().position(|x| matches!(x.kind, ExprKind::Local(m) if m == *l));
+                match first {
+                    Some(i) => Ok(vals[i].clone()),
+                    None => self.eval(e, frame),
+                }
+            }
             // Anything else the plan kept inside the tree is a pure expression (a literal).
             _ => self.eval(e, frame),
         }
