@@ -132,18 +132,13 @@ fn elem_ok(ty: &Type) -> bool {
     }
 }
 
-/// A model type, or a type variable that stands for one.
-fn is_model(ty: &Type) -> bool {
-    matches!(ty, Type::Model(..) | Type::ModelVar(_))
-}
-
 /// An expression the tree takes in as an interior node: an elementwise primitive over float or
 /// bool tensors whose operands are float or bool tensors too; or arithmetic on models (which
 /// the interpreter runs over their flat parameter buffers, see [`lang::interp::ModelValue::flat`]),
 /// whose operands are models of its type or scalars.
 fn interior(e: &Expr) -> bool {
     match &e.kind {
-        ExprKind::Prim { prim, args, .. } if is_model(&e.ty) => {
+        ExprKind::Prim { prim, args, .. } if e.ty.is_model() => {
             let operand =
                 |a: &Expr| a.ty == e.ty || (elem_ok(&a.ty) && matches!(&a.ty, Type::Tensor(_, s) if s.is_empty()));
             is_elementwise(*prim) && args.iter().all(operand)
@@ -158,7 +153,7 @@ fn interior(e: &Expr) -> bool {
 /// Whether `e` may root a fused tree at all: an interior node whose static shape is not a
 /// scalar (scalar arithmetic is host code, cheaper in the interpreter), or model arithmetic.
 pub fn may_root(e: &Expr) -> bool {
-    if is_model(&e.ty) {
+    if e.ty.is_model() {
         return interior(e);
     }
     let Type::Tensor(_, shape) = &e.ty else {

@@ -161,7 +161,7 @@ impl Interp<'_> {
     /// accelerator evaluates it once over their parameter buffers (scalars stay scalars).
     /// `None` when a model is not flat, or the accelerator declines.
     fn run_flat_models(&mut self, e: &Expr, vals: &[Value]) -> Option<R<Value>> {
-        if !matches!(e.ty, Type::Model(..) | Type::ModelVar(_)) {
+        if !e.ty.is_model() {
             return None;
         }
         let mut like: Option<&ModelValue> = None;
