@@ -29,6 +29,6 @@ pub mod ops {
     pub use crate::cpu::reduce::{argmax, argmin, cumsum, log_softmax, logsumexp, reduce, softmax, ReduceOp};
     pub use crate::cpu::shape::{
         arange, broadcast_to, concat, expand_dims, eye, full, ones, permute, reshape, squeeze, stack, sum_to_shape,
-        transpose, zeros,
+        swap_last, transpose, zeros,
     };
 }

@@ -23,6 +23,18 @@ pub fn transpose(x: &Tensor) -> Tensor {
     permute(x, &perm).expect("a reversal is a valid permutation")
 }
 
+/// `x` with its last two axes swapped, as a new contiguous tensor (each matrix of a stack
+/// transposed); `x` needs at least two axes.
+pub fn swap_last(x: &Tensor) -> Result<Tensor, KernelError> {
+    let n = x.rank();
+    if n < 2 {
+        return Err(KernelError::Invalid(format!("swap_last: a tensor of rank {n} has no two last axes")));
+    }
+    let mut perm: Vec<usize> = (0..n).collect();
+    perm.swap(n - 2, n - 1);
+    permute(x, &perm)
+}
+
 /// `numpy.transpose(x, perm)`: axis `i` of the result is axis `perm[i]` of `x`.
 pub fn permute(x: &Tensor, perm: &[usize]) -> Result<Tensor, KernelError> {
     let rank = x.rank();

@@ -210,3 +210,12 @@ fn one_hot_and_constructors() {
     check(&ops::eye(2, DType::F32), &[2, 2], &[1.0, 0.0, 0.0, 1.0], 0.0);
     assert_eq!(ops::zeros(DType::F32, &[]).shape(), &[] as &[usize]);
 }
+
+#[test]
+fn swap_last_transposes_each_matrix_of_a_stack() {
+    let x = t64(&[2, 2, 3], &[0., 1., 2., 3., 4., 5., 6., 7., 8., 9., 10., 11.]);
+    let y = ops::swap_last(&x).unwrap();
+    check(&y, &[2, 3, 2], &[0., 3., 1., 4., 2., 5., 6., 9., 7., 10., 8., 11.], 0.0);
+    assert_eq!(y, ops::permute(&x, &[0, 2, 1]).unwrap());
+    assert!(ops::swap_last(&t64(&[3], &[1., 2., 3.])).is_err());
+}

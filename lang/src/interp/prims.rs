@@ -172,7 +172,7 @@ impl Interp<'_> {
         let (a, b) = unify_dtypes(a, b);
         let r = if flags == [false; 2] || a.rank() < 2 || b.rank() < 2 {
             // Copies only where needed (a rank-1 operand is reshaped by `matmul`).
-            let undo = |x: Tensor, f: bool| if f { swap_last_copy(&x) } else { Ok(x) };
+            let undo = |x: Tensor, f: bool| if f { ops::swap_last(&x) } else { Ok(x) };
             let (a, b) = (undo(a, flags[0]).map_err(|k| kerr(k, span))?, undo(b, flags[1]).map_err(|k| kerr(k, span))?);
             ops::matmul(&a, &b)
         } else {
@@ -503,14 +503,6 @@ fn shape_dims(s: &[crate::types::ShapeItem]) -> Vec<crate::types::Dim> {
 }
 
 use std::io::Write as _;
-
-/// `x` with its last two axes swapped, as a new contiguous tensor.
-fn swap_last_copy(x: &Tensor) -> Result<Tensor, kernels::KernelError> {
-    let n = x.rank();
-    let mut perm: Vec<usize> = (0..n).collect();
-    perm.swap(n - 2, n - 1);
-    ops::permute(x, &perm)
-}
 
 /// The parameter buffers of the operands of an elementwise operation on a flat model (see
 /// [`ModelValue::flat`]), with the model giving the result's layout: two flat models of one
