@@ -118,16 +118,19 @@ pub enum Storage {
     Bool(Shared<bool>),
 }
 
+/// Applies a generic expression to storage of any element type: `each_storage!(s, v => expr)`
+/// binds `v` to the [`Shared`] buffer of whichever type `s` holds.
 macro_rules! each_storage {
     ($s:expr, $v:ident => $body:expr) => {
         match $s {
-            Storage::F32($v) => $body,
-            Storage::F64($v) => $body,
-            Storage::I32($v) => $body,
-            Storage::Bool($v) => $body,
+            $crate::tensor::Storage::F32($v) => $body,
+            $crate::tensor::Storage::F64($v) => $body,
+            $crate::tensor::Storage::I32($v) => $body,
+            $crate::tensor::Storage::Bool($v) => $body,
         }
     };
 }
+pub(crate) use each_storage;
 
 impl Storage {
     /// The element type of this storage.

@@ -292,24 +292,10 @@ pub(crate) fn strided_copy<T: Element>(src: &[T], offset: usize, shape: &[usize]
 /// `v` to the element slice of whichever dtype `t` holds.
 macro_rules! dispatch {
     ($t:expr, $v:ident => $body:expr) => {
-        match $t.storage() {
-            $crate::tensor::Storage::F32(data) => {
-                let $v: &[f32] = data.as_slice();
-                $body
-            }
-            $crate::tensor::Storage::F64(data) => {
-                let $v: &[f64] = data.as_slice();
-                $body
-            }
-            $crate::tensor::Storage::I32(data) => {
-                let $v: &[i32] = data.as_slice();
-                $body
-            }
-            $crate::tensor::Storage::Bool(data) => {
-                let $v: &[bool] = data.as_slice();
-                $body
-            }
-        }
+        $crate::tensor::each_storage!($t.storage(), data => {
+            let $v = data.as_slice();
+            $body
+        })
     };
 }
 pub(crate) use dispatch;

@@ -18,7 +18,6 @@
 //! that declines (an integer division by zero, say) has changed nothing, and the interpreter
 //! runs the loop itself from the start, reporting the error as usual.
 
-use super::value::ModelValue;
 use super::{kerr, lit_value, Frame, Interp, Value, R};
 use crate::ir::{Expr, ExprKind, Lit, Local};
 use crate::types::Type;
@@ -164,30 +163,10 @@ impl Interp<'_> {
         if !e.ty.is_model() {
             return None;
         }
-        let mut like: Option<&ModelValue> = None;
-        let mut ts = Vec::with_capacity(vals.len());
-        for v in vals {
-            match v {
-                Value::Model(m) => {
-                    let x = m.flat()?;
-                    if let Some(first) = like.and_then(|l| l.flat()) {
-                        (x.len() == first.len() && x.dtype() == first.dtype()).then_some(())?;
-                    }
-                    x.dtype().is_float().then_some(())?;
-                    like.get_or_insert(m);
-                    ts.push(x);
-                }
-                Value::Tensor(t) if t.rank() == 0 => ts.push(t.clone()),
-                _ => return None,
-            }
-        }
-        let like = like?;
+        let (like, mut ts) = super::prims::flat_operands(vals)?;
         let r = self.accel.as_mut()?.try_eval(e, &mut ts)?;
-        Some(r.map_err(|k| kerr(k, self.span(e))).and_then(|t| {
-            like.with_flat(&t).map(|m| Value::Model(std::rc::Rc::new(m))).ok_or_else(|| {
-                super::rt(crate::diag::Code::E0605, "internal error: a flat model of the wrong size", self.span(e))
-            })
-        }))
+        let span = self.span(e);
+        Some(r.map_err(|k| kerr(k, span)).and_then(|t| super::prims::wrap_flat(like, &t, span)))
     }
 
     /// Op-by-op evaluation of a planned tree whose leaves already have values (walked in the

@@ -361,13 +361,12 @@ impl Interp<'_> {
 
     /// Elementwise binary operation; models combine field by field and scale by scalars.
     pub(crate) fn binary(&mut self, op: BinaryOp, a: &Value, b: &Value, span: Span) -> R<Value> {
+        let model = matches!(a, Value::Model(_)) || matches!(b, Value::Model(_));
+        if let Some((like, ts)) = if model { flat_operands([a, b]) } else { None } {
+            return wrap_flat(like, &tensor_binary(op, &ts[0], &ts[1], span)?, span);
+        }
         match (a, b) {
             (Value::Tensor(x), Value::Tensor(y)) => tensor_binary(op, x, y, span).map(Value::Tensor),
-            (Value::Model(_), _) | (_, Value::Model(_)) if flat_operands(a, b).is_some() => {
-                let (m, x, y) = flat_operands(a, b).expect("checked by the guard");
-                let r = tensor_binary(op, &x, &y, span)?;
-                wrap_flat(&m, &r, span)
-            }
             (Value::Model(m), Value::Model(n)) => {
                 let fields =
                     m.fields.iter().zip(&n.fields).map(|(x, y)| self.binary(op, x, y, span)).collect::<R<Vec<_>>>()?;
@@ -406,15 +405,8 @@ impl Interp<'_> {
     /// some model is not flat or the function is not pointwise.
     fn map_flat(&mut self, f: &Rc<super::FnValue>, models: &[Value], span: Span) -> Option<R<Value>> {
         let super::FnValue::Func { target, captures, closure, .. } = &**f else { return None };
-        let mut flats = Vec::with_capacity(models.len());
-        for v in models {
-            let Value::Model(m) = v else { return None };
-            let x = m.flat()?;
-            let first: &Tensor = flats.first().unwrap_or(&x);
-            (x.dtype().is_float() && x.dtype() == first.dtype() && x.len() == first.len()).then_some(())?;
-            flats.push(x);
-        }
-        let Value::Model(shape_of) = &models[0] else { return None };
+        models.iter().all(|v| matches!(v, Value::Model(_))).then_some(())?;
+        let (shape_of, flats) = flat_operands(models)?;
         let args: Vec<Value> = flats.into_iter().map(Value::Tensor).collect();
         let fid = match target {
             crate::ir::FnTarget::Func(fid) => *fid,
@@ -504,26 +496,35 @@ fn shape_dims(s: &[crate::types::ShapeItem]) -> Vec<crate::types::Dim> {
 
 use std::io::Write as _;
 
-/// The parameter buffers of the operands of an elementwise operation on a flat model (see
-/// [`ModelValue::flat`]), with the model giving the result's layout: two flat models of one
-/// layout, or a flat model and a scalar. Only float models take this path.
-fn flat_operands(a: &Value, b: &Value) -> Option<(Rc<ModelValue>, Tensor, Tensor)> {
-    let scalar = |v: &Value| match v {
-        Value::Tensor(t) if t.rank() == 0 => Some(t.clone()),
-        _ => None,
-    };
-    let (m, x, y) = match (a, b) {
-        (Value::Model(m), Value::Model(n)) => (m.clone(), m.flat()?, n.flat()?),
-        (Value::Model(m), s) => (m.clone(), m.flat()?, scalar(s)?),
-        (s, Value::Model(m)) => (m.clone(), scalar(s)?, m.flat()?),
-        _ => return None,
-    };
-    let ok = x.dtype().is_float() && x.dtype() == y.dtype() && (x.rank() == 0 || y.rank() == 0 || x.len() == y.len());
-    ok.then_some((m, x, y))
+/// The operands of elementwise arithmetic over flat models (see [`ModelValue::flat`]) as
+/// tensors — each model's parameter buffer, each scalar as it is — with the first model, which
+/// gives the result's layout. `None` unless there is a model and every model is flat, of a float
+/// element type and of one length, and every other operand is a scalar: then the arithmetic is
+/// one operation over the buffers, with what tensor-by-tensor arithmetic gives (every tensor of
+/// a flat model has rank ≥ 1, so a scalar operand adapts to it either way).
+pub(super) fn flat_operands<'v>(vals: impl IntoIterator<Item = &'v Value>) -> Option<(&'v ModelValue, Vec<Tensor>)> {
+    let mut like: Option<(&ModelValue, Tensor)> = None;
+    let mut ts = Vec::new();
+    for v in vals {
+        match v {
+            Value::Model(m) => {
+                let x = m.flat()?;
+                let first = like.as_ref().map_or(&x, |(_, f)| f);
+                (x.dtype().is_float() && x.dtype() == first.dtype() && x.len() == first.len()).then_some(())?;
+                if like.is_none() {
+                    like = Some((m, x.clone()));
+                }
+                ts.push(x);
+            }
+            Value::Tensor(t) if t.rank() == 0 => ts.push(t.clone()),
+            _ => return None,
+        }
+    }
+    Some((like?.0, ts))
 }
 
 /// The model of `like`'s layout whose parameters are the rank-1 tensor `flat`.
-fn wrap_flat(like: &ModelValue, flat: &Tensor, span: Span) -> R<Value> {
+pub(super) fn wrap_flat(like: &ModelValue, flat: &Tensor, span: Span) -> R<Value> {
     like.with_flat(flat)
         .map(|m| Value::Model(Rc::new(m)))
         .ok_or_else(|| rt(Code::E0605, "internal error: a flat model result of the wrong size", span))
