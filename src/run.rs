@@ -3,6 +3,7 @@
 use crate::cli::load;
 use lang::diag::{self, Code, Diagnostic};
 use lang::interp::{Interp, Observer};
+use lang::types::TensorTy;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
@@ -213,7 +214,8 @@ pub fn grad_cmd(file: &Path, name: &str, wrt: Option<&str>, explain: bool) -> u8
     };
     // The same checks `grad(f)` gets in a program: a float scalar result, a float parameter.
     let param_ty = f.params.get(wrt_index).map(|l| f.locals[l.0 as usize].ty.clone());
-    let ok_ret = matches!(&f.ret, lang::types::Type::Tensor(e, s) if s.is_empty() && e.is_float());
+    let ok_ret =
+        matches!(&f.ret, lang::types::Type::Tensor(TensorTy { elem: e, shape: s, .. }) if s.is_empty() && e.is_float());
     if !ok_ret {
         let d = Diagnostic::error(
             Code::E0401,
@@ -223,8 +225,9 @@ pub fn grad_cmd(file: &Path, name: &str, wrt: Option<&str>, explain: bool) -> u8
         render(&[d], &c, false);
         return 1;
     }
-    if !param_ty.as_ref().is_some_and(|t| matches!(t, lang::types::Type::Tensor(e, _) if e.is_float()) || t.is_model())
-    {
+    if !param_ty.as_ref().is_some_and(|t| {
+        matches!(t, lang::types::Type::Tensor(TensorTy { elem: e, .. }) if e.is_float()) || t.is_model()
+    }) {
         let d = Diagnostic::error(
             Code::E0402,
             span,

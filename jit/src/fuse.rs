@@ -13,6 +13,7 @@
 
 use kernels::{DType, Tensor};
 use lang::ir::{Expr, ExprKind, Local, Prim, SpanId};
+use lang::types::TensorTy;
 use lang::types::{Elem, ElemTy, ShapeItem, Type};
 use std::fmt::Write as _;
 
@@ -126,8 +127,8 @@ pub fn is_elementwise(p: Prim) -> bool {
 /// A tensor type whose element type the JIT handles (float or bool).
 fn elem_ok(ty: &Type) -> bool {
     match ty {
-        Type::Tensor(Elem::T(t), _) => !matches!(t, ElemTy::I32),
-        Type::Tensor(Elem::WeakFloat, _) => true,
+        Type::Tensor(TensorTy { elem: Elem::T(t), .. }) => !matches!(t, ElemTy::I32),
+        Type::Tensor(TensorTy { elem: Elem::WeakFloat, .. }) => true,
         _ => false,
     }
 }
@@ -139,8 +140,10 @@ fn elem_ok(ty: &Type) -> bool {
 fn interior(e: &Expr) -> bool {
     match &e.kind {
         ExprKind::Prim { prim, args, .. } if e.ty.is_model() => {
-            let operand =
-                |a: &Expr| a.ty == e.ty || (elem_ok(&a.ty) && matches!(&a.ty, Type::Tensor(_, s) if s.is_empty()));
+            let operand = |a: &Expr| {
+                a.ty == e.ty
+                    || (elem_ok(&a.ty) && matches!(&a.ty, Type::Tensor(TensorTy { shape: s, .. }) if s.is_empty()))
+            };
             is_elementwise(*prim) && args.iter().all(operand)
         }
         ExprKind::Prim { prim, args, .. } => {
@@ -156,7 +159,7 @@ pub fn may_root(e: &Expr) -> bool {
     if e.ty.is_model() {
         return interior(e);
     }
-    let Type::Tensor(_, shape) = &e.ty else {
+    let Type::Tensor(TensorTy { shape, .. }) = &e.ty else {
         return false;
     };
     let maybe_nonscalar = shape.iter().any(|i| match i {

@@ -13,6 +13,7 @@ use lang::interp::{FnValue, Frame, Interp, ModelValue, Value};
 use lang::ir::{self, ExprKind};
 use lang::source::{FileId, SourceMap, Span};
 use lang::syntax::ast;
+use lang::types::TensorTy;
 use lang::types::{ClosureId, FuncId, ModelId, Type};
 use std::collections::HashMap;
 use std::io::Write;
@@ -540,12 +541,12 @@ impl Session {
         };
         let span = prog.span(f.span);
         // The checks `grad(f)` gets in a program: a float scalar result, a float parameter.
-        let ret_ok = matches!(&f.ret, Type::Tensor(e, s) if s.is_empty() && e.is_float());
+        let ret_ok = matches!(&f.ret, Type::Tensor(TensorTy { elem: e, shape: s, .. }) if s.is_empty() && e.is_float());
         let param_ok = f
             .params
             .get(wrt)
             .map(|l| &f.locals[l.0 as usize].ty)
-            .is_some_and(|t| matches!(t, Type::Tensor(e, _) if e.is_float()) || t.is_model());
+            .is_some_and(|t| matches!(t, Type::Tensor(TensorTy { elem: e, .. }) if e.is_float()) || t.is_model());
         let problem = if !ret_ok {
             Some(Diagnostic::error(
                 Code::E0401,

@@ -17,6 +17,7 @@
 //! Every operation is the interpreter's own arithmetic (wrapping `i32`, truncating division,
 //! the float lowering shared with fused loops), so results are bit-identical.
 
+use lang::types::TensorTy;
 pub mod body;
 mod gen;
 
@@ -58,7 +59,7 @@ pub struct Analysis {
 }
 
 fn scalar_ty(t: &Type) -> bool {
-    matches!(t, Type::Tensor(e, s) if s.is_empty() && elem_ok(*e))
+    matches!(t, Type::Tensor(TensorTy { elem: e, shape: s, .. }) if s.is_empty() && elem_ok(*e))
 }
 
 fn elem_ok(e: Elem) -> bool {

@@ -6,6 +6,7 @@ use crate::diag::Diagnostic;
 use crate::ir::{self, Attrs, Expr, ExprKind, FnTarget, Lit, Local, LocalInfo, Pat, Prim, Program, SpanId, Stmt};
 use crate::source::Span;
 use crate::types::unify::{Subst, Unifier};
+use crate::types::TensorTy;
 use crate::types::{ClosureId, Dim, Elem, ElemTy, FuncId, ShapeItem, Type, TypeArg};
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
@@ -218,7 +219,7 @@ pub(super) fn generate(prog: &Program, f: FuncId, mode: Mode, span: Span) -> Res
         }
         _ => {
             let et = match &rty {
-                Type::Tensor(Elem::T(t), _) => *t,
+                Type::Tensor(TensorTy { elem: Elem::T(t), .. }) => *t,
                 _ => ElemTy::F32,
             };
             g.lit(1.0, et)
@@ -276,7 +277,7 @@ pub(super) fn mk(kind: ExprKind, ty: Type, span: SpanId) -> Expr {
 
 pub(super) fn is_float_type(t: &Type) -> bool {
     match t {
-        Type::Tensor(e, _) => e.is_float(),
+        Type::Tensor(TensorTy { elem: e, .. }) => e.is_float(),
         Type::Model(..) | Type::ModelVar(_) => true,
         Type::Tuple(ts) => ts.iter().any(is_float_type),
         _ => false,
@@ -489,7 +490,7 @@ impl Gen<'_> {
                 let mut attrs = self.sattrs(attrs);
                 if attrs.from_end {
                     let s = match self.ty_of(vs[0]) {
-                        Type::Tensor(_, s) => s,
+                        Type::Tensor(TensorTy { shape: s, .. }) => s,
                         _ => vec![],
                     };
                     if s.iter().any(|i| matches!(i, ShapeItem::Rest(_))) {

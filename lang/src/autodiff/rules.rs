@@ -5,18 +5,19 @@
 use super::err;
 use super::fwd::{mk, Gen, Op, Res};
 use crate::ir::{Attrs, ExprKind, Local, Prim};
+use crate::types::TensorTy;
 use crate::types::{Dim, Elem, ElemTy, ShapeItem, Type};
 
 fn shape(t: &Type) -> Vec<ShapeItem> {
     match t {
-        Type::Tensor(_, s) => s.clone(),
+        Type::Tensor(TensorTy { shape: s, .. }) => s.clone(),
         _ => vec![],
     }
 }
 
 fn elem(t: &Type) -> ElemTy {
     match t {
-        Type::Tensor(e, _) => e.materialise(),
+        Type::Tensor(TensorTy { elem: e, .. }) => e.materialise(),
         _ => ElemTy::F32,
     }
 }
@@ -31,7 +32,7 @@ fn fixed(s: &[ShapeItem]) -> Option<Vec<Dim>> {
 }
 
 fn tensor(e: ElemTy, s: Vec<ShapeItem>) -> Type {
-    Type::Tensor(Elem::T(e), s)
+    Type::Tensor(TensorTy::new(Elem::T(e), s))
 }
 
 impl Gen<'_> {
@@ -130,8 +131,8 @@ impl Gen<'_> {
     /// The cotangent of a dim count as a float scalar (for `mean`).
     fn count(&mut self, d: Dim, et: ElemTy) -> Local {
         let i = self.emit(
-            mk(ExprKind::DimValue(d), Type::Tensor(Elem::WeakInt, vec![]), self.sid),
-            Type::Tensor(Elem::WeakInt, vec![]),
+            mk(ExprKind::DimValue(d), Type::Tensor(TensorTy::new(Elem::WeakInt, vec![])), self.sid),
+            Type::Tensor(TensorTy::new(Elem::WeakInt, vec![])),
             "n",
         );
         self.p(Prim::Cast, &[i], Attrs { dtype: Some(et), ..Attrs::default() }, Type::scalar(et))

@@ -2,6 +2,7 @@
 //! are dropped (dead-code removal), so derivatives stay small and readable.
 
 use crate::ir::{dump::walk, Expr, ExprKind, Func, Local, Pat, Stmt};
+use crate::types::TensorTy;
 use std::collections::{HashMap, HashSet};
 
 /// Simplifies a generated function in place, and lets its GEMMs read transposed operands
@@ -134,7 +135,7 @@ fn may_fail(e: &Expr) -> bool {
     let mut fails = false;
     walk(e, &mut |x| {
         if let ExprKind::Prim { prim, .. } = &x.kind {
-            let int = matches!(&x.ty, crate::types::Type::Tensor(el, _) if !el.is_float());
+            let int = matches!(&x.ty, crate::types::Type::Tensor(TensorTy { elem: el, .. }) if !el.is_float());
             fails |= match prim {
                 Div | Rem | Pow => int,
                 Gather | OneHot | Slice | ScatterAdd | Reshape | Concat | Stack | Einsum | Map | Load => true,

@@ -5,12 +5,13 @@
 use super::err;
 use super::fwd::{mk, Gen, LoopNode, Node, Op, Res};
 use crate::ir::{Attrs, Expr, ExprKind, Lit, Local, Pat, Prim, Stmt};
+use crate::types::TensorTy;
 use crate::types::{ElemTy, Type};
 use std::collections::HashMap;
 
 fn elem(t: &Type) -> ElemTy {
     match t {
-        Type::Tensor(e, _) => e.materialise(),
+        Type::Tensor(TensorTy { elem: e, .. }) => e.materialise(),
         _ => ElemTy::F32,
     }
 }
@@ -147,13 +148,13 @@ impl Gen<'_> {
                     if p == Prim::Maximum { Prim::Ge } else { Prim::Le },
                     &[args[0], args[1]],
                     Attrs::default(),
-                    Type::Tensor(
+                    Type::Tensor(TensorTy::new(
                         crate::types::Elem::T(ElemTy::Bool),
                         match &ot {
-                            Type::Tensor(_, s) => s.clone(),
+                            Type::Tensor(TensorTy { shape: s, .. }) => s.clone(),
                             _ => vec![],
                         },
-                    ),
+                    )),
                 );
                 let a = self.tan_or_zero(t0, args[0])?;
                 let b = self.tan_or_zero(t1, args[1])?;
@@ -217,7 +218,7 @@ impl Gen<'_> {
                 let y = match (attrs.axis, attrs.keepdims) {
                     (Some(k), false) => {
                         let mut s = match &ot {
-                            Type::Tensor(_, s) => s.clone(),
+                            Type::Tensor(TensorTy { shape: s, .. }) => s.clone(),
                             _ => vec![],
                         };
                         s.insert(k.min(s.len()), crate::types::ShapeItem::Dim(crate::types::Dim::constant(1)));
@@ -225,7 +226,7 @@ impl Gen<'_> {
                             Prim::ExpandDims,
                             &[out],
                             Attrs { axis: Some(k), ..Attrs::default() },
-                            Type::Tensor(crate::types::Elem::T(elem(&ot)), s),
+                            Type::Tensor(TensorTy::new(crate::types::Elem::T(elem(&ot)), s)),
                         )
                     }
                     _ => out,
@@ -238,13 +239,13 @@ impl Gen<'_> {
                         Prim::Eq,
                         &[x, y],
                         Attrs::default(),
-                        Type::Tensor(
+                        Type::Tensor(TensorTy::new(
                             crate::types::Elem::T(ElemTy::Bool),
                             match &xt {
-                                Type::Tensor(_, s) => s.clone(),
+                                Type::Tensor(TensorTy { shape: s, .. }) => s.clone(),
                                 _ => vec![],
                             },
-                        ),
+                        )),
                     );
                     let one = self.lit(1.0, elem(&xt));
                     let zero = self.lit(0.0, elem(&xt));

@@ -8,6 +8,7 @@ use crate::diag::Diagnostic;
 use crate::ir::{self, Attrs, Expr, ExprKind, FnTarget, Lit, Local, LocalInfo, Name, Pat, Prim, Program, SpanId, Stmt};
 use crate::source::Span;
 use crate::types::unify::{Subst, Unifier};
+use crate::types::TensorTy;
 use crate::types::{Dim, Elem, ElemTy, FuncId, ShapeItem, Type};
 use std::collections::{HashMap, HashSet};
 
@@ -78,14 +79,14 @@ fn mk(kind: ExprKind, ty: Type, span: SpanId) -> Expr {
 
 fn shape(t: &Type) -> Vec<ShapeItem> {
     match t {
-        Type::Tensor(_, s) => s.clone(),
+        Type::Tensor(TensorTy { shape: s, .. }) => s.clone(),
         _ => vec![],
     }
 }
 
 fn with_shape(t: &Type, s: Vec<ShapeItem>) -> Type {
     match t {
-        Type::Tensor(e, _) => Type::Tensor(*e, s),
+        Type::Tensor(TensorTy { elem: e, .. }) => Type::tensor_of(*e, s),
         other => other.clone(),
     }
 }
@@ -228,10 +229,10 @@ impl V<'_> {
     /// The batched type of a per-sample type.
     fn bty(&self, t: &Type) -> Type {
         match t {
-            Type::Tensor(e, s) => {
+            Type::Tensor(TensorTy { elem: e, shape: s, .. }) => {
                 let mut s2 = vec![ShapeItem::Dim(self.b.clone())];
                 s2.extend(s.iter().cloned());
-                Type::Tensor(*e, s2)
+                Type::Tensor(TensorTy::new(*e, s2))
             }
             other => other.clone(),
         }
@@ -762,13 +763,13 @@ impl V<'_> {
         let mut out = batch;
         out.push(sa[sa.len() - 2].clone());
         out.push(sb[sb.len() - 1].clone());
-        Type::Tensor(
+        Type::Tensor(TensorTy::new(
             match &at {
-                Type::Tensor(e, _) => *e,
+                Type::Tensor(TensorTy { elem: e, .. }) => *e,
                 _ => Elem::T(ElemTy::F32),
             },
             out,
-        )
+        ))
     }
 }
 

@@ -9,6 +9,7 @@ use crate::ir::{self, Attrs, ExprKind, Prim};
 use crate::source::Span;
 use crate::syntax::ast;
 use crate::types::unify::broadcast;
+use crate::types::TensorTy;
 use crate::types::{Dim, Elem, ElemTy, FnTy, ShapeItem, Type};
 
 mod special;
@@ -123,7 +124,7 @@ impl Checker {
 
     fn tensor_of<'t>(&mut self, v: &'t ir::Expr, span: Span, what: &str) -> Option<(Elem, &'t Vec<ShapeItem>)> {
         match &v.ty {
-            Type::Tensor(e, s) => Some((*e, s)),
+            Type::Tensor(TensorTy { elem: e, shape: s, .. }) => Some((*e, s)),
             Type::Error => None,
             t => {
                 let ts = self.ty_str(t);
@@ -215,7 +216,7 @@ impl Checker {
 
     fn elem_from_expected(expected: Option<&Type>, default: ElemTy) -> ElemTy {
         match expected {
-            Some(Type::Tensor(Elem::T(t), _)) => *t,
+            Some(Type::Tensor(TensorTy { elem: Elem::T(t), .. })) => *t,
             _ => default,
         }
     }
@@ -282,7 +283,7 @@ impl Checker {
                     return self.error_expr(span);
                 }
                 let v = if elem != e { self.retype_weak(v, elem) } else { v };
-                self.prim(p, vec![v], Attrs::default(), Type::Tensor(elem, s), span)
+                self.prim(p, vec![v], Attrs::default(), Type::Tensor(TensorTy::new(elem, s)), span)
             }
             Class::Binary => {
                 self.check_named(name, &a, &[]);
@@ -311,8 +312,8 @@ impl Checker {
 
     fn retype_weak(&mut self, v: ir::Expr, e: Elem) -> ir::Expr {
         match v.ty {
-            Type::Tensor(_, ref s) => {
-                let t = Type::Tensor(e, s.clone());
+            Type::Tensor(TensorTy { shape: ref s, .. }) => {
+                let t = Type::Tensor(TensorTy::new(e, s.clone()));
                 let span = v.span;
                 if let ExprKind::Lit(ir::Lit::Int(n)) = v.kind {
                     return mk(ExprKind::Lit(ir::Lit::Float(n as f64)), t, span);
@@ -401,7 +402,7 @@ impl Checker {
                 .is_some_and(|k| k < 0);
         let axis = if from_end { axis.map(|i| s.len() - i) } else { axis };
         let attrs = Attrs { axis, keepdims, from_end, ..Attrs::default() };
-        self.prim(p, vec![v], attrs, Type::Tensor(out_elem, shape), span)
+        self.prim(p, vec![v], attrs, Type::Tensor(TensorTy::new(out_elem, shape)), span)
     }
 
     fn check_other(&mut self, cx: &mut FnCx, p: Prim, a: &Args, span: Span, expected: Option<&Type>) -> ir::Expr {
@@ -431,18 +432,18 @@ impl Checker {
                 // The value operands follow the arithmetic rule (element types and broadcasting).
                 let xy = self.binary_op(ast::BinOp::Add, x, y, span, a.pos[1].1, a.pos[2].1);
                 let ExprKind::Prim { args: xy_args, .. } = xy.kind else { return xy };
-                let Type::Tensor(e, s) = xy.ty else { return self.error_expr(span) };
+                let Type::Tensor(TensorTy { elem: e, shape: s, .. }) = xy.ty else { return self.error_expr(span) };
                 let shape = match broadcast(&cs, &s) {
                     Ok(sh) => sh,
                     Err(err) => {
-                        let (ct, vt) = (c.ty.clone(), Type::Tensor(e, s.clone()));
+                        let (ct, vt) = (c.ty.clone(), Type::Tensor(TensorTy::new(e, s.clone())));
                         self.broadcast_error(&ct, &vt, err, span, a.pos[0].1, a.pos[1].1);
                         return self.error_expr(span);
                     }
                 };
                 let mut all = vec![c];
                 all.extend(xy_args);
-                self.prim(Prim::Where, all, Attrs::default(), Type::Tensor(e, shape), span)
+                self.prim(Prim::Where, all, Attrs::default(), Type::Tensor(TensorTy::new(e, shape)), span)
             }
             Prim::Reshape | Prim::BroadcastTo => {
                 self.check_named(name, a, &[]);
@@ -527,7 +528,7 @@ impl Checker {
                 }
                 let shape = dims.iter().cloned().map(ShapeItem::Dim).collect();
                 let attrs = Attrs { shape: dims, ..Attrs::default() };
-                self.prim(p, vec![v], attrs, Type::Tensor(e, shape), span)
+                self.prim(p, vec![v], attrs, Type::Tensor(TensorTy::new(e, shape)), span)
             }
             Prim::Transpose | Prim::Permute => {
                 self.check_named(name, a, &[]);
@@ -574,7 +575,7 @@ impl Checker {
                 };
                 let shape = perm.iter().map(|&i| ShapeItem::Dim(dims[i].clone())).collect();
                 let attrs = Attrs { perm, ..Attrs::default() };
-                self.prim(p, vec![v], attrs, Type::Tensor(e, shape), span)
+                self.prim(p, vec![v], attrs, Type::Tensor(TensorTy::new(e, shape)), span)
             }
             Prim::Concat | Prim::Stack => self.check_concat(cx, p, a, span),
             Prim::ExpandDims | Prim::Squeeze => {
@@ -647,7 +648,7 @@ impl Checker {
                 };
                 let shape = dims.into_iter().map(ShapeItem::Dim).collect();
                 let attrs = Attrs { axis, ..Attrs::default() };
-                self.prim(p, vec![v], attrs, Type::Tensor(e, shape), span)
+                self.prim(p, vec![v], attrs, Type::Tensor(TensorTy::new(e, shape)), span)
             }
             Prim::Gather => {
                 self.check_named(name, a, &["axis"]);
@@ -669,7 +670,7 @@ impl Checker {
                 shape.extend(is.iter().cloned());
                 shape.extend(xd[ax + 1..].iter().cloned().map(ShapeItem::Dim));
                 let attrs = Attrs { axis: Some(ax), ..Attrs::default() };
-                self.prim(p, vec![x, idx], attrs, Type::Tensor(e, shape), span)
+                self.prim(p, vec![x, idx], attrs, Type::Tensor(TensorTy::new(e, shape)), span)
             }
             Prim::ScatterAdd => {
                 // scatter_add(upd, idx, n, axis: k): upd is [pre(k), idx.shape…, post] and the
@@ -710,7 +711,7 @@ impl Checker {
                 dims.extend(ud[k + id.len()..].iter().cloned());
                 let shape = dims.iter().cloned().map(ShapeItem::Dim).collect();
                 let attrs = Attrs { axis: Some(k), shape: dims, ..Attrs::default() };
-                self.prim(p, vec![upd, idx], attrs, Type::Tensor(e, shape), span)
+                self.prim(p, vec![upd, idx], attrs, Type::Tensor(TensorTy::new(e, shape)), span)
             }
             Prim::OneHot => {
                 self.check_named(name, a, &[]);
@@ -734,7 +735,7 @@ impl Checker {
                 shape.push(ShapeItem::Dim(n[0].clone()));
                 let et = Self::elem_from_expected(expected, ElemTy::F32);
                 let attrs = Attrs { shape: n, dtype: Some(et), ..Attrs::default() };
-                self.prim(p, vec![y], attrs, Type::Tensor(Elem::T(et), shape), span)
+                self.prim(p, vec![y], attrs, Type::Tensor(TensorTy::new(Elem::T(et), shape)), span)
             }
             Prim::Einsum => self.check_einsum(cx, a, span),
             Prim::Zeros | Prim::Ones | Prim::Full | Prim::Arange | Prim::Eye => {
@@ -760,12 +761,12 @@ impl Checker {
                         a.pos[0].0,
                         expected
                             .map(|t| match t {
-                                Type::Tensor(e, _) => Type::Tensor(*e, vec![]),
+                                Type::Tensor(TensorTy { elem: e, .. }) => Type::tensor_of(*e, vec![]),
                                 t => t.clone(),
                             })
                             .as_ref(),
                     );
-                    if let Type::Tensor(e, s) = &v.ty {
+                    if let Type::Tensor(TensorTy { elem: e, shape: s, .. }) = &v.ty {
                         if !s.is_empty() {
                             let ts = self.ty_str(&v.ty);
                             self.error(
@@ -788,7 +789,7 @@ impl Checker {
                 let shape_dims = if p == Prim::Eye { vec![dims[0].clone(), dims[0].clone()] } else { dims };
                 let shape = shape_dims.iter().cloned().map(ShapeItem::Dim).collect();
                 let attrs = Attrs { shape: shape_dims, dtype: Some(et), ..Attrs::default() };
-                self.prim(p, args, attrs, Type::Tensor(Elem::T(et), shape), span)
+                self.prim(p, args, attrs, Type::Tensor(TensorTy::new(Elem::T(et), shape)), span)
             }
             Prim::Normal | Prim::Uniform | Prim::HeNormal | Prim::GlorotUniform => {
                 self.check_named(name, a, &["seed"]);
@@ -801,7 +802,7 @@ impl Checker {
                 let et = if et.is_float() { et } else { ElemTy::F32 };
                 let shape = dims.iter().cloned().map(ShapeItem::Dim).collect();
                 let attrs = Attrs { shape: dims, dtype: Some(et), ..Attrs::default() };
-                self.prim(p, seed.into_iter().collect(), attrs, Type::Tensor(Elem::T(et), shape), span)
+                self.prim(p, seed.into_iter().collect(), attrs, Type::Tensor(TensorTy::new(Elem::T(et), shape)), span)
             }
             Prim::Params => {
                 self.check_named(name, a, &[]);
@@ -851,7 +852,9 @@ impl Checker {
                     self.error(Diagnostic::error(Code::E0304, a.pos[0].1, "`load` needs a path string"));
                 }
                 let ty = match expected {
-                    Some(t @ Type::Tensor(Elem::T(_), s)) if !s.iter().any(|i| matches!(i, ShapeItem::Rest(_))) => {
+                    Some(t @ Type::Tensor(TensorTy { elem: Elem::T(_), shape: s, .. }))
+                        if !s.iter().any(|i| matches!(i, ShapeItem::Rest(_))) =>
+                    {
                         t.clone()
                     }
                     Some(t @ (Type::Model(..) | Type::ModelVar(_))) => t.clone(),
@@ -919,7 +922,7 @@ impl Checker {
                     _ => return self.error_expr(span),
                 };
                 let (x, y) = (self.materialise(x), self.materialise(y));
-                if let Type::Tensor(e, _) = &x.ty {
+                if let Type::Tensor(TensorTy { elem: e, .. }) = &x.ty {
                     if !e.is_float() {
                         self.error(Diagnostic::error(
                             Code::E0318,
@@ -1037,7 +1040,7 @@ impl Checker {
         }
         let shape = out.into_iter().map(ShapeItem::Dim).collect();
         let attrs = Attrs { axis: Some(ax), ..Attrs::default() };
-        self.prim(p, vals, attrs, Type::Tensor(elem.unwrap(), shape), span)
+        self.prim(p, vals, attrs, Type::Tensor(TensorTy::new(elem.unwrap(), shape)), span)
     }
 
     fn check_einsum(&mut self, cx: &mut FnCx, a: &Args, span: Span) -> ir::Expr {
@@ -1169,7 +1172,7 @@ impl Checker {
             }
         }
         let attrs = Attrs { spec: Some(format!("{lhs}->{out}")), ..Attrs::default() };
-        self.prim(Prim::Einsum, vals, attrs, Type::Tensor(elem.unwrap(), shape), span)
+        self.prim(Prim::Einsum, vals, attrs, Type::Tensor(TensorTy::new(elem.unwrap(), shape)), span)
     }
 
     fn check_map(&mut self, cx: &mut FnCx, a: &Args, span: Span) -> ir::Expr {
@@ -1256,7 +1259,7 @@ impl Checker {
             }
             Type::ModelVar(_) => {
                 let r = self.new_rest("S");
-                vec![Type::Tensor(Elem::T(ElemTy::F32), vec![ShapeItem::Rest(r)])]
+                vec![Type::Tensor(TensorTy::new(Elem::T(ElemTy::F32), vec![ShapeItem::Rest(r)]))]
             }
             Type::Tensor(..) => vec![t.clone()],
             _ => vec![],

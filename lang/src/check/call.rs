@@ -8,6 +8,7 @@ use crate::ir::{self, Attrs, ExprKind, FnTarget, Lit, Prim};
 use crate::source::Span;
 use crate::syntax::ast;
 use crate::types::unify::{Mismatch, Subst, Unifier};
+use crate::types::TensorTy;
 use crate::types::{Dim, Elem, ElemTy, FnTy, FuncId, ModelId, ShapeItem, Sym, Type, TypeArg};
 use std::collections::{HashMap, HashSet};
 
@@ -124,10 +125,12 @@ impl Checker {
                 vals.into_iter()
                     .enumerate()
                     .map(|(i, v)| match params.as_ref().and_then(|p| p.get(i)) {
-                        Some(p) if matches!(v.ty, Type::Tensor(e, _) if e.is_weak()) => match self.try_coerce(v, p) {
-                            Ok(v) => v,
-                            Err((v, _)) => self.materialise(v),
-                        },
+                        Some(p) if matches!(v.ty, Type::Tensor(TensorTy { elem: e, .. }) if e.is_weak()) => {
+                            match self.try_coerce(v, p) {
+                                Ok(v) => v,
+                                Err((v, _)) => self.materialise(v),
+                            }
+                        }
                         _ => self.materialise(v),
                     })
                     .collect()
@@ -482,7 +485,9 @@ impl Checker {
             Type::Tuple(ts) => self.ty_str(&Type::Tuple(
                 ts.iter()
                     .map(|t| match t {
-                        Type::Tensor(e, s) => Type::Tensor(Elem::T(e.materialise()), s.clone()),
+                        Type::Tensor(TensorTy { elem: e, shape: s, .. }) => {
+                            Type::Tensor(TensorTy::new(Elem::T(e.materialise()), s.clone()))
+                        }
                         t => t.clone(),
                     })
                     .collect(),
@@ -498,7 +503,7 @@ impl Checker {
             .label(format!("this is {found}"))
             .with_help(format!("convert it with `{}(…)`", e.materialise().name())),
             Mismatch::Rank { expected: r, found: fr } => {
-                let rest = matches!(aty, Type::Tensor(_, s) if s.iter().any(|i| matches!(i, ShapeItem::Rest(_))));
+                let rest = matches!(aty, Type::Tensor(TensorTy { shape: s, .. }) if s.iter().any(|i| matches!(i, ShapeItem::Rest(_))));
                 let has = if rest { format!("a shape of unknown rank ({found})") } else { format!("rank {fr}") };
                 Diagnostic::error(
                     Code::E0305,
@@ -510,7 +515,7 @@ impl Checker {
             Mismatch::Dim { index, expected: e, found: f } => {
                 // If the dim was fixed by an earlier argument, say which.
                 let orig = match pty {
-                    Type::Tensor(_, s) => s.get(index).and_then(|x| match x {
+                    Type::Tensor(TensorTy { shape: s, .. }) => s.get(index).and_then(|x| match x {
                         ShapeItem::Dim(d) => Some(d.clone()),
                         _ => None,
                     }),
@@ -623,7 +628,8 @@ impl Checker {
             FnTy::Closure(cid) => self.apply_closure(*cid, args, span),
             FnTy::Grad { inner, wrt, with_value } => {
                 let (ret, target) = self.apply_fn_type(inner, args, span, quiet)?;
-                let scalar_float = matches!(&ret, Type::Tensor(e, s) if s.is_empty() && e.is_float()) || ret.is_error();
+                let scalar_float = matches!(&ret, Type::Tensor(TensorTy { elem: e, shape: s, .. }) if s.is_empty() && e.is_float())
+                    || ret.is_error();
                 if !scalar_float {
                     self.error(
                         Diagnostic::error(
@@ -649,7 +655,9 @@ impl Checker {
                 };
                 if !differentiable_type(wt) {
                     let shown = match wt {
-                        Type::Tensor(e, s) => Type::Tensor(Elem::T(e.materialise()), s.clone()),
+                        Type::Tensor(TensorTy { elem: e, shape: s, .. }) => {
+                            Type::Tensor(TensorTy::new(Elem::T(e.materialise()), s.clone()))
+                        }
                         t => t.clone(),
                     };
                     self.error(
@@ -668,7 +676,9 @@ impl Checker {
                     return None;
                 }
                 let g = match wt {
-                    Type::Tensor(e, s) => Type::Tensor(Elem::T(e.materialise()), s.clone()),
+                    Type::Tensor(TensorTy { elem: e, shape: s, .. }) => {
+                        Type::Tensor(TensorTy::new(Elem::T(e.materialise()), s.clone()))
+                    }
                     t => t.clone(),
                 };
                 let ret = if *with_value { Type::Tuple(vec![ret, g]) } else { g };
@@ -696,7 +706,7 @@ impl Checker {
                 for ((t, s), ax) in args.iter().zip(&axes) {
                     match (t, ax) {
                         (_, None) => inner_args.push((t.clone(), *s)),
-                        (Type::Tensor(e, sh), Some(ax)) if *ax < sh.len() => {
+                        (Type::Tensor(TensorTy { elem: e, shape: sh, .. }), Some(ax)) if *ax < sh.len() => {
                             let ShapeItem::Dim(b) = &sh[*ax] else {
                                 self.error(Diagnostic::error(Code::E0404, *s, "`vmap` cannot map over a `..` rest"));
                                 return None;
@@ -722,7 +732,7 @@ impl Checker {
                             }
                             let mut sh2 = sh.clone();
                             sh2.remove(*ax);
-                            inner_args.push((Type::Tensor(*e, sh2), *s));
+                            inner_args.push((Type::Tensor(TensorTy::new(*e, sh2)), *s));
                         }
                         (Type::Error, _) => inner_args.push((Type::Error, *s)),
                         (t, Some(ax)) => {
@@ -814,7 +824,9 @@ impl Checker {
                     pt
                 }
                 None => match t {
-                    Type::Tensor(e, sh) => Type::Tensor(Elem::T(e.materialise()), sh.clone()),
+                    Type::Tensor(TensorTy { elem: e, shape: sh, .. }) => {
+                        Type::Tensor(TensorTy::new(Elem::T(e.materialise()), sh.clone()))
+                    }
                     t => t.clone(),
                 },
             };
@@ -1019,7 +1031,7 @@ impl Checker {
         }
         let x = self.check_expr(cx, base, None);
         let (elem, shape) = match &x.ty {
-            Type::Tensor(e, s) => (*e, s.clone()),
+            Type::Tensor(TensorTy { elem: e, shape: s, .. }) => (*e, s.clone()),
             Type::Error => return self.error_expr(span),
             t => {
                 let ts = self.ty_str(t);
@@ -1065,7 +1077,7 @@ impl Checker {
                 ast::IndexArg::Expr(e) => {
                     let v = self.check_expr(cx, e, Some(&i32t));
                     if !v.ty.has_error()
-                        && !matches!(&v.ty, Type::Tensor(Elem::T(ElemTy::I32) | Elem::WeakInt, s) if s.is_empty())
+                        && !matches!(&v.ty, Type::Tensor(TensorTy { elem: Elem::T(ElemTy::I32) | Elem::WeakInt, shape: s, .. }) if s.is_empty())
                     {
                         let ts = self.ty_str(&v.ty);
                         self.error(
@@ -1189,14 +1201,14 @@ impl Checker {
         }
         out_shape.extend(shape[args.len()..].iter().cloned());
         let attrs = Attrs { perm: kinds, ..Attrs::default() };
-        self.prim(Prim::Slice, operands, attrs, Type::Tensor(elem, out_shape), span)
+        self.prim(Prim::Slice, operands, attrs, Type::Tensor(TensorTy::new(elem, out_shape)), span)
     }
 }
 
 /// The dims written in a (tuple of) tensor types, for the exact-division check of a call.
 fn signature_dims(t: &Type, out: &mut Vec<Dim>) {
     match t {
-        Type::Tensor(_, s) => out.extend(s.iter().filter_map(|i| match i {
+        Type::Tensor(TensorTy { shape: s, .. }) => out.extend(s.iter().filter_map(|i| match i {
             ShapeItem::Dim(d) => Some(d.clone()),
             ShapeItem::Rest(_) => None,
         })),
@@ -1207,7 +1219,7 @@ fn signature_dims(t: &Type, out: &mut Vec<Dim>) {
 
 fn differentiable_type(t: &Type) -> bool {
     match t {
-        Type::Tensor(e, _) => e.is_float(),
+        Type::Tensor(TensorTy { elem: e, .. }) => e.is_float(),
         Type::Model(..) | Type::ModelVar(_) | Type::Error => true,
         Type::Tuple(ts) => ts.iter().all(differentiable_type),
         _ => false,
@@ -1217,10 +1229,10 @@ fn differentiable_type(t: &Type) -> bool {
 /// Adds a leading dim to every tensor in a (tuple of) result types.
 fn add_leading(t: &Type, b: &Dim) -> Type {
     match t {
-        Type::Tensor(e, s) => {
+        Type::Tensor(TensorTy { elem: e, shape: s, .. }) => {
             let mut s2 = vec![ShapeItem::Dim(b.clone())];
             s2.extend(s.iter().cloned());
-            Type::Tensor(*e, s2)
+            Type::Tensor(TensorTy::new(*e, s2))
         }
         Type::Tuple(ts) => Type::Tuple(ts.iter().map(|t| add_leading(t, b)).collect()),
         other => other.clone(),

@@ -6,6 +6,7 @@ use crate::ir::{self, Attrs, ExprKind, Lit, Local, Pat, Prim, Stmt};
 use crate::source::Span;
 use crate::syntax::ast::{self, BinOp, UnOp};
 use crate::types::unify::{broadcast, join_elem, BroadcastError};
+use crate::types::TensorTy;
 use crate::types::{ClosureId, Dim, Elem, ElemTy, FnTy, RestSym, ShapeItem, TyVar, Type};
 
 mod ops;
@@ -174,7 +175,7 @@ impl Checker {
                 }
                 let p = self.bind_pattern(cx, pat, &v.ty, false);
                 let rank = match &v.ty {
-                    Type::Tensor(_, s) => s.len(),
+                    Type::Tensor(TensorTy { shape: s, .. }) => s.len(),
                     _ => 0,
                 };
                 match p {
@@ -375,7 +376,7 @@ impl Checker {
         if is_load {
             // The loaded value has exactly the annotated type; dims are checked when it runs.
             let mut binds = Vec::new();
-            if let Type::Tensor(_, shape) = t {
+            if let Type::Tensor(TensorTy { shape, .. }) = t {
                 for (i, item) in shape.iter().enumerate() {
                     if let ShapeItem::Dim(d) = item {
                         let var = d.as_var().filter(|s| fresh.iter().any(|(_, f)| f == s));
@@ -408,11 +409,13 @@ impl Checker {
     /// A weak literal value takes its default type (`1` is i32, `1.0` is f32).
     pub(crate) fn materialise(&mut self, v: ir::Expr) -> ir::Expr {
         match &v.ty {
-            Type::Tensor(e, shape) if e.is_weak() => {
-                let t = Type::Tensor(Elem::T(e.materialise()), shape.clone());
+            Type::Tensor(TensorTy { elem: e, shape, .. }) if e.is_weak() => {
+                let t = Type::Tensor(TensorTy::new(Elem::T(e.materialise()), shape.clone()));
                 self.cast_to(v, &t)
             }
-            Type::Tuple(ts) if ts.iter().any(|t| matches!(t, Type::Tensor(e, _) if e.is_weak())) => {
+            Type::Tuple(ts)
+                if ts.iter().any(|t| matches!(t, Type::Tensor(TensorTy { elem: e, .. }) if e.is_weak())) =>
+            {
                 let span = v.span;
                 let ExprKind::Tuple(items) = v.kind else {
                     return v;
@@ -427,7 +430,7 @@ impl Checker {
 
     /// Converts a weak-typed expression to a concrete type of the same shape.
     fn cast_to(&mut self, v: ir::Expr, t: &Type) -> ir::Expr {
-        let Type::Tensor(Elem::T(et), _) = t else { return v };
+        let Type::Tensor(TensorTy { elem: Elem::T(et), .. }) = t else { return v };
         if let (ElemTy::I32, ExprKind::Lit(Lit::Int(n))) = (et, &v.kind) {
             if i32::try_from(*n).is_err() {
                 let span = self.prog.span(v.span);
@@ -456,7 +459,10 @@ impl Checker {
             return Ok(v);
         }
         match (&v.ty, t) {
-            (Type::Tensor(ve, vs), Type::Tensor(te, ts)) => {
+            (
+                Type::Tensor(TensorTy { elem: ve, shape: vs, .. }),
+                Type::Tensor(TensorTy { elem: te, shape: ts, .. }),
+            ) => {
                 if crate::types::unify::elem_accepts(*te, *ve).is_err() {
                     let why = format!("expected {}, found {}", te.name(), ve.name());
                     return Err((v, why));
@@ -550,9 +556,10 @@ impl Checker {
     pub(crate) fn types_equal(&self, a: &Type, b: &Type) -> bool {
         match (a, b) {
             (Type::Error, _) | (_, Type::Error) => true,
-            (Type::Tensor(ae, as_), Type::Tensor(be, bs)) => {
-                (ae == be || crate::types::unify::elem_accepts(*be, *ae).is_ok()) && as_ == bs
-            }
+            (
+                Type::Tensor(TensorTy { elem: ae, shape: as_, .. }),
+                Type::Tensor(TensorTy { elem: be, shape: bs, .. }),
+            ) => (ae == be || crate::types::unify::elem_accepts(*be, *ae).is_ok()) && as_ == bs,
             (Type::Tuple(x), Type::Tuple(y)) => {
                 x.len() == y.len() && x.iter().zip(y).all(|(a, b)| self.types_equal(a, b))
             }
@@ -571,7 +578,7 @@ impl Checker {
                 let code = if code == Code::E0304 { mismatch_code(&e.ty, t) } else { code };
                 let msg = match (&e.ty, t) {
                     // `let i: i32 = 1.5`: say that the literal is what does not fit.
-                    (Type::Tensor(we, ws), Type::Tensor(te, _))
+                    (Type::Tensor(TensorTy { elem: we, shape: ws, .. }), Type::Tensor(TensorTy { elem: te, .. }))
                         if we.is_weak() && ws.is_empty() && crate::types::unify::elem_accepts(*te, *we).is_err() =>
                     {
                         let article = if *we == Elem::WeakInt { "an" } else { "a" };
@@ -601,7 +608,7 @@ impl Checker {
                 // A literal too large for i32 stays weak, so that the coercion reports it (after
                 // `-` has been folded in: `-2147483648` fits).
                 let elem = match expected {
-                    Some(Type::Tensor(Elem::T(t), s))
+                    Some(Type::Tensor(TensorTy { elem: Elem::T(t), shape: s, .. }))
                         if s.is_empty() && *t != ElemTy::Bool && !(*t == ElemTy::I32 && i32::try_from(*n).is_err()) =>
                     {
                         Elem::T(*t)
@@ -609,15 +616,17 @@ impl Checker {
                     _ => Elem::WeakInt,
                 };
                 let s = self.span_id(span);
-                mk(ExprKind::Lit(Lit::Int(*n)), Type::Tensor(elem, vec![]), s)
+                mk(ExprKind::Lit(Lit::Int(*n)), Type::Tensor(TensorTy::new(elem, vec![])), s)
             }
             K::Float(f) => {
                 let elem = match expected {
-                    Some(Type::Tensor(Elem::T(t), s)) if s.is_empty() && t.is_float() => Elem::T(*t),
+                    Some(Type::Tensor(TensorTy { elem: Elem::T(t), shape: s, .. })) if s.is_empty() && t.is_float() => {
+                        Elem::T(*t)
+                    }
                     _ => Elem::WeakFloat,
                 };
                 let s = self.span_id(span);
-                mk(ExprKind::Lit(Lit::Float(*f)), Type::Tensor(elem, vec![]), s)
+                mk(ExprKind::Lit(Lit::Float(*f)), Type::Tensor(TensorTy::new(elem, vec![])), s)
             }
             K::Bool(b) => {
                 let s = self.span_id(span);
@@ -723,16 +732,18 @@ impl Checker {
         if t.ty.has_error() || f.ty.has_error() {
             return (t, f);
         }
-        if let (Type::Tensor(a, sa), Type::Tensor(b, _)) = (&t.ty, &f.ty) {
+        if let (Type::Tensor(TensorTy { elem: a, shape: sa, .. }), Type::Tensor(TensorTy { elem: b, .. })) =
+            (&t.ty, &f.ty)
+        {
             if a.is_weak() && b.is_weak() && a != b {
                 // `if c { 1 } else { 2.5 }`: the two literals meet as a float (f32, like `2.5` alone).
-                let target = Type::Tensor(Elem::T(ElemTy::F32), sa.clone());
+                let target = Type::Tensor(TensorTy::new(Elem::T(ElemTy::F32), sa.clone()));
                 if let (Ok(t2), Ok(f2)) = (self.try_coerce(t.clone(), &target), self.try_coerce(f.clone(), &target)) {
                     return (t2, f2);
                 }
             }
         }
-        if let (Type::Tensor(a, _), Type::Tensor(b, _)) = (&t.ty, &f.ty) {
+        if let (Type::Tensor(TensorTy { elem: a, .. }), Type::Tensor(TensorTy { elem: b, .. })) = (&t.ty, &f.ty) {
             if a.is_weak() && !b.is_weak() {
                 let target = f.ty.clone();
                 if let Ok(t2) = self.try_coerce(t.clone(), &target) {
@@ -766,7 +777,7 @@ impl Checker {
     pub(crate) fn expect_bool(&mut self, c: &ir::Expr, span: Span, what: &str) {
         match &c.ty {
             Type::Error => {}
-            Type::Tensor(Elem::T(ElemTy::Bool), s) if s.is_empty() => {}
+            Type::Tensor(TensorTy { elem: Elem::T(ElemTy::Bool), shape: s, .. }) if s.is_empty() => {}
             t => {
                 let ts = self.ty_str(t);
                 self.error(
@@ -898,7 +909,7 @@ impl Checker {
         let mut tys = Vec::new();
         for (d, a) in data.iter().zip(args.iter().filter(|a| a.name.is_none())) {
             match &d.ty {
-                Type::Tensor(e, s) if !s.is_empty() => {
+                Type::Tensor(TensorTy { elem: e, shape: s, .. }) if !s.is_empty() => {
                     if let ShapeItem::Dim(n) = &s[0] {
                         if let Some(l) = &lead {
                             if l != n {
@@ -921,7 +932,7 @@ impl Checker {
                     }
                     let mut s2 = s.clone();
                     s2[0] = ShapeItem::Dim(b.clone());
-                    tys.push(Type::Tensor(*e, s2));
+                    tys.push(Type::Tensor(TensorTy::new(*e, s2)));
                 }
                 Type::Error => tys.push(Type::Error),
                 t => {
@@ -971,7 +982,7 @@ impl Checker {
                 let s = self.span_id(span);
                 let ds = self.dim_str(&d);
                 self.index.types.push((span, format!("dim {n} = {ds}"), None));
-                return mk(ExprKind::DimValue(d), Type::Tensor(Elem::WeakInt, vec![]), s);
+                return mk(ExprKind::DimValue(d), Type::Tensor(TensorTy::new(Elem::WeakInt, vec![])), s);
             }
             Some((Binding::Rest(_) | Binding::Model(_), _)) => {
                 self.error(Diagnostic::error(Code::E0304, span, format!("`{n}` is a type, not a value")));
@@ -1015,7 +1026,7 @@ impl Checker {
                 mk(ExprKind::FuncRef(f), Type::Fn(FnTy::Item(f)), s)
             }
             ItemRef::Const(c) => mk(ExprKind::Const(c), self.prog.consts[c.0 as usize].ty.clone(), s),
-            ItemRef::Dim(d) => mk(ExprKind::DimValue(d), Type::Tensor(Elem::WeakInt, vec![]), s),
+            ItemRef::Dim(d) => mk(ExprKind::DimValue(d), Type::Tensor(TensorTy::new(Elem::WeakInt, vec![])), s),
             ItemRef::Model(id) => {
                 let mut env = self.env_of(cx);
                 let t = self.model_type_from_args(cx.module, id, None, &mut env, span);
@@ -1188,7 +1199,7 @@ impl Checker {
             UnOp::Not => (Prim::Not, |e| e == Elem::T(ElemTy::Bool)),
         };
         let ty = match &v.ty {
-            Type::Tensor(e, _) if ok(*e) => v.ty.clone(),
+            Type::Tensor(TensorTy { elem: e, .. }) if ok(*e) => v.ty.clone(),
             Type::Error => Type::Error,
             t if t.is_model() && op == UnOp::Neg => t.clone(),
             t => {
@@ -1216,7 +1227,7 @@ impl Checker {
 /// The code for a value that does not fit an expected type.
 pub(crate) fn mismatch_code(found: &Type, expected: &Type) -> Code {
     match (found, expected) {
-        (Type::Tensor(a, sa), Type::Tensor(b, sb)) => {
+        (Type::Tensor(TensorTy { elem: a, shape: sa, .. }), Type::Tensor(TensorTy { elem: b, shape: sb, .. })) => {
             if crate::types::unify::elem_accepts(*b, *a).is_err() {
                 if a.is_weak() {
                     Code::E0322

@@ -7,6 +7,7 @@ use crate::diag::{Code, Diagnostic};
 use crate::ir::{self, ExprKind};
 use crate::source::Span;
 use crate::syntax::ast::{self, ItemKind};
+use crate::types::TensorTy;
 use crate::types::{FuncId, ModelId, Type};
 use std::rc::Rc;
 
@@ -419,7 +420,7 @@ impl Checker {
         // A `_` in the declared result was reported already (`E0307`); nothing can match it.
         let infer_dim = |t: &Type| {
             match t {
-            Type::Tensor(_, s) => s.iter().any(|i| {
+            Type::Tensor(TensorTy { shape: s, .. }) => s.iter().any(|i| {
                 matches!(i, crate::types::ShapeItem::Dim(d) if d.vars().any(|v| self.prog.sym_names[v.0 as usize] == "_"))
             }),
             _ => false,

@@ -3,6 +3,7 @@
 use super::{Checker, ItemRef, ModuleId};
 use crate::diag::{Code, Diagnostic};
 use crate::syntax::ast::{self, DimArg, DimKind, TypeKind};
+use crate::types::TensorTy;
 use crate::types::{Dim, Elem, ElemTy, FnTy, RestSym, ShapeItem, Sym, TyVar, Type, TypeArg};
 use std::collections::HashMap;
 
@@ -244,7 +245,7 @@ impl Checker {
                 }
             }
         }
-        Type::Tensor(Elem::T(e), shape)
+        Type::Tensor(TensorTy::new(Elem::T(e), shape))
     }
 
     fn check_shard_axis(&mut self, m: ModuleId, axis: &ast::Ident) {

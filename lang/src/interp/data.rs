@@ -5,6 +5,7 @@ use super::{dtype_of, kerr, rt, Frame, Interp, R};
 use crate::diag::Code;
 use crate::ir::Expr;
 use crate::source::Span;
+use crate::types::TensorTy;
 use crate::types::{Elem, ShapeItem, Type, TypeArg};
 use kernels::{io, Tensor};
 use std::path::{Path, PathBuf};
@@ -48,7 +49,7 @@ impl Interp<'_> {
             c => c,
         };
         match ty {
-            Type::Tensor(Elem::T(et), shape) => {
+            Type::Tensor(TensorTy { elem: Elem::T(et), shape, .. }) => {
                 let t = io::load(&full, entry).map_err(|e| kerr(e, span))?;
                 let want = dtype_of(*et);
                 // CSV holds text numbers: it converts to the annotated type. Other formats must
@@ -126,7 +127,7 @@ impl Interp<'_> {
                     let mut sub2 = Frame { locals: vec![], dims: sub.dims.clone(), rests: Default::default() };
                     fields.push(self.model_from_named(*mid, mdims, margs, &path, named, file, span, &mut sub2)?);
                 }
-                Type::Tensor(Elem::T(et), shape) => {
+                Type::Tensor(TensorTy { elem: Elem::T(et), shape, .. }) => {
                     let Some((_, t)) = named.iter().find(|(n, _)| *n == path) else {
                         return Err(rt(Code::E0601, format!("{}: has no tensor named `{path}`", file.display()), span));
                     };

@@ -3,6 +3,7 @@
 //! Every primitive is evaluated by the CPU kernels (`kernels::ops`); the JIT and other devices
 //! are checked against what this interpreter computes.
 
+use crate::types::TensorTy;
 pub mod accel;
 mod data;
 pub mod host;
@@ -551,7 +552,7 @@ impl<'p> Interp<'p> {
         let fits = |fid: FuncId| {
             let f = self.prog.func(fid);
             f.params.iter().zip(args).all(|(l, a)| match (&f.locals[l.0 as usize].ty, a) {
-                (Type::Tensor(e, s), Value::Tensor(t)) => {
+                (Type::Tensor(TensorTy { elem: e, shape: s, .. }), Value::Tensor(t)) => {
                     let rank_ok = s.iter().any(|i| matches!(i, ShapeItem::Rest(_))) || s.len() == t.rank();
                     rank_ok && dtype_of(e.materialise()) == t.dtype()
                 }
@@ -639,7 +640,7 @@ pub(crate) fn dtype_of(t: crate::types::ElemTy) -> DType {
 fn lit_value(l: &Lit, ty: &Type) -> Value {
     use crate::types::Elem;
     let elem = match ty {
-        Type::Tensor(e, _) => *e,
+        Type::Tensor(TensorTy { elem: e, .. }) => *e,
         _ => Elem::WeakFloat,
     };
     match l {
@@ -690,7 +691,7 @@ fn bind_pat(p: &Pat, v: Value, frame: &mut Frame) {
 /// Binds the generic dims of a parameter type from an argument's actual shape.
 pub(crate) fn bind_dims_from(ty: &Type, v: &Value, frame: &mut Frame) {
     match (ty, v) {
-        (Type::Tensor(_, shape), Value::Tensor(t)) => {
+        (Type::Tensor(TensorTy { shape, .. }), Value::Tensor(t)) => {
             let dims = t.shape();
             let rest = shape.iter().position(|i| matches!(i, ShapeItem::Rest(_)));
             let suffix = rest.map(|r| shape.len() - r - 1);

@@ -6,6 +6,7 @@ use super::{dtype_of, kerr, rt, Frame, Interp, R};
 use crate::diag::Code;
 use crate::ir::{Attrs, Expr, Prim};
 use crate::source::Span;
+use crate::types::TensorTy;
 use crate::types::{ElemTy, Type};
 use kernels::ops::{self, BinaryOp, ReduceOp, SliceSpec, UnaryOp};
 use kernels::{rng, DType, Tensor};
@@ -247,7 +248,7 @@ impl Interp<'_> {
                 // `squeeze(x)` removes exactly the dims the checker removed (literal 1s).
                 let x = t(&args[0], span)?;
                 let out_shape: Vec<usize> = match &e.ty {
-                    Type::Tensor(_, s) => self.dims_usize(frame, &shape_dims(s), span)?,
+                    Type::Tensor(TensorTy { shape: s, .. }) => self.dims_usize(frame, &shape_dims(s), span)?,
                     _ => vec![],
                 };
                 k(ops::reshape(x, &out_shape))

@@ -26,6 +26,7 @@
 
 use super::opt::{liveness, Liveness};
 use super::{Expr, ExprKind, FnTarget, Func, Local, Pat, Prim, Program, Stmt};
+use crate::types::TensorTy;
 use crate::types::{dim_str, Dim, Elem, ElemTy, FuncId, Names, ShapeItem, Sym, Type};
 use std::collections::{HashMap, HashSet};
 
@@ -364,7 +365,7 @@ fn elem_bytes(e: Elem) -> i64 {
 
 /// A float or bool tensor type (what the JIT's fused loops compute on).
 fn float_or_bool(t: &Type) -> bool {
-    matches!(t, Type::Tensor(e, _) if e.is_float() || *e == Elem::T(ElemTy::Bool))
+    matches!(t, Type::Tensor(TensorTy { elem: e, .. }) if e.is_float() || *e == Elem::T(ElemTy::Bool))
 }
 
 /// An elementwise primitive over float or bool tensors: a node of a fused tree.
@@ -379,7 +380,7 @@ fn interior(e: &Expr) -> bool {
 
 /// An interior node the JIT roots a fused tree at: one whose shape is not known to be a scalar.
 fn fused_root(e: &Expr) -> bool {
-    let Type::Tensor(_, shape) = &e.ty else { return false };
+    let Type::Tensor(TensorTy { shape, .. }) = &e.ty else { return false };
     let nonscalar = shape.iter().any(|i| match i {
         ShapeItem::Dim(d) => d.as_const() != Some(1),
         ShapeItem::Rest(_) => true,
@@ -389,7 +390,7 @@ fn fused_root(e: &Expr) -> bool {
 
 fn rank(t: &Type) -> usize {
     match t {
-        Type::Tensor(_, s) => s.len(),
+        Type::Tensor(TensorTy { shape: s, .. }) => s.len(),
         _ => 0,
     }
 }
@@ -446,7 +447,7 @@ impl Planner<'_> {
 
     fn fresh_held(&mut self, ty: &Type) -> Res {
         match ty {
-            Type::Tensor(e, shape) => {
+            Type::Tensor(TensorTy { elem: e, shape, .. }) => {
                 if shape.is_empty() {
                     return Res::none();
                 }
@@ -714,7 +715,9 @@ impl Planner<'_> {
     /// this one operand refers to (a temporary, or a local at its last read).
     fn donor(&self, root: &Expr, leaves: &[(&Type, Res)], mark: usize) -> Option<usize> {
         let same = |t: &Type| match (t, &root.ty) {
-            (Type::Tensor(a, s), Type::Tensor(b, r)) => a.materialise() == b.materialise() && s == r,
+            (Type::Tensor(TensorTy { elem: a, shape: s, .. }), Type::Tensor(TensorTy { elem: b, shape: r, .. })) => {
+                a.materialise() == b.materialise() && s == r
+            }
             _ => false,
         };
         let mut held = Vec::new();

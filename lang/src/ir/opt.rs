@@ -14,6 +14,7 @@
 use super::prim::Class;
 use super::{Expr, ExprKind, Func, Lit, Local, Pat, Prim, Program, Stmt};
 use crate::interp::{Frame, Interp, Value};
+use crate::types::TensorTy;
 use crate::types::Type;
 use kernels::{DType, Tensor};
 use std::collections::{HashMap, HashSet};
@@ -77,7 +78,7 @@ fn fold(it: &mut Interp, f: &mut Func) -> usize {
 
 fn fold_one(it: &mut Interp, e: &Expr) -> Option<Lit> {
     let ExprKind::Prim { prim, args, .. } = &e.kind else { return None };
-    let scalar = |t: &Type| matches!(t, Type::Tensor(_, s) if s.is_empty());
+    let scalar = |t: &Type| matches!(t, Type::Tensor(TensorTy { shape: s, .. }) if s.is_empty());
     if prim.has_effect()
         || !(matches!(prim.class(), Class::Unary | Class::Binary) || matches!(prim, Prim::Cast | Prim::Where))
         || !scalar(&e.ty)
@@ -163,7 +164,7 @@ fn substitute(f: &mut Func) -> usize {
 /// Elementwise float/bool arithmetic over locals (never assigned) and literals: no run-time
 /// error is possible, and its value does not depend on when it is computed.
 fn cannot_fail(e: &Expr, assigned: &HashSet<Local>) -> bool {
-    let float_or_bool = |t: &Type| matches!(t, Type::Tensor(el, _) if el.is_float() || *el == crate::types::Elem::T(crate::types::ElemTy::Bool));
+    let float_or_bool = |t: &Type| matches!(t, Type::Tensor(TensorTy { elem: el, .. }) if el.is_float() || *el == crate::types::Elem::T(crate::types::ElemTy::Bool));
     match &e.kind {
         ExprKind::Local(l) => !assigned.contains(l),
         ExprKind::Lit(Lit::Float(_) | Lit::Bool(_)) => true,

@@ -4,6 +4,7 @@
 //! `if`, `for`, `while`, tuples, fields and model constructors, so it can be checked again.
 
 use super::{Expr, ExprKind, Func, Lit, Local, Pat, Prim, Program, Stmt};
+use crate::types::TensorTy;
 use crate::types::{dim_str, type_str, Elem, Type};
 use std::fmt::Write as _;
 
@@ -121,7 +122,7 @@ impl Printer<'_> {
                 let mutable = matches!(pat, Pat::Local(l) if self.f.locals[l.0 as usize].mutable && self.assigned(*l));
                 let kw = if mutable { "var" } else { "let" };
                 let ann = match pat {
-                    Pat::Local(_) if matches!(value.ty, Type::Tensor(ref e, _) if !e.is_weak()) => {
+                    Pat::Local(_) if matches!(value.ty, Type::Tensor(TensorTy { elem: ref e, .. }) if !e.is_weak()) => {
                         format!(": {}", self.ty(&value.ty))
                     }
                     _ => String::new(),
@@ -168,7 +169,7 @@ impl Printer<'_> {
     fn expr(&mut self, e: &Expr, min: u8, depth: usize) -> String {
         match &e.kind {
             ExprKind::Lit(Lit::Int(n)) => match &e.ty {
-                Type::Tensor(Elem::T(t), _) if t.is_float() => format!("{n}.0"),
+                Type::Tensor(TensorTy { elem: Elem::T(t), .. }) if t.is_float() => format!("{n}.0"),
                 _ => n.to_string(),
             },
             ExprKind::Lit(Lit::Float(x)) => {

@@ -144,9 +144,48 @@ pub enum FnTy {
     Pullback { inner: Box<FnTy>, primals: Vec<Type> },
 }
 
+/// A mesh axis, by its index in the program's `mesh` declaration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct AxisId(pub u32);
+
+/// How a tensor's dims are laid out over the mesh: for each dim, the mesh axes that split it,
+/// outer first (`D @(a, b)`). Empty means every dim is whole on every rank, the only layout a
+/// program without sharding has; `TensorTy::new` makes that layout.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct Layout(pub Vec<Vec<AxisId>>);
+
+impl Layout {
+    /// True when no dim is split (the tensor is whole on every rank).
+    pub fn is_replicated(&self) -> bool {
+        self.0.iter().all(Vec::is_empty)
+    }
+}
+
+/// The type of a tensor value: element type, symbolic shape and layout.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TensorTy {
+    pub elem: Elem,
+    pub shape: Shape,
+    pub layout: Layout,
+}
+
+impl TensorTy {
+    /// A tensor type with the replicated layout.
+    pub fn new(elem: Elem, shape: Shape) -> TensorTy {
+        TensorTy { elem, shape, layout: Layout::default() }
+    }
+    pub fn is_scalar(&self) -> bool {
+        self.shape.is_empty()
+    }
+    /// The same layout over another element type (a conversion).
+    pub fn with_elem(&self, elem: Elem) -> TensorTy {
+        TensorTy { elem, shape: self.shape.clone(), layout: self.layout.clone() }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Type {
-    Tensor(Elem, Shape),
+    Tensor(TensorTy),
     Tuple(Vec<Type>),
     Model(ModelId, Vec<TypeArg>),
     ModelVar(TyVar),
@@ -164,11 +203,15 @@ impl Type {
     pub fn unit() -> Type {
         Type::Tuple(vec![])
     }
+    /// A tensor type with the replicated layout.
+    pub fn tensor_of(elem: Elem, shape: Shape) -> Type {
+        Type::Tensor(TensorTy::new(elem, shape))
+    }
     pub fn scalar(t: ElemTy) -> Type {
-        Type::Tensor(Elem::T(t), vec![])
+        Type::Tensor(TensorTy::new(Elem::T(t), vec![]))
     }
     pub fn tensor(t: ElemTy, dims: Vec<Dim>) -> Type {
-        Type::Tensor(Elem::T(t), dims.into_iter().map(ShapeItem::Dim).collect())
+        Type::Tensor(TensorTy::new(Elem::T(t), dims.into_iter().map(ShapeItem::Dim).collect()))
     }
     pub fn is_error(&self) -> bool {
         matches!(self, Type::Error)
@@ -182,12 +225,12 @@ impl Type {
     /// Element type and shape of a tensor type.
     pub fn as_tensor(&self) -> Option<(Elem, &Shape)> {
         match self {
-            Type::Tensor(e, s) => Some((*e, s)),
+            Type::Tensor(TensorTy { elem: e, shape: s, .. }) => Some((*e, s)),
             _ => None,
         }
     }
     pub fn is_scalar(&self) -> bool {
-        matches!(self, Type::Tensor(_, s) if s.is_empty())
+        matches!(self, Type::Tensor(TensorTy { shape: s, .. }) if s.is_empty())
     }
     /// True when the type contains an error type somewhere (to silence follow-up diagnostics).
     pub fn has_error(&self) -> bool {
@@ -228,8 +271,8 @@ pub fn shape_str(s: &Shape, n: &dyn Names) -> String {
 pub fn type_str(t: &Type, n: &dyn Names) -> String {
     let mut out = String::new();
     match t {
-        Type::Tensor(e, s) if s.is_empty() => out.push_str(e.name()),
-        Type::Tensor(e, s) => {
+        Type::Tensor(TensorTy { elem: e, shape: s, .. }) if s.is_empty() => out.push_str(e.name()),
+        Type::Tensor(TensorTy { elem: e, shape: s, .. }) => {
             let _ = write!(out, "{}{}", e.materialise().name(), shape_str(s, n));
         }
         Type::Tuple(ts) => {

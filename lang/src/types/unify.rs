@@ -3,6 +3,7 @@
 
 use super::{Dim, Elem, FnTy, Shape, ShapeItem, Sym, TyVar, Type, TypeArg};
 use super::{ElemTy, RestSym};
+use crate::types::TensorTy;
 use std::collections::{HashMap, HashSet};
 
 /// Bindings of a callee's generic parameters, in the caller's terms.
@@ -49,7 +50,7 @@ impl Subst {
 
     pub fn ty(&self, t: &Type) -> Type {
         match t {
-            Type::Tensor(e, s) => Type::Tensor(*e, self.shape(s)),
+            Type::Tensor(TensorTy { elem: e, shape: s, .. }) => Type::Tensor(TensorTy::new(*e, self.shape(s))),
             Type::Tuple(ts) => Type::Tuple(ts.iter().map(|t| self.ty(t)).collect()),
             Type::List(ts) => Type::List(ts.iter().map(|t| self.ty(t)).collect()),
             Type::Model(m, args) => Type::Model(
@@ -197,7 +198,10 @@ impl<'a> Unifier<'a> {
     pub fn ty(&mut self, param: &Type, arg: &Type) -> Result<(), Mismatch> {
         match (param, arg) {
             (_, Type::Error) | (Type::Error, _) => Ok(()),
-            (Type::Tensor(pe, ps), Type::Tensor(ae, as_)) => {
+            (
+                Type::Tensor(TensorTy { elem: pe, shape: ps, .. }),
+                Type::Tensor(TensorTy { elem: ae, shape: as_, .. }),
+            ) => {
                 elem_accepts(*pe, *ae)?;
                 self.shape(ps, as_)
             }

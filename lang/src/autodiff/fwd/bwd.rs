@@ -3,6 +3,7 @@
 //! state from the state before the loop).
 
 use super::*;
+use crate::types::TensorTy;
 
 impl Gen<'_> {
     /// The sum of the contributions to `v`, or zeros of its type.
@@ -74,7 +75,7 @@ impl Gen<'_> {
 
     pub(in crate::autodiff) fn zeros_of(&mut self, ty: &Type, v: Local) -> Res<Local> {
         match ty {
-            Type::Tensor(e, s) => {
+            Type::Tensor(TensorTy { elem: e, shape: s, .. }) => {
                 let dims: Option<Vec<Dim>> = s
                     .iter()
                     .map(|i| match i {

@@ -2,6 +2,7 @@
 //! the checks they need (initialisable models, `in_axes`, `wrt:`).
 
 use super::*;
+use crate::types::TensorTy;
 
 impl Checker {
     /// `init`, the transforms and conversions.
@@ -25,7 +26,7 @@ impl Checker {
                 let et = ElemTy::from_name(name).unwrap();
                 let v = self.check_expr(cx, a.pos[0].0, None);
                 let ty = match &v.ty {
-                    Type::Tensor(_, s) => Type::Tensor(Elem::T(et), s.clone()),
+                    Type::Tensor(TensorTy { shape: s, .. }) => Type::Tensor(TensorTy::new(Elem::T(et), s.clone())),
                     Type::Error => Type::Error,
                     t => {
                         let ts = self.ty_str(t);
@@ -124,7 +125,9 @@ impl Checker {
                     if let FnTy::Item(id) = &fty {
                         let sig = &self.fn_sigs[id.0 as usize];
                         let ret_bad = match &sig.ret {
-                            Type::Tensor(e, s) => !e.is_float() || s.iter().any(|i| matches!(i, ShapeItem::Dim(_))),
+                            Type::Tensor(TensorTy { elem: e, shape: s, .. }) => {
+                                !e.is_float() || s.iter().any(|i| matches!(i, ShapeItem::Dim(_)))
+                            }
                             Type::Tuple(_) | Type::Model(..) | Type::ModelVar(_) | Type::Str => true,
                             _ => false,
                         };
@@ -143,7 +146,7 @@ impl Checker {
                         }
                         let sig = &self.fn_sigs[id.0 as usize];
                         if let Some(p) = sig.params.get(wrt) {
-                            if matches!(&p.ty, Type::Tensor(e, _) if !e.is_float()) {
+                            if matches!(&p.ty, Type::Tensor(TensorTy { elem: e, .. }) if !e.is_float()) {
                                 let (pn, ps) = (p.name.clone(), self.ty_str(&p.ty));
                                 let at = self.named(&a, "wrt").map_or(a.pos[0].1, |e| e.span);
                                 self.error(
@@ -300,10 +303,12 @@ impl Checker {
         vals.into_iter()
             .enumerate()
             .map(|(i, v)| match params.as_ref().and_then(|p| p.get(i)) {
-                Some(p) if matches!(v.ty, Type::Tensor(e, _) if e.is_weak()) => match self.try_coerce(v, p) {
-                    Ok(v) => v,
-                    Err((v, _)) => self.materialise(v),
-                },
+                Some(p) if matches!(v.ty, Type::Tensor(TensorTy { elem: e, .. }) if e.is_weak()) => {
+                    match self.try_coerce(v, p) {
+                        Ok(v) => v,
+                        Err((v, _)) => self.materialise(v),
+                    }
+                }
                 _ => self.materialise(v),
             })
             .collect()

@@ -2,6 +2,7 @@
 //! matrix products, and model arithmetic.
 
 use super::*;
+use crate::types::TensorTy;
 
 impl Checker {
     pub(in crate::check) fn check_binary(
@@ -18,7 +19,7 @@ impl Checker {
         // A creation call (`ones(3)`, `zeros(N)`) takes its element type from the other operand,
         // so `x * ones(3)` and `ones(3) * x` both work for an f64 `x`.
         let from = |v: &ir::Expr| match &v.ty {
-            Type::Tensor(e @ Elem::T(_), _) => Some(Type::Tensor(*e, vec![])),
+            Type::Tensor(TensorTy { elem: e @ Elem::T(_), .. }) => Some(Type::tensor_of(*e, vec![])),
             _ => None,
         };
         if arithmetic && hint.is_none() && is_creation(a) && !is_creation(b) {
@@ -131,18 +132,18 @@ impl Checker {
         let out_elem = if compare { Elem::T(ElemTy::Bool) } else { elem };
         // Weak operands take the concrete element type of the other side.
         let (x, y) = if let Elem::T(t) = elem {
-            let xt = Type::Tensor(Elem::T(t), sa.clone());
-            let yt = Type::Tensor(Elem::T(t), sb.clone());
+            let xt = Type::Tensor(TensorTy::new(Elem::T(t), sa.clone()));
+            let yt = Type::Tensor(TensorTy::new(Elem::T(t), sb.clone()));
             (self.cast_weak(x, &xt), self.cast_weak(y, &yt))
         } else {
             (x, y)
         };
-        self.prim(prim, vec![x, y], Attrs::default(), Type::Tensor(out_elem, shape), span)
+        self.prim(prim, vec![x, y], Attrs::default(), Type::Tensor(TensorTy::new(out_elem, shape)), span)
     }
 
     pub(in crate::check) fn cast_weak(&mut self, v: ir::Expr, t: &Type) -> ir::Expr {
         match &v.ty {
-            Type::Tensor(e, _) if e.is_weak() => self.cast_to(v, t),
+            Type::Tensor(TensorTy { elem: e, .. }) if e.is_weak() => self.cast_to(v, t),
             _ => v,
         }
     }
@@ -158,7 +159,9 @@ impl Checker {
     ) {
         let (xs, ys) = (self.ty_str(a), self.ty_str(b));
         let fixed_rank = |t: &Type| match t {
-            Type::Tensor(_, s) if !s.iter().any(|i| matches!(i, ShapeItem::Rest(_))) => Some(s.len()),
+            Type::Tensor(TensorTy { shape: s, .. }) if !s.iter().any(|i| matches!(i, ShapeItem::Rest(_))) => {
+                Some(s.len())
+            }
             _ => None,
         };
         let ranks = (fixed_rank(a), fixed_rank(b));
@@ -296,13 +299,13 @@ impl Checker {
             shape.push(ShapeItem::Dim(m));
         }
         let (x, y) = if let Elem::T(t) = elem {
-            let xt = Type::Tensor(Elem::T(t), sa.to_vec());
-            let yt = Type::Tensor(Elem::T(t), sb.to_vec());
+            let xt = Type::Tensor(TensorTy::new(Elem::T(t), sa.to_vec()));
+            let yt = Type::Tensor(TensorTy::new(Elem::T(t), sb.to_vec()));
             (self.cast_weak(x, &xt), self.cast_weak(y, &yt))
         } else {
             (x, y)
         };
-        self.prim(Prim::MatMul, vec![x, y], Attrs::default(), Type::Tensor(elem, shape), span)
+        self.prim(Prim::MatMul, vec![x, y], Attrs::default(), Type::Tensor(TensorTy::new(elem, shape)), span)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -317,7 +320,7 @@ impl Checker {
         bspan: Span,
     ) -> ir::Expr {
         let ok_op = matches!(op, BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div);
-        let scalar = |t: &Type| matches!(t, Type::Tensor(e, s) if s.is_empty() && e.is_float() || (s.is_empty() && *e == Elem::WeakInt));
+        let scalar = |t: &Type| matches!(t, Type::Tensor(TensorTy { elem: e, shape: s, .. }) if s.is_empty() && e.is_float() || (s.is_empty() && *e == Elem::WeakInt));
         let ty = if !ok_op {
             None
         } else if x.ty.is_model() && y.ty.is_model() {
