@@ -112,6 +112,7 @@ pub fn is_elementwise(p: Prim) -> bool {
             | Sigmoid
             | Relu
             | Gelu
+            | Erf
             | Sin
             | Cos
             | Abs
@@ -263,7 +264,7 @@ fn width(d: DType) -> u8 {
     }
 }
 
-/// `interp::prims::unify_dtypes` on (element type, is rank 0) pairs.
+/// `ir::eval::unify_dtypes` on (element type, is rank 0) pairs.
 fn unify(a: (DType, bool), b: (DType, bool)) -> DType {
     if a.0 == b.0 {
         a.0

@@ -1,7 +1,7 @@
 //! Rust functions the generated loops call for transcendental operations.
 //!
 //! The CPU kernels compute `ln`, `sin`, `cos`, `powf`, `%` and f64 `exp` and `tanh` with Rust's
-//! `f32` and `f64` methods, which call the C library (f32 `exp` and `tanh` are msl's own,
+//! `f32` and `f64` methods, which call the C library, and `erf` with the `libm` crate (f32 `exp` and `tanh` are msl's own,
 //! generated inline); calling the very same methods from the fused
 //! loop keeps the JIT bit-identical to the interpreter. The vector forms take a pointer to one
 //! vector's lanes in memory (a stack slot of the generated function) and work in place, so a
@@ -70,11 +70,13 @@ unary_helpers! {
     msl_log_f32, msl_log_f32x4, f32, 4, "log", f32::ln;
     msl_sin_f32, msl_sin_f32x4, f32, 4, "sin", f32::sin;
     msl_cos_f32, msl_cos_f32x4, f32, 4, "cos", f32::cos;
+    msl_erf_f32, msl_erf_f32x4, f32, 4, "erf", libm::erff;
     msl_exp_f64, msl_exp_f64x2, f64, 2, "exp", f64::exp;
     msl_log_f64, msl_log_f64x2, f64, 2, "log", f64::ln;
     msl_tanh_f64, msl_tanh_f64x2, f64, 2, "tanh", f64::tanh;
     msl_sin_f64, msl_sin_f64x2, f64, 2, "sin", f64::sin;
     msl_cos_f64, msl_cos_f64x2, f64, 2, "cos", f64::cos;
+    msl_erf_f64, msl_erf_f64x2, f64, 2, "erf", libm::erf;
 }
 
 binary_helpers! {

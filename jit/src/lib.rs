@@ -27,7 +27,7 @@ pub mod proggen;
 use codegen::{Jit, Spec};
 use kernels::{KernelError, Tensor};
 use lang::interp::{Accel, Interp, Region, RegionRun};
-use lang::ir::{Expr, SpanId};
+use lang::ir::{Expr, ExprId, SpanId};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -107,8 +107,8 @@ pub struct Report {
     pub sites: Vec<Site>,
     pub loops: Vec<LoopSite>,
     pub bodies: Vec<BodySite>,
-    /// Site of each tree root, by the address of its expression.
-    index: HashMap<usize, usize>,
+    /// Site of each tree root, by its expression's id.
+    index: HashMap<ExprId, usize>,
 }
 
 impl Report {
@@ -169,14 +169,14 @@ pub fn release_code(limit: usize) -> bool {
 pub struct JitAccel<'p> {
     prog: &'p lang::ir::Program,
     opts: Options,
-    /// Every loop `plan_region` has seen, by address: its analysis and site, or its site
+    /// Every loop `plan_region` has seen, by id: its analysis and site, or its site
     /// alone when it does not compile.
-    loops: HashMap<usize, (Option<Rc<host::Analysis>>, usize)>,
+    loops: HashMap<ExprId, (Option<Rc<host::Analysis>>, usize)>,
     /// The compiled code of each loop for the input element types it last ran with.
-    loop_memo: HashMap<usize, (Vec<kernels::DType>, host::CompiledRegion)>,
-    /// Every primitive application `plan` has seen, by address: its tree, or `None` when it
+    loop_memo: HashMap<ExprId, (Vec<kernels::DType>, host::CompiledRegion)>,
+    /// Every primitive application `plan` has seen, by id: its tree, or `None` when it
     /// does not root one.
-    planned: HashMap<usize, Option<Planned>>,
+    planned: HashMap<ExprId, Option<Planned>>,
     /// The compiled body of each function run so far (`None`: it did not compile).
     bodies: HashMap<lang::types::FuncId, Option<Rc<host::body::Body>>>,
     report: Rc<RefCell<Report>>,
@@ -219,7 +219,7 @@ impl<'p> JitAccel<'p> {
         (accel, report)
     }
 
-    fn site(&self, tree: &fuse::Tree, addr: usize) -> usize {
+    fn site(&self, tree: &fuse::Tree, addr: ExprId) -> usize {
         let mut r = self.report.borrow_mut();
         if let Some(&i) = r.index.get(&addr) {
             return i;
@@ -250,7 +250,7 @@ impl<'p> JitAccel<'p> {
     }
 
     /// Types, lays out and compiles (or finds in the cache) the loop for these inputs.
-    fn prepare(&mut self, addr: usize, inputs: &[Tensor]) -> Result<(Memo, exec::Layout), String> {
+    fn prepare(&mut self, addr: ExprId, inputs: &[Tensor]) -> Result<(Memo, exec::Layout), String> {
         let p = self.planned.get(&addr).and_then(Option::as_ref).ok_or("not planned")?;
         let tree = p.tree.clone();
         let site = p.site;
@@ -318,7 +318,7 @@ impl<'p> JitAccel<'p> {
     /// The analysis of the loop `e` (`None`: it does not compile whole) and its report site,
     /// worked out once per loop.
     fn loop_analysis(&mut self, e: &Expr) -> (Option<Rc<host::Analysis>>, usize) {
-        let addr = e as *const Expr as usize;
+        let addr = e.id;
         if let Some(x) = self.loops.get(&addr) {
             return x.clone();
         }
@@ -392,7 +392,7 @@ impl Accel for JitAccel<'_> {
     }
 
     fn run_region(&mut self, e: &Expr, inputs: &[Tensor], interrupt: &AtomicBool) -> RegionRun {
-        let addr = e as *const Expr as usize;
+        let addr = e.id;
         let Some((Some(an), site)) = self.loops.get(&addr).cloned() else { return RegionRun::Decline };
         let dtypes: Vec<kernels::DType> = inputs.iter().map(Tensor::dtype).collect();
         let code = match self.loop_memo.get(&addr) {
@@ -447,7 +447,7 @@ impl Accel for JitAccel<'_> {
         if self.opts.level == 0 || !fuse::may_root(e) {
             return None;
         }
-        let addr = e as *const Expr as usize;
+        let addr = e.id;
         match self.planned.get(&addr) {
             Some(None) => None,
             Some(Some(p)) => {
@@ -470,7 +470,7 @@ impl Accel for JitAccel<'_> {
     }
 
     fn try_eval(&mut self, e: &Expr, inputs: &mut [Tensor]) -> Option<Result<Tensor, KernelError>> {
-        let addr = e as *const Expr as usize;
+        let addr = e.id;
         let p = self.planned.get(&addr)?.as_ref()?;
         let site = p.site;
         let ins: &[Tensor] = inputs;

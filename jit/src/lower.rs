@@ -333,6 +333,7 @@ impl<'a, 'f> Lower<'a, 'f> {
             Prim::Exp => self.exp(mode, d, a),
             Prim::Log => self.call(mode, "log", d, &[a]),
             Prim::Tanh => self.tanh(mode, d, a),
+            Prim::Erf => self.call(mode, "erf", d, &[a]),
             Prim::Sin => self.call(mode, "sin", d, &[a]),
             Prim::Cos => self.call(mode, "cos", d, &[a]),
             Prim::Sigmoid => {

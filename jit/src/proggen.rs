@@ -180,7 +180,9 @@ impl Gen {
                         format!("({} {op} {})", self.expr(t, d), self.expr(t, d))
                     }
                     3 => {
-                        let f = self.r.pick(&["exp", "tanh", "sigmoid", "sin", "cos", "abs", "relu", "gelu", "floor"]);
+                        let f = self
+                            .r
+                            .pick(&["exp", "tanh", "sigmoid", "sin", "cos", "abs", "relu", "gelu", "erf", "floor"]);
                         format!("{f}({})", self.expr(t, d))
                     }
                     4 => format!("{}(abs({}))", self.r.pick(&["sqrt", "log"]), self.expr(t, d)),

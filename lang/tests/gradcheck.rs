@@ -36,6 +36,8 @@ fn unary_elementwise() {
         ("sigmoid(x)", Dist::Normal),
         ("relu(x)", away),
         ("gelu(x)", Dist::Normal),
+        ("erf(x)", Dist::Normal),
+        ("gelu(x, approximate: false)", Dist::Normal),
         ("sin(x)", Dist::Normal),
         ("cos(x)", Dist::Normal),
         ("abs(x)", away),
@@ -206,6 +208,19 @@ fn reductions() {
                     );
                 }
             }
+        }
+    }
+    // Running sums along every axis, alone and feeding a nonlinearity.
+    for s in [vec![5], vec![2, 3], vec![3, 1, 2]] {
+        let r = s.len() as i64;
+        for axis in -r..r {
+            seed += 1;
+            cases.push(
+                Case::new(format!("cumsum(x, axis: {axis}) {s:?}"), format!("sum(w * tanh(cumsum(x, axis: {axis})))"))
+                    .param("x", f64t(&s))
+                    .weight(&s)
+                    .seed(seed),
+            );
         }
     }
     // Reductions feeding broadcasts (softmax-like patterns).

@@ -277,6 +277,7 @@ impl Session {
             kind: ExprKind::Block { stmts: new, result: Box::new(result.clone()) },
             ty: result.ty.clone(),
             span: result.span,
+            id: lang::ir::ExprId::fresh(),
         };
         self.interrupt.store(false, Ordering::SeqCst);
         let stdout = std::io::stdout();
@@ -446,11 +447,17 @@ impl Session {
             stmts.iter().take(self.ir_count).filter(|s| matches!(s, ir::Stmt::BindDims { .. })).cloned().collect();
         self.frame.dims.clear();
         self.frame.rests.clear();
-        let unit = ir::Expr { kind: ExprKind::Tuple(vec![]), ty: lang::types::Type::unit(), span: result.span };
+        let unit = ir::Expr {
+            kind: ExprKind::Tuple(vec![]),
+            ty: lang::types::Type::unit(),
+            span: result.span,
+            id: lang::ir::ExprId::fresh(),
+        };
         let block = ir::Expr {
             kind: ExprKind::Block { stmts: binds, result: Box::new(unit) },
             ty: lang::types::Type::unit(),
             span: result.span,
+            id: lang::ir::ExprId::fresh(),
         };
         let mut it = Interp::new(&comp.c.program, Box::new(std::io::sink()));
         let _ = it.eval(&block, &mut self.frame);
@@ -468,6 +475,7 @@ impl Session {
             kind: ExprKind::Block { stmts: stmts.to_vec(), result: Box::new(result.clone()) },
             ty: result.ty.clone(),
             span: result.span,
+            id: lang::ir::ExprId::fresh(),
         };
         self.interrupt.store(false, Ordering::SeqCst);
         let mut it = Interp::new(&comp.c.program, Box::new(std::io::sink()));
@@ -710,7 +718,7 @@ fn names_of(c: &Checked, repl: Option<FuncId>) -> Names {
     };
     let mut closure_base = None;
     if let Some(f) = repl {
-        lang::ir::dump::walk(&p.func(f).body, &mut |e| {
+        lang::ir::walk::walk(&p.func(f).body, &mut |e| {
             if let ExprKind::Closure { id, .. } = &e.kind {
                 closure_base = Some(closure_base.map_or(id.0, |b: u32| b.min(id.0)));
             }

@@ -24,7 +24,7 @@ use cranelift_codegen::ir::{types, AbiParam, Block, BlockArg, InstBuilder, MemFl
 use cranelift_frontend::FunctionBuilder;
 use lang::interp::host::{operands, Batches, CompiledBody};
 use lang::interp::{Ctrl, Frame, Interp, Value, R};
-use lang::ir::{Expr, ExprKind, Local, Pat, Stmt};
+use lang::ir::{Expr, ExprId, ExprKind, Local, Pat, Stmt};
 use std::hash::{DefaultHasher, Hash, Hasher};
 
 /// The op ran; go on.
@@ -43,7 +43,7 @@ pub enum Op {
     /// Applies a node to its preset operands (slots), the value going to a slot or dropped.
     Apply {
         e: *const Expr,
-        preset: Vec<(*const Expr, u32)>,
+        preset: Vec<(ExprId, u32)>,
         out: Option<u32>,
     },
     /// Binds a slot's value to a pattern.
@@ -78,7 +78,7 @@ pub enum Op {
     /// Starts a `batches` loop (its operands preset), the number of batches into the context.
     BatchesBegin {
         e: *const Expr,
-        preset: Vec<(*const Expr, u32)>,
+        preset: Vec<(ExprId, u32)>,
         state: u32,
     },
     /// Binds batch `arg` of a `batches` loop.
@@ -191,7 +191,7 @@ impl<'e> Flattener<'e, '_> {
     }
 
     /// Ops that evaluate `xs` into fresh slots, in order, unless all are trivial.
-    fn operands(&mut self, xs: &[&'e Expr], code: &mut Vec<Code>) -> Vec<(*const Expr, u32)> {
+    fn operands(&mut self, xs: &[&'e Expr], code: &mut Vec<Code>) -> Vec<(ExprId, u32)> {
         if xs.iter().all(|x| trivial(x)) {
             return Vec::new();
         }
@@ -199,7 +199,7 @@ impl<'e> Flattener<'e, '_> {
             .map(|x| {
                 let s = self.slot();
                 code.push(self.expr(x, Some(s)));
-                (*x as *const Expr, s)
+                (x.id, s)
             })
             .collect()
     }
@@ -352,12 +352,8 @@ impl Ctx<'_, '_> {
         }
     }
 
-    fn preset<'x>(&mut self, preset: &'x [(*const Expr, u32)]) -> Vec<(&'x Expr, Value)> {
-        preset
-            .iter()
-            // SAFETY: ops point into the program the interpreter runs, which outlives the run.
-            .map(|&(x, s)| (unsafe { &*x }, self.take(s)))
-            .collect()
+    fn preset(&mut self, preset: &[(ExprId, u32)]) -> Vec<(ExprId, Value)> {
+        preset.iter().map(|&(x, s)| (x, self.take(s))).collect()
     }
 
     fn run(&mut self, k: u32, arg: i64) -> R<i32> {
@@ -366,16 +362,16 @@ impl Ctx<'_, '_> {
         match op {
             Op::Apply { e, preset, out } => {
                 let vals = self.preset(preset);
-                // SAFETY: as in `preset`.
+                // SAFETY: ops point into the program the interpreter runs, which outlives the run.
                 let v = self.it.apply_node(unsafe { &**e }, vals, self.frame)?;
                 self.put(*out, v);
             }
             Op::Bind { pat, slot } => {
                 let v = self.take(*slot);
-                // SAFETY: as in `preset`.
+                // SAFETY: as in `Op::Apply`.
                 self.it.bind(unsafe { &**pat }, v, self.frame);
             }
-            // SAFETY: as in `preset`.
+            // SAFETY: as in `Op::Apply`.
             Op::Stmt { s } => self.it.exec_stmt(unsafe { &**s }, self.frame)?,
             Op::Truthy { slot } => {
                 let v = self.take(*slot);
@@ -398,7 +394,7 @@ impl Ctx<'_, '_> {
             }
             Op::BatchesBegin { e, preset, state } => {
                 let vals = self.preset(preset);
-                // SAFETY: as in `preset`.
+                // SAFETY: as in `Op::Apply`.
                 let e = unsafe { &**e };
                 let frame = &mut *self.frame;
                 let b = self.it.with_preset(vals, e, |it| it.batches_begin(e, frame))?;
@@ -409,7 +405,7 @@ impl Ctx<'_, '_> {
             }
             Op::BatchBind { e, state } => {
                 let b = self.batches.get(*state as usize).and_then(Option::as_ref);
-                // SAFETY: as in `preset`.
+                // SAFETY: as in `Op::Apply`.
                 let e = unsafe { &**e };
                 if let Some(b) = b {
                     self.it.batch_bind(e, b, arg as usize, self.frame)?;
@@ -422,7 +418,7 @@ impl Ctx<'_, '_> {
                 }
                 self.it.batches_end();
             }
-            // SAFETY: as in `preset`.
+            // SAFETY: as in `Op::Apply`.
             Op::Interrupted { e } => return Err(self.it.interrupted(unsafe { &**e })),
         }
         Ok(GO)

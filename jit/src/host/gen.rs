@@ -66,8 +66,8 @@ pub(super) struct HostGen<'a, 'f, 'p> {
     vars: HashMap<(u32, Local), (Variable, DType)>,
     frame: u32,
     next_frame: u32,
-    /// Values of the dim and constant leaves, by expression address.
-    leaf_vals: HashMap<usize, (Value, DType)>,
+    /// Values of the dim and constant leaves, by expression id.
+    leaf_vals: HashMap<lang::ir::ExprId, (Value, DType)>,
     /// Exit blocks of the calls being inlined, with their result types once known.
     rets: Vec<(Block, Option<DType>)>,
     interrupt: Option<Value>,
@@ -123,7 +123,7 @@ impl<'a, 'f, 'p> HostGen<'a, 'f, 'p> {
                 self.l.b.def_var(var, v);
                 self.vars.insert((0, self.an.locals[k]), (var, d));
             } else {
-                self.leaf_vals.insert(self.leaf_exprs[k - n] as *const Expr as usize, (v, d));
+                self.leaf_vals.insert(self.leaf_exprs[k - n].id, (v, d));
             }
         }
         self.expr(e)?;
@@ -184,7 +184,7 @@ impl<'a, 'f, 'p> HostGen<'a, 'f, 'p> {
                 None => bad("a local has no value"),
             },
             ExprKind::DimValue(_) | ExprKind::Const(_) => {
-                self.leaf_vals.get(&(e as *const Expr as usize)).copied().map(Some).ok_or_else(|| "a leaf".into())
+                self.leaf_vals.get(&e.id).copied().map(Some).ok_or_else(|| "a leaf".into())
             }
             ExprKind::Prim { prim, args, attrs } => {
                 let mut xs = Vec::with_capacity(args.len());

@@ -115,7 +115,7 @@ impl<'e> Analyser<'e> {
     /// Records the locals the region binds itself (`let`, loop variables).
     fn bind_all(&mut self, e: &Expr) {
         let bound = &mut self.bound;
-        lang::ir::dump::walk(e, &mut |x| match &x.kind {
+        lang::ir::walk::walk(e, &mut |x| match &x.kind {
             ExprKind::ForRange { var, .. } => {
                 bound.insert(*var);
             }
@@ -228,7 +228,7 @@ impl<'e> Analyser<'e> {
 /// The dims and constants the loop `e` reads (the bodies of called functions have none; the
 /// interpreter evaluates them in this order, and the region reads its inputs in this order).
 pub fn leaves<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
-    lang::ir::dump::walk(e, &mut |x| {
+    lang::ir::walk::walk(e, &mut |x| {
         if matches!(x.kind, ExprKind::DimValue(_) | ExprKind::Const(_)) {
             out.push(x);
         }

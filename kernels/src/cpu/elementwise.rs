@@ -19,6 +19,8 @@ pub enum UnaryOp {
     Relu,
     /// The tanh approximation `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`.
     Gelu,
+    /// The error function (libm's, so the JIT's calls give the same bits).
+    Erf,
     Sin,
     Cos,
     Abs,
@@ -41,6 +43,7 @@ impl UnaryOp {
             UnaryOp::Sigmoid => "sigmoid",
             UnaryOp::Relu => "relu",
             UnaryOp::Gelu => "gelu",
+            UnaryOp::Erf => "erf",
             UnaryOp::Sin => "sin",
             UnaryOp::Cos => "cos",
             UnaryOp::Abs => "abs",
@@ -148,6 +151,7 @@ fn float_unary<T: Float>(op: UnaryOp, v: &[T]) -> Result<Vec<T>, KernelError> {
                 a / (one + (-(u + u)).exp())
             })
         }
+        UnaryOp::Erf => map_slice(v, T::erf),
         UnaryOp::Sin => map_slice(v, T::sin),
         UnaryOp::Cos => map_slice(v, T::cos),
         UnaryOp::Abs => map_slice(v, T::abs_w),

@@ -117,6 +117,7 @@ pub(crate) trait Float: Num + std::ops::Div<Output = Self> + std::ops::Neg<Outpu
     fn ln(self) -> Self;
     fn sqrt(self) -> Self;
     fn tanh(self) -> Self;
+    fn erf(self) -> Self;
     fn sin(self) -> Self;
     fn cos(self) -> Self;
     fn floor(self) -> Self;
@@ -127,7 +128,7 @@ pub(crate) trait Float: Num + std::ops::Div<Output = Self> + std::ops::Neg<Outpu
 }
 
 macro_rules! impl_float {
-    ($t:ty, $exp:path, $tanh:path) => {
+    ($t:ty, $exp:path, $tanh:path, $erf:path) => {
         impl Float for $t {
             const NEG_INFINITY: Self = <$t>::NEG_INFINITY;
             #[inline(always)]
@@ -145,6 +146,10 @@ macro_rules! impl_float {
             #[inline(always)]
             fn tanh(self) -> Self {
                 $tanh(self)
+            }
+            #[inline(always)]
+            fn erf(self) -> Self {
+                $erf(self)
             }
             #[inline(always)]
             fn sin(self) -> Self {
@@ -177,8 +182,8 @@ macro_rules! impl_float {
         }
     };
 }
-impl_float!(f32, crate::math::exp_f32, crate::math::tanh_f32);
-impl_float!(f64, f64::exp, f64::tanh);
+impl_float!(f32, crate::math::exp_f32, crate::math::tanh_f32, libm::erff);
+impl_float!(f64, f64::exp, f64::tanh, libm::erf);
 
 /// Sum of a contiguous slice with eight accumulators in blocks and pairwise combination of
 /// blocks (the scheme NumPy uses), so that long f32 sums keep their accuracy.

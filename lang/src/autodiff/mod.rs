@@ -10,39 +10,14 @@
 
 mod fwd;
 mod rules;
-pub mod simplify;
 mod tangent;
 pub mod vmap;
 
 use crate::diag::{Code, Diagnostic};
-use crate::ir::{dump::walk, ExprKind, FnTarget, Program};
+pub use crate::ir::derived::{mode_of, target_func, Derived, Mode};
+use crate::ir::{walk::walk, ExprKind, FnTarget, Program};
 use crate::source::Span;
 use crate::types::FuncId;
-use std::collections::HashMap;
-
-/// What a derived function computes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Mode {
-    /// `grad(f, wrt)`: the gradient of the scalar result with respect to one parameter.
-    Grad { wrt: usize },
-    /// `value_and_grad(f, wrt)`: `(value, gradient)`.
-    ValueAndGrad { wrt: usize },
-    /// The pullback of `vjp(f, …)`: takes the parameters and an output cotangent, returns the
-    /// tuple of cotangents of every parameter.
-    Pullback,
-    /// `jvp(f, x, v)`: takes the parameters and their tangents, returns `(value, tangent)`.
-    Jvp,
-    /// `vmap(f, in_axes)`: the batched function (`in_axes` packed by `vmap::axes_code`).
-    Vmap { code: u64 },
-}
-
-/// Derived functions already generated, by (function, mode).
-#[derive(Clone, Debug, Default)]
-pub struct Derived {
-    pub funcs: HashMap<(FuncId, Mode), FuncId>,
-    /// For each derived function, the forward values its backward pass reads.
-    pub residuals: HashMap<FuncId, Vec<crate::ir::Local>>,
-}
 
 /// Generates every derived function the program needs; problems become diagnostics.
 pub fn run(prog: &mut Program, diags: &mut Vec<Diagnostic>) {
@@ -127,7 +102,7 @@ pub fn derive(prog: &mut Program, f: FuncId, mode: Mode, span: Span) -> Result<F
         _ => fwd::generate(prog, f, mode, span)?,
     };
     let mut func = func;
-    simplify::simplify(&mut func);
+    crate::ir::simplify::simplify(&mut func);
     // Residuals that simplification removed (shared or dead) are no longer kept.
     let mut live = std::collections::HashSet::new();
     walk(&func.body, &mut |e| {
@@ -179,33 +154,6 @@ pub fn derived_name(prog: &Program, f: FuncId, mode: Mode) -> String {
 
 pub(crate) fn err(span: Span, msg: impl Into<String>) -> Diagnostic {
     Diagnostic::error(Code::E0403, span, msg).label("differentiated through here")
-}
-
-/// The function that implements a static target: a named function, a closure instance, or a
-/// derived function the pass generated. `None` for targets resolved at run time.
-pub fn target_func(prog: &Program, t: &FnTarget) -> Option<FuncId> {
-    match t {
-        FnTarget::Func(f) => Some(*f),
-        FnTarget::Grad { inner, wrt, with_value } => {
-            let f = target_func(prog, inner)?;
-            prog.derived.funcs.get(&(f, mode_of(*wrt, *with_value))).copied()
-        }
-        FnTarget::Vmap { inner, in_axes } => {
-            let f = target_func(prog, inner)?;
-            prog.derived.funcs.get(&(f, Mode::Vmap { code: vmap::axes_code(in_axes) })).copied()
-        }
-        FnTarget::Dynamic => None,
-    }
-}
-
-fn mode_of(wrt: usize, with_value: bool) -> Mode {
-    if wrt == usize::MAX {
-        Mode::Pullback
-    } else if with_value {
-        Mode::ValueAndGrad { wrt }
-    } else {
-        Mode::Grad { wrt }
-    }
 }
 
 /// The innermost function of a target (what a closure's captures belong to).

@@ -398,6 +398,30 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
             let d = g.bin(Prim::Add, left, r, ot.clone());
             v.push((0, g.bin(Prim::Mul, bar, d, ot.clone())));
         }
+        Prim::Erf => {
+            // d/dx erf(x) = 2/√π · exp(-x²)
+            let x = a.unwrap();
+            let x2 = g.bin(Prim::Mul, x, x, ot.clone());
+            let n = negate(g, x2);
+            let e = g.p(Prim::Exp, &[n], Attrs::default(), ot.clone());
+            let c = g.scalar(std::f64::consts::FRAC_2_SQRT_PI, &ot);
+            let d = g.bin(Prim::Mul, c, e, ot.clone());
+            v.push((0, g.bin(Prim::Mul, bar, d, ot.clone())));
+        }
+        Prim::Cumsum => {
+            // The adjoint of a running sum is the running sum from the end:
+            // x̄ᵢ = Σ_{j≥i} ȳⱼ = sum(ȳ) - cumsum(ȳ)ᵢ + ȳᵢ.
+            let total = g.p(Prim::Sum, &[bar], Attrs { axis: attrs.axis, keepdims: true, ..Attrs::default() }, {
+                let mut s = shape(&ot);
+                if let Some(ax) = attrs.axis {
+                    s[ax] = ShapeItem::Dim(Dim::constant(1));
+                }
+                tensor(elem(&ot), s)
+            });
+            let run = g.p(Prim::Cumsum, &[bar], Attrs { axis: attrs.axis, ..Attrs::default() }, ot.clone());
+            let rest = g.bin(Prim::Sub, total, run, ot.clone());
+            v.push((0, g.bin(Prim::Add, rest, bar, ot.clone())));
+        }
         Prim::Sin => {
             let c = g.p(Prim::Cos, &[a.unwrap()], Attrs::default(), ot.clone());
             v.push((0, g.bin(Prim::Mul, bar, c, ot.clone())));

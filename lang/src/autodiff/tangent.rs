@@ -198,6 +198,7 @@ impl Gen<'_> {
             // Linear in the first operand; the others (indices, bounds) carry no tangent.
             Prim::Sum
             | Prim::Mean
+            | Prim::Cumsum
             | Prim::Reshape
             | Prim::Transpose
             | Prim::Permute

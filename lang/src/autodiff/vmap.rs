@@ -5,6 +5,7 @@
 
 use super::{err, target_func};
 use crate::diag::Diagnostic;
+pub use crate::ir::derived::axes_code;
 use crate::ir::{self, Attrs, Expr, ExprKind, FnTarget, Lit, Local, LocalInfo, Name, Pat, Prim, Program, SpanId, Stmt};
 use crate::source::Span;
 use crate::types::unify::{Subst, Unifier};
@@ -30,16 +31,6 @@ impl Bat {
             Bat::Tup(v) => v.iter().any(Bat::any),
         }
     }
-}
-
-/// Packs `in_axes` into a key (4 bits an argument; 15 = not mapped).
-pub fn axes_code(in_axes: &[Option<usize>]) -> u64 {
-    let mut c = in_axes.len() as u64;
-    for (i, a) in in_axes.iter().enumerate().take(14) {
-        let v = a.map(|x| x.min(14) as u64).unwrap_or(15);
-        c |= v << (4 * (i + 1));
-    }
-    c
 }
 
 fn unpack(code: u64) -> Vec<Option<usize>> {
@@ -74,7 +65,7 @@ struct V<'p> {
 }
 
 fn mk(kind: ExprKind, ty: Type, span: SpanId) -> Expr {
-    Expr { kind, ty, span }
+    Expr::new(kind, ty, span)
 }
 
 fn shape(t: &Type) -> Vec<ShapeItem> {
@@ -596,6 +587,8 @@ impl V<'_> {
                 }
                 self.p(p, &args, attrs, bt)
             }
+            // The one operand is batched (only it can be); its axes move up by one.
+            (Prim::Cumsum, _) => self.p(p, &[vs[0].0], Attrs { axis: attrs.axis.map(|a| a + 1), ..attrs }, bt),
             (_, Class::Reduce) => {
                 let x = vs[0].0;
                 let xs = shape(&self.ty_of(x));

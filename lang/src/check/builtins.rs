@@ -12,6 +12,10 @@ use crate::types::unify::broadcast;
 use crate::types::TensorTy;
 use crate::types::{Dim, Elem, ElemTy, FnTy, ShapeItem, Type};
 
+mod create;
+mod index;
+mod io;
+mod shape;
 mod special;
 
 /// Arguments of a builtin after checking: positional values and named ones (unchecked).
@@ -259,7 +263,7 @@ impl Checker {
         self.index.types.push((fspan, format!("builtin {name}"), None));
         match p.class() {
             Class::Unary => {
-                self.check_named(name, &a, &[]);
+                self.check_named(name, &a, if p == Prim::Gelu { &["approximate"] } else { &[] });
                 if !self.arity(name, &a, 1, 1, span) {
                     return self.error_expr(span);
                 }
@@ -283,6 +287,11 @@ impl Checker {
                     return self.error_expr(span);
                 }
                 let v = if elem != e { self.retype_weak(v, elem) } else { v };
+                let exact = p == Prim::Gelu
+                    && self.named(&a, "approximate").is_some_and(|x| self.const_bool(x, "approximate") == Some(false));
+                if exact {
+                    return self.exact_gelu(cx, v, Type::Tensor(TensorTy::new(elem, s)), span);
+                }
                 self.prim(p, vec![v], Attrs::default(), Type::Tensor(TensorTy::new(elem, s)), span)
             }
             Class::Binary => {
@@ -308,6 +317,53 @@ impl Checker {
             Class::Reduce => self.check_reduce(cx, p, &a, span),
             Class::Other => self.check_other(cx, p, &a, span, expected),
         }
+    }
+
+    /// `gelu(x, approximate: false)`, PyTorch's default GELU: `x * 0.5 * (1 + erf(x / √2))`,
+    /// written with `erf` so that every transform and engine sees ordinary primitives.
+    fn exact_gelu(&mut self, cx: &mut FnCx, v: ir::Expr, ty: Type, span: Span) -> ir::Expr {
+        let Type::Tensor(TensorTy { elem, .. }) = &ty else { return self.error_expr(span) };
+        let scalar = Type::tensor_of(*elem, vec![]);
+        let sid = self.span_id(span);
+        let lit = |x: f64| mk(ExprKind::Lit(ir::Lit::Float(x)), scalar.clone(), sid);
+        let x = cx.new_local(self, "x", ty.clone(), false);
+        let read = || mk(ExprKind::Local(x), ty.clone(), sid);
+        let scaled = self.prim(
+            Prim::Mul,
+            vec![read(), lit(std::f64::consts::FRAC_1_SQRT_2)],
+            Attrs::default(),
+            ty.clone(),
+            span,
+        );
+        let erf = self.prim(Prim::Erf, vec![scaled], Attrs::default(), ty.clone(), span);
+        let one_plus = self.prim(Prim::Add, vec![lit(1.0), erf], Attrs::default(), ty.clone(), span);
+        let half_x = self.prim(Prim::Mul, vec![read(), lit(0.5)], Attrs::default(), ty.clone(), span);
+        let result = self.prim(Prim::Mul, vec![half_x, one_plus], Attrs::default(), ty.clone(), span);
+        let stmts = vec![ir::Stmt::Let { pat: ir::Pat::Local(x), value: v }];
+        mk(ExprKind::Block { stmts, result: Box::new(result) }, ty, sid)
+    }
+
+    /// `cumsum(x, axis: k)`: the running sum along one axis, same shape; bool counts as i32.
+    fn check_cumsum(&mut self, cx: &mut FnCx, p: Prim, a: &Args, span: Span) -> ir::Expr {
+        let name = p.name();
+        self.check_named(name, a, &["axis"]);
+        if !self.arity(name, a, 1, 1, span) {
+            return self.error_expr(span);
+        }
+        let v = self.check_expr(cx, a.pos[0].0, None);
+        let v = self.materialise(v);
+        let Some((e, s)) = self.tensor_of(&v, a.pos[0].1, name) else { return self.error_expr(span) };
+        let s = s.clone();
+        let Some(dims) = self.fixed_dims(&s, a.pos[0].1, name) else { return self.error_expr(span) };
+        let Some(ax) = self.named(a, "axis") else {
+            self.error(Diagnostic::error(Code::E0212, span, "`cumsum` needs `axis: k`"));
+            return self.error_expr(span);
+        };
+        let Some(k) = self.const_int(cx, ax, "axis") else { return self.error_expr(span) };
+        let Some(axis) = self.axis(k, dims.len(), ax.span, &v.ty) else { return self.error_expr(span) };
+        let out = if e == Elem::T(ElemTy::Bool) { Elem::T(ElemTy::I32) } else { e };
+        let attrs = Attrs { axis: Some(axis), ..Attrs::default() };
+        self.prim(p, vec![v], attrs, Type::Tensor(TensorTy::new(out, s)), span)
     }
 
     fn retype_weak(&mut self, v: ir::Expr, e: Elem) -> ir::Expr {
@@ -445,364 +501,20 @@ impl Checker {
                 all.extend(xy_args);
                 self.prim(Prim::Where, all, Attrs::default(), Type::Tensor(TensorTy::new(e, shape)), span)
             }
-            Prim::Reshape | Prim::BroadcastTo => {
-                self.check_named(name, a, &[]);
-                if !self.arity(name, a, 2, 2, span) {
-                    return self.error_expr(span);
-                }
-                let v = self.check_expr(cx, a.pos[0].0, None);
-                let v = self.materialise(v);
-                let Some((e, s)) = self.tensor_of(&v, a.pos[0].1, name) else { return self.error_expr(span) };
-                let s = s.clone();
-                let ast::ExprKind::List(items) = &a.pos[1].0.kind else {
-                    self.error(
-                        Diagnostic::error(
-                            Code::E0323,
-                            a.pos[1].1,
-                            format!("`{name}` needs the target shape as a list `[d, …]`"),
-                        )
-                        .label("expected `[…]`"),
-                    );
-                    return self.error_expr(span);
-                };
-                let infer_at = items.iter().position(|i| matches!(i.kind, ast::ExprKind::Wild));
-                if let Some(second) = items.iter().filter(|i| matches!(i.kind, ast::ExprKind::Wild)).nth(1) {
-                    self.error(
-                        Diagnostic::error(
-                            Code::E0323,
-                            second.span,
-                            format!("`{name}` can infer only one dimension written `_`"),
-                        )
-                        .label("a second `_`"),
-                    );
-                    return self.error_expr(span);
-                }
-                let mut dims = Vec::new();
-                for (i, it) in items.iter().enumerate() {
-                    if Some(i) == infer_at {
-                        dims.push(Dim::constant(1));
-                        continue;
-                    }
-                    let Some(d) = self.dim_args(cx, &[(it, it.span)], name) else { return self.error_expr(span) };
-                    dims.push(d[0].clone());
-                }
-                let Some(src) = self.fixed_dims(&s, a.pos[0].1, name) else { return self.error_expr(span) };
-                if p == Prim::Reshape {
-                    let total = src.iter().fold(Dim::constant(1), |acc, d| acc.mul(d));
-                    if let Some(i) = infer_at {
-                        let others = dims.iter().fold(Dim::constant(1), |acc, d| acc.mul(d));
-                        dims[i] = self.dim_div(&total, &others, items[i].span);
-                    }
-                    let target = dims.iter().fold(Dim::constant(1), |acc, d| acc.mul(d));
-                    if target != total {
-                        let ts = self.ty_str(&v.ty);
-                        let shape_s: Vec<String> = dims.iter().map(|d| self.dim_str(d)).collect();
-                        self.error(
-                            Diagnostic::error(
-                                Code::E0308,
-                                span,
-                                format!(
-                                    "reshape changes the number of elements: {} ({ts}) to {} ([{}])",
-                                    self.dim_str(&total),
-                                    self.dim_str(&target),
-                                    shape_s.join(", ")
-                                ),
-                            )
-                            .with_secondary(a.pos[0].1, format!("this is {ts}"))
-                            .with_secondary(a.pos[1].1, format!("{} elements", self.dim_str(&target))),
-                        );
-                        return self.error_expr(span);
-                    }
-                } else {
-                    let tgt: Vec<ShapeItem> = dims.iter().cloned().map(ShapeItem::Dim).collect();
-                    let ok = src.len() <= dims.len() && matches!(broadcast(&s, &tgt), Ok(ref b) if *b == tgt);
-                    if !ok {
-                        let shape_s: Vec<String> = dims.iter().map(|d| self.dim_str(d)).collect();
-                        self.error(Diagnostic::error(
-                            Code::E0302,
-                            span,
-                            format!("cannot broadcast {} to [{}]", self.ty_str(&v.ty), shape_s.join(", ")),
-                        ));
-                        return self.error_expr(span);
-                    }
-                }
-                let shape = dims.iter().cloned().map(ShapeItem::Dim).collect();
-                let attrs = Attrs { shape: dims, ..Attrs::default() };
-                self.prim(p, vec![v], attrs, Type::Tensor(TensorTy::new(e, shape)), span)
-            }
-            Prim::Transpose | Prim::Permute => {
-                self.check_named(name, a, &[]);
-                let n = if p == Prim::Transpose { 1 } else { 2 };
-                if !self.arity(name, a, n, n, span) {
-                    return self.error_expr(span);
-                }
-                let v = self.check_expr(cx, a.pos[0].0, None);
-                let v = self.materialise(v);
-                let Some((e, s)) = self.tensor_of(&v, a.pos[0].1, name) else { return self.error_expr(span) };
-                let s = s.clone();
-                let Some(dims) = self.fixed_dims(&s, a.pos[0].1, name) else { return self.error_expr(span) };
-                let perm: Vec<usize> = if p == Prim::Transpose {
-                    (0..dims.len()).rev().collect()
-                } else {
-                    let ast::ExprKind::List(items) = &a.pos[1].0.kind else {
-                        self.error(Diagnostic::error(
-                            Code::E0323,
-                            a.pos[1].1,
-                            "`permute` needs the axes as a list `[i, …]`",
-                        ));
-                        return self.error_expr(span);
-                    };
-                    let mut perm = Vec::new();
-                    for it in items {
-                        let Some(k) = self.const_int(cx, it, "an axis") else { return self.error_expr(span) };
-                        let Some(k) = self.axis(k, dims.len(), it.span, &v.ty) else { return self.error_expr(span) };
-                        perm.push(k);
-                    }
-                    let mut sorted = perm.clone();
-                    sorted.sort();
-                    if sorted != (0..dims.len()).collect::<Vec<_>>() {
-                        self.error(
-                            Diagnostic::error(
-                                Code::E0309,
-                                a.pos[1].1,
-                                format!("`permute` needs each of the {} axes exactly once", dims.len()),
-                            )
-                            .label("not a permutation"),
-                        );
-                        return self.error_expr(span);
-                    }
-                    perm
-                };
-                let shape = perm.iter().map(|&i| ShapeItem::Dim(dims[i].clone())).collect();
-                let attrs = Attrs { perm, ..Attrs::default() };
-                self.prim(p, vec![v], attrs, Type::Tensor(TensorTy::new(e, shape)), span)
-            }
+            Prim::Reshape | Prim::BroadcastTo => self.check_reshape(cx, p, a, span),
+            Prim::Transpose | Prim::Permute => self.check_transpose(cx, p, a, span),
             Prim::Concat | Prim::Stack => self.check_concat(cx, p, a, span),
-            Prim::ExpandDims | Prim::Squeeze => {
-                self.check_named(name, a, &["axis"]);
-                if !self.arity(name, a, 1, 1, span) {
-                    return self.error_expr(span);
-                }
-                let v = self.check_expr(cx, a.pos[0].0, None);
-                let v = self.materialise(v);
-                let Some((e, s)) = self.tensor_of(&v, a.pos[0].1, name) else { return self.error_expr(span) };
-                let s = s.clone();
-                let Some(mut dims) = self.fixed_dims(&s, a.pos[0].1, name) else { return self.error_expr(span) };
-                let ax = match self.named(a, "axis") {
-                    Some(x) => match self.const_int(cx, x, "axis") {
-                        Some(k) => Some((k, x.span)),
-                        None => return self.error_expr(span),
-                    },
-                    None => None,
-                };
-                let axis = if p == Prim::ExpandDims {
-                    let Some((k, sp)) = ax else {
-                        self.error(Diagnostic::error(Code::E0212, span, "`expand_dims` needs `axis: k`"));
-                        return self.error_expr(span);
-                    };
-                    // The new dim can go at any of rank + 1 positions.
-                    let r = dims.len() as i64 + 1;
-                    if k >= r || k < -r {
-                        let ts = self.ty_str(&v.ty);
-                        self.error(
-                            Diagnostic::error(
-                                Code::E0309,
-                                sp,
-                                format!(
-                                    "axis {k} is out of range for `expand_dims` of {ts}: the new dim goes at {} to {}",
-                                    -r,
-                                    r - 1
-                                ),
-                            )
-                            .label(format!("valid axes are {} to {}", -r, r - 1)),
-                        );
-                        return self.error_expr(span);
-                    }
-                    let Some(i) = self.axis(k, dims.len() + 1, sp, &v.ty) else { return self.error_expr(span) };
-                    dims.insert(i, Dim::constant(1));
-                    Some(i)
-                } else {
-                    match ax {
-                        Some((k, sp)) => {
-                            let Some(i) = self.axis(k, dims.len(), sp, &v.ty) else { return self.error_expr(span) };
-                            if !dims[i].is_one() {
-                                let ds = self.dim_str(&dims[i]);
-                                self.error(
-                                    Diagnostic::error(
-                                        Code::E0306,
-                                        sp,
-                                        format!("cannot squeeze axis {k}: its size is {ds}, not 1"),
-                                    )
-                                    .with_secondary(a.pos[0].1, format!("this is {}", self.ty_str(&v.ty))),
-                                );
-                                return self.error_expr(span);
-                            }
-                            dims.remove(i);
-                            Some(i)
-                        }
-                        None => {
-                            dims.retain(|d| !d.is_one());
-                            None
-                        }
-                    }
-                };
-                let shape = dims.into_iter().map(ShapeItem::Dim).collect();
-                let attrs = Attrs { axis, ..Attrs::default() };
-                self.prim(p, vec![v], attrs, Type::Tensor(TensorTy::new(e, shape)), span)
-            }
-            Prim::Gather => {
-                self.check_named(name, a, &["axis"]);
-                if !self.arity(name, a, 2, 2, span) {
-                    return self.error_expr(span);
-                }
-                let Some((x, e, xs, idx, is)) = self.values_and_indices(cx, a, name) else {
-                    return self.error_expr(span);
-                };
-                let k = match self.named(a, "axis") {
-                    Some(x) => self.const_int(cx, x, "axis"),
-                    None => Some(0),
-                };
-                let Some(k) = k else { return self.error_expr(span) };
-                let Some(xd) = self.fixed_dims(&xs, a.pos[0].1, name) else { return self.error_expr(span) };
-                let axis_span = self.named(a, "axis").map_or(span, |x| x.span);
-                let Some(ax) = self.axis(k, xd.len(), axis_span, &x.ty) else { return self.error_expr(span) };
-                let mut shape: Vec<ShapeItem> = xd[..ax].iter().cloned().map(ShapeItem::Dim).collect();
-                shape.extend(is.iter().cloned());
-                shape.extend(xd[ax + 1..].iter().cloned().map(ShapeItem::Dim));
-                let attrs = Attrs { axis: Some(ax), ..Attrs::default() };
-                self.prim(p, vec![x, idx], attrs, Type::Tensor(TensorTy::new(e, shape)), span)
-            }
-            Prim::ScatterAdd => {
-                // scatter_add(upd, idx, n, axis: k): upd is [pre(k), idx.shape…, post] and the
-                // result is [pre, n, post]: the adjoint of gather along axis k.
-                self.check_named(name, a, &["axis"]);
-                if !self.arity(name, a, 3, 3, span) {
-                    return self.error_expr(span);
-                }
-                let Some((upd, e, us, idx, is)) = self.values_and_indices(cx, a, name) else {
-                    return self.error_expr(span);
-                };
-                let Some(n) = self.dim_args(cx, &a.pos[2..3], name) else { return self.error_expr(span) };
-                let k = match self.named(a, "axis") {
-                    Some(x) => self.const_int(cx, x, "axis"),
-                    None => Some(0),
-                };
-                let Some(k) = k else { return self.error_expr(span) };
-                let (Some(ud), Some(id)) =
-                    (self.fixed_dims(&us, a.pos[0].1, name), self.fixed_dims(&is, a.pos[1].1, name))
-                else {
-                    return self.error_expr(span);
-                };
-                let k = k.max(0) as usize;
-                if ud.len() < k + id.len() || ud[k..k + id.len()] != id[..] {
-                    let (us_s, is_s) = (self.ty_str(&upd.ty), self.ty_str(&idx.ty));
-                    self.error(
-                        Diagnostic::error(
-                            Code::E0306,
-                            span,
-                            format!("`scatter_add` updates {us_s} must hold the index shape of {is_s} at axis {k}"),
-                        )
-                        .with_secondary(a.pos[0].1, format!("this is {us_s}")),
-                    );
-                    return self.error_expr(span);
-                }
-                let mut dims: Vec<Dim> = ud[..k].to_vec();
-                dims.push(n[0].clone());
-                dims.extend(ud[k + id.len()..].iter().cloned());
-                let shape = dims.iter().cloned().map(ShapeItem::Dim).collect();
-                let attrs = Attrs { axis: Some(k), shape: dims, ..Attrs::default() };
-                self.prim(p, vec![upd, idx], attrs, Type::Tensor(TensorTy::new(e, shape)), span)
-            }
-            Prim::OneHot => {
-                self.check_named(name, a, &[]);
-                if !self.arity(name, a, 2, 2, span) {
-                    return self.error_expr(span);
-                }
-                let y = self.check_expr(cx, a.pos[0].0, None);
-                let y = self.materialise(y);
-                let Some((ye, ys)) = self.tensor_of(&y, a.pos[0].1, name) else { return self.error_expr(span) };
-                let ys = ys.clone();
-                if ye != Elem::T(ElemTy::I32) {
-                    self.error(Diagnostic::error(
-                        Code::E0303,
-                        a.pos[0].1,
-                        format!("`one_hot` needs i32 labels, found {}", ye.name()),
-                    ));
-                    return self.error_expr(span);
-                }
-                let Some(n) = self.dim_args(cx, &a.pos[1..2], name) else { return self.error_expr(span) };
-                let mut shape = ys;
-                shape.push(ShapeItem::Dim(n[0].clone()));
-                let et = Self::elem_from_expected(expected, ElemTy::F32);
-                let attrs = Attrs { shape: n, dtype: Some(et), ..Attrs::default() };
-                self.prim(p, vec![y], attrs, Type::Tensor(TensorTy::new(Elem::T(et), shape)), span)
-            }
+            Prim::ExpandDims | Prim::Squeeze => self.check_expand_dims(cx, p, a, span),
+            Prim::Gather => self.check_gather(cx, p, a, span),
+            Prim::ScatterAdd => self.check_scatter_add(cx, p, a, span),
+            Prim::OneHot => self.check_one_hot(cx, p, a, span, expected),
             Prim::Einsum => self.check_einsum(cx, a, span),
+            Prim::Cumsum => self.check_cumsum(cx, p, a, span),
             Prim::Zeros | Prim::Ones | Prim::Full | Prim::Arange | Prim::Eye => {
-                self.check_named(name, a, &[]);
-                let (vals, dims_from) = if p == Prim::Full {
-                    if !self.arity(name, a, 1, usize::MAX, span) {
-                        return self.error_expr(span);
-                    }
-                    (1, 1)
-                } else {
-                    (0, 0)
-                };
-                if matches!(p, Prim::Arange | Prim::Eye) && !self.arity(name, a, 1, 1, span) {
-                    return self.error_expr(span);
-                }
-                let Some(dims) = self.dim_args(cx, &a.pos[dims_from..], name) else { return self.error_expr(span) };
-                let default = if p == Prim::Arange { ElemTy::I32 } else { ElemTy::F32 };
-                let mut et = Self::elem_from_expected(expected, default);
-                let mut args = Vec::new();
-                if vals == 1 {
-                    let v = self.check_expr(
-                        cx,
-                        a.pos[0].0,
-                        expected
-                            .map(|t| match t {
-                                Type::Tensor(TensorTy { elem: e, .. }) => Type::tensor_of(*e, vec![]),
-                                t => t.clone(),
-                            })
-                            .as_ref(),
-                    );
-                    if let Type::Tensor(TensorTy { elem: e, shape: s, .. }) = &v.ty {
-                        if !s.is_empty() {
-                            let ts = self.ty_str(&v.ty);
-                            self.error(
-                                Diagnostic::error(
-                                    Code::E0305,
-                                    a.pos[0].1,
-                                    format!("`full` needs a scalar fill value, found {ts}"),
-                                )
-                                .with_help("to repeat a tensor, use `broadcast_to(x, [d, …])`"),
-                            );
-                            return self.error_expr(span);
-                        }
-                        if let Elem::T(t) = e {
-                            et = *t;
-                        }
-                    }
-                    let st = Type::scalar(et);
-                    args.push(self.coerce(v, &st, a.pos[0].1, "fill value"));
-                }
-                let shape_dims = if p == Prim::Eye { vec![dims[0].clone(), dims[0].clone()] } else { dims };
-                let shape = shape_dims.iter().cloned().map(ShapeItem::Dim).collect();
-                let attrs = Attrs { shape: shape_dims, dtype: Some(et), ..Attrs::default() };
-                self.prim(p, args, attrs, Type::Tensor(TensorTy::new(Elem::T(et), shape)), span)
+                self.check_zeros(cx, p, a, span, expected)
             }
             Prim::Normal | Prim::Uniform | Prim::HeNormal | Prim::GlorotUniform => {
-                self.check_named(name, a, &["seed"]);
-                if matches!(p, Prim::HeNormal | Prim::GlorotUniform) && !self.arity(name, a, 2, 2, span) {
-                    return self.error_expr(span);
-                }
-                let Some(dims) = self.dim_args(cx, &a.pos, name) else { return self.error_expr(span) };
-                let seed = self.seed_arg(cx, a, name, span);
-                let et = Self::elem_from_expected(expected, ElemTy::F32);
-                let et = if et.is_float() { et } else { ElemTy::F32 };
-                let shape = dims.iter().cloned().map(ShapeItem::Dim).collect();
-                let attrs = Attrs { shape: dims, dtype: Some(et), ..Attrs::default() };
-                self.prim(p, seed.into_iter().collect(), attrs, Type::Tensor(TensorTy::new(Elem::T(et), shape)), span)
+                self.check_normal(cx, p, a, span, expected)
             }
             Prim::Params => {
                 self.check_named(name, a, &[]);
@@ -830,124 +542,11 @@ impl Checker {
                 let ty = v.ty.clone();
                 self.prim(p, vec![v], Attrs::default(), ty, span)
             }
-            Prim::Print => {
-                self.check_named(name, a, &[]);
-                let mut vs = Vec::new();
-                for (e, s) in &a.pos {
-                    let v = self.check_expr(cx, e, None);
-                    if matches!(v.ty, Type::Fn(_) | Type::ModelType(_)) {
-                        self.error(Diagnostic::error(Code::E0304, *s, format!("cannot print {}", self.ty_str(&v.ty))));
-                    }
-                    vs.push(self.materialise(v));
-                }
-                self.prim(p, vs, Attrs::default(), Type::unit(), span)
-            }
-            Prim::Load => {
-                self.check_named(name, a, &[]);
-                if !self.arity(name, a, 1, 1, span) {
-                    return self.error_expr(span);
-                }
-                let path = self.check_expr(cx, a.pos[0].0, None);
-                if path.ty != Type::Str && !path.ty.has_error() {
-                    self.error(Diagnostic::error(Code::E0304, a.pos[0].1, "`load` needs a path string"));
-                }
-                let ty = match expected {
-                    Some(t @ Type::Tensor(TensorTy { elem: Elem::T(_), shape: s, .. }))
-                        if !s.iter().any(|i| matches!(i, ShapeItem::Rest(_))) =>
-                    {
-                        t.clone()
-                    }
-                    Some(t @ (Type::Model(..) | Type::ModelVar(_))) => t.clone(),
-                    _ => {
-                        self.error(
-                            Diagnostic::error(Code::E0323, span, "`load` needs a type annotation saying what it loads")
-                                .label("what shape and element type?")
-                                .with_help("write `let x: f32[N, 64] = load(\"…\")`; `N` is then bound at run time"),
-                        );
-                        Type::Error
-                    }
-                };
-                self.prim(p, vec![path], Attrs::default(), ty, span)
-            }
-            Prim::Save => {
-                self.check_named(name, a, &[]);
-                if !self.arity(name, a, 2, 2, span) {
-                    return self.error_expr(span);
-                }
-                let path = self.check_expr(cx, a.pos[0].0, None);
-                if path.ty != Type::Str && !path.ty.has_error() {
-                    self.error(Diagnostic::error(Code::E0304, a.pos[0].1, "`save` needs a path string"));
-                }
-                let v = self.check_expr(cx, a.pos[1].0, None);
-                let v = self.materialise(v);
-                if !matches!(v.ty, Type::Tensor(..) | Type::Model(..) | Type::ModelVar(_) | Type::Error) {
-                    self.error(Diagnostic::error(
-                        Code::E0304,
-                        a.pos[1].1,
-                        format!("cannot save {}", self.ty_str(&v.ty)),
-                    ));
-                }
-                self.prim(p, vec![path, v], Attrs::default(), Type::unit(), span)
-            }
-            Prim::Assert => {
-                self.check_named(name, a, &[]);
-                if !self.arity(name, a, 1, 2, span) {
-                    return self.error_expr(span);
-                }
-                let c = self.check_expr(cx, a.pos[0].0, None);
-                self.expect_bool(&c, a.pos[0].1, "`assert` condition");
-                let mut args = vec![c];
-                if let Some((e, s)) = a.pos.get(1) {
-                    let m = self.check_expr(cx, e, None);
-                    if m.ty != Type::Str && !m.ty.has_error() {
-                        self.error(Diagnostic::error(Code::E0304, *s, "`assert` message must be a string"));
-                    }
-                    args.push(m);
-                }
-                self.prim(p, args, Attrs::default(), Type::unit(), span)
-            }
-            Prim::AssertClose => {
-                self.check_named(name, a, &["rtol", "atol"]);
-                if !self.arity(name, a, 2, 2, span) {
-                    return self.error_expr(span);
-                }
-                let x = self.check_expr(cx, a.pos[0].0, None);
-                let y = self.check_expr(cx, a.pos[1].0, None);
-                let both = self.binary_op(ast::BinOp::Sub, x, y, span, a.pos[0].1, a.pos[1].1);
-                let (x, y) = match both.kind {
-                    ExprKind::Prim { mut args, .. } if args.len() == 2 => {
-                        let y = args.pop().unwrap();
-                        (args.pop().unwrap(), y)
-                    }
-                    _ => return self.error_expr(span),
-                };
-                let (x, y) = (self.materialise(x), self.materialise(y));
-                if let Type::Tensor(TensorTy { elem: e, .. }) = &x.ty {
-                    if !e.is_float() {
-                        self.error(Diagnostic::error(
-                            Code::E0318,
-                            span,
-                            "`assert_close` compares float tensors; use `assert(a == b)` for integers",
-                        ));
-                    }
-                }
-                let f64t = Type::scalar(ElemTy::F64);
-                let mut args = vec![x, y];
-                for (tol, default) in [("rtol", 1e-5), ("atol", 1e-6)] {
-                    let v = match self.named(a, tol) {
-                        Some(e) => {
-                            let v = self.check_expr(cx, e, Some(&f64t));
-                            self.coerce(v, &f64t, e.span, tol)
-                        }
-                        None => {
-                            let sid = self.span_id(span);
-                            mk(ExprKind::Lit(ir::Lit::Float(default)), f64t.clone(), sid)
-                        }
-                    };
-                    args.push(v);
-                }
-                self.prim(p, args, Attrs::default(), Type::unit(), span)
-            }
+            Prim::Print => self.check_print(cx, p, a, span),
+            Prim::Load => self.check_load(cx, p, a, span, expected),
+            Prim::Save => self.check_save(cx, p, a, span),
+            Prim::Assert => self.check_assert(cx, p, a, span),
+            Prim::AssertClose => self.check_assert_close(cx, p, a, span),
             _ => {
                 // Operators and casts never reach here: they have their own syntax.
                 self.error(Diagnostic::error(Code::E0325, span, format!("`{name}` cannot be called directly")));

@@ -555,7 +555,7 @@ fn placeholder_func(name: ir::Name, span: ir::SpanId) -> ir::Func {
         params: vec![],
         ret: Type::unit(),
         locals: vec![],
-        body: ir::Expr { kind: ExprKind::Tuple(vec![]), ty: Type::unit(), span },
+        body: ir::Expr { kind: ExprKind::Tuple(vec![]), ty: Type::unit(), span, id: crate::ir::ExprId::fresh() },
         annotations: vec![],
         span,
     }

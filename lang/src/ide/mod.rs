@@ -18,7 +18,7 @@ pub use syntax::{
 };
 
 use crate::check::Checked;
-use crate::ir::{dump::walk, ExprKind};
+use crate::ir::{walk::walk, ExprKind};
 use crate::source::{FileId, Span};
 use crate::types::{dim_str, shape_str};
 

@@ -179,7 +179,7 @@ impl Interp<'_> {
         next: &mut usize,
         frame: &mut Frame,
     ) -> R<Value> {
-        if leaves.get(*next).is_some_and(|l| std::ptr::eq(*l, e)) {
+        if leaves.get(*next).is_some_and(|l| l.id == e.id) {
             *next += 1;
             return Ok(vals[*next - 1].clone());
         }

@@ -52,17 +52,19 @@ pub struct Batches {
 impl Interp<'_> {
     /// Applies `e` to the values of some of its operands ([`operands`]), evaluated before by
     /// compiled code; the interpreter evaluates the others.
-    pub fn apply_node(&mut self, e: &Expr, preset: Vec<(&Expr, Value)>, frame: &mut Frame) -> R<Value> {
+    pub fn apply_node(&mut self, e: &Expr, preset: Vec<(crate::ir::ExprId, Value)>, frame: &mut Frame) -> R<Value> {
         self.with_preset(preset, e, |it| it.eval(e, frame))
     }
 
     /// Runs `f` with these operands' values preset; every one must be used (by the
     /// application of `e`).
-    pub fn with_preset<T>(&mut self, preset: Vec<(&Expr, Value)>, e: &Expr, f: impl FnOnce(&mut Self) -> R<T>) -> R<T> {
-        let outer = std::mem::replace(
-            &mut self.preset,
-            preset.into_iter().map(|(x, v)| (x as *const Expr as usize, v)).collect(),
-        );
+    pub fn with_preset<T>(
+        &mut self,
+        preset: Vec<(crate::ir::ExprId, Value)>,
+        e: &Expr,
+        f: impl FnOnce(&mut Self) -> R<T>,
+    ) -> R<T> {
+        let outer = std::mem::replace(&mut self.preset, preset);
         let r = f(self);
         let left = std::mem::replace(&mut self.preset, outer);
         if r.is_ok() && !left.is_empty() {
@@ -73,8 +75,7 @@ impl Interp<'_> {
 
     /// The value of `e` when compiled code preset it (taken: each preset value is used once).
     pub(crate) fn take_preset(&mut self, e: &Expr) -> Option<Value> {
-        let addr = e as *const Expr as usize;
-        let i = self.preset.iter().position(|(a, _)| *a == addr)?;
+        let i = self.preset.iter().position(|(a, _)| *a == e.id)?;
         Some(self.preset.swap_remove(i).1)
     }
 

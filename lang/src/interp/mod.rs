@@ -16,7 +16,7 @@ use crate::ir::{self, Expr, ExprKind, FnTarget, Lit, Local, Pat, Program, Stmt};
 use crate::source::Span;
 use crate::types::{Dim, FuncId, RestSym, ShapeItem, Sym, Type, TypeArg};
 pub use accel::{Accel, Region, RegionRun};
-use kernels::{DType, KernelError, Tensor};
+use kernels::{KernelError, Tensor};
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::PathBuf;
@@ -94,11 +94,11 @@ pub struct Interp<'p> {
     closure_dims: HashMap<Sym, i64>,
     /// A compiler that takes over trees of primitives (`--mode jit`); `None` interprets op by op.
     pub accel: Option<Box<dyn Accel + 'p>>,
-    /// Reads of locals that are their last (`ir::opt::last_uses`, at `-O2`), by expression
-    /// address: the value moves out of the frame there.
-    pub moves: std::collections::HashSet<usize>,
-    /// Values of operands that compiled code evaluated, by expression address (`host`).
-    preset: Vec<(usize, Value)>,
+    /// Reads of locals that are their last (`ir::opt::last_uses`, at `-O2`), by expression id:
+    /// the value moves out of the frame there.
+    pub moves: std::collections::HashSet<crate::ir::ExprId>,
+    /// Values of operands that compiled code evaluated, by expression id (`host`).
+    preset: Vec<(crate::ir::ExprId, Value)>,
 }
 
 impl<'p> Interp<'p> {
@@ -220,11 +220,7 @@ impl<'p> Interp<'p> {
             ExprKind::Local(l) => {
                 let slot = &mut frame.locals[l.0 as usize];
                 // A last use (`-O2`'s liveness) hands the value over instead of copying it.
-                let v = if !self.moves.is_empty() && self.moves.contains(&(e as *const Expr as usize)) {
-                    slot.take()
-                } else {
-                    slot.clone()
-                };
+                let v = if !self.moves.is_empty() && self.moves.contains(&e.id) { slot.take() } else { slot.clone() };
                 v.ok_or_else(|| rt(Code::E0605, "use of a variable before it has a value", self.span(e)))
             }
             ExprKind::Const(c) => {
@@ -627,43 +623,12 @@ fn stack_values(outs: Vec<Value>, span: Span) -> R<Value> {
     }
 }
 
-pub(crate) fn dtype_of(t: crate::types::ElemTy) -> DType {
-    use crate::types::ElemTy;
-    match t {
-        ElemTy::F32 | ElemTy::Bf16 | ElemTy::F16 => DType::F32,
-        ElemTy::F64 => DType::F64,
-        ElemTy::I32 => DType::I32,
-        ElemTy::Bool => DType::Bool,
-    }
-}
+pub(crate) use crate::ir::eval::dtype_of;
 
-fn lit_value(l: &Lit, ty: &Type) -> Value {
-    use crate::types::Elem;
-    let elem = match ty {
-        Type::Tensor(TensorTy { elem: e, .. }) => *e,
-        _ => Elem::WeakFloat,
-    };
+pub(crate) fn lit_value(l: &Lit, ty: &Type) -> Value {
     match l {
-        Lit::Bool(b) => Value::Tensor(Tensor::scalar_bool(*b)),
         Lit::Str(s) => Value::Str(s.as_str().into()),
-        Lit::Int(n) => Value::Tensor(match elem.materialise_weak_float() {
-            Some(t) => scalar_of(t, *n as f64),
-            None => Tensor::scalar_i32(*n as i32),
-        }),
-        Lit::Float(x) => Value::Tensor(match elem {
-            Elem::T(t) => scalar_of(t, *x),
-            _ => Tensor::scalar_f64(*x),
-        }),
-    }
-}
-
-/// A scalar of an element type, built directly (literals are evaluated in every loop iteration).
-fn scalar_of(t: crate::types::ElemTy, x: f64) -> Tensor {
-    match dtype_of(t) {
-        DType::F32 => Tensor::scalar_f32(x as f32),
-        DType::F64 => Tensor::scalar_f64(x),
-        DType::I32 => Tensor::scalar_i32(x as i32),
-        DType::Bool => Tensor::scalar_bool(x != 0.0),
+        _ => Value::Tensor(crate::ir::eval::lit_tensor(l, ty).unwrap_or_else(|| Tensor::scalar_bool(false))),
     }
 }
 

@@ -2,152 +2,19 @@
 //! primitive table.
 
 use super::value::{scalar_i64, ModelValue, Value};
-use super::{dtype_of, kerr, rt, Frame, Interp, R};
+use super::{kerr, rt, Frame, Interp, R};
 use crate::diag::Code;
+use crate::ir::eval::{binary_op, dtype_of, elementwise, reduce_op, unary_op, unify_dtypes};
 use crate::ir::{Attrs, Expr, Prim};
 use crate::source::Span;
 use crate::types::TensorTy;
 use crate::types::{ElemTy, Type};
-use kernels::ops::{self, BinaryOp, ReduceOp, SliceSpec, UnaryOp};
+use kernels::ops::{self, BinaryOp, SliceSpec};
 use kernels::{rng, DType, Tensor};
 use std::rc::Rc;
 
-fn unary_op(p: Prim) -> Option<UnaryOp> {
-    Some(match p {
-        Prim::Neg => UnaryOp::Neg,
-        Prim::Not => UnaryOp::Not,
-        Prim::Exp => UnaryOp::Exp,
-        Prim::Log => UnaryOp::Log,
-        Prim::Sqrt => UnaryOp::Sqrt,
-        Prim::Rsqrt => UnaryOp::Rsqrt,
-        Prim::Tanh => UnaryOp::Tanh,
-        Prim::Sigmoid => UnaryOp::Sigmoid,
-        Prim::Relu => UnaryOp::Relu,
-        Prim::Gelu => UnaryOp::Gelu,
-        Prim::Sin => UnaryOp::Sin,
-        Prim::Cos => UnaryOp::Cos,
-        Prim::Abs => UnaryOp::Abs,
-        Prim::Sign => UnaryOp::Sign,
-        Prim::Floor => UnaryOp::Floor,
-        _ => return None,
-    })
-}
-
-pub(crate) fn binary_op(p: Prim) -> Option<BinaryOp> {
-    Some(match p {
-        Prim::Add => BinaryOp::Add,
-        Prim::Sub => BinaryOp::Sub,
-        Prim::Mul => BinaryOp::Mul,
-        Prim::Div => BinaryOp::Div,
-        Prim::Rem => BinaryOp::Rem,
-        Prim::Pow => BinaryOp::Pow,
-        Prim::Maximum => BinaryOp::Max,
-        Prim::Minimum => BinaryOp::Min,
-        Prim::Eq => BinaryOp::Eq,
-        Prim::Ne => BinaryOp::Ne,
-        Prim::Lt => BinaryOp::Lt,
-        Prim::Le => BinaryOp::Le,
-        Prim::Gt => BinaryOp::Gt,
-        Prim::Ge => BinaryOp::Ge,
-        Prim::And => BinaryOp::And,
-        Prim::Or => BinaryOp::Or,
-        _ => return None,
-    })
-}
-
-/// Two tensors whose element types differ only because one came from a weak literal: the
-/// narrower one takes the other's type.
-fn unify_dtypes(a: Tensor, b: Tensor) -> (Tensor, Tensor) {
-    if a.dtype() == b.dtype() {
-        return (a, b);
-    }
-    let rank = |d: DType| match d {
-        DType::Bool => 0,
-        DType::I32 => 1,
-        DType::F32 => 2,
-        DType::F64 => 3,
-    };
-    // A scalar adapts to a tensor; otherwise the wider type wins.
-    if a.rank() == 0 && b.rank() > 0 {
-        let d = b.dtype();
-        return (a.cast(d), b);
-    }
-    if b.rank() == 0 && a.rank() > 0 {
-        let d = a.dtype();
-        return (a, b.cast(d));
-    }
-    if rank(a.dtype()) >= rank(b.dtype()) {
-        let d = a.dtype();
-        (a, b.cast(d))
-    } else {
-        let d = b.dtype();
-        (a.cast(d), b)
-    }
-}
-
 pub(crate) fn tensor_binary(op: BinaryOp, a: &Tensor, b: &Tensor, span: Span) -> R<Tensor> {
-    if let Some(t) = scalar_binary(op, a, b) {
-        return Ok(t);
-    }
-    let (a, b) = unify_dtypes(a.clone(), b.clone());
-    ops::binary(op, &a, &b).map_err(|e| kerr(e, span))
-}
-
-/// Host-code arithmetic on two scalars of one type, without going through a kernel (loop
-/// counters, accumulators). Integer division and remainder by zero take the kernel path, which
-/// reports the error.
-fn scalar_binary(op: BinaryOp, a: &Tensor, b: &Tensor) -> Option<Tensor> {
-    if a.rank() != 0 || b.rank() != 0 || a.dtype() != b.dtype() {
-        return None;
-    }
-    match a.dtype() {
-        DType::I32 => {
-            let (x, y) = (a.as_i32()?[0], b.as_i32()?[0]);
-            let v = match op {
-                BinaryOp::Add => x.wrapping_add(y),
-                BinaryOp::Sub => x.wrapping_sub(y),
-                BinaryOp::Mul => x.wrapping_mul(y),
-                BinaryOp::Div if y != 0 => x.wrapping_div(y),
-                BinaryOp::Rem if y != 0 => x.wrapping_rem(y),
-                BinaryOp::Max => x.max(y),
-                BinaryOp::Min => x.min(y),
-                BinaryOp::Eq => return Some(Tensor::scalar_bool(x == y)),
-                BinaryOp::Ne => return Some(Tensor::scalar_bool(x != y)),
-                BinaryOp::Lt => return Some(Tensor::scalar_bool(x < y)),
-                BinaryOp::Le => return Some(Tensor::scalar_bool(x <= y)),
-                BinaryOp::Gt => return Some(Tensor::scalar_bool(x > y)),
-                BinaryOp::Ge => return Some(Tensor::scalar_bool(x >= y)),
-                _ => return None,
-            };
-            Some(Tensor::scalar_i32(v))
-        }
-        DType::F32 => {
-            let (x, y) = (a.as_f32()?[0], b.as_f32()?[0]);
-            let v = match op {
-                BinaryOp::Add => x + y,
-                BinaryOp::Sub => x - y,
-                BinaryOp::Mul => x * y,
-                BinaryOp::Div => x / y,
-                BinaryOp::Lt => return Some(Tensor::scalar_bool(x < y)),
-                BinaryOp::Le => return Some(Tensor::scalar_bool(x <= y)),
-                BinaryOp::Gt => return Some(Tensor::scalar_bool(x > y)),
-                BinaryOp::Ge => return Some(Tensor::scalar_bool(x >= y)),
-                _ => return None,
-            };
-            Some(Tensor::scalar_f32(v))
-        }
-        _ => None,
-    }
-}
-
-fn reduce_op(p: Prim) -> Option<ReduceOp> {
-    Some(match p {
-        Prim::Sum => ReduceOp::Sum,
-        Prim::Mean => ReduceOp::Mean,
-        Prim::Max => ReduceOp::Max,
-        Prim::Min => ReduceOp::Min,
-        _ => return None,
-    })
+    crate::ir::eval::binary(op, a, b).map_err(|e| kerr(e, span))
 }
 
 fn t(v: &Value, span: Span) -> R<&Tensor> {
@@ -194,15 +61,10 @@ impl Interp<'_> {
             attrs
         };
         let k = |r: Result<Tensor, kernels::KernelError>| r.map(Value::Tensor).map_err(|e| kerr(e, span));
-        if let Some(op) = unary_op(p) {
-            let x = t(&args[0], span)?;
-            // A weak integer literal under a float function is computed in floating point.
-            let x = if x.dtype() == DType::I32 && !matches!(p, Prim::Neg | Prim::Abs | Prim::Sign | Prim::Relu) {
-                x.cast(DType::F64)
-            } else {
-                x.clone()
-            };
-            return k(ops::unary(op, &x));
+        if unary_op(p).is_some() {
+            if let Some(r) = elementwise(p, None, std::slice::from_ref(t(&args[0], span)?)) {
+                return k(r);
+            }
         }
         if let Some(op) = binary_op(p) {
             return self.binary(op, &args[0], &args[1], span);
@@ -216,18 +78,17 @@ impl Interp<'_> {
             Prim::Argmax => k(ops::argmax(t(&args[0], span)?, attrs.axis, attrs.keepdims)),
             Prim::Argmin => k(ops::argmin(t(&args[0], span)?, attrs.axis, attrs.keepdims)),
             Prim::Logsumexp => k(ops::logsumexp(t(&args[0], span)?, attrs.axis, attrs.keepdims)),
+            Prim::Cumsum => k(ops::cumsum(t(&args[0], span)?, attrs.axis.unwrap_or(0))),
             Prim::MatMul => {
                 let (a, b) = unify_dtypes(t(&args[0], span)?.clone(), t(&args[1], span)?.clone());
                 k(ops::matmul(&a, &b))
             }
-            Prim::Where => {
-                let c = t(&args[0], span)?;
-                let (a, b) = unify_dtypes(t(&args[1], span)?.clone(), t(&args[2], span)?.clone());
-                k(ops::where_(c, &a, &b))
-            }
-            Prim::Cast => {
-                let to = dtype_of(attrs.dtype.unwrap_or(ElemTy::F32));
-                k(Ok(t(&args[0], span)?.cast(to)))
+            Prim::Where | Prim::Cast => {
+                let ts = args.iter().map(|v| t(v, span).cloned()).collect::<R<Vec<_>>>()?;
+                match elementwise(p, attrs.dtype, &ts) {
+                    Some(r) => k(r),
+                    None => Err(rt(Code::E0605, format!("`{}` takes more operands", p.name()), span)),
+                }
             }
             Prim::Reshape => {
                 let shape = self.dims_usize(frame, &attrs.shape, span)?;

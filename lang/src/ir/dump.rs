@@ -1,5 +1,6 @@
 //! A stable text form of the typed IR (`msl check --emit ir`), used by golden tests.
 
+use super::walk::walk;
 use super::{Expr, ExprKind, FnTarget, Func, Lit, Pat, Program, Stmt};
 use crate::types::{dim_str, type_str, Type};
 use std::fmt::Write as _;
@@ -39,65 +40,6 @@ fn target_funcs(t: &FnTarget, out: &mut Vec<crate::types::FuncId>) {
         FnTarget::Func(f) => out.push(*f),
         FnTarget::Grad { inner, .. } | FnTarget::Vmap { inner, .. } => target_funcs(inner, out),
         FnTarget::Dynamic => {}
-    }
-}
-
-/// Calls `f` on every expression of a tree, parents first.
-pub fn walk<'e>(e: &'e Expr, f: &mut dyn FnMut(&'e Expr)) {
-    f(e);
-    match &e.kind {
-        ExprKind::Lit(_) | ExprKind::Local(_) | ExprKind::Const(_) | ExprKind::DimValue(_) | ExprKind::FuncRef(_) => {}
-        ExprKind::Closure { .. } => {}
-        ExprKind::Prim { args, .. } | ExprKind::Call { args, .. } | ExprKind::Tuple(args) => {
-            args.iter().for_each(|a| walk(a, f))
-        }
-        ExprKind::ModelBuild { fields } => fields.iter().for_each(|a| walk(a, f)),
-        ExprKind::CallValue { callee, args, .. } => {
-            walk(callee, f);
-            args.iter().for_each(|a| walk(a, f));
-        }
-        ExprKind::Transform { callee, .. } => walk(callee, f),
-        ExprKind::Jvp { callee, primals, tangents, .. } => {
-            walk(callee, f);
-            primals.iter().chain(tangents).for_each(|a| walk(a, f));
-        }
-        ExprKind::Vjp { callee, primals, .. } => {
-            walk(callee, f);
-            primals.iter().for_each(|a| walk(a, f));
-        }
-        ExprKind::TupleGet(a, _) | ExprKind::Field(a, _) | ExprKind::Return(a) => walk(a, f),
-        ExprKind::ModelInit { seed, .. } => walk(seed, f),
-        ExprKind::Block { stmts, result } => {
-            for s in stmts {
-                match s {
-                    Stmt::Let { value, .. } | Stmt::Assign { value, .. } | Stmt::Expr(value) => walk(value, f),
-                    Stmt::BindDims { .. } => {}
-                }
-            }
-            walk(result, f);
-        }
-        ExprKind::If { cond, then, els } => {
-            walk(cond, f);
-            walk(then, f);
-            walk(els, f);
-        }
-        ExprKind::ForRange { start, end, body, .. } => {
-            walk(start, f);
-            walk(end, f);
-            walk(body, f);
-        }
-        ExprKind::ForBatches { data, size, shuffle, body, .. } => {
-            data.iter().for_each(|a| walk(a, f));
-            walk(size, f);
-            if let Some(s) = shuffle {
-                walk(s, f);
-            }
-            walk(body, f);
-        }
-        ExprKind::While { cond, body } => {
-            walk(cond, f);
-            walk(body, f);
-        }
     }
 }
 

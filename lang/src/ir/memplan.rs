@@ -24,7 +24,7 @@
 //! sets' byte totals. The plan of a function counts its own buffers only: what a callee
 //! allocates is in the callee's plan.
 
-use super::opt::{liveness, Liveness};
+use super::opt::{liveness, Liveness, Point};
 use super::{Expr, ExprKind, FnTarget, Func, Local, Pat, Prim, Program, Stmt};
 use crate::types::TensorTy;
 use crate::types::{dim_str, Dim, Elem, ElemTy, FuncId, Names, ShapeItem, Sym, Type};
@@ -186,7 +186,7 @@ impl MemPlan {
 
 /// A function's name; a generated one is named after what generated it (`value_and_grad(loss)`).
 pub fn func_name(prog: &Program, f: FuncId) -> String {
-    use crate::autodiff::Mode;
+    use super::derived::Mode;
     let name = |f: FuncId| prog.funcs.get(f.0 as usize).map(|x| prog.names.get(x.name).to_string()).unwrap_or_default();
     let mut derived: Vec<(&(FuncId, Mode), &FuncId)> = prog.derived.funcs.iter().filter(|(_, d)| **d == f).collect();
     derived.sort_by_key(|((from, _), _)| *from);
@@ -243,7 +243,7 @@ pub fn reachable(prog: &Program, f: FuncId) -> Vec<FuncId> {
         i += 1;
         let Some(func) = prog.funcs.get(g.0 as usize) else { continue };
         let mut found = Vec::new();
-        super::dump::walk(&func.body, &mut |e| match &e.kind {
+        super::walk::walk(&func.body, &mut |e| match &e.kind {
             ExprKind::Call { func, .. } | ExprKind::FuncRef(func) => found.push(*func),
             ExprKind::CallValue { target, .. }
             | ExprKind::Transform { target, .. }
@@ -268,7 +268,7 @@ pub fn reachable(prog: &Program, f: FuncId) -> Vec<FuncId> {
 
 /// The functions a call target names: the generated function and the one it derives from.
 fn targets(prog: &Program, t: &FnTarget) -> Vec<FuncId> {
-    let mut out: Vec<FuncId> = crate::autodiff::target_func(prog, t).into_iter().collect();
+    let mut out: Vec<FuncId> = super::derived::target_func(prog, t).into_iter().collect();
     match t {
         FnTarget::Grad { inner, .. } | FnTarget::Vmap { inner, .. } => out.extend(targets(prog, inner)),
         FnTarget::Func(_) | FnTarget::Dynamic => {}
@@ -507,7 +507,7 @@ impl Planner<'_> {
             | ExprKind::FuncRef(_)
             | ExprKind::Closure { .. } => Res::none(),
             ExprKind::Local(l) => {
-                if self.live.last_reads.contains(&(e as *const Expr as usize)) {
+                if self.live.last_reads.contains(&e.id) {
                     self.bound.remove(l).unwrap_or_else(Res::none)
                 } else {
                     self.bound.get(l).cloned().unwrap_or_else(Res::none)
@@ -545,8 +545,8 @@ impl Planner<'_> {
             ExprKind::TupleGet(a, i) | ExprKind::Field(a, i) => self.eval(a).get(*i),
             ExprKind::ModelInit { seed, .. } => self.consume(&[&**seed], &e.ty),
             ExprKind::Block { stmts, result } => {
-                for s in stmts {
-                    self.stmt(s);
+                for (i, s) in stmts.iter().enumerate() {
+                    self.stmt(s, Point::AfterStmt(e.id, i));
                 }
                 self.eval(result)
             }
@@ -609,12 +609,12 @@ impl Planner<'_> {
     /// One iteration of a loop body: what is not live at the next iteration's head dies.
     fn iteration(&mut self, body: &Expr) {
         self.eval(body);
-        if let Some(set) = self.live.live_after.get(&(body as *const Expr as usize)) {
+        if let Some(set) = self.live.live_after.get(&Point::LoopEnd(body.id)) {
             self.bound.retain(|l, _| set.contains(l));
         }
     }
 
-    fn stmt(&mut self, s: &Stmt) {
+    fn stmt(&mut self, s: &Stmt, after: Point) {
         match s {
             Stmt::Let { pat, value } | Stmt::Assign { pat, value } => {
                 let r = self.eval(value);
@@ -628,7 +628,7 @@ impl Planner<'_> {
             }
             Stmt::BindDims { .. } => {}
         }
-        if let Some(set) = self.live.live_after.get(&(s as *const Stmt as usize)) {
+        if let Some(set) = self.live.live_after.get(&after) {
             self.bound.retain(|l, _| set.contains(l));
         }
     }

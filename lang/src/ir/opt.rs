@@ -5,15 +5,14 @@
 //! walk gives the static memory plan, `ir::memplan`, its live sets).
 //!
 //! Folding evaluates a scalar elementwise primitive whose operands are literals with the
-//! interpreter itself and keeps the result only when a literal of the expression's type makes
+//! interpreter's own kernels (`ir::eval`) and keeps the result only when a literal of the expression's type makes
 //! exactly that value (same element type, same bits), so folding never changes a result. CSE
 //! and dead-code removal are the autodiff pass's `simplify` (pure expressions only: no calls,
-//! random numbers or effects). The last uses are a set of expression addresses: the program
-//! must not move between [`last_uses`] and the run that uses them.
+//! random numbers or effects). The last uses are a set of expression ids (`ExprId`), so they
+//! stay true when the program moves in memory; a clone of a subtree has new ids.
 
 use super::prim::Class;
-use super::{Expr, ExprKind, Func, Lit, Local, Pat, Prim, Program, Stmt};
-use crate::interp::{Frame, Interp, Value};
+use super::{Expr, ExprId, ExprKind, Func, Lit, Local, Pat, Prim, Program, Stmt};
 use crate::types::TensorTy;
 use crate::types::Type;
 use kernels::{DType, Tensor};
@@ -33,7 +32,7 @@ pub struct OptReport {
 
 fn count(e: &Expr) -> usize {
     let mut n = 0;
-    super::dump::walk(e, &mut |_| n += 1);
+    super::walk::walk(e, &mut |_| n += 1);
     n
 }
 
@@ -41,29 +40,26 @@ fn count(e: &Expr) -> usize {
 pub fn optimize(prog: &mut Program) -> OptReport {
     let mut rep = OptReport::default();
     let mut funcs = std::mem::take(&mut prog.funcs);
-    {
-        let mut it = Interp::new(prog, Box::new(std::io::sink()));
-        for f in &mut funcs {
-            rep.nodes_before += count(&f.body);
-            rep.folded += fold(&mut it, f);
-            crate::autodiff::simplify::simplify_with(f, true);
-            rep.substituted += substitute(f);
-            rep.nodes_after += count(&f.body);
-        }
+    for f in &mut funcs {
+        rep.nodes_before += count(&f.body);
+        rep.folded += fold(f);
+        crate::ir::simplify::simplify_with(f, true);
+        rep.substituted += substitute(f);
+        rep.nodes_after += count(&f.body);
     }
     prog.funcs = funcs;
     rep
 }
 
 /// Folds literal-only scalar primitives of `f`, innermost first; returns how many.
-fn fold(it: &mut Interp, f: &mut Func) -> usize {
+fn fold(f: &mut Func) -> usize {
     let mut folded = 0;
     // Each sweep folds the primitives whose operands are already literals; nested constant
     // expressions fold from the inside out over successive sweeps.
     for _ in 0..16 {
         let mut changed = 0;
-        crate::autodiff::simplify::visit_mut(&mut f.body, &mut |e| {
-            if let Some(lit) = fold_one(it, e) {
+        crate::ir::walk::walk_mut(&mut f.body, &mut |e| {
+            if let Some(lit) = fold_one(e) {
                 e.kind = ExprKind::Lit(lit);
                 changed += 1;
             }
@@ -76,7 +72,7 @@ fn fold(it: &mut Interp, f: &mut Func) -> usize {
     folded
 }
 
-fn fold_one(it: &mut Interp, e: &Expr) -> Option<Lit> {
+fn fold_one(e: &Expr) -> Option<Lit> {
     let ExprKind::Prim { prim, args, .. } = &e.kind else { return None };
     let scalar = |t: &Type| matches!(t, Type::Tensor(TensorTy { shape: s, .. }) if s.is_empty());
     if prim.has_effect()
@@ -86,8 +82,13 @@ fn fold_one(it: &mut Interp, e: &Expr) -> Option<Lit> {
     {
         return None;
     }
-    let mut frame = Frame { locals: vec![], dims: HashMap::new(), rests: HashMap::new() };
-    let Ok(Value::Tensor(v)) = it.eval(e, &mut frame) else { return None };
+    let ExprKind::Prim { attrs, .. } = &e.kind else { return None };
+    let ins = args.iter().map(|a| match &a.kind {
+        ExprKind::Lit(l) => super::eval::lit_tensor(l, &a.ty),
+        _ => None,
+    });
+    let ins = ins.collect::<Option<Vec<_>>>()?;
+    let Some(Ok(v)) = super::eval::elementwise(*prim, attrs.dtype, &ins) else { return None };
     let lit = match v.dtype() {
         DType::F32 => Lit::Float(f64::from(v.as_f32()?[0])),
         DType::F64 => Lit::Float(v.as_f64()?[0]),
@@ -95,8 +96,7 @@ fn fold_one(it: &mut Interp, e: &Expr) -> Option<Lit> {
         DType::Bool => Lit::Bool(v.as_bool()?[0]),
     };
     // Keep the literal only if it evaluates to exactly this value (type and bits).
-    let back = Expr { kind: ExprKind::Lit(lit.clone()), ty: e.ty.clone(), span: e.span };
-    let Ok(Value::Tensor(w)) = it.eval(&back, &mut frame) else { return None };
+    let w = super::eval::lit_tensor(&lit, &e.ty)?;
     same_bits(&v, &w).then_some(lit)
 }
 
@@ -120,9 +120,9 @@ fn same_bits(a: &Tensor, b: &Tensor) -> bool {
 /// nothing they read is assigned anywhere in the function, so moving them changes no value, no
 /// error and no order of effects.
 fn substitute(f: &mut Func) -> usize {
-    let (reads, assigned) = crate::autodiff::simplify::reads_and_assigned(&f.body);
+    let (reads, assigned) = crate::ir::simplify::reads_and_assigned(&f.body);
     let mut n = 0;
-    crate::autodiff::simplify::visit_mut(&mut f.body, &mut |e| {
+    crate::ir::walk::walk_mut(&mut f.body, &mut |e| {
         let ExprKind::Block { stmts, result } = &mut e.kind else { return };
         let mut i = 0;
         while i < stmts.len() {
@@ -215,8 +215,8 @@ fn place(e: &mut Expr, l: Local, value: &mut Option<Expr>) {
 }
 
 /// The reads of locals after which the local is never read again (in any function of the
-/// program), by expression address. The interpreter moves those values out of the frame.
-pub fn last_uses(prog: &Program) -> HashSet<usize> {
+/// program), by expression id. The interpreter moves those values out of the frame.
+pub fn last_uses(prog: &Program) -> HashSet<ExprId> {
     let mut out = HashSet::new();
     for f in &prog.funcs {
         let mut live = HashSet::new();
@@ -225,15 +225,23 @@ pub fn last_uses(prog: &Program) -> HashSet<usize> {
     out
 }
 
+/// A point of a function body where liveness records the set of live locals.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Point {
+    /// After statement `i` of the block expression with this id.
+    AfterStmt(ExprId, usize),
+    /// At the end of the loop body with this id (the live set at the next iteration's head).
+    LoopEnd(ExprId),
+}
+
 /// The liveness of one function's locals, as the memory plan (`ir::memplan`) needs it.
 #[derive(Clone, Debug, Default)]
 pub struct Liveness {
     /// The reads that are a local's last ([`last_uses`] restricted to this function).
-    pub last_reads: HashSet<usize>,
-    /// The locals live after each statement (by the statement's address) and at the end of
-    /// each loop body (by the body expression's address, the live set at the next iteration's
-    /// head).
-    pub live_after: HashMap<usize, HashSet<Local>>,
+    pub last_reads: HashSet<ExprId>,
+    /// The locals live after each statement and at the end of each loop body (the live set
+    /// at the next iteration's head).
+    pub live_after: HashMap<Point, HashSet<Local>>,
 }
 
 /// The liveness of `f`'s locals: the same backward walk as [`last_uses`], also recording the
@@ -246,16 +254,16 @@ pub fn liveness(f: &Func) -> Liveness {
 }
 
 struct Live<'a> {
-    out: &'a mut HashSet<usize>,
+    out: &'a mut HashSet<ExprId>,
     /// Where to record the live set after each statement and at each loop body's end.
-    after: Option<&'a mut HashMap<usize, HashSet<Local>>>,
+    after: Option<&'a mut HashMap<Point, HashSet<Local>>>,
     /// False while iterating a loop to its fixpoint (only the last pass records).
     record: bool,
 }
 
 /// Every local read anywhere in `e` (closure captures and dim bindings included).
 fn uses(e: &Expr, live: &mut HashSet<Local>) {
-    super::dump::walk(e, &mut |x| match &x.kind {
+    super::walk::walk(e, &mut |x| match &x.kind {
         ExprKind::Local(l) => {
             live.insert(*l);
         }
@@ -278,7 +286,7 @@ impl Live<'_> {
         match &e.kind {
             ExprKind::Local(l) => {
                 if self.record && !live.contains(l) {
-                    self.out.insert(e as *const Expr as usize);
+                    self.out.insert(e.id);
                 }
                 live.insert(*l);
             }
@@ -297,10 +305,10 @@ impl Live<'_> {
             }
             ExprKind::Block { stmts, result } => {
                 self.expr(result, live);
-                for s in stmts.iter().rev() {
+                for (i, s) in stmts.iter().enumerate().rev() {
                     if self.record {
                         if let Some(after) = self.after.as_deref_mut() {
-                            after.insert(s as *const Stmt as usize, live.clone());
+                            after.insert(Point::AfterStmt(e.id, i), live.clone());
                         }
                     }
                     match s {
@@ -372,7 +380,7 @@ impl Live<'_> {
     ) -> HashSet<Local> {
         if self.record {
             if let Some(at_end) = self.after.as_deref_mut() {
-                at_end.insert(body as *const Expr as usize, head.clone());
+                at_end.insert(Point::LoopEnd(body.id), head.clone());
             }
         }
         let mut b = head.clone();

@@ -4,91 +4,126 @@
 //! derivative rules in the autodiff pass; all match on `Prim` exhaustively, so adding a
 //! primitive is one entry here plus one arm in each of those tables.
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Prim {
+/// Declares the primitives: the enum, every variant in `Prim::ALL`, each one's name, and
+/// whether users call it by that name (operators, casts and slices have their own syntax).
+macro_rules! prims {
+    ($($(#[$m:meta])* $v:ident : $name:literal $kind:ident,)*) => {
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum Prim {
+            $($(#[$m])* $v,)*
+        }
+
+        impl Prim {
+            /// Every primitive, in declaration order.
+            pub const ALL: &'static [Prim] = &[$(Prim::$v,)*];
+
+            /// The primitive's name: the builtin users call, or the operator's name in messages.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Prim::$v => $name,)*
+                }
+            }
+
+            /// True for builtins called by name; false for operators and internal primitives.
+            pub fn callable(self) -> bool {
+                match self {
+                    $(Prim::$v => prims!(@callable $kind),)*
+                }
+            }
+        }
+    };
+    (@callable callable) => { true };
+    (@callable internal) => { false };
+}
+
+prims! {
     // Operators.
-    Neg,
-    Not,
-    Add,
-    Sub,
-    Mul,
-    Div,
-    Rem,
-    Pow,
-    MatMul,
-    Eq,
-    Ne,
-    Lt,
-    Le,
-    Gt,
-    Ge,
-    And,
-    Or,
+    Neg: "neg" internal,
+    Not: "not" internal,
+    Add: "add" internal,
+    Sub: "sub" internal,
+    Mul: "mul" internal,
+    Div: "div" internal,
+    Rem: "rem" internal,
+    Pow: "pow" callable,
+    MatMul: "matmul" internal,
+    Eq: "eq" internal,
+    Ne: "ne" internal,
+    Lt: "lt" internal,
+    Le: "le" internal,
+    Gt: "gt" internal,
+    Ge: "ge" internal,
+    And: "and" internal,
+    Or: "or" internal,
     // Elementwise functions.
-    Exp,
-    Log,
-    Sqrt,
-    Rsqrt,
-    Tanh,
-    Sigmoid,
-    Relu,
-    Gelu,
-    Sin,
-    Cos,
-    Abs,
-    Sign,
-    Floor,
-    Maximum,
-    Minimum,
-    Where,
-    Cast,
+    Exp: "exp" callable,
+    Log: "log" callable,
+    Sqrt: "sqrt" callable,
+    Rsqrt: "rsqrt" callable,
+    Tanh: "tanh" callable,
+    Sigmoid: "sigmoid" callable,
+    Relu: "relu" callable,
+    Gelu: "gelu" callable,
+    /// The error function; `gelu(x, approximate: false)` is built on it.
+    Erf: "erf" callable,
+    Sin: "sin" callable,
+    Cos: "cos" callable,
+    Abs: "abs" callable,
+    Sign: "sign" callable,
+    Floor: "floor" callable,
+    Maximum: "maximum" callable,
+    Minimum: "minimum" callable,
+    Where: "where" callable,
+    Cast: "cast" internal,
     // Reductions (attrs.axis, attrs.keepdims).
-    Sum,
-    Mean,
-    Max,
-    Min,
-    Argmax,
-    Argmin,
-    Logsumexp,
+    Sum: "sum" callable,
+    Mean: "mean" callable,
+    Max: "max" callable,
+    Min: "min" callable,
+    Argmax: "argmax" callable,
+    Argmin: "argmin" callable,
+    Logsumexp: "logsumexp" callable,
+    /// `cumsum(x, axis: k)`: running sums along one axis (the shape is kept).
+    Cumsum: "cumsum" callable,
     // Shape (attrs.shape / attrs.perm / attrs.axis).
-    Reshape,
-    Transpose,
-    Permute,
-    Concat,
-    Stack,
-    ExpandDims,
-    Squeeze,
-    BroadcastTo,
-    Gather,
-    OneHot,
-    Einsum,
+    Reshape: "reshape" callable,
+    Transpose: "transpose" callable,
+    Permute: "permute" callable,
+    Concat: "concat" callable,
+    Stack: "stack" callable,
+    ExpandDims: "expand_dims" callable,
+    Squeeze: "squeeze" callable,
+    BroadcastTo: "broadcast_to" callable,
+    Gather: "gather" callable,
+    OneHot: "one_hot" callable,
+    Einsum: "einsum" callable,
     /// `x[i, a:b, :]`: attrs.perm encodes each entry (0 index, 1 range, 2 full); the
     /// arguments after `x` are the index values and range bounds in order.
-    Slice,
+    Slice: "slice" internal,
     /// `scatter_add(upd, idx, n, axis: k)`, the adjoint of `gather`: zeros of the result shape
     /// (`attrs.shape`) with `upd` added at the indices `idx` along axis `k`.
-    ScatterAdd,
+    ScatterAdd: "scatter_add" callable,
     // Creation (attrs.shape, attrs.dtype; random ones take an optional seed argument).
-    Zeros,
-    Ones,
-    Full,
-    Arange,
-    Eye,
-    Normal,
-    Uniform,
-    HeNormal,
-    GlorotUniform,
+    Zeros: "zeros" callable,
+    Ones: "ones" callable,
+    Full: "full" callable,
+    Arange: "arange" callable,
+    Eye: "eye" callable,
+    Normal: "normal" callable,
+    Uniform: "uniform" callable,
+    HeNormal: "he_normal" callable,
+    GlorotUniform: "glorot_uniform" callable,
     // Models.
-    Params,
-    Map,
+    Params: "params" callable,
+    Map: "map" callable,
     // Differentiation.
-    StopGradient,
+    StopGradient: "stop_gradient" callable,
     // I/O and testing.
-    Print,
-    Load,
-    Save,
-    Assert,
-    AssertClose,
+    Print: "print" callable,
+    Load: "load" callable,
+    Save: "save" callable,
+    Assert: "assert" callable,
+    AssertClose: "assert_close" callable,
 }
 
 /// How the checker treats a primitive's arguments.
@@ -101,150 +136,16 @@ pub enum Class {
 }
 
 impl Prim {
-    /// The builtin name users call, for function-style primitives.
+    /// The primitive a builtin name calls, for function-style primitives.
     pub fn from_name(name: &str) -> Option<Prim> {
-        use Prim::*;
-        Some(match name {
-            "exp" => Exp,
-            "log" => Log,
-            "sqrt" => Sqrt,
-            "rsqrt" => Rsqrt,
-            "tanh" => Tanh,
-            "sigmoid" => Sigmoid,
-            "relu" => Relu,
-            "gelu" => Gelu,
-            "sin" => Sin,
-            "cos" => Cos,
-            "abs" => Abs,
-            "sign" => Sign,
-            "floor" => Floor,
-            "pow" => Pow,
-            "maximum" => Maximum,
-            "minimum" => Minimum,
-            "where" => Where,
-            "sum" => Sum,
-            "mean" => Mean,
-            "max" => Max,
-            "min" => Min,
-            "argmax" => Argmax,
-            "argmin" => Argmin,
-            "logsumexp" => Logsumexp,
-            "reshape" => Reshape,
-            "transpose" => Transpose,
-            "permute" => Permute,
-            "concat" => Concat,
-            "stack" => Stack,
-            "expand_dims" => ExpandDims,
-            "squeeze" => Squeeze,
-            "broadcast_to" => BroadcastTo,
-            "gather" => Gather,
-            "scatter_add" => ScatterAdd,
-            "one_hot" => OneHot,
-            "einsum" => Einsum,
-            "zeros" => Zeros,
-            "ones" => Ones,
-            "full" => Full,
-            "arange" => Arange,
-            "eye" => Eye,
-            "normal" => Normal,
-            "uniform" => Uniform,
-            "he_normal" => HeNormal,
-            "glorot_uniform" => GlorotUniform,
-            "params" => Params,
-            "map" => Map,
-            "stop_gradient" => StopGradient,
-            "print" => Print,
-            "load" => Load,
-            "save" => Save,
-            "assert" => Assert,
-            "assert_close" => AssertClose,
-            _ => return None,
-        })
-    }
-
-    pub fn name(self) -> &'static str {
-        use Prim::*;
-        match self {
-            Neg => "neg",
-            Not => "not",
-            Add => "add",
-            Sub => "sub",
-            Mul => "mul",
-            Div => "div",
-            Rem => "rem",
-            Pow => "pow",
-            MatMul => "matmul",
-            Eq => "eq",
-            Ne => "ne",
-            Lt => "lt",
-            Le => "le",
-            Gt => "gt",
-            Ge => "ge",
-            And => "and",
-            Or => "or",
-            Exp => "exp",
-            Log => "log",
-            Sqrt => "sqrt",
-            Rsqrt => "rsqrt",
-            Tanh => "tanh",
-            Sigmoid => "sigmoid",
-            Relu => "relu",
-            Gelu => "gelu",
-            Sin => "sin",
-            Cos => "cos",
-            Abs => "abs",
-            Sign => "sign",
-            Floor => "floor",
-            Maximum => "maximum",
-            Minimum => "minimum",
-            Where => "where",
-            Cast => "cast",
-            Sum => "sum",
-            Mean => "mean",
-            Max => "max",
-            Min => "min",
-            Argmax => "argmax",
-            Argmin => "argmin",
-            Logsumexp => "logsumexp",
-            Reshape => "reshape",
-            Transpose => "transpose",
-            Permute => "permute",
-            Concat => "concat",
-            Stack => "stack",
-            ExpandDims => "expand_dims",
-            Squeeze => "squeeze",
-            BroadcastTo => "broadcast_to",
-            Gather => "gather",
-            OneHot => "one_hot",
-            Einsum => "einsum",
-            Slice => "slice",
-            ScatterAdd => "scatter_add",
-            Zeros => "zeros",
-            Ones => "ones",
-            Full => "full",
-            Arange => "arange",
-            Eye => "eye",
-            Normal => "normal",
-            Uniform => "uniform",
-            HeNormal => "he_normal",
-            GlorotUniform => "glorot_uniform",
-            Params => "params",
-            Map => "map",
-            StopGradient => "stop_gradient",
-            Print => "print",
-            Load => "load",
-            Save => "save",
-            Assert => "assert",
-            AssertClose => "assert_close",
-        }
+        Prim::ALL.iter().copied().find(|p| p.callable() && p.name() == name)
     }
 
     pub fn class(self) -> Class {
         use Prim::*;
         match self {
-            Neg | Not | Exp | Log | Sqrt | Rsqrt | Tanh | Sigmoid | Relu | Gelu | Sin | Cos | Abs | Sign | Floor => {
-                Class::Unary
-            }
+            Neg | Not | Exp | Log | Sqrt | Rsqrt | Tanh | Sigmoid | Relu | Gelu | Erf | Sin | Cos | Abs | Sign
+            | Floor => Class::Unary,
             Add | Sub | Mul | Div | Rem | Pow | Eq | Ne | Lt | Le | Gt | Ge | And | Or | Maximum | Minimum => {
                 Class::Binary
             }
@@ -271,73 +172,14 @@ impl Prim {
         matches!(self, Prim::Print | Prim::Load | Prim::Save | Prim::Assert | Prim::AssertClose)
     }
 
-    /// Every builtin name callable as a function (for "did you mean" suggestions and completion).
+    /// Every builtin name callable as a function (for "did you mean" suggestions and completion):
+    /// the callable primitives, then the special forms the checker handles itself.
     pub fn builtin_names() -> &'static [&'static str] {
-        &[
-            "exp",
-            "log",
-            "sqrt",
-            "rsqrt",
-            "tanh",
-            "sigmoid",
-            "relu",
-            "gelu",
-            "sin",
-            "cos",
-            "abs",
-            "sign",
-            "floor",
-            "pow",
-            "maximum",
-            "minimum",
-            "where",
-            "sum",
-            "mean",
-            "max",
-            "min",
-            "argmax",
-            "argmin",
-            "logsumexp",
-            "reshape",
-            "transpose",
-            "permute",
-            "concat",
-            "stack",
-            "expand_dims",
-            "squeeze",
-            "broadcast_to",
-            "gather",
-            "scatter_add",
-            "one_hot",
-            "einsum",
-            "zeros",
-            "ones",
-            "full",
-            "arange",
-            "eye",
-            "normal",
-            "uniform",
-            "he_normal",
-            "glorot_uniform",
-            "params",
-            "map",
-            "stop_gradient",
-            "print",
-            "load",
-            "save",
-            "assert",
-            "assert_close",
-            "init",
-            "grad",
-            "value_and_grad",
-            "jvp",
-            "vjp",
-            "vmap",
-            "batches",
-            "f32",
-            "f64",
-            "i32",
-            "bool",
-        ]
+        static NAMES: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+        NAMES.get_or_init(|| {
+            let special =
+                ["init", "grad", "value_and_grad", "jvp", "vjp", "vmap", "batches", "f32", "f64", "i32", "bool"];
+            Prim::ALL.iter().filter(|p| p.callable()).map(|p| p.name()).chain(special).collect()
+        })
     }
 }

@@ -147,7 +147,7 @@ impl Printer<'_> {
 
     fn assigned(&self, l: Local) -> bool {
         let mut found = false;
-        super::dump::walk(&self.f.body, &mut |e| {
+        super::walk::walk(&self.f.body, &mut |e| {
             if let ExprKind::Block { stmts, .. } = &e.kind {
                 for s in stmts {
                     if let Stmt::Assign { pat, .. } = s {

@@ -1,7 +1,7 @@
 //! The IR verifier: structural invariants every pass must keep. Run after checking and after
 //! every transform; a violation is a compiler bug, reported as a message, never a panic.
 
-use super::{dump::walk, Expr, ExprKind, Program, Stmt};
+use super::{walk::walk, Expr, ExprKind, Program, Stmt};
 use crate::types::Type;
 
 /// Checks the invariants of a whole program; returns the violations found.

@@ -1,7 +1,8 @@
 //! Clean-up of generated functions: common subexpressions are shared and values nobody reads
 //! are dropped (dead-code removal), so derivatives stay small and readable.
 
-use crate::ir::{dump::walk, Expr, ExprKind, Func, Local, Pat, Stmt};
+use super::walk::{walk, walk_mut};
+use super::{Expr, ExprKind, Func, Local, Pat, Stmt};
 use crate::types::TensorTy;
 use std::collections::{HashMap, HashSet};
 
@@ -44,7 +45,7 @@ fn operand_transposes(f: &mut Func) {
         let ExprKind::Prim { prim: crate::ir::Prim::MatMul, args, .. } = &value.kind else { return None };
         args.iter().position(|a| matches!(a.kind, ExprKind::Local(x) if x == l))
     };
-    visit_mut(&mut f.body, &mut |e| {
+    walk_mut(&mut f.body, &mut |e| {
         let ExprKind::Block { stmts, .. } = &mut e.kind else { return };
         let mut i = 0;
         while i < stmts.len() {
@@ -184,70 +185,13 @@ fn rename(e: &mut Expr, renames: &HashMap<Local, Local>) {
     if renames.is_empty() {
         return;
     }
-    visit_mut(e, &mut |x| {
+    walk_mut(e, &mut |x| {
         if let ExprKind::Local(l) = &mut x.kind {
             if let Some(n) = renames.get(l) {
                 *l = *n;
             }
         }
     });
-}
-
-pub(crate) fn visit_mut(e: &mut Expr, f: &mut dyn FnMut(&mut Expr)) {
-    f(e);
-    match &mut e.kind {
-        ExprKind::Prim { args, .. } | ExprKind::Call { args, .. } | ExprKind::Tuple(args) => {
-            args.iter_mut().for_each(|a| visit_mut(a, f))
-        }
-        ExprKind::ModelBuild { fields } => fields.iter_mut().for_each(|a| visit_mut(a, f)),
-        ExprKind::CallValue { callee, args, .. } => {
-            visit_mut(callee, f);
-            args.iter_mut().for_each(|a| visit_mut(a, f));
-        }
-        ExprKind::Transform { callee, .. } => visit_mut(callee, f),
-        ExprKind::Jvp { callee, primals, tangents, .. } => {
-            visit_mut(callee, f);
-            primals.iter_mut().chain(tangents.iter_mut()).for_each(|a| visit_mut(a, f));
-        }
-        ExprKind::Vjp { callee, primals, .. } => {
-            visit_mut(callee, f);
-            primals.iter_mut().for_each(|a| visit_mut(a, f));
-        }
-        ExprKind::TupleGet(a, _) | ExprKind::Field(a, _) | ExprKind::Return(a) => visit_mut(a, f),
-        ExprKind::ModelInit { seed, .. } => visit_mut(seed, f),
-        ExprKind::Block { stmts, result } => {
-            for s in stmts {
-                match s {
-                    Stmt::Let { value, .. } | Stmt::Assign { value, .. } | Stmt::Expr(value) => visit_mut(value, f),
-                    Stmt::BindDims { .. } => {}
-                }
-            }
-            visit_mut(result, f);
-        }
-        ExprKind::If { cond, then, els } => {
-            visit_mut(cond, f);
-            visit_mut(then, f);
-            visit_mut(els, f);
-        }
-        ExprKind::ForRange { start, end, body, .. } => {
-            visit_mut(start, f);
-            visit_mut(end, f);
-            visit_mut(body, f);
-        }
-        ExprKind::ForBatches { data, size, shuffle, body, .. } => {
-            data.iter_mut().for_each(|a| visit_mut(a, f));
-            visit_mut(size, f);
-            if let Some(s) = shuffle {
-                visit_mut(s, f);
-            }
-            visit_mut(body, f);
-        }
-        ExprKind::While { cond, body } => {
-            visit_mut(cond, f);
-            visit_mut(body, f);
-        }
-        _ => {}
-    }
 }
 
 /// `s` without the numbers of its `SpanId(…)`s.
@@ -336,7 +280,7 @@ fn cse(
 /// program reports the same errors at every level.
 fn dce(e: &mut Expr, used: &HashSet<Local>, keep_errors: bool) -> bool {
     let mut changed = false;
-    visit_mut(e, &mut |x| {
+    walk_mut(e, &mut |x| {
         if let ExprKind::Block { stmts, .. } = &mut x.kind {
             let before = stmts.len();
             stmts.retain(|s| match s {

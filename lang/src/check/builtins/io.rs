@@ -1,0 +1,136 @@
+//! Shape rules of the I/O and testing builtins: `print`, `load`, `save`, `assert`, `assert_close`.
+
+use super::*;
+
+impl Checker {
+    pub(super) fn check_print(&mut self, cx: &mut FnCx, p: Prim, a: &Args, span: Span) -> ir::Expr {
+        let name = p.name();
+        self.check_named(name, a, &[]);
+        let mut vs = Vec::new();
+        for (e, s) in &a.pos {
+            let v = self.check_expr(cx, e, None);
+            if matches!(v.ty, Type::Fn(_) | Type::ModelType(_)) {
+                self.error(Diagnostic::error(Code::E0304, *s, format!("cannot print {}", self.ty_str(&v.ty))));
+            }
+            vs.push(self.materialise(v));
+        }
+        self.prim(p, vs, Attrs::default(), Type::unit(), span)
+    }
+
+    pub(super) fn check_load(
+        &mut self,
+        cx: &mut FnCx,
+        p: Prim,
+        a: &Args,
+        span: Span,
+        expected: Option<&Type>,
+    ) -> ir::Expr {
+        let name = p.name();
+        self.check_named(name, a, &[]);
+        if !self.arity(name, a, 1, 1, span) {
+            return self.error_expr(span);
+        }
+        let path = self.check_expr(cx, a.pos[0].0, None);
+        if path.ty != Type::Str && !path.ty.has_error() {
+            self.error(Diagnostic::error(Code::E0304, a.pos[0].1, "`load` needs a path string"));
+        }
+        let ty = match expected {
+            Some(t @ Type::Tensor(TensorTy { elem: Elem::T(_), shape: s, .. }))
+                if !s.iter().any(|i| matches!(i, ShapeItem::Rest(_))) =>
+            {
+                t.clone()
+            }
+            Some(t @ (Type::Model(..) | Type::ModelVar(_))) => t.clone(),
+            _ => {
+                self.error(
+                    Diagnostic::error(Code::E0323, span, "`load` needs a type annotation saying what it loads")
+                        .label("what shape and element type?")
+                        .with_help("write `let x: f32[N, 64] = load(\"…\")`; `N` is then bound at run time"),
+                );
+                Type::Error
+            }
+        };
+        self.prim(p, vec![path], Attrs::default(), ty, span)
+    }
+
+    pub(super) fn check_save(&mut self, cx: &mut FnCx, p: Prim, a: &Args, span: Span) -> ir::Expr {
+        let name = p.name();
+        self.check_named(name, a, &[]);
+        if !self.arity(name, a, 2, 2, span) {
+            return self.error_expr(span);
+        }
+        let path = self.check_expr(cx, a.pos[0].0, None);
+        if path.ty != Type::Str && !path.ty.has_error() {
+            self.error(Diagnostic::error(Code::E0304, a.pos[0].1, "`save` needs a path string"));
+        }
+        let v = self.check_expr(cx, a.pos[1].0, None);
+        let v = self.materialise(v);
+        if !matches!(v.ty, Type::Tensor(..) | Type::Model(..) | Type::ModelVar(_) | Type::Error) {
+            self.error(Diagnostic::error(Code::E0304, a.pos[1].1, format!("cannot save {}", self.ty_str(&v.ty))));
+        }
+        self.prim(p, vec![path, v], Attrs::default(), Type::unit(), span)
+    }
+
+    pub(super) fn check_assert(&mut self, cx: &mut FnCx, p: Prim, a: &Args, span: Span) -> ir::Expr {
+        let name = p.name();
+        self.check_named(name, a, &[]);
+        if !self.arity(name, a, 1, 2, span) {
+            return self.error_expr(span);
+        }
+        let c = self.check_expr(cx, a.pos[0].0, None);
+        self.expect_bool(&c, a.pos[0].1, "`assert` condition");
+        let mut args = vec![c];
+        if let Some((e, s)) = a.pos.get(1) {
+            let m = self.check_expr(cx, e, None);
+            if m.ty != Type::Str && !m.ty.has_error() {
+                self.error(Diagnostic::error(Code::E0304, *s, "`assert` message must be a string"));
+            }
+            args.push(m);
+        }
+        self.prim(p, args, Attrs::default(), Type::unit(), span)
+    }
+
+    pub(super) fn check_assert_close(&mut self, cx: &mut FnCx, p: Prim, a: &Args, span: Span) -> ir::Expr {
+        let name = p.name();
+        self.check_named(name, a, &["rtol", "atol"]);
+        if !self.arity(name, a, 2, 2, span) {
+            return self.error_expr(span);
+        }
+        let x = self.check_expr(cx, a.pos[0].0, None);
+        let y = self.check_expr(cx, a.pos[1].0, None);
+        let both = self.binary_op(ast::BinOp::Sub, x, y, span, a.pos[0].1, a.pos[1].1);
+        let (x, y) = match both.kind {
+            ExprKind::Prim { mut args, .. } if args.len() == 2 => {
+                let y = args.pop().unwrap();
+                (args.pop().unwrap(), y)
+            }
+            _ => return self.error_expr(span),
+        };
+        let (x, y) = (self.materialise(x), self.materialise(y));
+        if let Type::Tensor(TensorTy { elem: e, .. }) = &x.ty {
+            if !e.is_float() {
+                self.error(Diagnostic::error(
+                    Code::E0318,
+                    span,
+                    "`assert_close` compares float tensors; use `assert(a == b)` for integers",
+                ));
+            }
+        }
+        let f64t = Type::scalar(ElemTy::F64);
+        let mut args = vec![x, y];
+        for (tol, default) in [("rtol", 1e-5), ("atol", 1e-6)] {
+            let v = match self.named(a, tol) {
+                Some(e) => {
+                    let v = self.check_expr(cx, e, Some(&f64t));
+                    self.coerce(v, &f64t, e.span, tol)
+                }
+                None => {
+                    let sid = self.span_id(span);
+                    mk(ExprKind::Lit(ir::Lit::Float(default)), f64t.clone(), sid)
+                }
+            };
+            args.push(v);
+        }
+        self.prim(p, args, Attrs::default(), Type::unit(), span)
+    }
+}

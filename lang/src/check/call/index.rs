@@ -1,0 +1,221 @@
+//! Indexing and slicing: `x[i]`, `x[a:b, :]`, with static bounds checks where the sizes are known.
+
+use super::*;
+
+impl Checker {
+    pub(crate) fn check_index(
+        &mut self,
+        cx: &mut FnCx,
+        base: &ast::Expr,
+        args: &[ast::IndexArg],
+        span: Span,
+        _expected: Option<&Type>,
+    ) -> ir::Expr {
+        // `Model[…]` as a type value.
+        let model = match &base.kind {
+            ast::ExprKind::Name(n) if cx.lookup(n).is_none() => match self.scopes[cx.module.0 as usize].get(n) {
+                Some(ItemRef::Model(id)) => Some(*id),
+                _ => None,
+            },
+            ast::ExprKind::Field(b, f) => match &b.kind {
+                ast::ExprKind::Name(n) if cx.lookup(n).is_none() => match self.scopes[cx.module.0 as usize].get(n) {
+                    Some(ItemRef::Module(m)) => match self.scopes[m.0 as usize].get(&f.name) {
+                        Some(ItemRef::Model(id)) => Some(*id),
+                        _ => None,
+                    },
+                    _ => None,
+                },
+                _ => None,
+            },
+            _ => None,
+        };
+        if let Some(id) = model {
+            let dim_args: Vec<ast::DimArg> = args
+                .iter()
+                .map(|a| match a {
+                    ast::IndexArg::Expr(e) => expr_to_dim_arg(e),
+                    ast::IndexArg::Slice { span, .. } => {
+                        ast::DimArg::Dim { dim: ast::DimExpr { kind: ast::DimKind::Error, span: *span }, shard: None }
+                    }
+                })
+                .collect();
+            let mut env = self.env_of(cx);
+            let t = self.model_type_from_args(cx.module, id, Some(&dim_args), &mut env, span);
+            let s = self.span_id(span);
+            return mk(ExprKind::Tuple(vec![]), Type::ModelType(Box::new(t)), s);
+        }
+        let x = self.check_expr(cx, base, None);
+        let (elem, shape) = match &x.ty {
+            Type::Tensor(TensorTy { elem: e, shape: s, .. }) => (*e, s.clone()),
+            Type::Error => return self.error_expr(span),
+            t => {
+                let ts = self.ty_str(t);
+                self.error(
+                    Diagnostic::error(Code::E0320, base.span, format!("cannot index {ts}")).label("not a tensor"),
+                );
+                return self.error_expr(span);
+            }
+        };
+        // Leading dims before a `..` rest can be indexed (`x[0]` of `f32[B, ..S]` is `f32[..S]`).
+        if let Some(r) = shape.iter().position(|i| matches!(i, ShapeItem::Rest(_))) {
+            if args.len() > r {
+                let ts = self.ty_str(&x.ty);
+                self.error(
+                    Diagnostic::error(Code::E0320, span, format!("cannot index into the `..` rest of {ts}"))
+                        .with_secondary(base.span, format!("this is {ts}")),
+                );
+                return self.error_expr(span);
+            }
+        }
+        if args.len() > shape.len() {
+            let ts = self.ty_str(&x.ty);
+            self.error(
+                Diagnostic::error(
+                    Code::E0320,
+                    span,
+                    format!("too many indices: {} for a tensor of rank {} ({ts})", args.len(), shape.len()),
+                )
+                .with_secondary(base.span, format!("this is {ts}")),
+            );
+            return self.error_expr(span);
+        }
+        let i32t = Type::scalar(ElemTy::I32);
+        let mut kinds = Vec::new();
+        let mut operands = vec![x];
+        let mut out_shape = Vec::new();
+        let mut opaque = HashMap::new();
+        // An index or slice out of range is reported once; the result is then an error value.
+        let mut bad = false;
+        for (i, a) in args.iter().enumerate() {
+            let ShapeItem::Dim(size) = &shape[i] else { unreachable!() };
+            match a {
+                ast::IndexArg::Expr(e) => {
+                    let v = self.check_expr(cx, e, Some(&i32t));
+                    if !v.ty.has_error()
+                        && !matches!(&v.ty, Type::Tensor(TensorTy { elem: Elem::T(ElemTy::I32) | Elem::WeakInt, shape: s, .. }) if s.is_empty())
+                    {
+                        let ts = self.ty_str(&v.ty);
+                        self.error(
+                            Diagnostic::error(
+                                Code::E0320,
+                                e.span,
+                                format!("an index must be an i32 scalar, found {ts}"),
+                            )
+                            .with_help("use `gather(x, idx, axis: k)` to index with a tensor"),
+                        );
+                        bad = true;
+                    }
+                    if let (Some(k), Some(n)) = (self.static_dim(cx, e).and_then(|d| d.as_const()), size.as_const()) {
+                        if k >= n || k < -n {
+                            self.error(Diagnostic::error(
+                                Code::E0320,
+                                e.span,
+                                format!("index {k} is out of range for dimension {i} of size {n}"),
+                            ));
+                            bad = true;
+                        }
+                    }
+                    // A non-integer index was reported above; coercing it would report it again.
+                    let v = if bad { v } else { self.coerce(v, &i32t, e.span, "index") };
+                    operands.push(v);
+                    kinds.push(0);
+                }
+                ast::IndexArg::Slice { start, end, span: sspan } => {
+                    match (start, end) {
+                        (None, None) => {
+                            kinds.push(2);
+                            out_shape.push(ShapeItem::Dim(size.clone()));
+                            continue;
+                        }
+                        _ => kinds.push(1),
+                    }
+                    let sd = match start {
+                        Some(e) => self.symbolic_int(cx, e, &mut opaque),
+                        None => Some(Dim::constant(0)),
+                    };
+                    let ed = match end {
+                        Some(e) => self.symbolic_int(cx, e, &mut opaque),
+                        None => Some(size.clone()),
+                    };
+                    // A negative constant bound counts from the end, as in NumPy (`x[-2:]`, `x[:-1]`).
+                    let from_end = |d: Option<Dim>| {
+                        d.map(|d| match d.as_const() {
+                            Some(k) if k < 0 => size.add(&Dim::constant(k)),
+                            _ => d,
+                        })
+                    };
+                    let (sd, ed) = (from_end(sd), from_end(ed));
+                    let len = match (&sd, &ed) {
+                        (Some(a), Some(b)) => {
+                            let l = b.sub(a);
+                            if l.vars().any(|v| opaque.values().any(|o| *o == v)) {
+                                None
+                            } else {
+                                Some(l)
+                            }
+                        }
+                        _ => None,
+                    };
+                    let Some(len) = len else {
+                        self.error(
+                            Diagnostic::error(
+                                Code::E0320,
+                                *sspan,
+                                "the length of a slice must be known at compile time",
+                            )
+                            .label("length depends on run-time values")
+                            .with_help("write the slice as `i : i + K` with a dimension `K`"),
+                        );
+                        return self.error_expr(span);
+                    };
+                    if let (Some(a), Some(b), Some(n)) =
+                        (sd.as_ref().and_then(Dim::as_const), ed.as_ref().and_then(Dim::as_const), size.as_const())
+                    {
+                        if a < 0 || b > n || a > b {
+                            self.error(Diagnostic::error(
+                                Code::E0320,
+                                *sspan,
+                                format!("slice {a}:{b} is out of range for dimension {i} of size {n}"),
+                            ));
+                            bad = true;
+                        }
+                    }
+                    for (bound, default) in [(start, Lit::Int(0)), (end, Lit::Int(-1))] {
+                        let negative = bound
+                            .as_ref()
+                            .and_then(|e| self.static_dim(cx, e))
+                            .and_then(|d| d.as_const())
+                            .filter(|k| *k < 0);
+                        let v = match bound {
+                            Some(e) if negative.is_some() => {
+                                let sid = self.span_id(e.span);
+                                let d = size.add(&Dim::constant(negative.unwrap_or(0)));
+                                mk(ExprKind::DimValue(d), i32t.clone(), sid)
+                            }
+                            Some(e) => {
+                                let v = self.check_expr(cx, e, Some(&i32t));
+                                self.coerce(v, &i32t, e.span, "slice bound")
+                            }
+                            None => {
+                                let sid = self.span_id(*sspan);
+                                if default == Lit::Int(0) {
+                                    mk(ExprKind::Lit(default), i32t.clone(), sid)
+                                } else {
+                                    mk(ExprKind::DimValue(size.clone()), i32t.clone(), sid)
+                                }
+                            }
+                        };
+                        operands.push(v);
+                    }
+                    out_shape.push(ShapeItem::Dim(len));
+                }
+            }
+        }
+        if bad {
+            return self.error_expr(span);
+        }
+        out_shape.extend(shape[args.len()..].iter().cloned());
+        let attrs = Attrs { perm: kinds, ..Attrs::default() };
+        self.prim(Prim::Slice, operands, attrs, Type::Tensor(TensorTy::new(elem, out_shape)), span)
+    }
+}

@@ -1,0 +1,186 @@
+//! Loops: `for i in a..b` and `for (xb, yb) in batches(…)`, their variables and bodies.
+
+use super::*;
+
+impl Checker {
+    pub(super) fn check_for(
+        &mut self,
+        cx: &mut FnCx,
+        pat: &ast::Pattern,
+        iter: &ast::ForIter,
+        body: &ast::Block,
+        span: Span,
+    ) -> ir::Expr {
+        match iter {
+            ast::ForIter::Range(a, b) => {
+                let i32t = Type::scalar(ElemTy::I32);
+                let a = self.check_expr(cx, a, Some(&i32t));
+                let a = self.coerce_with(a, &i32t, span, Code::E0303, "range start");
+                let b = self.check_expr(cx, b, Some(&i32t));
+                let b = self.coerce_with(b, &i32t, span, Code::E0303, "range end");
+                cx.scopes.push(vec![]);
+                let var = match pat {
+                    ast::Pattern::Name(n) => {
+                        let l = cx.new_local(self, &n.name, i32t.clone(), false);
+                        self.record_binding(n.span, &n.name, &i32t);
+                        l
+                    }
+                    ast::Pattern::Wild(_) => cx.new_local(self, "_", i32t.clone(), false),
+                    ast::Pattern::Tuple(ps, s) => {
+                        self.error(Diagnostic::error(Code::E0319, *s, "a range gives one integer, not a tuple"));
+                        // Bind the names (as errors) so that their uses are not reported again.
+                        fn names(p: &ast::Pattern, out: &mut Vec<String>) {
+                            match p {
+                                ast::Pattern::Name(n) => out.push(n.name.clone()),
+                                ast::Pattern::Wild(_) => {}
+                                ast::Pattern::Tuple(ps, _) => ps.iter().for_each(|p| names(p, out)),
+                            }
+                        }
+                        let mut ns = Vec::new();
+                        ps.iter().for_each(|p| names(p, &mut ns));
+                        for n in ns {
+                            cx.new_local(self, &n, Type::Error, false);
+                        }
+                        cx.new_local(self, "_", i32t.clone(), false)
+                    }
+                };
+                let body = self.check_block(cx, body, None);
+                cx.scopes.pop();
+                let s = self.span_id(span);
+                mk(
+                    ExprKind::ForRange { var, start: Box::new(a), end: Box::new(b), body: Box::new(body) },
+                    Type::unit(),
+                    s,
+                )
+            }
+            ast::ForIter::Expr(it) => {
+                if let ast::ExprKind::Call(f, args) = &it.kind {
+                    if matches!(&f.kind, ast::ExprKind::Name(n) if n == "batches" && cx.lookup(n).is_none()) {
+                        return self.check_batches(cx, pat, args, body, span, it.span);
+                    }
+                }
+                let v = self.check_expr(cx, it, None);
+                if !v.ty.has_error() {
+                    self.error(
+                        Diagnostic::error(Code::E0304, it.span, format!("cannot iterate over {}", self.ty_str(&v.ty)))
+                            .label("expected a range `a..b` or `batches(…)`"),
+                    );
+                }
+                self.unit(span)
+            }
+        }
+    }
+
+    pub(super) fn check_batches(
+        &mut self,
+        cx: &mut FnCx,
+        pat: &ast::Pattern,
+        args: &[ast::Arg],
+        body: &ast::Block,
+        span: Span,
+        call_span: Span,
+    ) -> ir::Expr {
+        let mut data = Vec::new();
+        let mut size = None;
+        let mut shuffle = None;
+        for a in args {
+            match a.name.as_ref().map(|n| n.name.as_str()) {
+                None => data.push(self.check_expr(cx, &a.value, None)),
+                Some("size") => size = Some(a.value.clone()),
+                Some("shuffle") => {
+                    let i32t = Type::scalar(ElemTy::I32);
+                    let v = self.check_expr(cx, &a.value, Some(&i32t));
+                    shuffle = Some(Box::new(self.coerce_with(v, &i32t, a.value.span, Code::E0303, "shuffle seed")));
+                }
+                Some(other) => {
+                    let n = a.name.as_ref().unwrap();
+                    self.error(
+                        Diagnostic::error(Code::E0212, n.span, format!("`batches` has no argument `{other}`"))
+                            .with_help("the arguments are the arrays, `size:` and `shuffle:`"),
+                    );
+                }
+            }
+        }
+        let Some(size_expr) = size else {
+            self.error(
+                Diagnostic::error(Code::E0212, call_span, "`batches` needs `size: B`").label("missing batch size"),
+            );
+            return self.unit(span);
+        };
+        let b = match self.static_dim(cx, &size_expr) {
+            Some(d) => d,
+            None => {
+                // A run-time batch size: the batch dim is a fresh run-time dim.
+                Dim::var(self.new_sym("B"))
+            }
+        };
+        let i32t = Type::scalar(ElemTy::I32);
+        let sv = self.check_expr(cx, &size_expr, Some(&i32t));
+        let sv = self.coerce_with(sv, &i32t, size_expr.span, Code::E0303, "batch size");
+        if data.is_empty() {
+            self.error(Diagnostic::error(Code::E0312, call_span, "`batches` needs at least one array"));
+        }
+        let mut lead: Option<Dim> = None;
+        let mut tys = Vec::new();
+        for (d, a) in data.iter().zip(args.iter().filter(|a| a.name.is_none())) {
+            match &d.ty {
+                Type::Tensor(TensorTy { elem: e, shape: s, .. }) if !s.is_empty() => {
+                    if let ShapeItem::Dim(n) = &s[0] {
+                        if let Some(l) = &lead {
+                            if l != n {
+                                self.error(
+                                    Diagnostic::error(
+                                        Code::E0306,
+                                        a.value.span,
+                                        format!(
+                                            "`batches` arrays must have the same number of rows: {} vs {}",
+                                            self.dim_str(l),
+                                            self.dim_str(n)
+                                        ),
+                                    )
+                                    .label(format!("this has {} rows", self.dim_str(n))),
+                                );
+                            }
+                        } else {
+                            lead = Some(n.clone());
+                        }
+                    }
+                    let mut s2 = s.clone();
+                    s2[0] = ShapeItem::Dim(b.clone());
+                    tys.push(Type::Tensor(TensorTy::new(*e, s2)));
+                }
+                Type::Error => tys.push(Type::Error),
+                t => {
+                    let ts = self.ty_str(t);
+                    self.error(
+                        Diagnostic::error(
+                            Code::E0305,
+                            a.value.span,
+                            format!("`batches` needs arrays of rank ≥ 1, found {ts}"),
+                        )
+                        .label(ts),
+                    );
+                    tys.push(Type::Error);
+                }
+            }
+        }
+        cx.scopes.push(vec![]);
+        let elem_ty = if tys.len() == 1 { tys[0].clone() } else { Type::Tuple(tys.clone()) };
+        let p = self.bind_pattern(cx, pat, &elem_ty, false);
+        let vars: Vec<Local> = match p {
+            Pat::Local(l) => vec![l],
+            Pat::Tuple(ps) => ps
+                .into_iter()
+                .map(|p| match p {
+                    Pat::Local(l) => l,
+                    _ => cx.new_local(self, "_", Type::Error, false),
+                })
+                .collect(),
+            Pat::Ignore => vec![],
+        };
+        let body = self.check_block(cx, body, None);
+        cx.scopes.pop();
+        let s = self.span_id(span);
+        mk(ExprKind::ForBatches { vars, data, size: Box::new(sv), shuffle, body: Box::new(body) }, Type::unit(), s)
+    }
+}

@@ -1,0 +1,220 @@
+//! Evaluation of the elementwise primitives through the CPU kernels, below every engine: the
+//! interpreter applies them, and `-O2`'s constant folding evaluates literal operands with the
+//! same functions, so a folded value is the one the program would have computed.
+
+use super::{Lit, Prim};
+use crate::types::{ElemTy, TensorTy, Type};
+use kernels::ops::{self, BinaryOp, ReduceOp, UnaryOp};
+use kernels::{DType, KernelError, Tensor};
+
+/// The storage type of an element type (`bf16`/`f16` are computed in f32).
+pub fn dtype_of(t: crate::types::ElemTy) -> DType {
+    use crate::types::ElemTy;
+    match t {
+        ElemTy::F32 | ElemTy::Bf16 | ElemTy::F16 => DType::F32,
+        ElemTy::F64 => DType::F64,
+        ElemTy::I32 => DType::I32,
+        ElemTy::Bool => DType::Bool,
+    }
+}
+
+/// Applies an elementwise primitive (unary, binary, `where`, a conversion to `to`) to tensors;
+/// `None` for any other primitive.
+pub fn elementwise(p: Prim, to: Option<ElemTy>, args: &[Tensor]) -> Option<Result<Tensor, KernelError>> {
+    if let Some(op) = unary_op(p) {
+        let x = args.first()?;
+        // A weak integer literal under a float function is computed in floating point.
+        let x = if x.dtype() == DType::I32 && !matches!(p, Prim::Neg | Prim::Abs | Prim::Sign | Prim::Relu) {
+            x.cast(DType::F64)
+        } else {
+            x.clone()
+        };
+        return Some(ops::unary(op, &x));
+    }
+    if let Some(op) = binary_op(p) {
+        return Some(binary(op, args.first()?, args.get(1)?));
+    }
+    match p {
+        Prim::Where => {
+            let (a, b) = unify_dtypes(args.get(1)?.clone(), args.get(2)?.clone());
+            Some(ops::where_(args.first()?, &a, &b))
+        }
+        Prim::Cast => Some(Ok(args.first()?.cast(dtype_of(to.unwrap_or(ElemTy::F32))))),
+        _ => None,
+    }
+}
+
+/// The kernel of a unary elementwise primitive.
+pub fn unary_op(p: Prim) -> Option<UnaryOp> {
+    Some(match p {
+        Prim::Neg => UnaryOp::Neg,
+        Prim::Not => UnaryOp::Not,
+        Prim::Exp => UnaryOp::Exp,
+        Prim::Log => UnaryOp::Log,
+        Prim::Sqrt => UnaryOp::Sqrt,
+        Prim::Rsqrt => UnaryOp::Rsqrt,
+        Prim::Tanh => UnaryOp::Tanh,
+        Prim::Sigmoid => UnaryOp::Sigmoid,
+        Prim::Relu => UnaryOp::Relu,
+        Prim::Gelu => UnaryOp::Gelu,
+        Prim::Erf => UnaryOp::Erf,
+        Prim::Sin => UnaryOp::Sin,
+        Prim::Cos => UnaryOp::Cos,
+        Prim::Abs => UnaryOp::Abs,
+        Prim::Sign => UnaryOp::Sign,
+        Prim::Floor => UnaryOp::Floor,
+        _ => return None,
+    })
+}
+
+/// The kernel of a binary elementwise primitive.
+pub fn binary_op(p: Prim) -> Option<BinaryOp> {
+    Some(match p {
+        Prim::Add => BinaryOp::Add,
+        Prim::Sub => BinaryOp::Sub,
+        Prim::Mul => BinaryOp::Mul,
+        Prim::Div => BinaryOp::Div,
+        Prim::Rem => BinaryOp::Rem,
+        Prim::Pow => BinaryOp::Pow,
+        Prim::Maximum => BinaryOp::Max,
+        Prim::Minimum => BinaryOp::Min,
+        Prim::Eq => BinaryOp::Eq,
+        Prim::Ne => BinaryOp::Ne,
+        Prim::Lt => BinaryOp::Lt,
+        Prim::Le => BinaryOp::Le,
+        Prim::Gt => BinaryOp::Gt,
+        Prim::Ge => BinaryOp::Ge,
+        Prim::And => BinaryOp::And,
+        Prim::Or => BinaryOp::Or,
+        _ => return None,
+    })
+}
+
+/// The kernel of a reduction primitive.
+pub fn reduce_op(p: Prim) -> Option<ReduceOp> {
+    Some(match p {
+        Prim::Sum => ReduceOp::Sum,
+        Prim::Mean => ReduceOp::Mean,
+        Prim::Max => ReduceOp::Max,
+        Prim::Min => ReduceOp::Min,
+        _ => return None,
+    })
+}
+
+/// Two tensors whose element types differ only because one came from a weak literal: the
+/// narrower one takes the other's type.
+pub fn unify_dtypes(a: Tensor, b: Tensor) -> (Tensor, Tensor) {
+    if a.dtype() == b.dtype() {
+        return (a, b);
+    }
+    let rank = |d: DType| match d {
+        DType::Bool => 0,
+        DType::I32 => 1,
+        DType::F32 => 2,
+        DType::F64 => 3,
+    };
+    // A scalar adapts to a tensor; otherwise the wider type wins.
+    if a.rank() == 0 && b.rank() > 0 {
+        let d = b.dtype();
+        return (a.cast(d), b);
+    }
+    if b.rank() == 0 && a.rank() > 0 {
+        let d = a.dtype();
+        return (a, b.cast(d));
+    }
+    if rank(a.dtype()) >= rank(b.dtype()) {
+        let d = a.dtype();
+        (a, b.cast(d))
+    } else {
+        let d = b.dtype();
+        (a.cast(d), b)
+    }
+}
+
+/// A binary elementwise operation as the interpreter applies it: scalars of one type directly,
+/// everything else through the kernel after unifying weak-literal element types.
+pub fn binary(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor, KernelError> {
+    if let Some(t) = scalar_binary(op, a, b) {
+        return Ok(t);
+    }
+    let (a, b) = unify_dtypes(a.clone(), b.clone());
+    ops::binary(op, &a, &b)
+}
+
+/// Host-code arithmetic on two scalars of one type, without going through a kernel (loop
+/// counters, accumulators). Integer division and remainder by zero take the kernel path, which
+/// reports the error.
+fn scalar_binary(op: BinaryOp, a: &Tensor, b: &Tensor) -> Option<Tensor> {
+    if a.rank() != 0 || b.rank() != 0 || a.dtype() != b.dtype() {
+        return None;
+    }
+    match a.dtype() {
+        DType::I32 => {
+            let (x, y) = (a.as_i32()?[0], b.as_i32()?[0]);
+            let v = match op {
+                BinaryOp::Add => x.wrapping_add(y),
+                BinaryOp::Sub => x.wrapping_sub(y),
+                BinaryOp::Mul => x.wrapping_mul(y),
+                BinaryOp::Div if y != 0 => x.wrapping_div(y),
+                BinaryOp::Rem if y != 0 => x.wrapping_rem(y),
+                BinaryOp::Max => x.max(y),
+                BinaryOp::Min => x.min(y),
+                BinaryOp::Eq => return Some(Tensor::scalar_bool(x == y)),
+                BinaryOp::Ne => return Some(Tensor::scalar_bool(x != y)),
+                BinaryOp::Lt => return Some(Tensor::scalar_bool(x < y)),
+                BinaryOp::Le => return Some(Tensor::scalar_bool(x <= y)),
+                BinaryOp::Gt => return Some(Tensor::scalar_bool(x > y)),
+                BinaryOp::Ge => return Some(Tensor::scalar_bool(x >= y)),
+                _ => return None,
+            };
+            Some(Tensor::scalar_i32(v))
+        }
+        DType::F32 => {
+            let (x, y) = (a.as_f32()?[0], b.as_f32()?[0]);
+            let v = match op {
+                BinaryOp::Add => x + y,
+                BinaryOp::Sub => x - y,
+                BinaryOp::Mul => x * y,
+                BinaryOp::Div => x / y,
+                BinaryOp::Lt => return Some(Tensor::scalar_bool(x < y)),
+                BinaryOp::Le => return Some(Tensor::scalar_bool(x <= y)),
+                BinaryOp::Gt => return Some(Tensor::scalar_bool(x > y)),
+                BinaryOp::Ge => return Some(Tensor::scalar_bool(x >= y)),
+                _ => return None,
+            };
+            Some(Tensor::scalar_f32(v))
+        }
+        _ => None,
+    }
+}
+
+/// The value of a numeric or boolean literal of type `ty` (`None` for a string).
+pub fn lit_tensor(l: &Lit, ty: &Type) -> Option<Tensor> {
+    use crate::types::Elem;
+    let elem = match ty {
+        Type::Tensor(TensorTy { elem: e, .. }) => *e,
+        _ => Elem::WeakFloat,
+    };
+    match l {
+        Lit::Bool(b) => Some(Tensor::scalar_bool(*b)),
+        Lit::Str(_) => None,
+        Lit::Int(n) => Some(match elem.materialise_weak_float() {
+            Some(t) => scalar_of(t, *n as f64),
+            None => Tensor::scalar_i32(*n as i32),
+        }),
+        Lit::Float(x) => Some(match elem {
+            Elem::T(t) => scalar_of(t, *x),
+            _ => Tensor::scalar_f64(*x),
+        }),
+    }
+}
+
+/// A scalar of an element type, built directly (literals are evaluated in every loop iteration).
+fn scalar_of(t: crate::types::ElemTy, x: f64) -> Tensor {
+    match dtype_of(t) {
+        DType::F32 => Tensor::scalar_f32(x as f32),
+        DType::F64 => Tensor::scalar_f64(x),
+        DType::I32 => Tensor::scalar_i32(x as i32),
+        DType::Bool => Tensor::scalar_bool(x != 0.0),
+    }
+}
