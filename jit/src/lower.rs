@@ -380,7 +380,69 @@ impl<'a, 'f> Lower<'a, 'f> {
                 let inner = self.select(mode, lt, minus, a);
                 self.select(mode, gt, one, inner)
             }
-            _ => unreachable!("`{}` is not a unary elementwise primitive", prim.name()),
+            // Not unary elementwise (`not` is lowered above): `fuse` never plans these as a unary
+            // node. Listed rather than caught by a wildcard, so a new unary primitive cannot
+            // compile without a lowering.
+            Prim::Not
+            | Prim::Add
+            | Prim::Sub
+            | Prim::Mul
+            | Prim::Div
+            | Prim::Rem
+            | Prim::Pow
+            | Prim::MatMul
+            | Prim::Eq
+            | Prim::Ne
+            | Prim::Lt
+            | Prim::Le
+            | Prim::Gt
+            | Prim::Ge
+            | Prim::And
+            | Prim::Or
+            | Prim::Maximum
+            | Prim::Minimum
+            | Prim::Where
+            | Prim::Cast
+            | Prim::Sum
+            | Prim::Mean
+            | Prim::Max
+            | Prim::Min
+            | Prim::Argmax
+            | Prim::Argmin
+            | Prim::Logsumexp
+            | Prim::Cumsum
+            | Prim::Reshape
+            | Prim::Transpose
+            | Prim::Permute
+            | Prim::Concat
+            | Prim::Stack
+            | Prim::ExpandDims
+            | Prim::Squeeze
+            | Prim::BroadcastTo
+            | Prim::Gather
+            | Prim::OneHot
+            | Prim::Einsum
+            | Prim::Slice
+            | Prim::ScatterAdd
+            | Prim::Zeros
+            | Prim::Ones
+            | Prim::Full
+            | Prim::Arange
+            | Prim::Eye
+            | Prim::Normal
+            | Prim::Uniform
+            | Prim::HeNormal
+            | Prim::GlorotUniform
+            | Prim::Params
+            | Prim::Map
+            | Prim::StopGradient
+            | Prim::Print
+            | Prim::Load
+            | Prim::Save
+            | Prim::Assert
+            | Prim::AssertClose => {
+                unreachable!("`{}` is not a unary elementwise primitive", prim.name())
+            }
         }
     }
 }

@@ -752,8 +752,39 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
                 v.push((i, x));
             }
         }
-        other => {
-            return Err(err(g.span, format!("cannot differentiate through `{}`: it has no derivative", other.name())));
+        // No derivative: comparisons, logic, rounding, indices, creation, counts, `map` (expanded
+        // before differentiation) and effects. Listed, not caught by a wildcard, so that a new
+        // primitive cannot compile without a decision here.
+        Prim::Not
+        | Prim::Eq
+        | Prim::Ne
+        | Prim::Lt
+        | Prim::Le
+        | Prim::Gt
+        | Prim::Ge
+        | Prim::And
+        | Prim::Or
+        | Prim::Sign
+        | Prim::Floor
+        | Prim::Argmax
+        | Prim::Argmin
+        | Prim::OneHot
+        | Prim::Zeros
+        | Prim::Ones
+        | Prim::Arange
+        | Prim::Eye
+        | Prim::Normal
+        | Prim::Uniform
+        | Prim::HeNormal
+        | Prim::GlorotUniform
+        | Prim::Params
+        | Prim::Map
+        | Prim::Print
+        | Prim::Load
+        | Prim::Save
+        | Prim::Assert
+        | Prim::AssertClose => {
+            return Err(err(g.span, format!("cannot differentiate through `{}`: it has no derivative", p.name())));
         }
     }
     Ok(v)

@@ -81,7 +81,6 @@ impl Gen<'_> {
         let t0 = ts.first().copied().flatten();
         let t1 = ts.get(1).copied().flatten();
         let bin = |g: &mut Gen, p: Prim, a: Local, b: Local| g.p(p, &[a, b], Attrs::default(), ot.clone());
-        use crate::ir::prim::Class;
         let r = match p {
             Prim::Add | Prim::Sub => {
                 let a = match t0 {
@@ -260,13 +259,57 @@ impl Gen<'_> {
                     ot.clone(),
                 )
             }
-            _ if p.class() == Class::Unary => {
+            Prim::Neg
+            | Prim::Not
+            | Prim::Exp
+            | Prim::Log
+            | Prim::Sqrt
+            | Prim::Rsqrt
+            | Prim::Tanh
+            | Prim::Sigmoid
+            | Prim::Relu
+            | Prim::Gelu
+            | Prim::Erf
+            | Prim::Sin
+            | Prim::Cos
+            | Prim::Abs
+            | Prim::Sign
+            | Prim::Floor => {
                 // For f(x) elementwise the reverse rule g ↦ g·f'(x) is also the tangent rule.
                 let t = t0.unwrap_or(args[0]);
                 let parts = super::rules::vjp(self, &Op::Prim(p, attrs), args, out, t)?;
                 parts.first().map(|(_, c)| *c).ok_or_else(|| err(self.span, "internal: no tangent"))?
             }
-            other => return Err(err(self.span, format!("no forward-mode rule for `{}`", other.name()))),
+            // No tangent: the same primitives as the reverse rules' list (a wildcard would let a new
+            // primitive compile without a rule).
+            Prim::Rem
+            | Prim::Eq
+            | Prim::Ne
+            | Prim::Lt
+            | Prim::Le
+            | Prim::Gt
+            | Prim::Ge
+            | Prim::And
+            | Prim::Or
+            | Prim::Argmax
+            | Prim::Argmin
+            | Prim::OneHot
+            | Prim::Zeros
+            | Prim::Ones
+            | Prim::Full
+            | Prim::Arange
+            | Prim::Eye
+            | Prim::Normal
+            | Prim::Uniform
+            | Prim::HeNormal
+            | Prim::GlorotUniform
+            | Prim::Params
+            | Prim::Map
+            | Prim::Print
+            | Prim::Load
+            | Prim::Save
+            | Prim::Assert
+            | Prim::AssertClose => return Err(err(self.span, format!("no forward-mode rule for `{}`", p.name()))),
         };
         Ok(r)
     }

@@ -150,7 +150,10 @@ impl Prim {
                 Class::Binary
             }
             Sum | Mean | Max | Min | Argmax | Argmin | Logsumexp => Class::Reduce,
-            _ => Class::Other,
+            MatMul | Where | Cast | Cumsum | Reshape | Transpose | Permute | Concat | Stack | ExpandDims | Squeeze
+            | BroadcastTo | Gather | OneHot | Einsum | Slice | ScatterAdd | Zeros | Ones | Full | Arange | Eye
+            | Normal | Uniform | HeNormal | GlorotUniform | Params | Map | StopGradient | Print | Load | Save
+            | Assert | AssertClose => Class::Other,
         }
     }
 
