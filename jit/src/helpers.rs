@@ -81,9 +81,9 @@ unary_helpers! {
 
 binary_helpers! {
     msl_pow_f32, msl_pow_f32x4, f32, 4, "pow", f32::powf;
-    msl_rem_f32, msl_rem_f32x4, f32, 4, "rem", |a, b| a % b;
+    msl_rem_f32, msl_rem_f32x4, f32, 4, "rem", kernels::math::rem_floor_f32;
     msl_pow_f64, msl_pow_f64x2, f64, 2, "pow", f64::powf;
-    msl_rem_f64, msl_rem_f64x2, f64, 2, "rem", |a, b| a % b;
+    msl_rem_f64, msl_rem_f64x2, f64, 2, "rem", kernels::math::rem_floor_f64;
 }
 
 /// The (scalar, vector) symbols of the helper computing `op` on `dt`.

@@ -90,3 +90,44 @@ pub fn exp_f32(x: f32) -> f32 {
         v
     }
 }
+
+/// Python's and NumPy's integer division: the quotient rounded toward negative infinity
+/// (`-7 / 2 == -4`), wrapping at `i32::MIN / -1`. `b` must not be 0.
+pub fn div_floor_i32(a: i32, b: i32) -> i32 {
+    let q = a.wrapping_div(b);
+    if (a.wrapping_rem(b) != 0) && ((a ^ b) < 0) {
+        q - 1
+    } else {
+        q
+    }
+}
+
+/// Python's and NumPy's integer remainder: the sign of the divisor (`-7 % 3 == 2`), so that
+/// `a == (a / b) * b + a % b`. `b` must not be 0.
+pub fn rem_floor_i32(a: i32, b: i32) -> i32 {
+    let r = a.wrapping_rem(b);
+    if r != 0 && ((r ^ b) < 0) {
+        r + b
+    } else {
+        r
+    }
+}
+
+macro_rules! rem_floor_float {
+    ($name:ident, $t:ty) => {
+        /// Python's and NumPy's float remainder (`numpy.remainder`): the sign of the divisor
+        /// (`-7.0 % 3.0 == 2.0`), a zero result signed like the divisor.
+        pub fn $name(a: $t, b: $t) -> $t {
+            let r = a % b;
+            if r == 0.0 {
+                (0.0 as $t).copysign(b)
+            } else if (r < 0.0) != (b < 0.0) {
+                r + b
+            } else {
+                r
+            }
+        }
+    };
+}
+rem_floor_float!(rem_floor_f32, f32);
+rem_floor_float!(rem_floor_f64, f64);

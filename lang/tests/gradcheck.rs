@@ -808,11 +808,12 @@ fn nn_f64_prelude() -> String {
         .replace("one_hot(y, C)", "f64(one_hot(y, C))")
         .replace("var out = zeros(", "var out: f64[N, O, H - KH + 1, W - KW + 1] = zeros(")
         .replace("uniform(N, D, seed: seed)", "f64(uniform(N, D, seed: seed))");
+    // The builtins nn re-exports keep their names; `nn_relu` is the builtin `relu`.
+    for name in ["relu", "gelu", "sigmoid"] {
+        out.push_str(&format!("\nfn nn_{name}[..S](x: f64[..S]) -> f64[..S] {{\n    {name}(x)\n}}\n"));
+    }
     for name in [
         "linear",
-        "relu",
-        "gelu",
-        "sigmoid",
         "softmax",
         "log_softmax",
         "cross_entropy",

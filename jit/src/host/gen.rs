@@ -7,7 +7,7 @@ use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{
     types, Block, BlockArg, InstBuilder, InstructionData, MemFlagsData, Opcode, Type as ClType, Value,
 };
-use cranelift_frontend::Variable;
+use cranelift_frontend::{FunctionBuilder, Variable};
 use kernels::{DType, Tensor};
 use lang::ir::{Expr, ExprKind, Local, Pat, Prim, Program, Stmt};
 use std::collections::HashMap;
@@ -640,19 +640,21 @@ impl<'a, 'f, 'p> HostGen<'a, 'f, 'p> {
                     q = b.ins().iadd(q, x);
                 }
                 let q = b.ins().sshr_imm_u(q, i64::from(shift));
-                // `+ (x < 0)` rounds toward zero; a dividend known to be ≥ 0 needs none.
-                let q = if nonneg {
-                    q
-                } else {
-                    let sign = b.ins().ushr_imm_u(x, 31);
-                    b.ins().iadd(q, sign)
-                };
-                if p == Div {
-                    q
-                } else {
-                    let qd = b.ins().imul(q, y);
-                    b.ins().isub(x, qd)
+                // `+ (x < 0)` rounds toward zero; a dividend known to be ≥ 0 needs none, and
+                // for it the floored quotient is the truncated one.
+                if nonneg {
+                    return Ok(if p == Div {
+                        q
+                    } else {
+                        let qd = b.ins().imul(q, y);
+                        b.ins().isub(x, qd)
+                    });
                 }
+                let sign = b.ins().ushr_imm_u(x, 31);
+                let q = b.ins().iadd(q, sign);
+                let qd = b.ins().imul(q, y);
+                let r = b.ins().isub(x, qd);
+                floor_div_rem(b, p == Div, q, r, y)
             }
             Div | Rem => {
                 let zero = self.l.b.ins().icmp_imm_s(IntCC::Equal, y, 0);
@@ -662,17 +664,34 @@ impl<'a, 'f, 'p> HostGen<'a, 'f, 'p> {
                 let m1 = b.ins().icmp_imm_s(IntCC::Equal, y, -1);
                 let one = b.ins().iconst(types::I32, 1);
                 let safe = b.ins().select(m1, one, y);
-                if p == Div {
-                    let q = b.ins().sdiv(x, safe);
-                    let n = b.ins().ineg(x);
-                    b.ins().select(m1, n, q)
-                } else {
-                    b.ins().srem(x, safe)
-                }
+                let q = b.ins().sdiv(x, safe);
+                let n = b.ins().ineg(x);
+                let q = b.ins().select(m1, n, q);
+                let r = b.ins().srem(x, safe);
+                floor_div_rem(b, p == Div, q, r, y)
             }
             Pow => self.int_pow(x, y),
             _ => return bad(format!("`{}` of i32 values", p.name())),
         })
+    }
+}
+
+/// The floored quotient (`div`) or remainder from the truncated ones, as Python and NumPy
+/// define integer `/` and `%` (`kernels::math::div_floor_i32`): when the remainder is nonzero
+/// and its sign differs from the divisor's, the quotient drops by one and the remainder gains
+/// the divisor.
+fn floor_div_rem(b: &mut FunctionBuilder, div: bool, q: Value, r: Value, y: Value) -> Value {
+    let nz = b.ins().icmp_imm_s(IntCC::NotEqual, r, 0);
+    let x = b.ins().bxor(r, y);
+    let opposite = b.ins().icmp_imm_s(IntCC::SignedLessThan, x, 0);
+    let adjust = b.ins().band(nz, opposite);
+    if div {
+        let one = b.ins().iconst(types::I32, 1);
+        let q1 = b.ins().isub(q, one);
+        b.ins().select(adjust, q1, q)
+    } else {
+        let ry = b.ins().iadd(r, y);
+        b.ins().select(adjust, ry, r)
     }
 }
 

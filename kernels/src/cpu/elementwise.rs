@@ -267,8 +267,12 @@ fn int_binary(
         BinaryOp::Add => broadcast_map(x, sa, y, sb, shape, i32::wrapping_add),
         BinaryOp::Sub => broadcast_map(x, sa, y, sb, shape, i32::wrapping_sub),
         BinaryOp::Mul => broadcast_map(x, sa, y, sb, shape, i32::wrapping_mul),
-        BinaryOp::Div => broadcast_map(x, sa, y, sb, shape, |p, q| if q == 0 { 0 } else { p.wrapping_div(q) }),
-        BinaryOp::Rem => broadcast_map(x, sa, y, sb, shape, |p, q| if q == 0 { 0 } else { p.wrapping_rem(q) }),
+        BinaryOp::Div => {
+            broadcast_map(x, sa, y, sb, shape, |p, q| if q == 0 { 0 } else { crate::math::div_floor_i32(p, q) })
+        }
+        BinaryOp::Rem => {
+            broadcast_map(x, sa, y, sb, shape, |p, q| if q == 0 { 0 } else { crate::math::rem_floor_i32(p, q) })
+        }
         BinaryOp::Pow => broadcast_map(x, sa, y, sb, shape, |p, q| p.wrapping_pow(q.max(0) as u32)),
         BinaryOp::Max => broadcast_map(x, sa, y, sb, shape, i32::max),
         BinaryOp::Min => broadcast_map(x, sa, y, sb, shape, i32::min),

@@ -128,7 +128,7 @@ pub(crate) trait Float: Num + std::ops::Div<Output = Self> + std::ops::Neg<Outpu
 }
 
 macro_rules! impl_float {
-    ($t:ty, $exp:path, $tanh:path, $erf:path) => {
+    ($t:ty, $exp:path, $tanh:path, $erf:path, $rem:path) => {
         impl Float for $t {
             const NEG_INFINITY: Self = <$t>::NEG_INFINITY;
             #[inline(always)]
@@ -169,7 +169,7 @@ macro_rules! impl_float {
             }
             #[inline(always)]
             fn rem(self, o: Self) -> Self {
-                self % o
+                $rem(self, o)
             }
             #[inline(always)]
             fn is_finite(self) -> bool {
@@ -182,8 +182,8 @@ macro_rules! impl_float {
         }
     };
 }
-impl_float!(f32, crate::math::exp_f32, crate::math::tanh_f32, libm::erff);
-impl_float!(f64, f64::exp, f64::tanh, libm::erf);
+impl_float!(f32, crate::math::exp_f32, crate::math::tanh_f32, libm::erff, crate::math::rem_floor_f32);
+impl_float!(f64, f64::exp, f64::tanh, libm::erf, crate::math::rem_floor_f64);
 
 /// Sum of a contiguous slice with eight accumulators in blocks and pairwise combination of
 /// blocks (the scheme NumPy uses), so that long f32 sums keep their accuracy.

@@ -144,19 +144,22 @@ fn integer_and_bool_unary_ops() {
     assert_eq!(ops::unary(UnaryOp::Not, &b).unwrap().as_bool().unwrap(), &[false, true]);
 }
 
-// Reference: np.trunc(i/j).astype(np.int32) and np.fmod(i, j) for
-//   i = [7,-7,7,-7,0,5], j = [2,2,-2,-2,3,-7]  (C/Rust semantics, not Python's floor division)
+// Reference: np.floor_divide(i, j) and np.remainder(i, j) for
+//   i = [7,-7,7,-7,0,5,-6], j = [2,2,-2,-2,3,-7,3]  (Python's floor division, as NumPy and JAX)
 #[test]
-fn integer_division_truncates_and_remainder_follows_the_dividend() {
-    let i = ti(&[6], &[7, -7, 7, -7, 0, 5]);
-    let j = ti(&[6], &[2, 2, -2, -2, 3, -7]);
+fn integer_division_floors_and_remainder_follows_the_divisor() {
+    let i = ti(&[7], &[7, -7, 7, -7, 0, 5, -6]);
+    let j = ti(&[7], &[2, 2, -2, -2, 3, -7, 3]);
     let q = ops::binary(BinaryOp::Div, &i, &j).unwrap();
-    assert_eq!(q.as_i32().unwrap(), &[3, -3, -3, 3, 0, 0]);
+    assert_eq!(q.as_i32().unwrap(), &[3, -4, -4, 3, 0, -1, -2]);
     let r = ops::binary(BinaryOp::Rem, &i, &j).unwrap();
-    assert_eq!(r.as_i32().unwrap(), &[1, -1, 1, -1, 0, 5]);
-    // np.fmod([5.5,-5.5,5.5,-5.5], [2,2,-2,-2]) = [1.5,-1.5,1.5,-1.5]
-    let f = ops::binary(BinaryOp::Rem, &t64(&[4], &[5.5, -5.5, 5.5, -5.5]), &t64(&[4], &[2.0, 2.0, -2.0, -2.0]));
-    check(&f.unwrap(), &[4], &[1.5, -1.5, 1.5, -1.5], 0.0);
+    assert_eq!(r.as_i32().unwrap(), &[1, 1, -1, -1, 0, -2, 0]);
+    // np.remainder([5.5,-5.5,5.5,-5.5,-6.0,6.0], [2,2,-2,-2,3,-3]) = [1.5,0.5,-0.5,-1.5,0.0,-0.0]
+    let a = t64(&[6], &[5.5, -5.5, 5.5, -5.5, -6.0, 6.0]);
+    let f = ops::binary(BinaryOp::Rem, &a, &t64(&[6], &[2.0, 2.0, -2.0, -2.0, 3.0, -3.0])).unwrap();
+    check(&f, &[6], &[1.5, 0.5, -0.5, -1.5, 0.0, -0.0], 0.0);
+    let signs: Vec<bool> = f.as_f64().unwrap().iter().map(|x| x.is_sign_negative()).collect();
+    assert_eq!(signs, [false, false, true, true, false, true], "zero results take the divisor's sign");
 }
 
 #[test]

@@ -71,6 +71,7 @@ impl Checker {
                 return self.call_item(cx, id, args, span, f.span);
             }
             Some(ItemRef::Model(id)) => return self.construct_model(cx, id, args, span),
+            Some(ItemRef::Builtin(p)) => return self.check_builtin(cx, p, args, span, f.span, expected),
             _ => {}
         }
         let callee = self.check_expr(cx, f, None);

@@ -811,9 +811,9 @@ impl Checker {
             None => {}
         }
         match self.scopes[cx.module.0 as usize].get(n).cloned() {
-            Some(r @ (ItemRef::Func(_) | ItemRef::Const(_) | ItemRef::Dim(_) | ItemRef::Model(_))) => {
-                self.item_value(cx, r, span, span)
-            }
+            Some(
+                r @ (ItemRef::Func(_) | ItemRef::Const(_) | ItemRef::Dim(_) | ItemRef::Model(_) | ItemRef::Builtin(_)),
+            ) => self.item_value(cx, r, span, span),
             Some(ItemRef::Module(_)) => {
                 self.error(
                     Diagnostic::error(Code::E0304, span, format!("module `{n}` is not a value"))
@@ -837,7 +837,7 @@ impl Checker {
 
     /// A module-level item used as a value: a function, a constant, a dim (an integer) or a
     /// model type (the argument of `init`). `name_span` is where the name is written.
-    fn item_value(&mut self, cx: &FnCx, r: ItemRef, span: Span, name_span: Span) -> ir::Expr {
+    fn item_value(&mut self, cx: &mut FnCx, r: ItemRef, span: Span, name_span: Span) -> ir::Expr {
         let s = self.span_id(span);
         match r {
             ItemRef::Func(f) => {
@@ -852,6 +852,7 @@ impl Checker {
                 let t = self.model_type_from_args(cx.module, id, None, &mut env, span);
                 mk(ExprKind::Tuple(vec![]), Type::ModelType(Box::new(t)), s)
             }
+            ItemRef::Builtin(p) => self.builtin_as_closure(cx, p.name(), span),
             ItemRef::Module(_) | ItemRef::Mesh(_) => self.error_expr(span),
         }
     }
@@ -991,9 +992,9 @@ impl Checker {
 
     fn module_member(&mut self, cx: &mut FnCx, m: ModuleId, field: &ast::Ident, span: Span) -> ir::Expr {
         match self.scopes[m.0 as usize].get(&field.name).cloned() {
-            Some(r @ (ItemRef::Func(_) | ItemRef::Const(_) | ItemRef::Dim(_) | ItemRef::Model(_))) => {
-                self.item_value(cx, r, span, field.span)
-            }
+            Some(
+                r @ (ItemRef::Func(_) | ItemRef::Const(_) | ItemRef::Dim(_) | ItemRef::Model(_) | ItemRef::Builtin(_)),
+            ) => self.item_value(cx, r, span, field.span),
             _ => {
                 let mname = self.module(m).name.clone();
                 let cands: Vec<String> = self.scopes[m.0 as usize].keys().cloned().collect();

@@ -32,6 +32,12 @@ impl Checker {
         let ast = self.module(m).ast.clone();
         let file_text = self.sources.text(self.module(m).file).to_string();
         let is_root_or_user = !self.module(m).is_stdlib;
+        if !is_root_or_user {
+            let name = self.module(m).name.clone();
+            for &p in builtin_exports(&name) {
+                self.scopes[m.0 as usize].insert(p.name().to_string(), ItemRef::Builtin(p));
+            }
+        }
         for item in &ast.items {
             let doc = crate::syntax::lexer::doc_comment_before(&file_text, item.span.start as usize);
             match &item.kind {
@@ -660,3 +666,13 @@ impl Checker {
 /// Deepest chain of on-demand body checks: each level takes a few dozen KiB of stack in a debug
 /// build, and the checker must fit in the CLI's 1 GiB stack (and a 256 MiB test thread).
 const MAX_BODY_DEPTH: usize = 4096;
+
+/// The builtins a stdlib module re-exports under their own names, instead of defining them a
+/// second time in msl (`use nn.relu` and `nn.relu(x)` are the builtin `relu`).
+pub(crate) fn builtin_exports(module: &str) -> &'static [crate::ir::Prim] {
+    use crate::ir::Prim;
+    match module {
+        "nn" => &[Prim::Relu, Prim::Gelu, Prim::Sigmoid],
+        _ => &[],
+    }
+}

@@ -31,6 +31,9 @@ pub enum ItemRef {
     Const(ir::ConstId),
     Module(ModuleId),
     Mesh(usize),
+    /// A builtin primitive that a stdlib module re-exports (`nn.relu` is the builtin `relu`),
+    /// so that each operation has one definition.
+    Builtin(crate::ir::Prim),
 }
 
 /// A function's checked signature.
