@@ -12,14 +12,17 @@
 use crate::worker;
 use lang::check::Checked;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use tower_lsp_server::ls_types::Uri;
 
 /// How long a worker keeps a check that nothing asks about.
 const IDLE: Duration = Duration::from_secs(60);
+/// How long one question may keep a worker busy before the worker is taken to be stuck (a
+/// check that never ends) and replaced. Much longer than a request's time limit: a check that
+/// outlasts its request still finishes and is kept for the questions after it.
+const STUCK: Duration = Duration::from_secs(120);
 /// Most checks of texts other than open documents at once.
 pub const MAX_ONE_OFF: usize = 4;
 
@@ -37,9 +40,9 @@ type Job = Box<dyn FnOnce(&mut Option<Kept>) + Send>;
 
 /// The sending end of a document's worker; dropping it ends the thread once it is idle.
 pub struct DocWorker {
-    /// Tells workers apart, so that a stuck one can be replaced without touching a newer one.
-    pub id: u64,
     tx: mpsc::Sender<Job>,
+    /// Since when the worker has been answering its current question, if it is.
+    busy: Arc<Mutex<Option<Instant>>>,
     #[cfg(test)]
     thread: std::thread::JoinHandle<()>,
 }
@@ -72,8 +75,16 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
     format!("panicked: {}", text.unwrap_or_default())
 }
 
-/// Returns memory freed by a dropped check to the system (glibc keeps it otherwise).
+/// Returns memory freed by a dropped check to the system. Two caches keep it otherwise: msl's
+/// allocator keeps freed blocks of 64 KiB and more for reuse (`kernels::pool`, up to 2 GiB; meant
+/// for the interpreter's tensors), and glibc keeps the rest of its heap. Measured on a 900 KB
+/// document: 210 MB resident with its check, 101 MB after closing it with only the second cache
+/// emptied, 23 MB with both (19 MB before opening it).
 fn release_memory() {
+    // SAFETY: every `Pool` in this workspace, and the global allocator of `msl` (src/alloc.rs)
+    // in particular, wraps `System`, so cached blocks came from `System`; in a process without a
+    // `Pool` the cache is empty and nothing is freed.
+    unsafe { kernels::pool::release(&std::alloc::System) };
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: `malloc_trim` only returns free pages of the C heap to the system.
     unsafe {
@@ -84,13 +95,19 @@ fn release_memory() {
 impl DocWorker {
     /// Starts the worker thread of a document.
     pub fn start() -> std::io::Result<DocWorker> {
-        static IDS: AtomicU64 = AtomicU64::new(0);
         let (tx, rx) = mpsc::channel::<Job>();
+        let busy = Arc::new(Mutex::new(None));
+        let since = busy.clone();
+        let set = move |at: Option<Instant>| *since.lock().unwrap_or_else(|e| e.into_inner()) = at;
         let _thread = worker::start("msl-doc", &worker::STACKS, move || {
             let mut kept = None;
             loop {
                 match rx.recv_timeout(IDLE) {
-                    Ok(job) => job(&mut kept),
+                    Ok(job) => {
+                        set(Some(Instant::now()));
+                        job(&mut kept);
+                        set(None);
+                    }
                     Err(mpsc::RecvTimeoutError::Timeout) => {
                         if kept.take().is_some() {
                             release_memory();
@@ -103,8 +120,8 @@ impl DocWorker {
             release_memory();
         })?;
         Ok(DocWorker {
-            id: IDS.fetch_add(1, Ordering::Relaxed),
             tx,
+            busy,
             #[cfg(test)]
             thread: _thread,
         })
@@ -114,6 +131,11 @@ impl DocWorker {
     #[cfg(test)]
     pub fn close(self) -> std::thread::JoinHandle<()> {
         self.thread
+    }
+
+    /// True when the worker has been answering one question for longer than `STUCK`.
+    pub fn stuck(&self) -> bool {
+        self.busy.lock().unwrap_or_else(|e| e.into_inner()).is_some_and(|t| t.elapsed() > STUCK)
     }
 
     /// Asks `f` about the check of `text` (checked now unless it is the one kept). `None` when
@@ -126,6 +148,9 @@ impl DocWorker {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let uri = uri.clone();
         let job: Job = Box::new(move |kept: &mut Option<Kept>| {
+            if tx.is_closed() {
+                return; // the request gave up (or was cancelled) while this waited: no check for it
+            }
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 if !kept.as_ref().is_some_and(|k| Arc::ptr_eq(&k.text, &text)) {
                     // The old check goes first, so that two are never held at once.

@@ -32,6 +32,9 @@ use tower_lsp_server::{Client, LanguageServer, LspService, Server};
 
 /// Longest time one check and answer may take before the request is answered without it.
 const TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest wait for the diagnostics of a version: nothing waits for them but a background task,
+/// so a slow check of a large document still gets its diagnostics published.
+const PUBLISH_LIMIT: Duration = Duration::from_secs(600);
 /// Quiet time after an edit before diagnostics are recomputed.
 const DEBOUNCE: Duration = Duration::from_millis(200);
 /// Stack of the thread that reads stdin: it parses JSON, whose nesting is limited to 128.
@@ -129,9 +132,9 @@ impl Inner {
         self.docs().get(uri).map(|d| d.version)
     }
 
-    /// Sends `f` to the worker of the open document `uri`, starting one if needed. Returns the
-    /// worker's id with the receiver.
-    fn ask_doc<T, F>(&self, uri: &Uri, f: F) -> std::io::Result<(u64, oneshot::Receiver<Outcome<T>>)>
+    /// Sends `f` to the worker of the open document `uri`, starting one if needed (or if the
+    /// one it has is stuck).
+    fn ask_doc<T, F>(&self, uri: &Uri, f: F) -> std::io::Result<oneshot::Receiver<Outcome<T>>>
     where
         T: Send + 'static,
         F: FnOnce(&Checked, &Uri) -> T + Send + 'static,
@@ -139,10 +142,10 @@ impl Inner {
         let mut docs = self.docs();
         let doc = docs.get_mut(uri).ok_or_else(|| std::io::Error::other("the document is not open"))?;
         let w = match &mut doc.worker {
-            Some(w) => w,
-            None => doc.worker.insert(DocWorker::start()?),
+            Some(w) if !w.stuck() => w,
+            _ => doc.worker.insert(DocWorker::start()?),
         };
-        let asked = w.ask(uri, doc.text.clone(), f).map(|rx| (w.id, rx));
+        let asked = w.ask(uri, doc.text.clone(), f);
         if asked.is_none() {
             doc.worker = None; // it ended: the next question starts a new one
         }
@@ -150,9 +153,16 @@ impl Inner {
     }
 
     /// Checks the document `uri` (or `source`'s text for it) and computes `f` from the result,
-    /// on another thread, catching panics and giving up after `TIMEOUT`. `Ok(None)` when there is
+    /// on another thread, catching panics and giving up after `limit`. `Ok(None)` when there is
     /// no answer (logged); an error only when no thread could be started.
-    async fn with_check<T, F>(&self, uri: &Uri, source: Source, what: &str, f: F) -> RpcResult<Option<T>>
+    async fn with_check<T, F>(
+        &self,
+        uri: &Uri,
+        source: Source,
+        what: &str,
+        limit: Duration,
+        f: F,
+    ) -> RpcResult<Option<T>>
     where
         T: Send + 'static,
         F: FnOnce(&Checked, &Uri) -> T + Send + 'static,
@@ -161,7 +171,7 @@ impl Inner {
         let text = match source {
             Source::Doc if open => {
                 return match self.ask_doc(uri, f) {
-                    Ok((id, rx)) => self.answer(uri, what, Some(id), async { Ok(rx) }).await,
+                    Ok(rx) => self.answer(uri, what, limit, async { Ok(rx) }).await,
                     Err(e) => Err(no_thread(e)),
                 };
             }
@@ -174,20 +184,19 @@ impl Inner {
             let permit = permits.acquire_owned().await.map_err(std::io::Error::other)?;
             check::one_off(&u, text, f, permit)
         };
-        self.answer(uri, what, None, start).await
+        self.answer(uri, what, limit, start).await
     }
 
-    /// Waits (at most `TIMEOUT`, starting included) for the answer of a check and logs why there
-    /// is none. A document's worker that takes too long is let go, so that the next question
-    /// gets a new one instead of queueing behind a check that may never end.
+    /// Waits (at most `limit`, starting included) for the answer of a check and logs why there
+    /// is none. A check that outlasts its request goes on, and is kept for the next question.
     async fn answer<T>(
         &self,
         uri: &Uri,
         what: &str,
-        worker: Option<u64>,
+        limit: Duration,
         start: impl std::future::Future<Output = std::io::Result<oneshot::Receiver<Outcome<T>>>>,
     ) -> RpcResult<Option<T>> {
-        let waited = tokio::time::timeout(TIMEOUT, async {
+        let waited = tokio::time::timeout(limit, async {
             match start.await {
                 Ok(rx) => Ok(rx.await),
                 Err(e) => Err(e),
@@ -199,16 +208,7 @@ impl Inner {
             Ok(Ok(Ok(Err(why)))) => why,
             Ok(Ok(Err(_))) => "was dropped unanswered".to_string(),
             Ok(Err(e)) => return Err(no_thread(e)),
-            Err(_) => {
-                if let Some(id) = worker {
-                    if let Some(d) = self.docs().get_mut(uri) {
-                        if d.worker.as_ref().is_some_and(|w| w.id == id) {
-                            d.worker = None;
-                        }
-                    }
-                }
-                format!("took longer than {} s; answered without it", TIMEOUT.as_secs())
-            }
+            Err(_) => format!("took longer than {} s; answered without it", limit.as_secs()),
         };
         self.client.log_message(MessageType::ERROR, format!("msl: {what} for {} {problem}", uri.as_str())).await;
         Ok(None)
@@ -220,7 +220,7 @@ impl Inner {
         T: Send + 'static,
         F: FnOnce(&Checked, &Uri) -> T + Send + 'static,
     {
-        self.with_check(uri, Source::Doc, what, f).await
+        self.with_check(uri, Source::Doc, what, TIMEOUT, f).await
     }
 
     /// Publishes the diagnostics of a document and of the user files it uses.
@@ -230,7 +230,8 @@ impl Inner {
         };
         // The question takes the document's text right away, with nothing awaited in between,
         // so the check is of this version.
-        let Ok(Some(groups)) = self.with_check(&uri, Source::Doc, "diagnostics", convert::diagnostics_by_file).await
+        let Ok(Some(groups)) =
+            self.with_check(&uri, Source::Doc, "diagnostics", PUBLISH_LIMIT, convert::diagnostics_by_file).await
         else {
             return;
         };
@@ -404,7 +405,7 @@ impl LanguageServer for Backend {
         let items = if text[..offset].ends_with('.') {
             let mut patched = text.to_string();
             patched.insert_str(offset, "__complete");
-            self.inner.with_check(&uri, Source::Text(patched), "completion", complete).await?
+            self.inner.with_check(&uri, Source::Text(patched), "completion", TIMEOUT, complete).await?
         } else {
             self.inner.query(&uri, "completion", complete).await?
         };

@@ -23,9 +23,10 @@ async fn a_panic_while_answering_is_caught_and_the_server_goes_on() {
     let uri: Uri = "file:///tmp/panic.msl".parse().unwrap();
     let text = "fn main() { let x = ones(2) }".to_string();
     let r: Option<()> =
-        inner.with_check(&uri, Source::Text(text.clone()), "test", |_, _| panic!("boom")).await.unwrap();
+        inner.with_check(&uri, Source::Text(text.clone()), "test", TIMEOUT, |_, _| panic!("boom")).await.unwrap();
     assert!(r.is_none());
-    let n = inner.with_check(&uri, Source::Text(text.clone()), "test", |c, _| c.diagnostics.len()).await.unwrap();
+    let n =
+        inner.with_check(&uri, Source::Text(text.clone()), "test", TIMEOUT, |c, _| c.diagnostics.len()).await.unwrap();
     assert_eq!(n, Some(0));
     // The same in a document's worker, which keeps serving after the panic.
     inner.set_text(uri.clone(), text, 1);
@@ -48,6 +49,24 @@ async fn questions_about_one_version_share_its_check() {
     let t = inner.query(&uri, "test", |c, _| c.sources.text(convert::ROOT).to_string()).await.unwrap();
     assert!(t.unwrap().contains("ones(3)"), "a new version is checked anew");
     assert_eq!(checks_of(&uri), 2);
+}
+
+#[tokio::test]
+async fn a_request_that_gives_up_does_not_cost_a_second_check() {
+    let inner = inner();
+    let uri: Uri = "file:///tmp/msl-lsp-gave-up.msl".parse().unwrap();
+    let mut text = String::from("fn main() {\n    let x0 = ones(3)\n");
+    for i in 0..2000 {
+        text.push_str(&format!("    let x{} = x{i} + 1.0\n", i + 1));
+    }
+    text.push_str("    print(x2000)\n}\n");
+    inner.set_text(uri.clone(), text, 1);
+    let quick = Duration::from_millis(1);
+    let r = inner.with_check(&uri, Source::Doc, "test", quick, |c, _| c.diagnostics.len()).await.unwrap();
+    assert_eq!(r, None, "a check of 2,000 lines takes longer than a millisecond");
+    // The check goes on (or, not started yet, is skipped) and serves the next question.
+    assert_eq!(inner.query(&uri, "test", |c, _| c.diagnostics.len()).await.unwrap(), Some(0));
+    assert_eq!(checks_of(&uri), 1);
 }
 
 #[tokio::test]
