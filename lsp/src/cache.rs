@@ -3,8 +3,8 @@
 //!
 //! The folder is `$XDG_CACHE_HOME/msl/stdlib-<version>` (or `~/.cache/msl/…`), falling back to
 //! `<temp>/msl-<uid>/stdlib-<version>`. A shared temp folder lets any local user create paths in
-//! it, so the folder this server uses there must be a real directory (not a link), owned by this
-//! user and closed to others; otherwise it is not used. Files are written to a new temporary file
+//! it, so every folder this server writes in must be a real directory (not a link), owned by this
+//! user and not writable by others; otherwise it is not used. Folders it makes have mode 0700. Files are written to a new temporary file
 //! (`create_new`, which never follows a link) and renamed over the target, and a target that is a
 //! link or not a regular file is left alone.
 
@@ -38,7 +38,8 @@ pub fn stdlib_dir() -> Option<&'static Path> {
 }
 
 /// `dir`, created with mode 0700 when missing (with its parents when `parents`), if it is a
-/// directory (not a link) owned by this user that no one else may write to or list.
+/// directory (not a link) owned by this user that no one else may write to: then no one else
+/// can put a link or a file in it.
 fn private_dir(dir: &Path, parents: bool) -> Option<PathBuf> {
     let mut b = DirBuilder::new();
     b.mode(0o700).recursive(parents);
@@ -49,7 +50,7 @@ fn private_dir(dir: &Path, parents: bool) -> Option<PathBuf> {
     }
     let m = fs::symlink_metadata(dir).ok()?;
     let uid = unsafe { libc::geteuid() };
-    (m.file_type().is_dir() && m.uid() == uid && m.permissions().mode() & 0o077 == 0).then(|| dir.to_path_buf())
+    (m.file_type().is_dir() && m.uid() == uid && m.permissions().mode() & 0o022 == 0).then(|| dir.to_path_buf())
 }
 
 /// Writes `text` to `rel` under the private folder `dir` unless it already holds it, and

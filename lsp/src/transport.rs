@@ -74,11 +74,15 @@ pub struct Frames<R> {
     r: R,
     /// Bytes already consumed that start the next header line (after skipping to `HEADER`).
     carry: Vec<u8>,
+    /// Whether the input must be skipped to the next `HEADER` before reading a frame: set after
+    /// a malformed frame, whose reply is sent first (the client may wait for it before sending
+    /// the next frame).
+    resync: bool,
 }
 
 impl<R: BufRead> Frames<R> {
     pub fn new(r: R) -> Frames<R> {
-        Frames { r, carry: Vec::new() }
+        Frames { r, carry: Vec::new(), resync: false }
     }
 
     /// The next frame, checked; `None` at the end of the input.
@@ -90,8 +94,11 @@ impl<R: BufRead> Frames<R> {
     }
 
     /// The next frame's body, or why its headers were refused (the input is then skipped to the
-    /// next frame); `None` at the end of the input.
+    /// next frame on the next call); `None` at the end of the input.
     fn next_body(&mut self) -> io::Result<Option<Result<Vec<u8>, String>>> {
+        if std::mem::take(&mut self.resync) {
+            self.skip_to_header()?;
+        }
         let mut len = None;
         let mut problem = None;
         let mut lines = 0;
@@ -123,22 +130,20 @@ impl<R: BufRead> Frames<R> {
                 }
             }
         }
-        let len = match (problem, len) {
-            (None, Some(n)) if n <= MAX_BODY => n,
-            (None, Some(n)) => {
-                problem = Some(format!("Content-Length {n} is more than the limit of {MAX_BODY} bytes"));
-                self.skip_to_header()?;
-                return Ok(Some(Err(problem.unwrap_or_default())));
-            }
-            (None, None) => {
-                self.skip_to_header()?;
-                return Ok(Some(Err("no Content-Length header".to_string())));
-            }
-            (Some(why), _) => {
-                self.skip_to_header()?;
-                return Ok(Some(Err(why)));
-            }
+        let why = match (problem, len) {
+            (None, Some(n)) if n <= MAX_BODY => return self.body(n),
+            (None, Some(n)) => format!("Content-Length {n} is more than the limit of {MAX_BODY} bytes"),
+            (None, None) => "no Content-Length header".to_string(),
+            (Some(why), _) => why,
         };
+        // Where the frame ends is unknown (or its body is not to be read): the next frame is
+        // found by its header.
+        self.resync = true;
+        Ok(Some(Err(why)))
+    }
+
+    /// A body of `len` bytes; `None` when the input ends first.
+    fn body(&mut self, len: u64) -> io::Result<Option<Result<Vec<u8>, String>>> {
         // The buffer grows with the bytes that actually arrive, not with what the header claims.
         let mut body = Vec::with_capacity(len.min(64 << 10) as usize);
         (&mut self.r).take(len).read_to_end(&mut body)?;

@@ -108,6 +108,26 @@ fn bad_content_length_headers_are_parse_errors_and_the_next_frame_is_read() {
     rejects(&b"X-A: 1\r\n".repeat(100), PARSE_ERROR, Value::Null);
 }
 
+/// Input that fails when read: what a client sends only after it has the reply to a bad frame.
+struct NotYet;
+
+impl Read for NotYet {
+    fn read(&mut self, _: &mut [u8]) -> io::Result<usize> {
+        Err(io::Error::other("read past the bad frame before replying to it"))
+    }
+}
+
+#[test]
+fn a_bad_frame_is_answered_before_more_input_is_read() {
+    for bad in
+        [&b"Content-Length: abc\r\n\r\n{}"[..], b"Content-Type: x\r\n\r\n", b"Content-Length: 99999999999\r\n\r\n"]
+    {
+        let input = std::io::BufReader::new(Cursor::new(bad.to_vec()).chain(NotYet));
+        let mut frames = Frames::new(input);
+        assert!(matches!(frames.next_message(), Ok(Some(Incoming::Reject(_)))), "{:?}", String::from_utf8_lossy(bad));
+    }
+}
+
 #[test]
 fn other_headers_and_stray_line_breaks_are_accepted() {
     let mut input =
