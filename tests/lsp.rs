@@ -380,6 +380,8 @@ impl Client {
     }
 }
 
+// Uses FIFOs, links, modes or `ulimit`: Unix only.
+#[cfg(unix)]
 #[test]
 fn hostile_messages_get_error_replies_and_the_server_goes_on() {
     let mut c = Client::start();
@@ -438,6 +440,8 @@ fn hostile_messages_get_error_replies_and_the_server_goes_on() {
     c.notify("exit", Value::Null);
 }
 
+// Uses FIFOs, links, modes or `ulimit`: Unix only.
+#[cfg(unix)]
 #[test]
 fn the_stdlib_cache_is_private_and_never_written_through_a_link() {
     let dir = scratch("planted");
@@ -480,6 +484,8 @@ fn the_stdlib_cache_is_private_and_never_written_through_a_link() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+// Uses FIFOs, links, modes or `ulimit`: Unix only.
+#[cfg(unix)]
 #[test]
 fn answers_under_a_limit_on_address_space() {
     // Two kernel threads, as on a two-core machine, whatever this one has: each reserves a 1 GiB

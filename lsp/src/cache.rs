@@ -4,13 +4,13 @@
 //! The folder is `$XDG_CACHE_HOME/msl/stdlib-<version>` (or `~/.cache/msl/…`), falling back to
 //! `<temp>/msl-<uid>/stdlib-<version>`. A shared temp folder lets any local user create paths in
 //! it, so every folder this server writes in must be a real directory (not a link), owned by this
-//! user and not writable by others; otherwise it is not used. Folders it makes have mode 0700. Files are written to a new temporary file
-//! (`create_new`, which never follows a link) and renamed over the target, and a target that is a
-//! link or not a regular file is left alone.
+//! user and not writable by others; otherwise it is not used. Folders it makes have mode 0700.
+//! Files are written to a new temporary file (`create_new`, which never follows a link) and
+//! renamed over the target, and a target that is a link or not a regular file is left alone.
+//! Owners and modes are Unix notions; elsewhere only the link checks apply.
 
 use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::io::{self, Read, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -30,11 +30,58 @@ pub fn stdlib_dir() -> Option<&'static Path> {
                 return Some(d);
             }
         }
-        let uid = unsafe { libc::geteuid() };
-        let base = private_dir(&std::env::temp_dir().join(format!("msl-{uid}")), false)?;
+        let base = private_dir(&std::env::temp_dir().join(format!("msl-{}", os::user())), false)?;
         private_dir(&base.join(&leaf), false)
     })
     .as_deref()
+}
+
+#[cfg(unix)]
+mod os {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+
+    /// This user's id, which names the per-user folder in the temp folder.
+    pub fn user() -> String {
+        // SAFETY: `geteuid` has no preconditions and cannot fail.
+        unsafe { libc::geteuid() }.to_string()
+    }
+
+    /// Owned by this user, and writable by no one else.
+    pub fn owned_and_closed(m: &std::fs::Metadata) -> bool {
+        // SAFETY: as above.
+        m.uid() == unsafe { libc::geteuid() } && m.permissions().mode() & 0o022 == 0
+    }
+
+    pub fn private(b: &mut std::fs::DirBuilder) {
+        b.mode(0o700);
+    }
+
+    pub fn private_file(o: &mut std::fs::OpenOptions) {
+        o.mode(0o600);
+    }
+
+    /// Opening a FIFO for reading blocks until a writer comes; with `O_NONBLOCK` it does not
+    /// (and reads of a regular file are unaffected).
+    pub fn no_blocking(o: &mut std::fs::OpenOptions) {
+        o.custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY);
+    }
+}
+
+#[cfg(not(unix))]
+mod os {
+    pub fn user() -> String {
+        std::env::var("USERNAME").unwrap_or_default()
+    }
+
+    pub fn owned_and_closed(_: &std::fs::Metadata) -> bool {
+        true
+    }
+
+    pub fn private(_: &mut std::fs::DirBuilder) {}
+
+    pub fn private_file(_: &mut std::fs::OpenOptions) {}
+
+    pub fn no_blocking(_: &mut std::fs::OpenOptions) {}
 }
 
 /// `dir`, created with mode 0700 when missing (with its parents when `parents`), if it is a
@@ -42,15 +89,14 @@ pub fn stdlib_dir() -> Option<&'static Path> {
 /// can put a link or a file in it.
 fn private_dir(dir: &Path, parents: bool) -> Option<PathBuf> {
     let mut b = DirBuilder::new();
-    b.mode(0o700).recursive(parents);
+    os::private(b.recursive(parents));
     if let Err(e) = b.create(dir) {
         if e.kind() != io::ErrorKind::AlreadyExists {
             return None;
         }
     }
     let m = fs::symlink_metadata(dir).ok()?;
-    let uid = unsafe { libc::geteuid() };
-    (m.file_type().is_dir() && m.uid() == uid && m.permissions().mode() & 0o022 == 0).then(|| dir.to_path_buf())
+    (m.file_type().is_dir() && os::owned_and_closed(&m)).then(|| dir.to_path_buf())
 }
 
 /// Writes `text` to `rel` under the private folder `dir` unless it already holds it, and
@@ -83,7 +129,9 @@ pub fn write_private(dir: &Path, rel: &str, text: &str) -> io::Result<PathBuf> {
     let name = rel.file_name().and_then(|n| n.to_str()).unwrap_or("file");
     let tmp = parent.join(format!(".{name}.{}.{}.tmp", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed)));
     let written = (|| {
-        let mut f = OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
+        let mut options = OpenOptions::new();
+        os::private_file(options.write(true).create_new(true));
+        let mut f = options.open(&tmp)?;
         f.write_all(text.as_bytes())?;
         f.sync_all()?;
         fs::rename(&tmp, &target)
@@ -109,7 +157,9 @@ pub fn read_regular(path: &Path, limit: u64) -> io::Result<String> {
     }
     // The path may be replaced between the check and the open: opening without blocking and
     // checking the opened file again keeps a FIFO put there from wedging the read.
-    let f = OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY).open(path)?;
+    let mut options = OpenOptions::new();
+    os::no_blocking(options.read(true));
+    let f = options.open(path)?;
     if !f.metadata()?.is_file() {
         return Err(not_regular());
     }
@@ -125,10 +175,10 @@ fn read_bounded(f: File, limit: u64) -> io::Result<String> {
     String::from_utf8(bytes).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "not UTF-8"))
 }
 
-#[cfg(test)]
+#[cfg(all(test, unix))]
 mod tests {
     use super::*;
-    use std::os::unix::fs::symlink;
+    use std::os::unix::fs::{symlink, DirBuilderExt, PermissionsExt};
 
     fn scratch(name: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("msl-lsp-cache-{name}-{}", std::process::id()));

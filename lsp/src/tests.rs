@@ -83,6 +83,7 @@ async fn closing_a_document_ends_its_worker() {
     }
 }
 
+#[cfg(unix)]
 #[tokio::test]
 async fn unopened_files_are_read_only_when_regular() {
     let inner = inner();
