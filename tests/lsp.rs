@@ -1,10 +1,14 @@
 //! Drives `msl lsp` over stdio with JSON-RPC, as an editor does: initialize, open a document,
 //! get its diagnostics, hover, go to definition, complete, ask for inlay hints and signature
-//! help, break the code half-way through an edit, then shut down and exit.
+//! help, break the code half-way through an edit, then shut down and exit. Then as a hostile
+//! client does: malformed frames and messages, special files, a planted link in the stdlib
+//! cache, and a limit on address space; the server must answer and go on each time.
 
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
+use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver};
 use std::time::{Duration, Instant};
 
@@ -19,15 +23,26 @@ struct Client {
     backlog: Vec<Value>,
 }
 
+/// A scratch folder for one test, made anew.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("msl-lsp-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 impl Client {
+    /// `msl lsp`, with the stdlib cache in a scratch folder rather than the user's own.
     fn start() -> Client {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_msl"))
-            .arg("lsp")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start msl lsp");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_msl"));
+        static N: AtomicUsize = AtomicUsize::new(0);
+        cmd.arg("lsp").env("XDG_CACHE_HOME", scratch(&format!("cache{}", N.fetch_add(1, Ordering::Relaxed))));
+        Client::spawn(cmd)
+    }
+
+    fn spawn(mut cmd: Command) -> Client {
+        let mut child =
+            cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().expect("start msl lsp");
         let stdout = child.stdout.take().unwrap();
         let (tx, rx) = channel();
         std::thread::spawn(move || {
@@ -63,8 +78,12 @@ impl Client {
 
     fn send(&mut self, v: Value) {
         let body = v.to_string();
+        self.send_raw(format!("Content-Length: {}\r\n\r\n{body}", body.len()).as_bytes());
+    }
+
+    fn send_raw(&mut self, bytes: &[u8]) {
         let s = self.stdin.as_mut().expect("stdin open");
-        write!(s, "Content-Length: {}\r\n\r\n{body}", body.len()).unwrap();
+        s.write_all(bytes).unwrap();
         s.flush().unwrap();
     }
 
@@ -334,4 +353,163 @@ fn used_files_get_diagnostics_and_definitions() {
     c.request("shutdown", Value::Null);
     c.notify("exit", Value::Null);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A body with its header.
+fn frame(body: &[u8]) -> Vec<u8> {
+    let mut f = format!("Content-Length: {}\r\n\r\n", body.len()).into_bytes();
+    f.extend_from_slice(body);
+    f
+}
+
+impl Client {
+    /// Waits for the error reply to a bad frame: its code and id.
+    fn error_reply(&mut self, what: &str) -> (i64, Value) {
+        let v = self.wait(what, |m| m.get("error").is_some() && m.get("method").is_none());
+        (v["error"]["code"].as_i64().unwrap(), v["id"].clone())
+    }
+
+    /// A request the server answers without checking anything (an unknown method), to show that
+    /// it still reads and serves the next message.
+    fn ping(&mut self) {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": "msl/ping"}));
+        let v = self.wait("the answer to a ping", |m| m["id"] == json!(id));
+        assert_eq!(v["error"]["code"], -32601, "method not found: {v}");
+    }
+}
+
+// Uses FIFOs, links, modes or `ulimit`: Unix only.
+#[cfg(unix)]
+#[test]
+fn hostile_messages_get_error_replies_and_the_server_goes_on() {
+    let mut c = Client::start();
+    c.request("initialize", json!({"processId": null, "rootUri": null, "capabilities": {}}));
+    c.notify("initialized", json!({}));
+    let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+    let cases: Vec<(&str, Vec<u8>, i64, Value)> = vec![
+        ("a body that is not JSON", frame(b"hello"), -32700, Value::Null),
+        ("a JSON array", frame(b"[1, 2, 3]"), -32600, Value::Null),
+        ("a JSON number", frame(b"42"), -32600, Value::Null),
+        ("a method that is a number", frame(br#"{"jsonrpc":"2.0","id":5,"method":7}"#), -32600, json!(5)),
+        ("an id that is an object", frame(br#"{"jsonrpc":"2.0","id":{},"method":"shutdown"}"#), -32600, Value::Null),
+        ("invalid UTF-8", frame(b"{\"jsonrpc\":\"2.0\",\"method\":\"\xff\xfe\"}"), -32700, Value::Null),
+        ("a 100,000-deep array", frame(deep.as_bytes()), -32700, Value::Null),
+        ("a Content-Length that is not a number", b"Content-Length: abc\r\n\r\n{}".to_vec(), -32700, Value::Null),
+        ("a negative Content-Length", b"Content-Length: -5\r\n\r\n{}".to_vec(), -32700, Value::Null),
+        (
+            "a Content-Length past u64",
+            b"Content-Length: 99999999999999999999999\r\n\r\n{}".to_vec(),
+            -32700,
+            Value::Null,
+        ),
+        // 1 TB is refused without reading (or allocating) it, and the frame after it is read.
+        ("a huge Content-Length", b"Content-Length: 1000000000000\r\n\r\n{}".to_vec(), -32700, Value::Null),
+        ("no Content-Length", b"Content-Type: x\r\n\r\n{}".to_vec(), -32700, Value::Null),
+    ];
+    for (what, bytes, code, id) in cases {
+        c.send_raw(&bytes);
+        assert_eq!(c.error_reply(what), (code, id), "{what}");
+        c.ping();
+    }
+
+    // An unpaired surrogate in a document becomes U+FFFD; the document is served.
+    let uri = "file:///tmp/msl-lsp-surrogate.msl";
+    let open = format!(
+        r#"{{"jsonrpc":"2.0","method":"textDocument/didOpen","params":{{"textDocument":{{"uri":"{uri}","languageId":"msl","version":1,"text":"fn main() {{\n    let a = ones(3)\n    print(a) // \ud800\n}}\n"}}}}}}"#
+    );
+    c.send_raw(&frame(open.as_bytes()));
+    assert!(c.diagnostics(uri, 1).is_empty(), "the comment holds U+FFFD, which is fine");
+    let h = c.request("textDocument/hover", td(uri, (1, 8)));
+    assert!(h["contents"]["value"].as_str().unwrap().contains("a: f32[3]"), "{h}");
+
+    // Unopened special files are not read: /dev/zero never ends, a FIFO without a writer blocks.
+    let dir = scratch("special");
+    let fifo = dir.join("fifo.msl");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    for path in ["/dev/zero".to_string(), fifo.display().to_string()] {
+        let t = Instant::now();
+        let h = c.request("textDocument/hover", td(&format!("file://{path}"), (0, 0)));
+        assert_eq!(h, Value::Null, "{path}");
+        assert!(t.elapsed() < Duration::from_secs(5), "{path} answered at once");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+
+    assert_eq!(c.request("shutdown", Value::Null), Value::Null);
+    c.notify("exit", Value::Null);
+}
+
+// Uses FIFOs, links, modes or `ulimit`: Unix only.
+#[cfg(unix)]
+#[test]
+fn the_stdlib_cache_is_private_and_never_written_through_a_link() {
+    let dir = scratch("planted");
+    let (cache, tmp) = (dir.join("cache"), dir.join("tmp"));
+    let victim = dir.join("victim.txt");
+    std::fs::write(&victim, "mine").unwrap();
+    // Links where the stdlib module would be written: in the shared temp folder the server used
+    // before (where anyone can make them), and in the private cache folder.
+    let version = env!("CARGO_PKG_VERSION");
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    for d in [tmp.join(format!("msl-stdlib-{version}")), cache.join(format!("msl/stdlib-{version}"))] {
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&d).unwrap();
+        std::os::unix::fs::symlink(&victim, d.join("nn.msl")).unwrap();
+    }
+    let text = "use nn.linear\n\nfn main() {\n    print(linear(ones(2, 3), ones(3, 4), ones(4)))\n}\n";
+    let uri = format!("file://{}", dir.join("main.msl").display());
+    let definition_of_linear = |cache: &PathBuf| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_msl"));
+        cmd.arg("lsp").env("XDG_CACHE_HOME", cache).env("TMPDIR", &tmp);
+        let mut c = Client::spawn(cmd);
+        c.request("initialize", json!({"processId": null, "rootUri": null, "capabilities": {}}));
+        c.notify(
+            "textDocument/didOpen",
+            json!({"textDocument": {"uri": uri, "languageId": "msl", "version": 1, "text": text}}),
+        );
+        c.request("textDocument/definition", td(&uri, pos(text, "linear(", 0, 0)))
+    };
+    assert_eq!(definition_of_linear(&cache), Value::Null, "no definition rather than a write through the link");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "mine");
+    // Without the link the module is written, into a folder only this user can open.
+    let fresh = dir.join("fresh");
+    let d = definition_of_linear(&fresh);
+    let target = PathBuf::from(d["uri"].as_str().unwrap().trim_start_matches("file://"));
+    assert!(target.starts_with(&fresh), "{target:?}");
+    assert!(std::fs::read_to_string(&target).unwrap().contains("fn linear"));
+    let mode = |p: &std::path::Path| std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(target.parent().unwrap()), 0o700);
+    assert_eq!(mode(&target), 0o600);
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "mine");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// Uses FIFOs, links, modes or `ulimit`: Unix only.
+#[cfg(unix)]
+#[test]
+fn answers_under_a_limit_on_address_space() {
+    // Two kernel threads, as on a two-core machine, whatever this one has: each reserves a 1 GiB
+    // stack (src/main.rs), which leaves the server about 800 MiB of the 3 GB.
+    let mut cmd = Command::new("bash");
+    cmd.arg("-c")
+        .arg(format!("ulimit -v 3000000; exec {} lsp", env!("CARGO_BIN_EXE_msl")))
+        .env("RAYON_NUM_THREADS", "2");
+    let mut c = Client::spawn(cmd);
+    let init = c.request("initialize", json!({"processId": null, "rootUri": null, "capabilities": {}}));
+    assert!(!init["capabilities"]["hoverProvider"].is_null(), "{init}");
+    c.notify("initialized", json!({}));
+    let uri = "file:///tmp/msl-lsp-ulimit.msl";
+    let text = "fn main() {\n    let a = ones(3)\n    print(a)\n}\n";
+    c.notify(
+        "textDocument/didOpen",
+        json!({"textDocument": {"uri": uri, "languageId": "msl", "version": 1, "text": text}}),
+    );
+    // A check needs a thread with a large stack: it gets a smaller one, or the request an error.
+    let id = c.next_id;
+    c.next_id += 1;
+    c.send(json!({"jsonrpc": "2.0", "id": id, "method": "textDocument/hover", "params": td(uri, (1, 8))}));
+    let v = c.wait("hover", |m| m["id"] == json!(id));
+    let answered = v["result"]["contents"]["value"].as_str().is_some_and(|s| s.contains("a: f32[3]"));
+    assert!(answered || v["error"]["code"] == -32603, "{v}");
+    assert_eq!(c.request("shutdown", Value::Null), Value::Null);
 }

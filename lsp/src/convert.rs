@@ -1,8 +1,8 @@
 //! Conversions between `lang`'s byte spans and diagnostics and the LSP's UTF-16 positions and URIs.
 //!
 //! The root document is always file 0 of a check; other files are `use`d files (named by path)
-//! or stdlib modules (named `<stdlib>/nn.msl`), which are written to a cache folder on demand so
-//! that "go to definition" can open them.
+//! or stdlib modules (named `<stdlib>/nn.msl`), which are written to a private cache folder on
+//! demand (see `cache`) so that "go to definition" can open them.
 
 use lang::check::Checked;
 use lang::diag::{Diagnostic, Severity};
@@ -37,23 +37,12 @@ pub fn offset_in(text: &str, p: lsp::Position) -> usize {
     sm.offset_of_utf16(f, p.line, p.character)
 }
 
-/// The folder where stdlib sources are written for editors to open.
-fn stdlib_dir() -> PathBuf {
-    std::env::temp_dir().join(format!("msl-stdlib-{}", env!("CARGO_PKG_VERSION")))
-}
-
 /// The path of a source file of a check: the document itself, a used file, or a stdlib module
-/// written to the cache folder (on first use; `None` when it cannot be written).
+/// written to the private cache folder (on first use; `None` when it cannot be written there).
 pub fn path_of(c: &Checked, file: FileId) -> Option<PathBuf> {
     let name = c.sources.name(file);
     if let Some(rel) = name.strip_prefix("<stdlib>/") {
-        let path = stdlib_dir().join(rel);
-        let text = c.sources.text(file);
-        if std::fs::read_to_string(&path).ok().as_deref() != Some(text) {
-            std::fs::create_dir_all(path.parent()?).ok()?;
-            std::fs::write(&path, text).ok()?;
-        }
-        return Some(path);
+        return crate::cache::write_private(crate::cache::stdlib_dir()?, rel, c.sources.text(file)).ok();
     }
     let p = Path::new(name);
     Some(if p.is_absolute() { p.to_path_buf() } else { std::env::current_dir().ok()?.join(p) })
