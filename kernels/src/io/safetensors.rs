@@ -10,14 +10,14 @@ use crate::tensor::{DType, Tensor};
 
 /// Reads every tensor of a `.safetensors` file, in file (offset) order.
 pub fn read_safetensors(path: &Path) -> Result<Vec<(String, Tensor)>, KernelError> {
-    let bytes = std::fs::read(path).map_err(|e| KernelError::io(path, format!("cannot read: {e}")))?;
+    let bytes = super::file::read_file(path)?;
     parse_safetensors(&bytes, &path.display().to_string(), |_| true)
 }
 
 /// Reads one tensor of a `.safetensors` file: the one named `entry`, or the only one when
 /// `entry` is `None`. Other tensors are not decoded. Errors list the names the file holds.
 pub fn read_safetensors_entry(path: &Path, entry: Option<&str>) -> Result<Tensor, KernelError> {
-    let bytes = std::fs::read(path).map_err(|e| KernelError::io(path, format!("cannot read: {e}")))?;
+    let bytes = super::file::read_file(path)?;
     let name = path.display().to_string();
     let names = parse_safetensors(&bytes, &name, |_| false)?;
     let names: Vec<String> = names.into_iter().map(|(n, _)| n).collect();
@@ -112,10 +112,10 @@ fn decode(dtype: Dtype, shape: &[usize], raw: &[u8]) -> Result<Tensor, String> {
 }
 
 /// Writes named tensors, in the given order, as a `.safetensors` file with
-/// `"__metadata__": {"format": "pt"}`. Names must be distinct.
+/// `"__metadata__": {"format": "pt"}`, atomically. Names must be distinct.
 pub fn write_safetensors(path: &Path, named: &[(String, Tensor)]) -> Result<(), KernelError> {
     let bytes = safetensors_bytes(named).map_err(|m| KernelError::io(path, m))?;
-    std::fs::write(path, bytes).map_err(|e| KernelError::io(path, format!("cannot write: {e}")))
+    super::file::write_bytes(path, &bytes)
 }
 
 /// The bytes of a `.safetensors` file holding `named`.
