@@ -119,8 +119,11 @@ pub fn gather(x: &Tensor, idx: &Tensor, axis: usize) -> Result<Tensor, KernelErr
     let mut shape = x.shape()[..axis].to_vec();
     shape.extend_from_slice(idx.shape());
     shape.extend_from_slice(&x.shape()[axis + 1..]);
-    // The result combines dims of two tensors, so its size is new and checked.
-    checked_numel(&shape)?;
+    // The result combines dims of two tensors, so its size is new and checked; an empty one
+    // is made at once (the copy loop would still run `outer` times, which may be 2^40).
+    if checked_numel(&shape)? == 0 {
+        return crate::cpu::shape::zeros(x.dtype(), &shape);
+    }
     fn take<T: Element>(v: &[T], ix: &[i32], outer: usize, size: usize, inner: usize) -> Vec<T> {
         let mut out = Vec::with_capacity(outer * ix.len() * inner);
         for o in 0..outer {
@@ -138,7 +141,7 @@ pub fn gather(x: &Tensor, idx: &Tensor, axis: usize) -> Result<Tensor, KernelErr
 /// (repeated indices accumulate). `upd` must have the shape `gather` would return.
 pub fn scatter_add(x_shape: &[usize], idx: &Tensor, upd: &Tensor, axis: usize) -> Result<Tensor, KernelError> {
     check_axis("scatter_add", axis, x_shape.len())?;
-    checked_numel(x_shape)?;
+    let empty = checked_numel(x_shape)? == 0;
     let size = x_shape[axis];
     let ix = checked_indices(idx, axis, size)?;
     let outer: usize = x_shape[..axis].iter().product();
@@ -148,6 +151,10 @@ pub fn scatter_add(x_shape: &[usize], idx: &Tensor, upd: &Tensor, axis: usize) -
     expected.extend_from_slice(&x_shape[axis + 1..]);
     if upd.shape() != expected.as_slice() {
         return Err(KernelError::ShapeMismatch { op: "scatter_add", lhs: expected, rhs: upd.shape().to_vec() });
+    }
+    if empty && upd.dtype() != DType::Bool {
+        // Nothing to add into; the loop below would still run `outer` times.
+        return crate::cpu::shape::zeros(upd.dtype(), x_shape);
     }
     fn add<T: Num>(u: &[T], ix: &[i32], x_shape: &[usize], outer: usize, inner: usize) -> Tensor {
         let size = x_shape.iter().product::<usize>() / (outer * inner).max(1);

@@ -51,6 +51,9 @@ pub fn matmul_t(a: &Tensor, b: &Tensor, transpose_a: bool, transpose_b: bool) ->
     if a.rank() < 2 || b.rank() < 2 {
         return Err(KernelError::Invalid("matmul_t: operands must have at least two dimensions".into()));
     }
+    if a.dtype() == DType::Bool {
+        return Err(KernelError::dtype("matmul", "a numeric tensor", DType::Bool));
+    }
     let mismatch = || KernelError::ShapeMismatch { op: "matmul", lhs: a.shape().to_vec(), rhs: b.shape().to_vec() };
     let (ra, rb) = (a.rank(), b.rank());
     let (ar, ac) = (a.shape()[ra - 2], a.shape()[ra - 1]);
@@ -71,7 +74,10 @@ pub fn matmul_t(a: &Tensor, b: &Tensor, transpose_a: bool, transpose_b: bool) ->
     let mut shape = batch.clone();
     shape.push(m);
     shape.push(n);
-    checked_numel(&shape)?;
+    if checked_numel(&shape)? == 0 {
+        // Nothing to compute; the per-matrix offsets below could still be many (`[2^40, 0, k]`).
+        return crate::cpu::shape::zeros(a.dtype(), &shape);
+    }
     if transpose_b && a.dtype().is_float() && m.saturating_mul(n).saturating_mul(k) >= GEMM_PAR_MIN {
         // `gemm` packs a column-major right operand one element per cache line: `g @ wᵀ` with
         // a 512×512 `w` took 506 µs where `g @ w` takes 277. A tiled transpose into a row-major

@@ -140,7 +140,10 @@ pub fn concat(xs: &[Tensor], axis: usize) -> Result<Tensor, KernelError> {
     wide[axis] = joined;
     let mut shape = first.shape().to_vec();
     shape[axis] = usize::try_from(joined).map_err(|_| KernelError::SizeOverflow { dims: wide })?;
-    checked_numel(&shape)?;
+    if checked_numel(&shape)? == 0 {
+        // An empty result: the copy loop below would still run `outer` times, which may be 2^40.
+        return zeros(first.dtype(), &shape);
+    }
     fn join<T: Element>(xs: &[Tensor], axis: usize, outer: usize, inner: usize) -> Vec<T> {
         let parts: Vec<(&[T], usize)> =
             xs.iter().map(|x| (x.data::<T>().expect("dtypes checked"), x.shape()[axis] * inner)).collect();

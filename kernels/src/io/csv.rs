@@ -57,7 +57,7 @@ pub fn parse_csv_as(bytes: &[u8], name: &str, dtype: DType) -> Result<Tensor, Ke
                     "line {}, column {}: \"{}\" is not a number",
                     lineno + 1,
                     col + 1,
-                    fields[col]
+                    super::shown(&fields[col])
                 )))
             }
         };

@@ -105,6 +105,12 @@ pub fn save_npz(path: &Path, named: &[(String, Tensor)]) -> Result<(), KernelErr
     npz::write_npz(path, named)
 }
 
+/// Text taken from a file, made safe to print inside a message: control characters (a newline,
+/// a terminal escape) and quotes are escaped as in Rust string literals.
+pub(crate) fn shown(text: &str) -> String {
+    text.escape_debug().to_string()
+}
+
 /// Appends the elements of `t` as little-endian bytes (bool as one byte 0 or 1).
 pub(crate) fn push_le_data(out: &mut Vec<u8>, t: &Tensor) {
     match t.storage() {

@@ -60,7 +60,10 @@ fn parse_descr(s: &str, name: &str) -> Result<Descr, KernelError> {
     let unsupported = || {
         err(
             name,
-            format!("unsupported element type '{s}' (msl reads f2, f4, f8, i1, i2, i4, i8, u1, u2, u4, u8 and b1)"),
+            format!(
+                "unsupported element type '{}' (msl reads f2, f4, f8, i1, i2, i4, i8, u1, u2, u4, u8 and b1)",
+                super::shown(s)
+            ),
         )
     };
     let mut chars = s.chars();

@@ -32,7 +32,7 @@ fn array_name(member: &str) -> &str {
 }
 
 fn read_member(archive: &mut Archive, path: &Path, member: &str) -> Result<Tensor, KernelError> {
-    let label = format!("{}:{}", path.display(), array_name(member));
+    let label = format!("{}:{}", path.display(), super::shown(array_name(member)));
     let fail = |m: String| KernelError::Io { path: label.clone(), message: m };
     let mut f = archive.by_name(member).map_err(|e| fail(format!("cannot open archive member: {e}")))?;
     let declared = f.size();
@@ -58,7 +58,7 @@ fn read_member(archive: &mut Archive, path: &Path, member: &str) -> Result<Tenso
 pub fn read_npz(path: &Path, entry: Option<&str>) -> Result<Tensor, KernelError> {
     let (mut archive, members) = open(path)?;
     let listing = || {
-        let names: Vec<&str> = members.iter().map(|m| array_name(m)).collect();
+        let names: Vec<String> = members.iter().map(|m| super::shown(array_name(m))).collect();
         names.join(", ")
     };
     let member =

@@ -21,18 +21,17 @@ pub fn read_safetensors_entry(path: &Path, entry: Option<&str>) -> Result<Tensor
     let name = path.display().to_string();
     let names = parse_safetensors(&bytes, &name, |_| false)?;
     let names: Vec<String> = names.into_iter().map(|(n, _)| n).collect();
+    let listed = || names.iter().map(|n| super::shown(n)).collect::<Vec<_>>().join(", ");
     let wanted = match entry {
         Some(e) if names.iter().any(|n| n == e) => e.to_string(),
-        Some(e) => {
-            return Err(KernelError::io(path, format!("no tensor named '{e}' (the file holds: {})", names.join(", "))))
-        }
+        Some(e) => return Err(KernelError::io(path, format!("no tensor named '{e}' (the file holds: {})", listed()))),
         None => match names.len() {
             0 => return Err(KernelError::io(path, "the file holds no tensors")),
             1 => names[0].clone(),
             _ => {
                 return Err(KernelError::io(
                     path,
-                    format!("the file holds several tensors ({}); name the one to load", names.join(", ")),
+                    format!("the file holds several tensors ({}); name the one to load", listed()),
                 ))
             }
         },
@@ -60,12 +59,13 @@ pub fn parse_safetensors(
             out.push((key, Tensor::scalar_bool(false)));
             continue;
         }
-        let info = meta.info(&key).ok_or_else(|| err(format!("tensor '{key}' has no entry")))?;
+        let info = meta.info(&key).ok_or_else(|| err(format!("tensor '{}' has no entry", super::shown(&key))))?;
         let (start, end) = info.data_offsets;
-        let raw = data
-            .get(start..end)
-            .ok_or_else(|| err(format!("truncated: the data of tensor '{key}' lies past the end of the file")))?;
-        let t = decode(info.dtype, &info.shape, raw).map_err(|m| err(format!("tensor '{key}': {m}")))?;
+        let raw = data.get(start..end).ok_or_else(|| {
+            err(format!("truncated: the data of tensor '{}' lies past the end of the file", super::shown(&key)))
+        })?;
+        let t =
+            decode(info.dtype, &info.shape, raw).map_err(|m| err(format!("tensor '{}': {m}", super::shown(&key))))?;
         out.push((key, t));
     }
     Ok(out)

@@ -5,10 +5,12 @@ mod einsum;
 mod elementwise;
 mod format;
 mod io;
+mod io_safety;
 mod matmul;
 mod reduce;
 mod rng;
 mod shape_index;
+mod sizes;
 mod views;
 
 use kernels::{KernelError, Tensor};
