@@ -2,7 +2,9 @@
 //! writes through a link; `load`, `save` and the REPL's `:load` refuse FIFOs and devices with
 //! exit status 2 instead of blocking forever.
 //!
-//! Every run is under a watchdog, so a regression shows as a failed test, not a hung one.
+//! Every run is under a watchdog, so a regression shows as a failed test, not a hung one. The
+//! tests need FIFOs and symbolic links, hence Unix.
+#![cfg(unix)]
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};

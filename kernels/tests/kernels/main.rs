@@ -5,6 +5,8 @@ mod einsum;
 mod elementwise;
 mod format;
 mod io;
+// FIFOs, devices and symbolic links are Unix things.
+#[cfg(unix)]
 mod io_safety;
 mod matmul;
 mod reduce;
