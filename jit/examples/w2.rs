@@ -64,7 +64,7 @@ fn main() {
     let inputs: Vec<Value> = (1..=3u64)
         .map(|seed| {
             let key = kernels::rng::stream_key(seed, "");
-            Value::Tensor(kernels::rng::normal(kernels::DType::F32, &[n], key, 0.0, 1.0))
+            Value::Tensor(kernels::rng::normal(kernels::DType::F32, &[n], key, 0.0, 1.0).unwrap())
         })
         .collect();
     let threads = rayon::current_num_threads();

@@ -437,7 +437,11 @@ impl Accel for JitAccel<'_> {
             host::INTERRUPTED => RegionRun::Interrupted,
             _ => {
                 rep.loops[site].interpreted += 1;
-                rep.loops[site].reason = Some("an integer division by zero (the interpreter reports it)".into());
+                rep.loops[site].reason = Some(
+                    "an integer division by zero, a negative integer power or a float with no i32 value \
+                     (the interpreter reports it)"
+                        .into(),
+                );
                 RegionRun::Decline
             }
         }

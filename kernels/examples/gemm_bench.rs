@@ -9,8 +9,8 @@ use kernels::{ops, rng, DType};
 
 fn main() {
     let n: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(1024);
-    let a = rng::uniform(DType::F32, &[n, n], rng::stream_key(1, "a"), -1.0, 1.0);
-    let b = rng::uniform(DType::F32, &[n, n], rng::stream_key(1, "b"), -1.0, 1.0);
+    let a = rng::uniform(DType::F32, &[n, n], rng::stream_key(1, "a"), -1.0, 1.0).unwrap();
+    let b = rng::uniform(DType::F32, &[n, n], rng::stream_key(1, "b"), -1.0, 1.0).unwrap();
     // One warm-up run so that thread start-up and page faults are not timed.
     ops::matmul(&a, &b).expect("matmul");
     let mut times: Vec<f64> = (0..10)

@@ -61,13 +61,13 @@ fn main() -> Result<(), KernelError> {
             let std = (2.0 / sizes[i] as f64).sqrt();
             let key = rng::stream_key(0, &format!("layers.{i}.w"));
             Layer {
-                w: rng::normal(DType::F32, &[sizes[i], sizes[i + 1]], key, 0.0, std),
-                b: ops::zeros(DType::F32, &[sizes[i + 1]]),
+                w: rng::normal(DType::F32, &[sizes[i], sizes[i + 1]], key, 0.0, std).unwrap(),
+                b: ops::zeros(DType::F32, &[sizes[i + 1]]).unwrap(),
             }
         })
         .collect();
-    let x = rng::uniform(DType::F32, &[256, 784], rng::stream_key(0, "x"), 0.0, 1.0);
-    let y = rng::uniform(DType::I32, &[256], rng::stream_key(0, "y"), 0.0, 10.0);
+    let x = rng::uniform(DType::F32, &[256, 784], rng::stream_key(0, "x"), 0.0, 1.0)?;
+    let y = rng::uniform(DType::I32, &[256], rng::stream_key(0, "y"), 0.0, 10.0)?;
     let first = step(&mut layers, &x, &y, 0.01)?;
     let mut times = Vec::new();
     let mut loss = first;

@@ -213,7 +213,7 @@ impl Device for CpuDevice {
     }
 
     fn alloc(&self, dtype: DType, len: usize) -> Result<DeviceTensor, KernelError> {
-        Ok(CpuDevice::wrap(ops::zeros(dtype, &[len])))
+        Ok(CpuDevice::wrap(ops::zeros(dtype, &[len])?))
     }
 
     fn upload(&self, t: &Tensor) -> Result<DeviceTensor, KernelError> {
@@ -264,7 +264,7 @@ impl Device for CpuDevice {
                 let (a, b) = two()?;
                 ops::matmul_t(a, b, transpose_a, transpose_b)?
             }
-            KernelId::Cast => one()?.cast(need_dtype(kernel, p)?),
+            KernelId::Cast => one()?.try_cast(need_dtype(kernel, p)?)?,
             KernelId::Reshape => ops::reshape(one()?, &p.shape)?,
             KernelId::Transpose => ops::transpose(one()?),
             KernelId::Permute => ops::permute(one()?, &p.perm)?,

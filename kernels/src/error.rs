@@ -26,6 +26,14 @@ pub enum KernelError {
     Io { path: String, message: String },
     /// A file is well formed but holds something other than what was asked for.
     FileMismatch { path: String, expected: String, found: String },
+    /// A shape whose element count cannot be held: the product of its nonzero dimensions is
+    /// above [`MAX_ELEMENTS`](crate::tensor::MAX_ELEMENTS). The dims are wide so that a sum of
+    /// dimensions that overflowed `usize` (a huge `concat`) can still be shown exactly.
+    SizeOverflow { dims: Vec<u128> },
+    /// A float converted to `i32` is NaN, infinite or outside the range of `i32`. `index` is the
+    /// flat position of the first such element, `None` for a scalar.
+    /// `value` is the element as msl prints it.
+    CastOutOfRange { value: String, nan: bool, to: DType, index: Option<usize> },
     /// Any other invalid argument, described in words.
     Invalid(String),
 }
@@ -34,6 +42,11 @@ impl KernelError {
     /// A shorthand for the dtype errors of operations that take one kind of element.
     pub(crate) fn dtype(op: &'static str, expected: &str, found: DType) -> KernelError {
         KernelError::DTypeMismatch { op, expected: expected.to_string(), found: found.to_string() }
+    }
+
+    /// The error for a shape of `usize` dims whose element count is too large.
+    pub(crate) fn size_overflow(dims: &[usize]) -> KernelError {
+        KernelError::SizeOverflow { dims: dims.iter().map(|&d| d as u128).collect() }
     }
 
     /// A shorthand for I/O errors: `path` is shown before the message.
@@ -69,6 +82,35 @@ impl fmt::Display for KernelError {
             KernelError::Io { path, message } => write!(f, "{path}: {message}"),
             KernelError::FileMismatch { path, expected, found } => {
                 write!(f, "{path}: expected {expected} but the file holds {found}")
+            }
+            KernelError::SizeOverflow { dims } => {
+                let parts: Vec<String> = dims.iter().map(|d| d.to_string()).collect();
+                let shape = format!("[{}]", parts.join(", "));
+                let max = crate::tensor::MAX_ELEMENTS;
+                // Zero dims are left out of the count: NumPy refuses such shapes as well, and
+                // they would make strides and sub-products overflow in every kernel.
+                let count = dims.iter().filter(|&&d| d != 0).try_fold(1u128, |a, &d| a.checked_mul(d));
+                let count = count.map_or_else(|| "more than 2^128".to_string(), |c| c.to_string());
+                if dims.contains(&0) {
+                    write!(
+                        f,
+                        "size overflow: shape {shape} is too large: its nonzero dimensions multiply to {count} elements (at most {max} are supported)"
+                    )
+                } else {
+                    write!(f, "size overflow: shape {shape} has {count} elements (at most {max} are supported)")
+                }
+            }
+            KernelError::CastOutOfRange { value, nan, to, index } => {
+                let what = match index {
+                    Some(i) => format!("element {i} ({value})"),
+                    None => value.clone(),
+                };
+                let why = if *nan {
+                    "it is not a number".to_string()
+                } else {
+                    format!("it is outside the range of {to} ({} to {})", i32::MIN, i32::MAX)
+                };
+                write!(f, "cannot convert {what} to {to}: {why}")
             }
             KernelError::Invalid(message) => write!(f, "{message}"),
         }

@@ -6,7 +6,8 @@
 use rayon::prelude::*;
 
 use crate::cpu::PAR_MIN;
-use crate::tensor::{DType, Tensor};
+use crate::error::KernelError;
+use crate::tensor::{checked_numel, DType, Tensor};
 
 const M0: u32 = 0xD251_1F53;
 const M1: u32 = 0xCD9E_8D57;
@@ -77,10 +78,10 @@ fn generate<T: Send, F: Fn([u32; 4]) -> T + Sync + Send>(n: usize, key: [u32; 2]
 
 /// Uniform values in `[lo, hi)`. Element `i` uses counter `i`. For `i32` the values are
 /// `floor` of a uniform in `[lo, hi)`; for bool they are `uniform < 0.5`.
-pub fn uniform(dtype: DType, shape: &[usize], key: [u32; 2], lo: f64, hi: f64) -> Tensor {
-    let n: usize = shape.iter().product();
+pub fn uniform(dtype: DType, shape: &[usize], key: [u32; 2], lo: f64, hi: f64) -> Result<Tensor, KernelError> {
+    let n = checked_numel(shape)?;
     let scale = hi - lo;
-    match dtype {
+    Ok(match dtype {
         DType::F32 => {
             let (lo32, scale32) = (lo as f32, scale as f32);
             let v = generate(n, key, |b| {
@@ -106,13 +107,13 @@ pub fn uniform(dtype: DType, shape: &[usize], key: [u32; 2], lo: f64, hi: f64) -
             let v = generate(n, key, |b| unit_f64(b[0], b[1]) < 0.5);
             Tensor::from_parts(shape.to_vec(), v)
         }
-    }
+    })
 }
 
 /// Normal values with the given mean and standard deviation: Box–Muller on two uniforms from
 /// the one Philox block of each element. Non-float dtypes receive the f64 values cast.
-pub fn normal(dtype: DType, shape: &[usize], key: [u32; 2], mean: f64, std: f64) -> Tensor {
-    let n: usize = shape.iter().product();
+pub fn normal(dtype: DType, shape: &[usize], key: [u32; 2], mean: f64, std: f64) -> Result<Tensor, KernelError> {
+    let n = checked_numel(shape)?;
     let v = generate(n, key, |b| {
         // u1 lies in (0, 1], so its logarithm is finite.
         let u1 = 1.0 - unit_f64(b[0], b[1]);
@@ -120,7 +121,7 @@ pub fn normal(dtype: DType, shape: &[usize], key: [u32; 2], mean: f64, std: f64)
         let r = (-2.0 * u1.ln()).sqrt();
         mean + std * r * (std::f64::consts::TAU * u2).cos()
     });
-    Tensor::from_parts(shape.to_vec(), v).cast(dtype)
+    Ok(Tensor::from_parts(shape.to_vec(), v).cast(dtype))
 }
 
 /// A uniformly random permutation of `0..n` (Fisher–Yates; step `i` uses counter `i`).
@@ -137,8 +138,8 @@ pub fn permutation(n: usize, key: [u32; 2]) -> Vec<usize> {
 }
 
 /// Bool values that are true with probability `p`.
-pub fn bernoulli(shape: &[usize], key: [u32; 2], p: f64) -> Tensor {
-    let n: usize = shape.iter().product();
+pub fn bernoulli(shape: &[usize], key: [u32; 2], p: f64) -> Result<Tensor, KernelError> {
+    let n = checked_numel(shape)?;
     let v = generate(n, key, |b| unit_f64(b[0], b[1]) < p);
-    Tensor::from_parts(shape.to_vec(), v)
+    Ok(Tensor::from_parts(shape.to_vec(), v))
 }

@@ -276,9 +276,11 @@ impl Tensor {
         Tensor::new(shape, T::into_storage(data))
     }
 
-    /// Builds a tensor whose length the caller has already checked.
+    /// Builds a tensor whose shape the caller has already checked with [`checked_numel`]
+    /// (directly, or because it is made of the dims of valid tensors) and whose data has that
+    /// length.
     pub(crate) fn from_parts<T: Element>(shape: Vec<usize>, data: Vec<T>) -> Tensor {
-        debug_assert_eq!(shape.iter().product::<usize>(), data.len());
+        debug_assert_eq!(checked_numel(&shape).ok(), Some(data.len()));
         Tensor { shape, storage: T::into_storage(data) }
     }
 
@@ -410,9 +412,38 @@ impl Tensor {
         })
     }
 
-    /// Converts the elements to another dtype. Floats to `i32` truncate toward zero like
-    /// NumPy's `astype` (out-of-range values saturate and NaN gives 0, where NumPy's result is
-    /// unspecified); bool converts to 1 or 0; numbers convert to bool as `x != 0`.
+    /// Converts the elements to another dtype, as `f32(x)`, `f64(x)` and `i32(x)` do. Floats to
+    /// `i32` truncate toward zero like NumPy's `astype`, but a NaN, an infinity or a value
+    /// outside the range of `i32` is an error (NumPy gives an unspecified integer there, which
+    /// msl would print as if it were a result); bool converts to 1 or 0; numbers convert to
+    /// bool as `x != 0`.
+    pub fn try_cast(&self, to: DType) -> Result<Tensor, KernelError> {
+        let bad = |value: String, nan: bool, i: usize| KernelError::CastOutOfRange {
+            value,
+            nan,
+            to,
+            index: (self.rank() > 0).then_some(i),
+        };
+        match (&self.storage, to) {
+            (Storage::F32(v), DType::I32) => {
+                if let Some(i) = v.iter().position(|&x| !f32_fits_i32(x)) {
+                    return Err(bad(crate::format::format_f32(v[i]), v[i].is_nan(), i));
+                }
+            }
+            (Storage::F64(v), DType::I32) => {
+                if let Some(i) = v.iter().position(|&x| !f64_fits_i32(x)) {
+                    return Err(bad(crate::format::format_f64(v[i]), v[i].is_nan(), i));
+                }
+            }
+            _ => {}
+        }
+        Ok(self.cast(to))
+    }
+
+    /// Converts the elements to another dtype without checking: floats to `i32` saturate (NaN
+    /// gives 0). For conversions that cannot lose a value (widening, bool to numbers, numbers
+    /// to bool) and for kernels whose floats are known to be whole numbers in range; a
+    /// conversion a program asks for goes through [`Tensor::try_cast`].
     pub fn cast(&self, to: DType) -> Tensor {
         if self.dtype() == to {
             return self.clone();
@@ -437,9 +468,33 @@ impl Tensor {
     }
 }
 
-/// The number of elements of a shape, or an error when the product overflows `usize`.
+/// Whether an f32 truncates to an `i32` (false for NaN and the infinities). Every f32 from
+/// -2^31 up to but excluding 2^31 does; both bounds are exact in f32.
+pub fn f32_fits_i32(x: f32) -> bool {
+    (-2147483648.0..2147483648.0).contains(&x)
+}
+
+/// Whether an f64 truncates to an `i32`: it lies strictly between -2^31 - 1 and 2^31, so that
+/// truncation toward zero lands in range (-2147483648.5 becomes -2147483648).
+pub fn f64_fits_i32(x: f64) -> bool {
+    x > -2147483649.0 && x < 2147483648.0
+}
+
+/// The most elements a tensor may have: as many 8-byte elements as fit in the largest
+/// allocation Rust permits (`isize::MAX` bytes). Sizes are checked against it, whatever the
+/// element type, so that no element count, byte size or stride computed from a valid shape can
+/// overflow.
+pub const MAX_ELEMENTS: usize = isize::MAX as usize / 8;
+
+/// The number of elements of a shape, or [`KernelError::SizeOverflow`] when the product of
+/// its nonzero dimensions exceeds [`MAX_ELEMENTS`]. Zero dimensions are left out of that test
+/// (as NumPy does): a shape such as `[0, 2^62]` holds no element, but the sub-products of its
+/// dims (the strides, the output of `sum(x, axis: 0)`) would still be out of range. Every
+/// tensor's shape passes this check, so every product of some of its dims fits in `usize`.
 pub fn checked_numel(shape: &[usize]) -> Result<usize, KernelError> {
-    shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d)).ok_or_else(|| {
-        KernelError::Invalid(format!("shape {} has too many elements", crate::error::shape_string(shape)))
-    })
+    let nonzero = shape.iter().filter(|&&d| d != 0).try_fold(1usize, |acc, &d| acc.checked_mul(d));
+    match nonzero {
+        Some(n) if n <= MAX_ELEMENTS => Ok(if shape.contains(&0) { 0 } else { n }),
+        _ => Err(KernelError::size_overflow(shape)),
+    }
 }

@@ -595,7 +595,7 @@ impl Session {
     pub fn load(&mut self, path: &str) -> Output {
         let mut out = Output::default();
         let path = PathBuf::from(path.trim());
-        let text = match std::fs::read_to_string(&path) {
+        let text = match kernels::io::file::read_to_string(&path) {
             Ok(t) => t,
             Err(e) => {
                 out.error(format!("error: cannot read `{}`: {e}", path.display()));

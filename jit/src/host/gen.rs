@@ -3,7 +3,7 @@
 
 use super::{kind_name, leaves, Analysis, DECLINE, INTERRUPTED, OK};
 use crate::lower::{float_type, Lower, Mode};
-use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{
     types, Block, BlockArg, InstBuilder, InstructionData, MemFlagsData, Opcode, Type as ClType, Value,
 };
@@ -442,12 +442,35 @@ impl<'a, 'f, 'p> HostGen<'a, 'f, 'p> {
         }
     }
 
+    /// `Tensor::try_cast` refuses a float with no `i32` value (NaN, an infinity, out of
+    /// range): the region declines there and the interpreter reports the error with its span.
+    /// The bounds are those of `kernels::tensor::f32_fits_i32` and `f64_fits_i32`; NaN fails
+    /// every ordered comparison.
+    fn decline_unless_fits_i32(&mut self, x: Value, from: DType) {
+        let b = &mut self.l.b;
+        let (lo, lo_cc, hi) = match from {
+            DType::F32 => {
+                (b.ins().f32const(-2147483648.0), FloatCC::GreaterThanOrEqual, b.ins().f32const(2147483648.0))
+            }
+            _ => (b.ins().f64const(-2147483649.0), FloatCC::GreaterThan, b.ins().f64const(2147483648.0)),
+        };
+        let above = b.ins().fcmp(lo_cc, x, lo);
+        let below = b.ins().fcmp(FloatCC::LessThan, x, hi);
+        let fits = b.ins().band(above, below);
+        let bad = b.ins().bxor_imm_u(fits, 1);
+        self.exit_if(bad, DECLINE);
+    }
+
     fn prim(&mut self, p: Prim, to: Option<DType>, xs: &[(Value, DType)]) -> Result<(Value, DType), String> {
         use Prim::*;
         match p {
             Cast => {
                 let to = to.unwrap_or(DType::F32);
-                Ok((self.cast(xs[0].0, xs[0].1, to), to))
+                let (x, from) = xs[0];
+                if to == DType::I32 && from.is_float() {
+                    self.decline_unless_fits_i32(x, from);
+                }
+                Ok((self.cast(x, from, to), to))
             }
             Where => {
                 if xs[0].1 != DType::Bool {

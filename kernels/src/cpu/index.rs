@@ -3,7 +3,7 @@
 use crate::cpu::num::Num;
 use crate::cpu::{check_axis, contiguous_strides, dispatch, strided_copy, Plan};
 use crate::error::KernelError;
-use crate::tensor::{DType, Element, Storage, Tensor};
+use crate::tensor::{checked_numel, DType, Element, Storage, Tensor};
 
 /// How one axis is sliced.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -77,6 +77,7 @@ pub fn slice(x: &Tensor, specs: &[SliceSpec]) -> Result<Tensor, KernelError> {
 /// `zeros(base_shape)` with `upd` added into the region `specs` selects: the gradient of
 /// [`slice`]. `upd` must have the shape that `slice` would return.
 pub fn slice_update_add(base_shape: &[usize], specs: &[SliceSpec], upd: &Tensor) -> Result<Tensor, KernelError> {
+    checked_numel(base_shape)?;
     let r = resolve(base_shape, specs)?;
     if upd.shape() != r.out_shape.as_slice() {
         return Err(KernelError::ShapeMismatch { op: "slice_update_add", lhs: r.out_shape, rhs: upd.shape().to_vec() });
@@ -118,6 +119,11 @@ pub fn gather(x: &Tensor, idx: &Tensor, axis: usize) -> Result<Tensor, KernelErr
     let mut shape = x.shape()[..axis].to_vec();
     shape.extend_from_slice(idx.shape());
     shape.extend_from_slice(&x.shape()[axis + 1..]);
+    // The result combines dims of two tensors, so its size is new and checked; an empty one
+    // is made at once (the copy loop would still run `outer` times, which may be 2^40).
+    if checked_numel(&shape)? == 0 {
+        return crate::cpu::shape::zeros(x.dtype(), &shape);
+    }
     fn take<T: Element>(v: &[T], ix: &[i32], outer: usize, size: usize, inner: usize) -> Vec<T> {
         let mut out = Vec::with_capacity(outer * ix.len() * inner);
         for o in 0..outer {
@@ -135,6 +141,7 @@ pub fn gather(x: &Tensor, idx: &Tensor, axis: usize) -> Result<Tensor, KernelErr
 /// (repeated indices accumulate). `upd` must have the shape `gather` would return.
 pub fn scatter_add(x_shape: &[usize], idx: &Tensor, upd: &Tensor, axis: usize) -> Result<Tensor, KernelError> {
     check_axis("scatter_add", axis, x_shape.len())?;
+    let empty = checked_numel(x_shape)? == 0;
     let size = x_shape[axis];
     let ix = checked_indices(idx, axis, size)?;
     let outer: usize = x_shape[..axis].iter().product();
@@ -144,6 +151,10 @@ pub fn scatter_add(x_shape: &[usize], idx: &Tensor, upd: &Tensor, axis: usize) -
     expected.extend_from_slice(&x_shape[axis + 1..]);
     if upd.shape() != expected.as_slice() {
         return Err(KernelError::ShapeMismatch { op: "scatter_add", lhs: expected, rhs: upd.shape().to_vec() });
+    }
+    if empty && upd.dtype() != DType::Bool {
+        // Nothing to add into; the loop below would still run `outer` times.
+        return crate::cpu::shape::zeros(upd.dtype(), x_shape);
     }
     fn add<T: Num>(u: &[T], ix: &[i32], x_shape: &[usize], outer: usize, inner: usize) -> Tensor {
         let size = x_shape.iter().product::<usize>() / (outer * inner).max(1);
@@ -173,11 +184,11 @@ pub fn one_hot(idx: &Tensor, n: usize, dtype: DType) -> Result<Tensor, KernelErr
     if let Some(&bad) = ix.iter().find(|&&i| i < 0 || i as usize >= n) {
         return Err(KernelError::IndexOutOfRange { index: bad as i64, axis: idx.rank(), size: n });
     }
-    let mut v = vec![0.0f64; ix.len() * n];
+    let mut shape = idx.shape().to_vec();
+    shape.push(n);
+    let mut v = vec![0.0f64; checked_numel(&shape)?];
     for (row, &i) in ix.iter().enumerate() {
         v[row * n + i as usize] = 1.0;
     }
-    let mut shape = idx.shape().to_vec();
-    shape.push(n);
     Ok(Tensor::from_parts(shape, v).cast(dtype))
 }

@@ -4,7 +4,7 @@ use rayon::prelude::*;
 
 use crate::cpu::{broadcast_shapes, broadcast_strides, PAR_MIN};
 use crate::error::KernelError;
-use crate::tensor::{DType, Storage, Tensor};
+use crate::tensor::{checked_numel, DType, Storage, Tensor};
 
 /// Products with at least this many multiply-adds use all rayon threads inside `gemm`.
 const GEMM_PAR_MIN: usize = 64 * 64 * 64;
@@ -51,6 +51,9 @@ pub fn matmul_t(a: &Tensor, b: &Tensor, transpose_a: bool, transpose_b: bool) ->
     if a.rank() < 2 || b.rank() < 2 {
         return Err(KernelError::Invalid("matmul_t: operands must have at least two dimensions".into()));
     }
+    if a.dtype() == DType::Bool {
+        return Err(KernelError::dtype("matmul", "a numeric tensor", DType::Bool));
+    }
     let mismatch = || KernelError::ShapeMismatch { op: "matmul", lhs: a.shape().to_vec(), rhs: b.shape().to_vec() };
     let (ra, rb) = (a.rank(), b.rank());
     let (ar, ac) = (a.shape()[ra - 2], a.shape()[ra - 1]);
@@ -60,15 +63,27 @@ pub fn matmul_t(a: &Tensor, b: &Tensor, transpose_a: bool, transpose_b: bool) ->
     if k != k2 {
         return Err(mismatch());
     }
-    if transpose_b && a.dtype().is_float() && m * n * k >= GEMM_PAR_MIN {
+    // The output combines dims of both operands, so its size is new: check it first. The work
+    // `m·n·k` can still exceed usize (its factors come from different operands) and saturates.
+    let batch_a = &a.shape()[..ra - 2];
+    let batch_b = &b.shape()[..rb - 2];
+    let batch = broadcast_shapes("matmul", batch_a, batch_b).map_err(|e| match e {
+        KernelError::ShapeMismatch { .. } => mismatch(),
+        other => other,
+    })?;
+    let mut shape = batch.clone();
+    shape.push(m);
+    shape.push(n);
+    if checked_numel(&shape)? == 0 {
+        // Nothing to compute; the per-matrix offsets below could still be many (`[2^40, 0, k]`).
+        return crate::cpu::shape::zeros(a.dtype(), &shape);
+    }
+    if transpose_b && a.dtype().is_float() && m.saturating_mul(n).saturating_mul(k) >= GEMM_PAR_MIN {
         // `gemm` packs a column-major right operand one element per cache line: `g @ wᵀ` with
         // a 512×512 `w` took 506 µs where `g @ w` takes 277. A tiled transpose into a row-major
         // copy (60 µs) first is cheaper, and the packed panels, hence the sums, are the same.
         return matmul_t(a, &crate::cpu::shape::swap_last(b)?, transpose_a, false);
     }
-    let batch_a = &a.shape()[..ra - 2];
-    let batch_b = &b.shape()[..rb - 2];
-    let batch = broadcast_shapes("matmul", batch_a, batch_b).map_err(|_| mismatch())?;
     let nb: usize = batch.iter().product();
     // Offsets of each batch's matrices, in units of whole matrices.
     let sa = broadcast_strides(batch_a, &batch);
@@ -85,9 +100,6 @@ pub fn matmul_t(a: &Tensor, b: &Tensor, transpose_a: bool, transpose_b: bool) ->
             (oa * m * k, ob * k * n)
         })
         .collect();
-    let mut shape = batch.clone();
-    shape.push(m);
-    shape.push(n);
     // A stack of matrices times one matrix (`x[B, T, D] @ w[D, F]`, and its derivative
     // `g @ wᵀ`): one product of (nb·m)×k by k×n, so that the right operand is packed once
     // rather than once per matrix of the stack. The rows of the stack are consecutive.
@@ -154,8 +166,8 @@ fn gemm_batched<T: GemmElement>(x: &[T], y: &[T], offsets: &[(usize, usize)], g:
     let mut out: Vec<std::mem::MaybeUninit<T>> = Vec::with_capacity(len);
     // SAFETY: `MaybeUninit` elements need no initialisation.
     unsafe { out.set_len(len) };
-    let work = g.m * g.n * g.k;
-    if work >= GEMM_PAR_MIN || offsets.len() == 1 || work * offsets.len() < PAR_MIN {
+    let work = g.m.saturating_mul(g.n).saturating_mul(g.k);
+    if work >= GEMM_PAR_MIN || offsets.len() == 1 || work.saturating_mul(offsets.len()) < PAR_MIN {
         let par = if work >= GEMM_PAR_MIN { gemm::Parallelism::Rayon(0) } else { gemm::Parallelism::None };
         for (dst, &(oa, ob)) in out.chunks_mut(mn).zip(offsets) {
             gemm_one(dst, &x[oa..], &y[ob..], g, par);

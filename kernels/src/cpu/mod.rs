@@ -86,7 +86,7 @@ pub(crate) fn check_axis(op: &'static str, axis: usize, rank: usize) -> Result<(
     }
 }
 
-/// The NumPy broadcast of two shapes.
+/// The NumPy broadcast of two shapes, checked with [`checked_numel`](crate::tensor::checked_numel).
 pub fn broadcast_shapes(op: &'static str, a: &[usize], b: &[usize]) -> Result<Vec<usize>, KernelError> {
     let rank = a.len().max(b.len());
     let mut out = vec![0; rank];
@@ -101,6 +101,8 @@ pub fn broadcast_shapes(op: &'static str, a: &[usize], b: &[usize]) -> Result<Ve
             return Err(KernelError::ShapeMismatch { op, lhs: a.to_vec(), rhs: b.to_vec() });
         };
     }
+    // Two valid shapes can broadcast to one with too many elements (`[N, 1]` and `[1, N]`).
+    crate::tensor::checked_numel(&out)?;
     Ok(out)
 }
 

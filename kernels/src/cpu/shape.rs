@@ -133,8 +133,17 @@ pub fn concat(xs: &[Tensor], axis: usize) -> Result<Tensor, KernelError> {
     }
     let outer: usize = first.shape()[..axis].iter().product();
     let inner: usize = first.shape()[axis + 1..].iter().product();
+    // The joined axis is summed in u128 (it cannot overflow there) and the result checked
+    // like any new shape: many large parts may add up to more than fits.
+    let joined: u128 = xs.iter().map(|x| x.shape()[axis] as u128).sum();
+    let mut wide: Vec<u128> = first.shape().iter().map(|&d| d as u128).collect();
+    wide[axis] = joined;
     let mut shape = first.shape().to_vec();
-    shape[axis] = xs.iter().map(|x| x.shape()[axis]).sum();
+    shape[axis] = usize::try_from(joined).map_err(|_| KernelError::SizeOverflow { dims: wide })?;
+    if checked_numel(&shape)? == 0 {
+        // An empty result: the copy loop below would still run `outer` times, which may be 2^40.
+        return zeros(first.dtype(), &shape);
+    }
     fn join<T: Element>(xs: &[Tensor], axis: usize, outer: usize, inner: usize) -> Vec<T> {
         let parts: Vec<(&[T], usize)> =
             xs.iter().map(|x| (x.data::<T>().expect("dtypes checked"), x.shape()[axis] * inner)).collect();
@@ -241,40 +250,47 @@ pub fn sum_to_shape(x: &Tensor, shape: &[usize]) -> Result<Tensor, KernelError> 
     cur.with_shape(shape.to_vec())
 }
 
-/// A tensor of `shape` with every element `v` (converted like [`Element::from_f64`]).
-pub fn full(dtype: DType, shape: &[usize], v: f64) -> Tensor {
-    fn fill<T: Element>(shape: &[usize], v: f64) -> Tensor {
-        let n = shape.iter().product();
+/// A tensor of `shape` with every element `v` (converted like [`Element::from_f64`]), or a
+/// [`KernelError::SizeOverflow`] when the shape has too many elements.
+pub fn full(dtype: DType, shape: &[usize], v: f64) -> Result<Tensor, KernelError> {
+    fn fill<T: Element>(shape: &[usize], n: usize, v: f64) -> Tensor {
         Tensor::from_parts(shape.to_vec(), vec![T::from_f64(v); n])
     }
-    match dtype {
-        DType::F32 => fill::<f32>(shape, v),
-        DType::F64 => fill::<f64>(shape, v),
-        DType::I32 => fill::<i32>(shape, v),
-        DType::Bool => fill::<bool>(shape, v),
-    }
+    let n = checked_numel(shape)?;
+    Ok(match dtype {
+        DType::F32 => fill::<f32>(shape, n, v),
+        DType::F64 => fill::<f64>(shape, n, v),
+        DType::I32 => fill::<i32>(shape, n, v),
+        DType::Bool => fill::<bool>(shape, n, v),
+    })
 }
 
 /// A tensor of zeros (false for bool).
-pub fn zeros(dtype: DType, shape: &[usize]) -> Tensor {
+pub fn zeros(dtype: DType, shape: &[usize]) -> Result<Tensor, KernelError> {
     full(dtype, shape, 0.0)
 }
 
 /// A tensor of ones (true for bool).
-pub fn ones(dtype: DType, shape: &[usize]) -> Tensor {
+pub fn ones(dtype: DType, shape: &[usize]) -> Result<Tensor, KernelError> {
     full(dtype, shape, 1.0)
 }
 
 /// `[0, 1, ..., n-1]` in the given dtype (bool: `[false, true, true, ...]`).
-pub fn arange(n: usize, dtype: DType) -> Tensor {
-    Tensor::from_parts(vec![n], (0..n).map(|i| i as f64).collect::<Vec<f64>>()).cast(dtype)
+pub fn arange(n: usize, dtype: DType) -> Result<Tensor, KernelError> {
+    checked_numel(&[n])?;
+    // The values below 2^53 are exact in f64; an i32 arange must not run past i32::MAX, where
+    // the conversion would saturate.
+    if dtype == DType::I32 && n > 1 << 31 {
+        return Err(KernelError::Invalid(format!("arange: {n} values do not fit in i32 (at most 2147483648)")));
+    }
+    Ok(Tensor::from_parts(vec![n], (0..n).map(|i| i as f64).collect::<Vec<f64>>()).cast(dtype))
 }
 
 /// The `n×n` identity matrix.
-pub fn eye(n: usize, dtype: DType) -> Tensor {
-    let mut v = vec![0.0f64; n * n];
+pub fn eye(n: usize, dtype: DType) -> Result<Tensor, KernelError> {
+    let mut v = vec![0.0f64; checked_numel(&[n, n])?];
     for i in 0..n {
         v[i * n + i] = 1.0;
     }
-    Tensor::from_parts(vec![n, n], v).cast(dtype)
+    Ok(Tensor::from_parts(vec![n, n], v).cast(dtype))
 }

@@ -4,30 +4,46 @@ use std::path::Path;
 
 use crate::error::KernelError;
 use crate::format::{format_f32, format_f64};
-use crate::tensor::{Storage, Tensor};
+use crate::tensor::{DType, Storage, Tensor};
 
 /// Reads a numeric CSV file as an f64 tensor of shape `[rows, cols]`. A first row that does
 /// not parse as numbers is taken as a header and skipped; blank lines are ignored; every row
 /// must have the same number of values.
 pub fn read_csv(path: &Path) -> Result<Tensor, KernelError> {
-    let bytes = std::fs::read(path).map_err(|e| KernelError::io(path, format!("cannot read: {e}")))?;
-    parse_csv(&bytes, &path.display().to_string())
+    read_csv_as(path, DType::F64)
 }
 
-/// Parses CSV bytes; `name` is used in error messages.
+/// Reads a numeric CSV file as a `[rows, cols]` tensor of `dtype` (see [`parse_csv_as`]).
+pub fn read_csv_as(path: &Path, dtype: DType) -> Result<Tensor, KernelError> {
+    let bytes = super::file::read_file(path)?;
+    parse_csv_as(&bytes, &path.display().to_string(), dtype)
+}
+
+/// Parses CSV bytes as f64; `name` is used in error messages.
 pub fn parse_csv(bytes: &[u8], name: &str) -> Result<Tensor, KernelError> {
+    parse_csv_as(bytes, name, DType::F64)
+}
+
+/// Parses CSV bytes into a tensor of `dtype`. Values convert as `f32(x)`, `i32(x)` and bool's
+/// `x != 0` do, except that a value `i32` cannot hold exactly (NaN, an infinity, a fraction,
+/// anything out of range) is an error naming its row, line, column and text: text numbers
+/// carry no element type, so a value that does not fit is a wrong file, never a value to clip.
+pub fn parse_csv_as(bytes: &[u8], name: &str, dtype: DType) -> Result<Tensor, KernelError> {
     let err = |m: String| KernelError::Io { path: name.to_string(), message: m };
     let text = std::str::from_utf8(bytes).map_err(|_| err("not a text file (invalid UTF-8)".into()))?;
+    let split = |line: &str| -> Vec<String> {
+        line.trim().split(',').map(|f| f.trim().trim_matches('"').trim().to_string()).collect()
+    };
     let mut values: Vec<f64> = Vec::new();
+    // The line number (from 1) of each data row, for messages.
+    let mut lines: Vec<usize> = Vec::new();
     let mut cols: Option<(usize, usize)> = None;
-    let mut rows = 0usize;
     let mut first = true;
     for (lineno, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() {
+        if line.trim().is_empty() {
             continue;
         }
-        let fields: Vec<&str> = line.split(',').map(|f| f.trim().trim_matches('"').trim()).collect();
+        let fields = split(line);
         let parsed: Result<Vec<f64>, usize> =
             fields.iter().enumerate().map(|(i, f)| f.parse::<f64>().map_err(|_| i)).collect();
         let row = match parsed {
@@ -41,7 +57,7 @@ pub fn parse_csv(bytes: &[u8], name: &str) -> Result<Tensor, KernelError> {
                     "line {}, column {}: \"{}\" is not a number",
                     lineno + 1,
                     col + 1,
-                    fields[col]
+                    super::shown(&fields[col])
                 )))
             }
         };
@@ -54,10 +70,37 @@ pub fn parse_csv(bytes: &[u8], name: &str) -> Result<Tensor, KernelError> {
             _ => {}
         }
         values.extend(row);
-        rows += 1;
+        lines.push(lineno + 1);
     }
     let cols = cols.map_or(0, |c| c.0);
-    Tensor::from_f64(vec![rows, cols], values)
+    let shape = vec![lines.len(), cols];
+    match dtype {
+        DType::F64 => Tensor::from_f64(shape, values),
+        DType::F32 => Tensor::from_f32(shape, values.iter().map(|&v| v as f32).collect()),
+        DType::Bool => Tensor::from_bool(shape, values.iter().map(|&v| v != 0.0).collect()),
+        DType::I32 => {
+            let whole = |v: f64| v.fract() == 0.0 && crate::tensor::f64_fits_i32(v);
+            if let Some(i) = values.iter().position(|&v| !whole(v)) {
+                let (row, col) = (i / cols, i % cols);
+                let line = lines[row];
+                let field = text.lines().nth(line - 1).map(|l| split(l)[col].clone()).unwrap_or_default();
+                let v = values[i];
+                let why = if v.is_nan() {
+                    "is not a number".to_string()
+                } else if v.is_finite() && v.fract() != 0.0 {
+                    "is not a whole number".to_string()
+                } else {
+                    format!("is outside the range of i32 ({} to {})", i32::MIN, i32::MAX)
+                };
+                return Err(err(format!(
+                    "row {} (line {line}), column {}: {field} {why}, so it cannot be loaded as i32",
+                    row + 1,
+                    col + 1
+                )));
+            }
+            Tensor::from_i32(shape, values.iter().map(|&v| v as i32).collect())
+        }
+    }
 }
 
 /// Writes a tensor of rank at most 2 as CSV: a scalar as one value, a vector as one value per
@@ -88,5 +131,5 @@ pub fn write_csv(path: &Path, t: &Tensor) -> Result<(), KernelError> {
         out.push_str(&line.join(","));
         out.push('\n');
     }
-    std::fs::write(path, out).map_err(|e| KernelError::io(path, format!("cannot write: {e}")))
+    super::file::write_bytes(path, out.as_bytes())
 }

@@ -1,8 +1,11 @@
 //! Loading and saving tensors: `.npy`, `.npz`, `.safetensors` and numeric `.csv`.
 //!
-//! Every error names the file. No file content, however corrupt, makes a loader panic.
+//! Every error names the file. No file content, however corrupt, makes a loader panic, hang or
+//! allocate more than the file could fill: only regular files are read (`file`), and every
+//! length a header declares is checked against the file before it is used. Saves are atomic.
 
 pub mod csv;
+pub mod file;
 pub mod npy;
 pub mod npz;
 pub mod safetensors;
@@ -38,6 +41,13 @@ pub fn load(path: &Path, entry: Option<&str>) -> Result<Tensor, KernelError> {
             format!("unknown file type '.{other}' (expected .npy, .npz, .safetensors or .csv)"),
         )),
     }
+}
+
+/// Loads a `.csv` file as a `[rows, cols]` tensor of `dtype`: text numbers take the element
+/// type the program asks for, and a value that type cannot hold exactly is an error naming its
+/// row and column (see [`csv::parse_csv_as`]).
+pub fn load_csv(path: &Path, dtype: DType) -> Result<Tensor, KernelError> {
+    csv::read_csv_as(path, dtype)
 }
 
 /// Every tensor of a `.safetensors` file with its name, in file order.
@@ -93,6 +103,12 @@ pub fn save_safetensors(path: &Path, named: &[(String, Tensor)]) -> Result<(), K
 /// Saves named tensors as an uncompressed `.npz` archive.
 pub fn save_npz(path: &Path, named: &[(String, Tensor)]) -> Result<(), KernelError> {
     npz::write_npz(path, named)
+}
+
+/// Text taken from a file, made safe to print inside a message: control characters (a newline,
+/// a terminal escape) and quotes are escaped as in Rust string literals.
+pub(crate) fn shown(text: &str) -> String {
+    text.escape_debug().to_string()
 }
 
 /// Appends the elements of `t` as little-endian bytes (bool as one byte 0 or 1).

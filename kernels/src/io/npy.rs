@@ -1,11 +1,14 @@
 //! NumPy `.npy` files: versions 1.0, 2.0 and 3.0, either byte order, C or Fortran order.
 //!
 //! Reading never panics: every length and offset comes from the file and is checked before
-//! use, and every failure names the file and says what is wrong with it.
+//! use, the data is read only after the header has been checked against the file's length,
+//! and every failure names the file and says what is wrong with it.
+
+use std::io::Read;
 
 use crate::cpu::shape::permute;
 use crate::error::KernelError;
-use crate::tensor::{DType, Storage, Tensor};
+use crate::tensor::{checked_numel, DType, Storage, Tensor};
 
 const MAGIC: &[u8] = b"\x93NUMPY";
 
@@ -13,15 +16,16 @@ fn err(name: &str, message: impl Into<String>) -> KernelError {
     KernelError::Io { path: name.to_string(), message: message.into() }
 }
 
-/// Reads a `.npy` file.
+/// Reads a `.npy` file: its header first, then exactly the data the header describes, after
+/// checking that the file is long enough to hold it.
 pub fn read_npy(path: &std::path::Path) -> Result<Tensor, KernelError> {
-    let bytes = std::fs::read(path).map_err(|e| KernelError::io(path, format!("cannot read: {e}")))?;
-    parse_npy(&bytes, &path.display().to_string())
+    let (mut file, len) = super::file::open_file(path)?;
+    read_npy_from(&mut file, len, true, &path.display().to_string())
 }
 
-/// Writes a `.npy` file (version 1.0, or 2.0 for very long headers).
+/// Writes a `.npy` file (version 1.0, or 2.0 for very long headers), atomically.
 pub fn write_npy(path: &std::path::Path, t: &Tensor) -> Result<(), KernelError> {
-    std::fs::write(path, npy_bytes(t)).map_err(|e| KernelError::io(path, format!("cannot write: {e}")))
+    super::file::write_bytes(path, &npy_bytes(t))
 }
 
 /// The element kinds a `.npy` file may hold, before conversion to an msl dtype.
@@ -56,7 +60,10 @@ fn parse_descr(s: &str, name: &str) -> Result<Descr, KernelError> {
     let unsupported = || {
         err(
             name,
-            format!("unsupported element type '{s}' (msl reads f2, f4, f8, i1, i2, i4, i8, u1, u2, u4, u8 and b1)"),
+            format!(
+                "unsupported element type '{}' (msl reads f2, f4, f8, i1, i2, i4, i8, u1, u2, u4, u8 and b1)",
+                super::shown(s)
+            ),
         )
     };
     let mut chars = s.chars();
@@ -188,24 +195,83 @@ impl HeaderParser<'_> {
 
 /// Parses the bytes of a `.npy` file; `name` is used in error messages.
 pub fn parse_npy(bytes: &[u8], name: &str) -> Result<Tensor, KernelError> {
-    if bytes.len() < 8 || &bytes[..6] != MAGIC {
+    read_npy_from(&mut &bytes[..], bytes.len() as u64, true, name)
+}
+
+/// What a `.npy` header says about the data after it.
+struct Header {
+    descr: Descr,
+    fortran: bool,
+    shape: Vec<usize>,
+    /// Bytes from the start of the file to the first data byte.
+    data_start: u64,
+    /// Bytes of data the shape and element type need.
+    need: usize,
+}
+
+/// Reads a `.npy` stream of `avail` bytes: the header, then exactly the data it describes.
+/// `avail` is the file's length, or the size an archive declares for a member; it bounds what
+/// the header may claim before anything is allocated. With `trusted` (a regular file's own
+/// length) the data buffer is allocated at once; otherwise it grows as bytes arrive, so that a
+/// lying declared size costs nothing.
+pub(crate) fn read_npy_from(r: &mut impl Read, avail: u64, trusted: bool, name: &str) -> Result<Tensor, KernelError> {
+    let h = read_header(r, avail, name)?;
+    let have = avail.saturating_sub(h.data_start);
+    let truncated = |have: u64| {
+        let dims: Vec<String> = h.shape.iter().map(|d| d.to_string()).collect();
+        let dims = if dims.is_empty() { "scalar".to_string() } else { dims.join("×") };
+        err(
+            name,
+            format!(
+                "truncated: header says {dims} {} but file holds {have} bytes of data (needs {})",
+                h.descr.short(),
+                h.need
+            ),
+        )
+    };
+    if have < h.need as u64 {
+        return Err(truncated(have));
+    }
+    let data = if trusted {
+        let mut data = vec![0u8; h.need];
+        r.read_exact(&mut data).map_err(|e| match e.kind() {
+            std::io::ErrorKind::UnexpectedEof => err(name, "truncated: the file is shorter than its length said"),
+            _ => err(name, format!("cannot read: {e}")),
+        })?;
+        data
+    } else {
+        let data = super::file::read_at_most(r, h.need as u64).map_err(|e| err(name, format!("cannot read: {e}")))?;
+        if data.len() < h.need {
+            return Err(truncated(data.len() as u64));
+        }
+        data
+    };
+    let storage = decode(&data, &h.descr, name)?;
+    let shape = h.shape;
+    if h.fortran && shape.len() > 1 {
+        let reversed: Vec<usize> = shape.iter().rev().copied().collect();
+        let t = Tensor::new(reversed, storage)?;
+        let perm: Vec<usize> = (0..shape.len()).rev().collect();
+        permute(&t, &perm)
+    } else {
+        Tensor::new(shape, storage)
+    }
+}
+
+/// Reads and checks the preamble and header dict of a `.npy` stream of `avail` bytes.
+fn read_header(r: &mut impl Read, avail: u64, name: &str) -> Result<Header, KernelError> {
+    let read = |r: &mut dyn Read, n: u64| {
+        let mut v = Vec::new();
+        r.take(n).read_to_end(&mut v).map(|_| v).map_err(|e| err(name, format!("cannot read: {e}")))
+    };
+    let pre = read(r, 8)?;
+    if pre.len() < 8 || &pre[..6] != MAGIC {
         return Err(err(name, "not a .npy file (bad magic)"));
     }
-    let (major, minor) = (bytes[6], bytes[7]);
-    let (header_len, header_start) = match major {
-        1 => {
-            if bytes.len() < 10 {
-                return Err(err(name, "truncated: the file ends inside its header"));
-            }
-            (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10usize)
-        }
-        2 | 3 => {
-            if bytes.len() < 12 {
-                return Err(err(name, "truncated: the file ends inside its header"));
-            }
-            let n = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
-            (n as usize, 12)
-        }
+    let (major, minor) = (pre[6], pre[7]);
+    let width = match major {
+        1 => 2u64,
+        2 | 3 => 4,
         _ => {
             return Err(err(
                 name,
@@ -213,13 +279,23 @@ pub fn parse_npy(bytes: &[u8], name: &str) -> Result<Tensor, KernelError> {
             ))
         }
     };
-    let data_start = header_start
-        .checked_add(header_len)
-        .filter(|&e| e <= bytes.len())
-        .ok_or_else(|| err(name, "truncated: the file ends inside its header"))?;
-    let header = &bytes[header_start..data_start];
+    let ends_in_header = || err(name, "truncated: the file ends inside its header");
+    let len_bytes = read(r, width)?;
+    if (len_bytes.len() as u64) < width {
+        return Err(ends_in_header());
+    }
+    let header_len = len_bytes.iter().rev().fold(0u64, |a, &b| a << 8 | u64::from(b));
+    let header_start = 8 + width;
+    let data_start = header_start + header_len;
+    if data_start > avail {
+        return Err(ends_in_header());
+    }
+    let header = read(r, header_len)?;
+    if (header.len() as u64) < header_len {
+        return Err(ends_in_header());
+    }
     let bad_header = |what: &str| err(name, format!("malformed .npy header: {what}"));
-    let fields = HeaderParser { s: header, pos: 0 }.dict().ok_or_else(|| bad_header("not a Python dict literal"))?;
+    let fields = HeaderParser { s: &header, pos: 0 }.dict().ok_or_else(|| bad_header("not a Python dict literal"))?;
     let get = |k: &str| fields.iter().find(|(key, _)| key == k).map(|(_, v)| v);
     let descr = match get("descr") {
         Some(PyValue::Str(s)) => parse_descr(s, name)?,
@@ -239,33 +315,10 @@ pub fn parse_npy(bytes: &[u8], name: &str) -> Result<Tensor, KernelError> {
         .iter()
         .map(|&d| usize::try_from(d).map_err(|_| bad_header("a dimension is too large")))
         .collect::<Result<_, _>>()?;
-    let count = shape
-        .iter()
-        .try_fold(1usize, |a, &d| a.checked_mul(d))
-        .ok_or_else(|| bad_header("the shape has too many elements"))?;
+    // A shape msl could not hold is refused here, before any data is read.
+    let count = checked_numel(&shape).map_err(|e| err(name, e.to_string()))?;
     let need = count.checked_mul(descr.size).ok_or_else(|| bad_header("the shape has too many elements"))?;
-    let data = &bytes[data_start..];
-    if data.len() < need {
-        let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
-        let dims = if dims.is_empty() { "scalar".to_string() } else { dims.join("×") };
-        return Err(err(
-            name,
-            format!(
-                "truncated: header says {dims} {} but file holds {} bytes of data (needs {need})",
-                descr.short(),
-                data.len()
-            ),
-        ));
-    }
-    let storage = decode(&data[..need], &descr, name)?;
-    if fortran && shape.len() > 1 {
-        let reversed: Vec<usize> = shape.iter().rev().copied().collect();
-        let t = Tensor::new(reversed, storage)?;
-        let perm: Vec<usize> = (0..shape.len()).rev().collect();
-        permute(&t, &perm)
-    } else {
-        Tensor::new(shape, storage)
-    }
+    Ok(Header { descr, fortran, shape, data_start, need })
 }
 
 /// Converts raw element bytes to storage: floats to f32/f64 (f16 widens to f32), integers to

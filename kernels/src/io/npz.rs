@@ -1,16 +1,21 @@
 //! NumPy `.npz` archives: zip files of `.npy` members, stored or deflated.
+//!
+//! A member is read as a stream: its `.npy` header is decoded and checked against the size
+//! the archive declares for the member before the data is decompressed, and decompression
+//! stops at the size the header gives, so a lying archive cannot make msl inflate or allocate
+//! more than the header of the array it asked for describes.
 
 use std::io::{Read, Write};
 use std::path::Path;
 
 use crate::error::KernelError;
-use crate::io::npy::{npy_bytes, parse_npy};
+use crate::io::npy::{npy_bytes, read_npy_from};
 use crate::tensor::Tensor;
 
 type Archive = zip::ZipArchive<std::fs::File>;
 
 fn open(path: &Path) -> Result<(Archive, Vec<String>), KernelError> {
-    let file = std::fs::File::open(path).map_err(|e| KernelError::io(path, format!("cannot read: {e}")))?;
+    let (file, _) = super::file::open_file(path)?;
     let archive = zip::ZipArchive::new(file)
         .map_err(|e| KernelError::io(path, format!("not a .npz file (not a valid zip archive: {e})")))?;
     let names = archive
@@ -27,14 +32,25 @@ fn array_name(member: &str) -> &str {
 }
 
 fn read_member(archive: &mut Archive, path: &Path, member: &str) -> Result<Tensor, KernelError> {
-    let label = format!("{}:{}", path.display(), array_name(member));
-    let mut f = archive
-        .by_name(member)
-        .map_err(|e| KernelError::Io { path: label.clone(), message: format!("cannot open archive member: {e}") })?;
-    let mut bytes = Vec::new();
-    f.read_to_end(&mut bytes)
-        .map_err(|e| KernelError::Io { path: label.clone(), message: format!("corrupt archive member: {e}") })?;
-    parse_npy(&bytes, &label)
+    let label = format!("{}:{}", path.display(), super::shown(array_name(member)));
+    let fail = |m: String| KernelError::Io { path: label.clone(), message: m };
+    let mut f = archive.by_name(member).map_err(|e| fail(format!("cannot open archive member: {e}")))?;
+    let declared = f.size();
+    let t = read_npy_from(&mut f, declared, false, &label).map_err(|e| match e {
+        // A stream error inside the member is corruption of the archive, not of the array.
+        KernelError::Io { message, .. } if message.starts_with("cannot read: ") => {
+            fail(format!("corrupt archive member: {}", &message["cannot read: ".len()..]))
+        }
+        other => other,
+    })?;
+    // NumPy writes nothing after the data; reading on to the end lets the zip reader check
+    // the member's checksum, and anything more than a byte there is refused unread.
+    let mut rest = Vec::new();
+    (&mut f).take(1).read_to_end(&mut rest).map_err(|e| fail(format!("corrupt archive member: {e}")))?;
+    if !rest.is_empty() {
+        return Err(fail("corrupt archive member: it holds more bytes than its array header describes".into()));
+    }
+    Ok(t)
 }
 
 /// Reads one array of a `.npz` archive. `entry` may be omitted when the archive holds one
@@ -42,7 +58,7 @@ fn read_member(archive: &mut Archive, path: &Path, member: &str) -> Result<Tenso
 pub fn read_npz(path: &Path, entry: Option<&str>) -> Result<Tensor, KernelError> {
     let (mut archive, members) = open(path)?;
     let listing = || {
-        let names: Vec<&str> = members.iter().map(|m| array_name(m)).collect();
+        let names: Vec<String> = members.iter().map(|m| super::shown(array_name(m))).collect();
         names.join(", ")
     };
     let member =
@@ -70,17 +86,18 @@ pub fn read_all_npz(path: &Path) -> Result<Vec<(String, Tensor)>, KernelError> {
     members.iter().map(|m| Ok((array_name(m).to_string(), read_member(&mut archive, path, m)?))).collect()
 }
 
-/// Writes named tensors as an uncompressed `.npz` archive (like `numpy.savez`).
+/// Writes named tensors as an uncompressed `.npz` archive (like `numpy.savez`), atomically.
 pub fn write_npz(path: &Path, named: &[(String, Tensor)]) -> Result<(), KernelError> {
-    let fail = |e: &dyn std::fmt::Display| KernelError::io(path, format!("cannot write: {e}"));
-    let file = std::fs::File::create(path).map_err(|e| fail(&e))?;
-    let mut zip = zip::ZipWriter::new(file);
-    let options =
-        zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored).large_file(true);
-    for (name, t) in named {
-        zip.start_file(format!("{name}.npy"), options).map_err(|e| fail(&e))?;
-        zip.write_all(&npy_bytes(t)).map_err(|e| fail(&e))?;
-    }
-    zip.finish().map_err(|e| fail(&e))?;
-    Ok(())
+    super::file::write_atomic(path, |file| {
+        let mut zip = zip::ZipWriter::new(file);
+        let options = zip::write::SimpleFileOptions::default()
+            .compression_method(zip::CompressionMethod::Stored)
+            .large_file(true);
+        for (name, t) in named {
+            zip.start_file(format!("{name}.npy"), options).map_err(std::io::Error::other)?;
+            zip.write_all(&npy_bytes(t))?;
+        }
+        zip.finish().map_err(std::io::Error::other)?;
+        Ok(())
+    })
 }

@@ -10,29 +10,28 @@ use crate::tensor::{DType, Tensor};
 
 /// Reads every tensor of a `.safetensors` file, in file (offset) order.
 pub fn read_safetensors(path: &Path) -> Result<Vec<(String, Tensor)>, KernelError> {
-    let bytes = std::fs::read(path).map_err(|e| KernelError::io(path, format!("cannot read: {e}")))?;
+    let bytes = super::file::read_file(path)?;
     parse_safetensors(&bytes, &path.display().to_string(), |_| true)
 }
 
 /// Reads one tensor of a `.safetensors` file: the one named `entry`, or the only one when
 /// `entry` is `None`. Other tensors are not decoded. Errors list the names the file holds.
 pub fn read_safetensors_entry(path: &Path, entry: Option<&str>) -> Result<Tensor, KernelError> {
-    let bytes = std::fs::read(path).map_err(|e| KernelError::io(path, format!("cannot read: {e}")))?;
+    let bytes = super::file::read_file(path)?;
     let name = path.display().to_string();
     let names = parse_safetensors(&bytes, &name, |_| false)?;
     let names: Vec<String> = names.into_iter().map(|(n, _)| n).collect();
+    let listed = || names.iter().map(|n| super::shown(n)).collect::<Vec<_>>().join(", ");
     let wanted = match entry {
         Some(e) if names.iter().any(|n| n == e) => e.to_string(),
-        Some(e) => {
-            return Err(KernelError::io(path, format!("no tensor named '{e}' (the file holds: {})", names.join(", "))))
-        }
+        Some(e) => return Err(KernelError::io(path, format!("no tensor named '{e}' (the file holds: {})", listed()))),
         None => match names.len() {
             0 => return Err(KernelError::io(path, "the file holds no tensors")),
             1 => names[0].clone(),
             _ => {
                 return Err(KernelError::io(
                     path,
-                    format!("the file holds several tensors ({}); name the one to load", names.join(", ")),
+                    format!("the file holds several tensors ({}); name the one to load", listed()),
                 ))
             }
         },
@@ -60,12 +59,13 @@ pub fn parse_safetensors(
             out.push((key, Tensor::scalar_bool(false)));
             continue;
         }
-        let info = meta.info(&key).ok_or_else(|| err(format!("tensor '{key}' has no entry")))?;
+        let info = meta.info(&key).ok_or_else(|| err(format!("tensor '{}' has no entry", super::shown(&key))))?;
         let (start, end) = info.data_offsets;
-        let raw = data
-            .get(start..end)
-            .ok_or_else(|| err(format!("truncated: the data of tensor '{key}' lies past the end of the file")))?;
-        let t = decode(info.dtype, &info.shape, raw).map_err(|m| err(format!("tensor '{key}': {m}")))?;
+        let raw = data.get(start..end).ok_or_else(|| {
+            err(format!("truncated: the data of tensor '{}' lies past the end of the file", super::shown(&key)))
+        })?;
+        let t =
+            decode(info.dtype, &info.shape, raw).map_err(|m| err(format!("tensor '{}': {m}", super::shown(&key))))?;
         out.push((key, t));
     }
     Ok(out)
@@ -112,10 +112,10 @@ fn decode(dtype: Dtype, shape: &[usize], raw: &[u8]) -> Result<Tensor, String> {
 }
 
 /// Writes named tensors, in the given order, as a `.safetensors` file with
-/// `"__metadata__": {"format": "pt"}`. Names must be distinct.
+/// `"__metadata__": {"format": "pt"}`, atomically. Names must be distinct.
 pub fn write_safetensors(path: &Path, named: &[(String, Tensor)]) -> Result<(), KernelError> {
     let bytes = safetensors_bytes(named).map_err(|m| KernelError::io(path, m))?;
-    std::fs::write(path, bytes).map_err(|e| KernelError::io(path, format!("cannot write: {e}")))
+    super::file::write_bytes(path, &bytes)
 }
 
 /// The bytes of a `.safetensors` file holding `named`.

@@ -45,7 +45,7 @@ fn kernels_through_the_trait_equal_direct_calls() {
     );
     assert_eq!(run(KernelId::Cast, &[&da], &KernelParams::new().dtype(DType::F64)), a.cast(DType::F64));
     let z = dev.alloc(DType::I32, 3).unwrap();
-    assert_eq!(dev.download(&z).unwrap(), ops::zeros(DType::I32, &[3]));
+    assert_eq!(dev.download(&z).unwrap(), ops::zeros(DType::I32, &[3]).unwrap());
 }
 
 #[test]

@@ -5,10 +5,14 @@ mod einsum;
 mod elementwise;
 mod format;
 mod io;
+// FIFOs, devices and symbolic links are Unix things.
+#[cfg(unix)]
+mod io_safety;
 mod matmul;
 mod reduce;
 mod rng;
 mod shape_index;
+mod sizes;
 mod views;
 
 use kernels::{KernelError, Tensor};

@@ -29,36 +29,36 @@ fn uniform_and_normal_have_the_right_moments() {
     let key = rng::stream_key(42, "w1");
     let n = 100_000;
     // Tolerances are about five standard errors of the estimates.
-    let u = rng::uniform(DType::F32, &[n], key, -1.0, 3.0);
+    let u = rng::uniform(DType::F32, &[n], key, -1.0, 3.0).unwrap();
     let (m, v) = mean_var(&u);
     assert!((m - 1.0).abs() < 0.02, "uniform mean {m}");
     assert!((v - 16.0 / 12.0).abs() < 0.02, "uniform variance {v}");
     assert!(u.as_f32().unwrap().iter().all(|&x| (-1.0..3.0).contains(&x)));
-    let u64v = rng::uniform(DType::F64, &[n], key, 0.0, 1.0);
+    let u64v = rng::uniform(DType::F64, &[n], key, 0.0, 1.0).unwrap();
     let (m, v) = mean_var(&u64v);
     assert!((m - 0.5).abs() < 0.005 && (v - 1.0 / 12.0).abs() < 0.002, "{m} {v}");
-    let z = rng::normal(DType::F64, &[n], rng::stream_key(42, "w2"), 2.0, 3.0);
+    let z = rng::normal(DType::F64, &[n], rng::stream_key(42, "w2"), 2.0, 3.0).unwrap();
     let (m, v) = mean_var(&z);
     assert!((m - 2.0).abs() < 0.05, "normal mean {m}");
     assert!((v - 9.0).abs() < 0.25, "normal variance {v}");
-    let b = rng::bernoulli(&[n], key, 0.3);
+    let b = rng::bernoulli(&[n], key, 0.3).unwrap();
     let rate = b.cast(DType::F64).to_f64_vec().iter().sum::<f64>() / n as f64;
     assert!((rate - 0.3).abs() < 0.008, "bernoulli rate {rate}");
-    let k = rng::uniform(DType::I32, &[n], key, 0.0, 10.0);
+    let k = rng::uniform(DType::I32, &[n], key, 0.0, 10.0).unwrap();
     assert!(k.as_i32().unwrap().iter().all(|&x| (0..10).contains(&x)));
 }
 
 #[test]
 fn element_i_depends_only_on_its_index() {
     let key = rng::stream_key(7, "layers.0.w");
-    let small = rng::normal(DType::F32, &[4, 5], key, 0.0, 1.0);
-    let big = rng::normal(DType::F32, &[100], key, 0.0, 1.0);
+    let small = rng::normal(DType::F32, &[4, 5], key, 0.0, 1.0).unwrap();
+    let big = rng::normal(DType::F32, &[100], key, 0.0, 1.0).unwrap();
     assert_eq!(small.as_f32().unwrap(), &big.as_f32().unwrap()[..20]);
     // Large enough to be generated in parallel: still the same prefix.
-    let huge = rng::uniform(DType::F64, &[200_000], key, 0.0, 1.0);
-    let few = rng::uniform(DType::F64, &[3], key, 0.0, 1.0);
+    let huge = rng::uniform(DType::F64, &[200_000], key, 0.0, 1.0).unwrap();
+    let few = rng::uniform(DType::F64, &[3], key, 0.0, 1.0).unwrap();
     assert_eq!(few.as_f64().unwrap(), &huge.as_f64().unwrap()[..3]);
-    assert_eq!(rng::uniform(DType::F64, &[3], key, 0.0, 1.0), few);
+    assert_eq!(rng::uniform(DType::F64, &[3], key, 0.0, 1.0).unwrap(), few);
 }
 
 #[test]
@@ -68,8 +68,8 @@ fn keys_separate_streams() {
     assert_ne!(rng::stream_key(1, "w1"), rng::stream_key(1, "w2"));
     let k = rng::stream_key(1, "w");
     assert_ne!(rng::fold_in(k, 0), rng::fold_in(k, 1));
-    let a = rng::uniform(DType::F32, &[8], rng::stream_key(1, "a"), 0.0, 1.0);
-    let b = rng::uniform(DType::F32, &[8], rng::stream_key(1, "b"), 0.0, 1.0);
+    let a = rng::uniform(DType::F32, &[8], rng::stream_key(1, "a"), 0.0, 1.0).unwrap();
+    let b = rng::uniform(DType::F32, &[8], rng::stream_key(1, "b"), 0.0, 1.0).unwrap();
     assert_ne!(a, b);
 }
 

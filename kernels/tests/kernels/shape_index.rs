@@ -203,12 +203,12 @@ fn one_hot_and_constructors() {
     let h = ops::one_hot(&ti(&[2, 2], &[0, 2, 1, 0]), 3, DType::F32).unwrap();
     assert_eq!(h.shape(), &[2, 2, 3]);
     check(&h, &[2, 2, 3], &[1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0], 0.0);
-    assert_eq!(ops::zeros(DType::I32, &[2]).as_i32().unwrap(), &[0, 0]);
-    assert_eq!(ops::ones(DType::Bool, &[2]).as_bool().unwrap(), &[true, true]);
-    check(&ops::full(DType::F64, &[2, 1], 2.5), &[2, 1], &[2.5, 2.5], 0.0);
-    assert_eq!(ops::arange(4, DType::I32).as_i32().unwrap(), &[0, 1, 2, 3]);
-    check(&ops::eye(2, DType::F32), &[2, 2], &[1.0, 0.0, 0.0, 1.0], 0.0);
-    assert_eq!(ops::zeros(DType::F32, &[]).shape(), &[] as &[usize]);
+    assert_eq!(ops::zeros(DType::I32, &[2]).unwrap().as_i32().unwrap(), &[0, 0]);
+    assert_eq!(ops::ones(DType::Bool, &[2]).unwrap().as_bool().unwrap(), &[true, true]);
+    check(&ops::full(DType::F64, &[2, 1], 2.5).unwrap(), &[2, 1], &[2.5, 2.5], 0.0);
+    assert_eq!(ops::arange(4, DType::I32).unwrap().as_i32().unwrap(), &[0, 1, 2, 3]);
+    check(&ops::eye(2, DType::F32).unwrap(), &[2, 2], &[1.0, 0.0, 0.0, 1.0], 0.0);
+    assert_eq!(ops::zeros(DType::F32, &[]).unwrap().shape(), &[] as &[usize]);
 }
 
 #[test]

@@ -50,19 +50,19 @@ impl Interp<'_> {
         };
         match ty {
             Type::Tensor(TensorTy { elem: Elem::T(et), shape, .. }) => {
-                let t = io::load(&full, entry).map_err(|e| kerr(e, span))?;
                 let want = dtype_of(*et);
-                // CSV holds text numbers: it converts to the annotated type. Other formats must
-                // already hold that type.
-                let t = if full.extension().is_some_and(|e| e.eq_ignore_ascii_case("csv")) {
-                    let t = if shape.len() == 1 && t.rank() == 2 && t.shape()[1] == 1 {
+                // CSV holds text numbers: they are read as the annotated type, and one that type
+                // cannot hold is an error naming its row and column. Other formats must already
+                // hold that type.
+                let t = if entry.is_none() && full.extension().is_some_and(|e| e.eq_ignore_ascii_case("csv")) {
+                    let t = io::load_csv(&full, want).map_err(|e| kerr(e, span))?;
+                    if shape.len() == 1 && t.rank() == 2 && t.shape()[1] == 1 {
                         t.with_shape(vec![t.shape()[0]]).map_err(|e| kerr(e, span))?
                     } else {
                         t
-                    };
-                    t.cast(want)
+                    }
                 } else {
-                    t
+                    io::load(&full, entry).map_err(|e| kerr(e, span))?
                 };
                 // Fixed dims are checked here; dims bound at run time are checked by BindDims.
                 let fixed: Option<Vec<usize>> = shape

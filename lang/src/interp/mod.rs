@@ -49,10 +49,11 @@ pub type R<T> = Result<T, Ctrl>;
 
 pub(crate) fn kerr(e: KernelError, span: Span) -> Ctrl {
     let code = match &e {
-        KernelError::DivisionByZero => Code::E0603,
+        KernelError::DivisionByZero | KernelError::CastOutOfRange { .. } => Code::E0603,
         KernelError::IndexOutOfRange { .. }
         | KernelError::AxisOutOfRange { .. }
-        | KernelError::ShapeMismatch { .. } => Code::E0602,
+        | KernelError::ShapeMismatch { .. }
+        | KernelError::SizeOverflow { .. } => Code::E0602,
         KernelError::Io { .. } | KernelError::FileMismatch { .. } => Code::E0601,
         _ => Code::E0605,
     };
@@ -180,6 +181,12 @@ impl<'p> Interp<'p> {
         let v = d.subst(&|s| frame.dims.get(&s).map(|&x| Dim::constant(x)));
         match v.as_const() {
             Some(x) => Ok(x),
+            // The dims' values multiplied past 64 bits (`N * N * N` with `N` bound from a file).
+            None if v.overflows() && v.vars().next().is_none() => Err(rt(
+                Code::E0602,
+                format!("size overflow: dimension {} does not fit in 64 bits", crate::types::dim_str(d, self.prog)),
+                span,
+            )),
             None if v.is_fractional_const() => Err(rt(
                 Code::E0602,
                 format!("a dimension is not a whole number here ({})", crate::types::dim_str(d, self.prog)),
@@ -233,8 +240,15 @@ impl<'p> Interp<'p> {
                 Ok(v)
             }
             ExprKind::DimValue(d) => {
-                let v = self.dim(frame, d, self.span(e))?;
-                Ok(Value::Tensor(Tensor::scalar_i32(v as i32)))
+                let span = self.span(e);
+                let v = self.dim(frame, d, span)?;
+                // A dim read as a value is an `i32`; one bound from a file (a `[0, 2^40]` array)
+                // may not fit, and wrapping it would print a wrong size.
+                let v = i32::try_from(v).map_err(|_| {
+                    let name = crate::types::dim_str(d, self.prog);
+                    rt(Code::E0602, format!("dimension {name} = {v} does not fit in i32"), span)
+                })?;
+                Ok(Value::Tensor(Tensor::scalar_i32(v)))
             }
             ExprKind::Prim { prim, args, attrs } => {
                 if self.accel.is_some() {

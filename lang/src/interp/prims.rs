@@ -135,7 +135,7 @@ impl Interp<'_> {
             Prim::Zeros | Prim::Ones | Prim::Full | Prim::Arange | Prim::Eye => {
                 let shape = self.dims_usize(frame, &attrs.shape, span)?;
                 let dt = dtype_of(attrs.dtype.unwrap_or(ElemTy::F32));
-                Ok(Value::Tensor(match p {
+                k(match p {
                     Prim::Zeros => ops::zeros(dt, &shape),
                     Prim::Ones => ops::ones(dt, &shape),
                     Prim::Full => {
@@ -144,7 +144,7 @@ impl Interp<'_> {
                     }
                     Prim::Arange => ops::arange(shape[0], dt),
                     _ => ops::eye(shape[0], dt),
-                }))
+                })
             }
             Prim::Normal | Prim::Uniform | Prim::HeNormal | Prim::GlorotUniform => {
                 let shape = self.dims_usize(frame, &attrs.shape, span)?;
@@ -156,15 +156,15 @@ impl Interp<'_> {
                         None => return Err(rt(Code::E0605, "random creation outside `init` needs `seed:`", span)),
                     },
                 };
-                Ok(Value::Tensor(match p {
+                k(match p {
                     Prim::Normal => rng::normal(dt, &shape, key, 0.0, 1.0),
                     Prim::Uniform => rng::uniform(dt, &shape, key, 0.0, 1.0),
                     Prim::HeNormal => rng::normal(dt, &shape, key, 0.0, (2.0 / shape[0].max(1) as f64).sqrt()),
                     _ => {
-                        let a = (6.0 / (shape[0] + shape[1]).max(1) as f64).sqrt();
+                        let a = (6.0 / shape[0].saturating_add(shape[1]).max(1) as f64).sqrt();
                         rng::uniform(dt, &shape, key, -a, a)
                     }
-                }))
+                })
             }
             Prim::Params => {
                 let mut leaves = Vec::new();

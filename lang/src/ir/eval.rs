@@ -39,7 +39,8 @@ pub fn elementwise(p: Prim, to: Option<ElemTy>, args: &[Tensor]) -> Option<Resul
             let (a, b) = unify_dtypes(args.get(1)?.clone(), args.get(2)?.clone());
             Some(ops::where_(args.first()?, &a, &b))
         }
-        Prim::Cast => Some(Ok(args.first()?.cast(dtype_of(to.unwrap_or(ElemTy::F32))))),
+        // A conversion that cannot hold the value (NaN, ±inf, out of range to i32) is an error.
+        Prim::Cast => Some(args.first()?.try_cast(dtype_of(to.unwrap_or(ElemTy::F32)))),
         _ => None,
     }
 }
