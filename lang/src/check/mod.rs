@@ -135,7 +135,8 @@ impl Checked {
 
 /// Checks a file on disk and everything it uses.
 pub fn check_file(path: &Path) -> Result<Checked, std::io::Error> {
-    let bytes = std::fs::read(path)?;
+    // Only a regular file is read (a FIFO would block forever, a device never end).
+    let bytes = kernels::io::file::read_regular(path)?;
     let canon = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
     let name = path.display().to_string();
     Ok(match String::from_utf8(bytes) {
