@@ -222,6 +222,21 @@ fn invalid_utf8_is_e0108() {
 }
 
 #[test]
+fn a_leading_byte_order_mark_is_not_text() {
+    // Editors on Windows save UTF-8 with a BOM; it is skipped at the start, and columns of the
+    // first line count from after it.
+    let diags = check_bytes("bom", "\u{FEFF}fn f() -> i32 { 1 }\nfn g() -> f32 { x }\n".as_bytes());
+    assert_eq!(codes(&diags), ["E0201"]);
+    assert_eq!((diags[0]["line"].clone(), diags[0]["column"].clone()), (2.into(), 17.into()));
+    let diags = check_bytes("bom_first_line", "\u{FEFF}fn f() -> i32 { y }\n".as_bytes());
+    assert_eq!(codes(&diags), ["E0201"]);
+    assert_eq!(diags[0]["column"], 17, "the BOM takes no column");
+    // Anywhere else it is an unexpected character.
+    let diags = check_bytes("bom_inside", "fn f() -> i32 { 1 \u{FEFF}}\n".as_bytes());
+    assert_eq!(codes(&diags), ["E0101"]);
+}
+
+#[test]
 fn megabyte_lines() {
     let n = 1 << 20;
     // One long expression on one line (rejected: nested deeper than the checker allows).

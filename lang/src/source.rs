@@ -87,7 +87,8 @@ impl SourceMap {
         // (so thousands of diagnostics on one megabyte-long line stay cheap).
         let col = match f.text.get(start..offset) {
             Some(s) if f.ascii => s.len(),
-            Some(s) => s.chars().count(),
+            // A byte-order mark opening the file is not a column.
+            Some(s) => s.chars().count() - usize::from(line == 0 && s.starts_with('\u{feff}')),
             None => offset - start,
         };
         (line + 1, col + 1)

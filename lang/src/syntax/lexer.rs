@@ -254,6 +254,11 @@ pub fn lex(file: FileId, src: &str) -> (Vec<Spanned<'_>>, Vec<Diagnostic>) {
     while let Some(tok) = lexer.next() {
         let r = lexer.span();
         let span = Span::new(file, r.start, r.end);
+        // A UTF-8 byte-order mark at the start of the file is not text (Python, rustc and
+        // editors accept one); anywhere else it is an unexpected character.
+        if r.start == 0 && src.starts_with('\u{feff}') && r.end <= '\u{feff}'.len_utf8() {
+            continue;
+        }
         match tok {
             Ok(Tok::LineComment | Tok::BlockComment) => {}
             Ok(t) => raw.push((r.start, t, r.end)),

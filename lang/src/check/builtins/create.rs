@@ -54,6 +54,9 @@ impl Checker {
                 }
                 if let Elem::T(t) = e {
                     et = *t;
+                } else if *e == Elem::WeakInt && expected.is_none() {
+                    // With nothing asking for a type, `full(7, 3)` takes its fill value's: i32.
+                    et = ElemTy::I32;
                 }
             }
             let st = Type::scalar(et);
