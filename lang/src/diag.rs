@@ -52,6 +52,8 @@ pub enum Code {
     E0211,
     /// Unknown, missing or repeated named argument.
     E0212,
+    /// A model that contains itself, directly or through other models (it would be infinite).
+    E0213,
     /// Matrix product with inner dimensions that differ.
     E0301,
     /// Shapes that do not broadcast.

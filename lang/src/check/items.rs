@@ -197,12 +197,15 @@ impl Checker {
                 self.define(m, name, ItemRef::Const(id));
             }
         }
+        let mut declared = Vec::new();
         for item in &ast.items {
             if let ItemKind::Model(md) = &item.kind {
                 let ItemRef::Model(id) = self.scopes[m.0 as usize][&md.name.name].clone() else { continue };
                 self.model_signature(m, id, md);
+                declared.push(id);
             }
         }
+        self.break_model_cycles(&declared);
         for item in &ast.items {
             if let ItemKind::Fn(f) = &item.kind {
                 let Some(ItemRef::Func(id)) = self.scopes[m.0 as usize].get(&f.name.name).cloned() else { continue };
@@ -277,6 +280,94 @@ impl Checker {
         self.prog.models[id.0 as usize].fields = ir_fields;
         // Remember the env for checking the initialisers.
         let _ = (dims, models);
+    }
+
+    /// A model that contains itself (`model A { a: A }`, or `A { b: B }` with `B { a: A }`) would
+    /// be infinite: each field that closes such a cycle is `E0213`, and its type becomes the
+    /// error type so that no later stage follows the cycle. Models of other modules cannot be in
+    /// a cycle with these (modules do not use each other in a cycle).
+    fn break_model_cycles(&mut self, declared: &[ModelId]) {
+        fn contained(t: &Type, out: &mut Vec<ModelId>) {
+            match t {
+                Type::Model(id, args) => {
+                    out.push(*id);
+                    for a in args {
+                        if let crate::types::TypeArg::Type(t) = a {
+                            contained(t, out);
+                        }
+                    }
+                }
+                Type::Tuple(ts) | Type::List(ts) => ts.iter().for_each(|t| contained(t, out)),
+                _ => {}
+            }
+        }
+        // The containment edges (model, field index, contained model) of these models, then a
+        // depth-first search; an edge back to a model on the current path closes a cycle.
+        let edges = |sigs: &[super::ModelSig], id: ModelId| -> Vec<(usize, ModelId)> {
+            let mut out = Vec::new();
+            for (k, (_, t, _)) in sigs[id.0 as usize].fields.iter().enumerate() {
+                let mut inner = Vec::new();
+                contained(t, &mut inner);
+                out.extend(inner.into_iter().map(|m| (k, m)));
+            }
+            out
+        };
+        let mut state = std::collections::HashMap::new(); // 1: on the path, 2: done
+        for &root in declared {
+            if state.contains_key(&root) {
+                continue;
+            }
+            state.insert(root, 1u8);
+            let mut stack: Vec<(ModelId, Vec<(usize, ModelId)>, usize)> =
+                vec![(root, edges(&self.model_sigs, root), 0)];
+            while let Some(top) = stack.last_mut() {
+                let (id, at) = (top.0, top.2);
+                let Some(&(k, next)) = top.1.get(at) else {
+                    state.insert(id, 2);
+                    stack.pop();
+                    continue;
+                };
+                top.2 += 1;
+                match state.get(&next) {
+                    Some(1) => {
+                        if self.model_sigs[id.0 as usize].fields[k].1.is_error() {
+                            continue;
+                        }
+                        let names: Vec<String> =
+                            stack.iter().map(|(m, _, _)| self.model_sigs[m.0 as usize].name.clone()).collect();
+                        let from = stack.iter().position(|(m, _, _)| *m == next).unwrap_or(0);
+                        let mut path = names[from..].to_vec();
+                        path.push(self.model_sigs[next.0 as usize].name.clone());
+                        let here = self.model_sigs[id.0 as usize].name.clone();
+                        let (fname, _, fspan) = self.model_sigs[id.0 as usize].fields[k].clone();
+                        let msg = if path.len() == 2 {
+                            format!("model `{here}` contains itself through field `{fname}`")
+                        } else {
+                            format!(
+                                "model `{}` contains itself: {} (field `{fname}` of `{here}`)",
+                                path[0],
+                                path.join(" → ")
+                            )
+                        };
+                        self.diags.push(
+                            Diagnostic::error(Code::E0213, fspan, msg)
+                                .label("this field makes the model infinite")
+                                .with_help("a model can hold other models, but not, directly or through them, itself"),
+                        );
+                        self.model_sigs[id.0 as usize].fields[k].1 = Type::Error;
+                        if let Some(f) = self.prog.models[id.0 as usize].fields.get_mut(k) {
+                            f.ty = Type::Error;
+                        }
+                    }
+                    Some(_) => {}
+                    None => {
+                        state.insert(next, 1);
+                        let es = edges(&self.model_sigs, next);
+                        stack.push((next, es, 0));
+                    }
+                }
+            }
+        }
     }
 
     fn fn_signature(&mut self, m: ModuleId, id: FuncId, f: &ast::FnDecl) {
