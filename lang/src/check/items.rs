@@ -318,8 +318,7 @@ impl Checker {
                 continue;
             }
             state.insert(root, 1u8);
-            let mut stack: Vec<(ModelId, Vec<(usize, ModelId)>, usize)> =
-                vec![(root, edges(&self.model_sigs, root), 0)];
+            let mut stack: Vec<SearchFrame> = vec![(root, edges(&self.model_sigs, root), 0)];
             while let Some(top) = stack.last_mut() {
                 let (id, at) = (top.0, top.2);
                 let Some(&(k, next)) = top.1.get(at) else {
@@ -757,6 +756,10 @@ impl Checker {
 /// Deepest chain of on-demand body checks: each level takes a few dozen KiB of stack in a debug
 /// build, and the checker must fit in the CLI's 1 GiB stack (and a 256 MiB test thread).
 const MAX_BODY_DEPTH: usize = 4096;
+
+/// A model on the path of the containment search: the model, its edges (field index,
+/// contained model) and the next edge to follow.
+type SearchFrame = (ModelId, Vec<(usize, ModelId)>, usize);
 
 /// The builtins a stdlib module re-exports under their own names, instead of defining them a
 /// second time in msl (`use nn.relu` and `nn.relu(x)` are the builtin `relu`).
