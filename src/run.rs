@@ -134,7 +134,11 @@ pub fn test_cmd(paths: &[PathBuf], jit: Option<jit::Options>) -> u8 {
     let mut failures: Vec<String> = Vec::new();
     for f in collect(paths) {
         if f.extension().is_some_and(|x| x == "md") {
-            let Ok(text) = std::fs::read_to_string(&f) else { continue };
+            let Ok(text) = std::fs::read_to_string(&f) else {
+                println!("file {} ... FAILED (it cannot be read)", f.display());
+                failures.push(format!("{} (it cannot be read)", f.display()));
+                continue;
+            };
             let dir = f.parent().unwrap_or(Path::new(".")).to_path_buf();
             for b in lang::spec::parse_blocks(&text) {
                 let out = match jit {
