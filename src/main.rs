@@ -36,23 +36,13 @@ fn main() -> ExitCode {
     // thread of its own.
     let mut stack = COMMAND_STACK.min(address_space_limit().map_or(usize::MAX, |l| l / 4)).max(MIN_COMMAND_STACK);
     let mut threads = default_threads();
-    let mut last_error = String::new();
     loop {
         match attempt(stack, threads) {
             Attempt::Ran(code) => return ExitCode::from(code),
-            Attempt::NoCommandThread(e) if stack > MIN_COMMAND_STACK => {
-                last_error = e;
-                stack = (stack / 4).max(MIN_COMMAND_STACK);
-            }
-            Attempt::NoPool(e) if threads > 1 => {
-                last_error = e;
-                threads /= 2;
-            }
+            Attempt::NoCommandThread(_) if stack > MIN_COMMAND_STACK => stack = (stack / 4).max(MIN_COMMAND_STACK),
+            Attempt::NoPool(_) if threads > 1 => threads /= 2,
             Attempt::NoCommandThread(e) | Attempt::NoPool(e) => {
-                if last_error.is_empty() {
-                    last_error = e;
-                }
-                eprintln!("error: cannot start: {last_error}");
+                eprintln!("error: cannot start: {e}");
                 return ExitCode::from(2);
             }
         }
