@@ -34,6 +34,9 @@ enum Mode {
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
 enum DeviceKind {
     Cpu,
+    /// Accepted so that a program asking for a GPU gets a clear answer (the contract's exit 2),
+    /// but hidden from `--help`, which lists only what works in this build.
+    #[value(hide = true)]
     Cuda,
 }
 
@@ -48,6 +51,7 @@ enum Cmd {
         /// Optimisation level of the JIT (0, 1 or 2).
         #[arg(short = 'O', default_value = "1")]
         opt: u8,
+        /// The device that runs the program.
         #[arg(long, value_enum, default_value = "cpu")]
         device: DeviceKind,
         #[arg(long, value_enum, default_value = "human")]
@@ -113,12 +117,12 @@ pub fn main() -> u8 {
     match cli.cmd {
         Cmd::Check { files, message_format, emit } => check_cmd(&files, message_format, emit),
         Cmd::Run { file, mode, opt, device, message_format, explain } => {
-            if mode == Mode::Jit && device == DeviceKind::Cpu {
-                return crate::jit_cmd::run(&file, opt, explain, message_format == MessageFormat::Json);
-            }
             if device == DeviceKind::Cuda {
-                eprintln!("error: `--device cuda` is not available in this build; run with `--device cpu`");
+                eprintln!("error: no CUDA device: this build of msl has no CUDA support; run with `--device cpu`");
                 return 2;
+            }
+            if mode == Mode::Jit {
+                return crate::jit_cmd::run(&file, opt, explain, message_format == MessageFormat::Json);
             }
             let _ = opt;
             if explain {

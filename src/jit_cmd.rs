@@ -32,7 +32,7 @@ pub fn run(file: &Path, level: u8, explain: bool, json: bool) -> u8 {
     let mut it = crate::run::interpreter(&c.program, file);
     let report = jit::install(&mut it, opts);
     let n_moves = it.moves.len();
-    let result = it.run_main(main);
+    let result = crate::alloc::with_sources(&c.sources, || it.run_main(main));
     drop(it);
     let (_, peak) = crate::alloc::heap();
     if explain {

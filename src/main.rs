@@ -13,26 +13,92 @@ use std::process::ExitCode;
 #[global_allocator]
 static ALLOC: alloc::Counting = alloc::Counting;
 
+/// The stack the command's thread asks for first. Deeply nested programs recurse in the
+/// checker; a large stack (reserved, not committed) keeps such input a diagnostic instead of a
+/// crash.
+const COMMAND_STACK: usize = 1 << 30;
+/// The smallest command stack tried when a limit on virtual memory refuses larger ones.
+const MIN_COMMAND_STACK: usize = 16 << 20;
+/// The stack of the other workers: they run only kernel chunks and compiled loops, which
+/// recurse no deeper than rayon's splitting.
+const WORKER_STACK: usize = 16 << 20;
+
 fn main() -> ExitCode {
-    // The command runs on a worker of the kernels' thread pool, one thread per core in all: the
+    // The command runs on worker 0 of the kernels' thread pool, one thread per core in all: the
     // interpreter's thread takes part in every parallel kernel, and an idle worker spinning
     // between two short kernels does not take a core from it (with a separate main thread, that
-    // contention cost W5 about a fifth of its time in the scheduler). Deeply nested programs
-    // recurse in the checker; a large stack (reserved, not committed) keeps such input a
-    // diagnostic instead of a crash.
-    let pool = rayon::ThreadPoolBuilder::new().stack_size(1 << 30).thread_name(|i| format!("msl-{i}")).build();
-    let pool = match pool {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("error: cannot start: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    match pool.install(|| std::panic::catch_unwind(cli::main)) {
-        Ok(code) => ExitCode::from(code),
-        Err(_) => {
-            eprintln!("error: internal compiler error (a bug in msl); please report it with the input that caused it");
-            ExitCode::from(2)
+    // contention cost W5 about a fifth of its time in the scheduler).
+    //
+    // Under a limit on virtual memory (`ulimit -v`) the reservations must fit: the command's
+    // stack is capped at a quarter of the limit, and when a thread cannot be made the next try
+    // asks for a smaller stack or fewer workers, down to a single thread, instead of refusing to
+    // start. A failed try leaves nothing behind that a later one needs, since each runs on a
+    // thread of its own.
+    let mut stack = COMMAND_STACK.min(address_space_limit().map_or(usize::MAX, |l| l / 4)).max(MIN_COMMAND_STACK);
+    let mut threads = default_threads();
+    loop {
+        match attempt(stack, threads) {
+            Attempt::Ran(code) => return ExitCode::from(code),
+            Attempt::NoCommandThread(_) if stack > MIN_COMMAND_STACK => stack = (stack / 4).max(MIN_COMMAND_STACK),
+            Attempt::NoPool(_) if threads > 1 => threads /= 2,
+            Attempt::NoCommandThread(e) | Attempt::NoPool(e) => {
+                eprintln!("error: cannot start: {e}");
+                return ExitCode::from(2);
+            }
         }
     }
+}
+
+enum Attempt {
+    /// The command ran, with this exit status.
+    Ran(u8),
+    /// The operating system refused the command's thread (its stack).
+    NoCommandThread(String),
+    /// The thread pool could not be built (a worker's thread was refused).
+    NoPool(String),
+}
+
+/// Runs the command on a new thread with `stack` bytes of stack, as worker 0 of a pool of
+/// `threads` threads.
+fn attempt(stack: usize, threads: usize) -> Attempt {
+    let spawned = std::thread::Builder::new().name("msl-0".into()).stack_size(stack).spawn(move || {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .use_current_thread()
+            .stack_size(WORKER_STACK)
+            .thread_name(|i| format!("msl-{i}"))
+            .build();
+        // The pool is kept (not dropped) while the command runs: this thread is its worker 0.
+        let _pool = match pool {
+            Ok(p) => p,
+            Err(e) => return Attempt::NoPool(e.to_string()),
+        };
+        match std::panic::catch_unwind(cli::main) {
+            Ok(code) => Attempt::Ran(code),
+            Err(_) => {
+                eprintln!(
+                    "error: internal compiler error (a bug in msl); please report it with the input that caused it"
+                );
+                Attempt::Ran(2)
+            }
+        }
+    });
+    match spawned {
+        Ok(handle) => handle.join().unwrap_or(Attempt::Ran(2)),
+        Err(e) => Attempt::NoCommandThread(e.to_string()),
+    }
+}
+
+/// The number of threads rayon would use: `RAYON_NUM_THREADS` if set, else one per core.
+fn default_threads() -> usize {
+    let from_env = std::env::var("RAYON_NUM_THREADS").ok().and_then(|v| v.parse::<usize>().ok()).filter(|&n| n > 0);
+    from_env.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// The process's limit on virtual memory (`ulimit -v`), when there is one.
+fn address_space_limit() -> Option<usize> {
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: `getrlimit` writes one `rlimit` through a valid pointer.
+    let ok = unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut r) } == 0;
+    (ok && r.rlim_cur != libc::RLIM_INFINITY).then(|| usize::try_from(r.rlim_cur).unwrap_or(usize::MAX))
 }

@@ -65,10 +65,16 @@ pub(crate) fn runnable(file: &Path, json: bool) -> Result<(lang::check::Checked,
     Ok((c, main))
 }
 
-/// An interpreter for a program of `file` that prints to stdout (buffered) and shows the
-/// progress of `batches` loops on a terminal.
+/// An interpreter for a program of `file` that prints to stdout and shows the progress of
+/// `batches` loops on a terminal.
+///
+/// Output is line-buffered even into a pipe or a file: every `print` reaches the reader when it
+/// is made, so a long training run logged with `msl run train.msl > log` or `| tee log` can be
+/// followed while it runs (what Python does for a terminal, and what training scripts expect of
+/// `print(…, flush=True)`). A line costs one write; block buffering would save little next to
+/// the tensor work of a line worth printing.
 pub(crate) fn interpreter<'p>(prog: &'p lang::ir::Program, file: &Path) -> Interp<'p> {
-    let mut it = Interp::new(prog, Box::new(std::io::BufWriter::new(std::io::stdout().lock())));
+    let mut it = Interp::new(prog, Box::new(std::io::LineWriter::new(std::io::stdout().lock())));
     it.source_dir = file.parent().map(Path::to_path_buf);
     if std::io::stderr().is_terminal() {
         it.observer = Box::new(Progress { bar: None });
@@ -82,7 +88,7 @@ pub fn run_cmd(file: &Path, json: bool) -> u8 {
         Err(code) => return code,
     };
     let mut it = interpreter(&c.program, file);
-    match it.run_main(main) {
+    match crate::alloc::with_sources(&c.sources, || it.run_main(main)) {
         Ok(_) => 0,
         Err(e) => {
             drop(it);
@@ -123,10 +129,17 @@ fn collect(paths: &[PathBuf]) -> Vec<PathBuf> {
 /// `msl test`: every `test` block and spec example, in the interpreter or, with `jit`, compiled
 /// at that level.
 pub fn test_cmd(paths: &[PathBuf], jit: Option<jit::Options>) -> u8 {
-    let (mut passed, mut failed) = (0usize, 0usize);
+    let mut passed = 0usize;
+    // What failed, named as the summary lists it: a test, a spec example, or a whole file that
+    // could not be read or does not check (its tests cannot run, so it counts as one failure).
+    let mut failures: Vec<String> = Vec::new();
     for f in collect(paths) {
         if f.extension().is_some_and(|x| x == "md") {
-            let Ok(text) = std::fs::read_to_string(&f) else { continue };
+            let Ok(text) = std::fs::read_to_string(&f) else {
+                println!("file {} ... FAILED (it cannot be read)", f.display());
+                failures.push(format!("{} (it cannot be read)", f.display()));
+                continue;
+            };
             let dir = f.parent().unwrap_or(Path::new(".")).to_path_buf();
             for b in lang::spec::parse_blocks(&text) {
                 let out = match jit {
@@ -141,8 +154,8 @@ pub fn test_cmd(paths: &[PathBuf], jit: Option<jit::Options>) -> u8 {
                 if ok {
                     passed += 1;
                 } else {
-                    failed += 1;
                     println!("FAILED {label}\n{}", out.text());
+                    failures.push(label);
                 }
             }
             continue;
@@ -150,13 +163,15 @@ pub fn test_cmd(paths: &[PathBuf], jit: Option<jit::Options>) -> u8 {
         let mut c = match load(&f) {
             Ok(c) => c,
             Err(_) => {
-                failed += 1;
+                println!("file {} ... FAILED (it cannot be read)", f.display());
+                failures.push(format!("{} (it cannot be read)", f.display()));
                 continue;
             }
         };
         if c.has_errors() {
+            println!("file {} ... FAILED (it does not check; its tests did not run)", f.display());
             render(&c.diagnostics, &c, false);
-            failed += 1;
+            failures.push(format!("{} (it does not check)", f.display()));
             continue;
         }
         if let Some(opts) = jit {
@@ -168,22 +183,28 @@ pub fn test_cmd(paths: &[PathBuf], jit: Option<jit::Options>) -> u8 {
             if let Some(opts) = jit {
                 jit::install(&mut it, opts);
             }
-            match it.run_main(t.func) {
+            match crate::alloc::with_sources(&c.sources, || it.run_main(t.func)) {
                 Ok(_) => {
                     passed += 1;
                     println!("test {} \"{}\" ... ok", f.display(), t.name);
                 }
                 Err(e) => {
-                    failed += 1;
                     println!("test {} \"{}\" ... FAILED", f.display(), t.name);
+                    failures.push(format!("{} \"{}\"", f.display(), t.name));
                     drop(it);
                     render(&[e.to_diagnostic()], &c, false);
                 }
             }
         }
     }
-    println!("{passed} passed, {failed} failed");
-    u8::from(failed > 0)
+    if !failures.is_empty() {
+        println!("\nfailures:");
+        for name in &failures {
+            println!("    {name}");
+        }
+    }
+    println!("{passed} passed, {} failed", failures.len());
+    u8::from(!failures.is_empty())
 }
 
 pub fn grad_cmd(file: &Path, name: &str, wrt: Option<&str>, explain: bool) -> u8 {

@@ -76,6 +76,11 @@ struct Outcome {
 
 /// Runs `msl check --message-format FORMAT FILE`, killing it after `LIMIT`.
 fn run_check(file: &Path, format: &str) -> Outcome {
+    run_check_within(file, format, LIMIT)
+}
+
+/// `run_check` with another limit.
+fn run_check_within(file: &Path, format: &str, limit: Duration) -> Outcome {
     let mut child = Command::new(env!("CARGO_BIN_EXE_msl"))
         .args(["check", "--message-format", format])
         .arg(file)
@@ -101,7 +106,7 @@ fn run_check(file: &Path, format: &str) -> Outcome {
         if let Some(s) = child.try_wait().expect("wait for msl") {
             break Some(s);
         }
-        if start.elapsed() > LIMIT {
+        if start.elapsed() > limit {
             let _ = child.kill();
             let _ = child.wait();
             break None;
@@ -234,6 +239,27 @@ fn a_leading_byte_order_mark_is_not_text() {
     // Anywhere else it is an unexpected character.
     let diags = check_bytes("bom_inside", "fn f() -> i32 { 1 \u{FEFF}}\n".as_bytes());
     assert_eq!(codes(&diags), ["E0101"]);
+}
+
+#[test]
+fn eighty_thousand_errors_in_one_function() {
+    // Each name was looked up by scanning every binding in scope, so a function of n locals
+    // took time in n² to check: 40,000 took 50 s in a debug build, 80,000 would take minutes.
+    // The limit only tells such a hang from a result.
+    let n = 80_000;
+    let mut text = String::from("fn main() {\n");
+    for i in 0..n {
+        text.push_str(&format!("    let x{i}: f32[2] = ones(3)\n"));
+    }
+    text.push_str("}\n");
+    let file = scratch("many_errors").join("many.msl");
+    std::fs::write(&file, &text).expect("write test file");
+    for format in ["human", "short"] {
+        let o = run_check_within(&file, format, Duration::from_secs(90));
+        assert_eq!(o.code, Some(1), "{format}: did not finish in {:?}: {}", o.elapsed, tail(&o.stderr));
+        assert_eq!(o.stderr.matches("E0306").count(), n, "{format}");
+        assert!(o.stderr.contains(&format!("{}", n + 1)), "{format}: the last line is not reported");
+    }
 }
 
 #[test]

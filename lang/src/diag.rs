@@ -204,8 +204,20 @@ pub fn render(diags: &[Diagnostic], sources: &SourceMap, color: bool) -> String 
         return String::new();
     }
     let file = |id: FileId| sources.name(id).to_string();
-    // One cache for all reports: building it copies and indexes every source file.
-    let mut cache = ariadne::sources(sources.files().map(|(id, f)| (file(id), f.text.clone())).collect::<Vec<_>>());
+    // One cache for all reports. Building it copies and indexes each file, which for a file of
+    // ten megabytes costs more than rendering thousands of reports, so it holds only the files
+    // that a label points into (not every stdlib module the program uses).
+    let mut used: Vec<FileId> =
+        diags.iter().flat_map(|d| std::iter::once(&d.primary).chain(&d.secondary)).map(|l| l.span.file).collect();
+    used.sort();
+    used.dedup();
+    let mut cache = ariadne::sources(
+        sources
+            .files()
+            .filter(|(id, _)| used.binary_search(id).is_ok())
+            .map(|(id, f)| (file(id), f.text.clone()))
+            .collect::<Vec<_>>(),
+    );
     for d in diags {
         // ariadne prints every line a label touches in full: on a line longer than
         // `MAX_RENDER_LINE` (generated or minified code, garbage) use the one-line form instead.

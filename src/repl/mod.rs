@@ -6,6 +6,7 @@
 //! interpreter's interrupt flag; a diagnostic never ends the session.
 
 mod session;
+mod slice;
 
 use rustyline::completion::{Completer, FilenameCompleter, Pair};
 use rustyline::error::ReadlineError;
@@ -56,6 +57,7 @@ pub fn main(jit: bool) -> u8 {
             }
         });
     }
+    catch_panic_messages();
     let mut s = Session::new(interrupt);
     s.jit = jit;
     s.color = tty && std::env::var_os("NO_COLOR").is_none();
@@ -82,7 +84,7 @@ enum Flow {
 impl Repl {
     fn run_piped(&mut self) {
         let stdin = std::io::stdin();
-        let mut buf = String::new();
+        let mut buf = Pending::default();
         for line in stdin.lock().lines() {
             let Ok(line) = line else { break };
             if buf.is_empty() && line.trim_start().starts_with(':') {
@@ -91,14 +93,14 @@ impl Repl {
                 }
                 continue;
             }
-            buf.push_str(&line);
-            buf.push('\n');
-            if !needs_more(&buf) {
-                self.input(&std::mem::take(&mut buf));
+            match buf.push(&line) {
+                More::No => self.input(&buf.take()),
+                More::Yes => {}
+                More::TooLong => too_long(&mut buf),
             }
         }
-        if !buf.trim().is_empty() {
-            self.input(&buf);
+        if !buf.text.trim().is_empty() {
+            self.input(&buf.take());
         }
     }
 
@@ -120,7 +122,7 @@ impl Repl {
             let _ = ed.load_history(h);
         }
         println!("msl {} — :help for help, :quit to leave", env!("CARGO_PKG_VERSION"));
-        let mut buf = String::new();
+        let mut buf = Pending::default();
         loop {
             let prompt = if buf.is_empty() { PROMPT } else { MORE };
             match ed.readline(prompt) {
@@ -132,24 +134,27 @@ impl Repl {
                         }
                         continue;
                     }
-                    buf.push_str(&line);
-                    buf.push('\n');
-                    if needs_more(&buf) {
-                        continue;
+                    match buf.push(&line) {
+                        More::Yes => continue,
+                        More::TooLong => {
+                            too_long(&mut buf);
+                            continue;
+                        }
+                        More::No => {}
                     }
-                    let input = std::mem::take(&mut buf);
+                    let input = buf.take();
                     let _ = ed.add_history_entry(input.trim_end());
                     self.input(&input);
                 }
                 Err(ReadlineError::Interrupted) => {
                     // Ctrl-C cancels the input being typed.
-                    buf.clear();
+                    buf.take();
                 }
                 Err(ReadlineError::Eof) => {
                     if buf.is_empty() {
                         break;
                     }
-                    self.input(&std::mem::take(&mut buf));
+                    self.input(&buf.take());
                 }
                 Err(e) => {
                     eprintln!("error: cannot read input: {e}");
@@ -168,12 +173,17 @@ impl Repl {
     /// Evaluates an input with Ctrl-C routed to the interpreter, catching any panic.
     fn guarded(&self, f: impl FnOnce(&mut Session) -> Output) {
         self.busy.store(true, Ordering::SeqCst);
+        GUARDED.store(true, Ordering::SeqCst);
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut self.session.borrow_mut())));
+        GUARDED.store(false, Ordering::SeqCst);
         self.busy.store(false, Ordering::SeqCst);
         match r {
             Ok(out) => show(&out),
             Err(_) => {
-                eprintln!("error: internal error (a bug in msl) while evaluating this input; the session goes on");
+                let why = PANIC.lock().unwrap_or_else(|p| p.into_inner()).take().unwrap_or_default();
+                eprintln!(
+                    "error: internal error (a bug in msl) while evaluating this input: {why}; the session goes on"
+                );
                 // A panic may have left the session half-updated; a clean borrow is all we need.
             }
         }
@@ -211,6 +221,32 @@ impl Repl {
     }
 }
 
+/// True while an input is evaluated under `catch_unwind` (on any thread: a kernel's worker
+/// panics on its own thread, and rayon hands the panic to the evaluating one).
+static GUARDED: AtomicBool = AtomicBool::new(false);
+/// The message and place of the last panic caught while `GUARDED`.
+static PANIC: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+/// Makes a panic while an input is evaluated one error line of the session (its message and
+/// place, kept for `guarded` to print) instead of the default hook's report with a backtrace
+/// hint; panics elsewhere keep the default report.
+fn catch_panic_messages() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if !GUARDED.load(Ordering::SeqCst) {
+            return default(info);
+        }
+        let p = info.payload();
+        let msg = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned());
+        let mut text = msg.unwrap_or_else(|| "a panic".to_string());
+        // A place inside the standard library (`capacity overflow`) says nothing to a user.
+        if let Some(l) = info.location().filter(|l| !l.file().starts_with("/rustc/")) {
+            text.push_str(&format!(" (at {}:{})", l.file(), l.line()));
+        }
+        *PANIC.lock().unwrap_or_else(|p| p.into_inner()) = Some(text);
+    }));
+}
+
 fn show(out: &Output) {
     let mut stdout = std::io::stdout();
     let _ = stdout.write_all(out.out.as_bytes());
@@ -220,53 +256,156 @@ fn show(out: &Output) {
     }
 }
 
-/// True while the input cannot be complete: an open bracket, an unterminated string or block
-/// comment, or a last line that ends with an operator or a comma.
-pub fn needs_more(text: &str) -> bool {
-    use lang::syntax::lexer::Tok;
-    let (toks, diags) = lang::syntax::lexer::lex(lang::source::FileId(0), text);
-    if diags.iter().any(|d| d.code == lang::diag::Code::E0102) {
-        return true;
+/// The longest input the REPL gathers while it is incomplete (an open bracket, string or
+/// comment); past it the input is dropped with an error instead of growing without bound.
+const MAX_INPUT: usize = 1 << 20;
+
+/// Whether an input needs more lines.
+#[derive(Debug, PartialEq, Eq)]
+enum More {
+    Yes,
+    No,
+    /// It is still incomplete and past [`MAX_INPUT`].
+    TooLong,
+}
+
+/// The lines of an input gathered so far, and what they say about its end: the bracket depth
+/// and whether the last token asks for more. Each line is lexed once, on its own, so that an
+/// input of many lines costs time in proportion to its length (lexing all of it again for every
+/// line made a long open bracket quadratic). Only a line that starts or ends a string or block
+/// comment spanning lines needs the whole input lexed again, and a line without a quote or a
+/// comment mark inside one cannot change anything.
+#[derive(Default)]
+struct Pending {
+    text: String,
+    depth: i64,
+    /// The last token is an operator or a comma.
+    continues: bool,
+    /// Inside a string or block comment that a later line must end.
+    in_literal: bool,
+}
+
+impl Pending {
+    fn is_empty(&self) -> bool {
+        self.text.is_empty()
     }
-    // Past the nesting limit the lexer stops counting brackets: report, do not wait for more.
-    if diags.iter().any(|d| d.code == lang::diag::Code::E0106) {
-        return false;
+
+    fn take(&mut self) -> String {
+        std::mem::take(self).text
     }
-    let mut depth = 0i64;
-    for (_, t, _) in &toks {
-        match t {
-            Tok::LParen | Tok::LBracket | Tok::LBrace => depth += 1,
-            Tok::RParen | Tok::RBracket | Tok::RBrace => depth -= 1,
-            _ => {}
+
+    fn push(&mut self, line: &str) -> More {
+        self.text.push_str(line);
+        self.text.push('\n');
+        let marks = |s: &str| s.contains('"') || s.contains("/*") || s.contains("*/");
+        let scan = if self.in_literal {
+            if marks(line) {
+                Some(Scan::of(&self.text))
+            } else {
+                None
+            }
+        } else {
+            let s = Scan::of(line);
+            if s.in_literal || self.depth + s.peak > lang::syntax::lexer::MAX_NESTING as i64 {
+                // The line opens a string or comment it does not close, or the input nests past
+                // the limit (which the lexer reports): only the whole text says how it ends.
+                Some(Scan::of(&self.text))
+            } else {
+                self.depth += s.depth;
+                self.continues = s.continues.unwrap_or(self.continues);
+                None
+            }
+        };
+        if let Some(s) = scan {
+            if s.too_deep {
+                return More::No;
+            }
+            self.depth = s.depth;
+            self.continues = s.continues.unwrap_or(false);
+            self.in_literal = s.in_literal;
+        }
+        let more = self.in_literal || self.depth > 0 || self.continues;
+        match more {
+            false => More::No,
+            true if self.text.len() > MAX_INPUT => More::TooLong,
+            true => More::Yes,
         }
     }
-    if depth > 0 {
-        return true;
+}
+
+/// Drops an input that grew past [`MAX_INPUT`] without ending.
+fn too_long(buf: &mut Pending) {
+    let lines = buf.text.lines().count();
+    buf.take();
+    eprintln!(
+        "error: this input is over {} MiB ({lines} lines) and still not complete (an open bracket, string or \
+         comment?); it was dropped",
+        MAX_INPUT >> 20
+    );
+}
+
+/// What the tokens of a text say about its end.
+struct Scan {
+    /// Opening brackets minus closing ones.
+    depth: i64,
+    /// The greatest depth reached.
+    peak: i64,
+    /// Whether the last token (not a newline or `;`) asks for more; `None` without tokens.
+    continues: Option<bool>,
+    /// The text ends inside a string or block comment.
+    in_literal: bool,
+    /// The lexer found the nesting limit passed.
+    too_deep: bool,
+}
+
+impl Scan {
+    fn of(text: &str) -> Scan {
+        use lang::syntax::lexer::Tok;
+        let (toks, diags) = lang::syntax::lexer::lex(lang::source::FileId(0), text);
+        let (mut depth, mut peak) = (0i64, 0i64);
+        for (_, t, _) in &toks {
+            match t {
+                Tok::LParen | Tok::LBracket | Tok::LBrace => depth += 1,
+                Tok::RParen | Tok::RBracket | Tok::RBrace => depth -= 1,
+                _ => {}
+            }
+            peak = peak.max(depth);
+        }
+        let last = toks.iter().rev().find(|(_, t, _)| !matches!(t, Tok::Newline | Tok::Semi));
+        Scan {
+            depth,
+            peak,
+            continues: last.map(|(_, t, _)| continues(t)),
+            in_literal: diags.iter().any(|d| d.code == lang::diag::Code::E0102),
+            too_deep: diags.iter().any(|d| d.code == lang::diag::Code::E0106),
+        }
     }
-    let last = toks.iter().rev().find(|(_, t, _)| !matches!(t, Tok::Newline | Tok::Semi));
+}
+
+/// A token that cannot end an input: an operator, a comma, `=`, `->` or `.`.
+fn continues(t: &lang::syntax::lexer::Tok) -> bool {
+    use lang::syntax::lexer::Tok;
     matches!(
-        last.map(|(_, t, _)| t),
-        Some(
-            Tok::Plus
-                | Tok::Minus
-                | Tok::Star
-                | Tok::StarStar
-                | Tok::Slash
-                | Tok::Percent
-                | Tok::At
-                | Tok::AndAnd
-                | Tok::OrOr
-                | Tok::EqEq
-                | Tok::Ne
-                | Tok::Lt
-                | Tok::Le
-                | Tok::Gt
-                | Tok::Ge
-                | Tok::Comma
-                | Tok::Eq
-                | Tok::Arrow
-                | Tok::Dot
-        )
+        t,
+        Tok::Plus
+            | Tok::Minus
+            | Tok::Star
+            | Tok::StarStar
+            | Tok::Slash
+            | Tok::Percent
+            | Tok::At
+            | Tok::AndAnd
+            | Tok::OrOr
+            | Tok::EqEq
+            | Tok::Ne
+            | Tok::Lt
+            | Tok::Le
+            | Tok::Gt
+            | Tok::Ge
+            | Tok::Comma
+            | Tok::Eq
+            | Tok::Arrow
+            | Tok::Dot
     )
 }
 
@@ -316,8 +455,11 @@ impl Completer for ReplHelper {
         let Ok(session) = self.session.try_borrow() else {
             return Ok((pos, vec![]));
         };
+        // A failure to complete shows no candidates, and no panic report in the middle of the line.
+        GUARDED.store(true, Ordering::SeqCst);
         let found = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| session.complete(text, pos - shift)))
             .unwrap_or_default();
+        GUARDED.store(false, Ordering::SeqCst);
         let mut pairs: Vec<Pair> = found
             .into_iter()
             .filter(|c| c.label.starts_with(word))

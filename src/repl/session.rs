@@ -6,7 +6,12 @@
 //! earlier locals live on in one interpreter `Frame`. Adding an item can renumber models and
 //! functions, so stored values are carried over by name; replacing an item runs the earlier
 //! statements again (without their output) so that no value of the old definition survives.
+//!
+//! An input that names only tensors and models of the session is checked in a smaller program
+//! (`super::slice`) that declares just those, so that a long session does not make each input
+//! slower; the whole program remains the reference, used whenever a slice might differ.
 
+use super::slice::{Decls, Slice};
 use lang::check::Checked;
 use lang::diag::{self, Code, Diagnostic};
 use lang::interp::{FnValue, Frame, Interp, ModelValue, Value};
@@ -31,6 +36,8 @@ struct Item {
     /// `fn`/`model`/… and its name; `None` for `use` items (kept once each).
     key: Option<(&'static str, String)>,
     text: String,
+    /// For `use m.{a, b}`: the module's dotted path and the names it brings in.
+    imports: Option<(String, Vec<String>)>,
 }
 
 /// What the user sees from one input: text for stdout, and diagnostics already rendered.
@@ -67,9 +74,22 @@ pub struct Session {
     stmts: Vec<String>,
     /// IR statements the committed `stmts` lower to (their values are in `frame`).
     ir_count: usize,
+    /// The values of the session function's locals, numbered as in the whole session program.
     frame: Frame,
+    /// What each of those locals is, to check an input in a slice.
+    decls: Decls,
+    /// A slice bound dims at run time since `frame.dims` was last bound (its keys are the
+    /// whole program's symbols, which a slice does not know): bind them again before the whole
+    /// program runs.
+    dims_stale: bool,
+    /// Check inputs in slices where one will do; `MSL_REPL_WHOLE` set turns this off, so that
+    /// tests can compare a session both ways.
+    slices: bool,
     names: Names,
     dir: PathBuf,
+    /// Where relative `load` paths are tried after the working directory: the folder of the
+    /// file `:load`ed last (as `msl run` tries the program's folder), else the working one.
+    load_dir: PathBuf,
     pub interrupt: Arc<AtomicBool>,
     pub color: bool,
     /// Evaluate with the JIT installed at `-O1` (`msl repl --mode jit`). Not `-O2`: its
@@ -83,6 +103,16 @@ struct Compiled {
     /// Byte range of the input in the program text.
     input: (usize, usize),
     input_text: String,
+    plan: Plan,
+}
+
+/// Which program an input was checked in.
+enum Plan {
+    /// The whole session program: its locals are numbered as the session's frame.
+    Whole,
+    /// A slice: local `i < slots.len()` of its function stands for the session's local
+    /// `slots[i]`, and the input's IR statements start at `ir_start`.
+    Slice { slots: Vec<u32>, ir_start: usize },
 }
 
 impl Compiled {
@@ -119,8 +149,12 @@ impl Session {
             stmts: vec![],
             ir_count: 0,
             frame: empty_frame(),
+            decls: Decls::default(),
+            dims_stale: false,
+            slices: std::env::var_os("MSL_REPL_WHOLE").is_none(),
             names: Names::default(),
             dir: std::env::current_dir().unwrap_or_default(),
+            load_dir: std::env::current_dir().unwrap_or_default(),
             interrupt,
             color: false,
             jit: false,
@@ -151,7 +185,23 @@ impl Session {
     fn compile(&self, items: &[Item], stmts: &[String], input: Option<&str>) -> Compiled {
         let (src, range) = self.source(items, stmts, input);
         let c = lang::check::check_source("<repl>", &src, &self.dir);
-        Compiled { c, input: range, input_text: input.unwrap_or("").to_string() }
+        Compiled { c, input: range, input_text: input.unwrap_or("").to_string(), plan: Plan::Whole }
+    }
+
+    /// Checks `input` in a slice of the session (see `super::slice`); `None` when the whole
+    /// program must check it (the input names a local no stub can stand for, has a closure, or
+    /// the slice reports an error, which the whole program then reports as it sees it).
+    fn compile_slice(&self, input: &str) -> Option<Compiled> {
+        let Slice { lines, slots } = self.decls.slice(input)?;
+        let mut comp = self.compile(&self.items, &lines, Some(input));
+        if comp.c.diagnostics.iter().any(Diagnostic::is_error) {
+            return None;
+        }
+        let func = comp.c.program.func(comp.repl_fn()?);
+        let (body, _) = comp.body()?;
+        let ir_start = self.decls.verify_slice(&comp.c.program, func, body, &slots)?;
+        comp.plan = Plan::Slice { slots, ir_start };
+        Some(comp)
     }
 
     /// Renders diagnostics, showing spans inside the input against the input alone.
@@ -250,29 +300,69 @@ impl Session {
         out
     }
 
-    /// Checks the session with `stmt` added; reports errors. `tail` places it as the result.
-    fn check_with(&self, stmt: &str, out: &mut Output) -> Option<Compiled> {
-        let comp = self.compile(&self.items, &self.stmts, Some(stmt));
+    /// Checks the session with `stmt` added, in a slice when one will do; reports errors.
+    fn check_with(&mut self, stmt: &str, out: &mut Output) -> Option<Compiled> {
+        if let Some(comp) = self.slices.then(|| self.compile_slice(stmt)).flatten() {
+            return Some(comp);
+        }
+        let mut comp = self.compile(&self.items, &self.stmts, Some(stmt));
         let errors: Vec<Diagnostic> = comp.c.diagnostics.iter().filter(|d| d.is_error()).cloned().collect();
         if !errors.is_empty() {
             out.error(self.render(&comp, &errors));
             return None;
         }
-        if comp.body().is_none() {
-            out.error("error: internal: the session's function is missing");
-            return None;
+        if !self.whole_matches(&comp) {
+            // The whole program numbers the earlier locals differently from the frame (which
+            // slices should never cause): run the session again in its numbering, then check
+            // the input once more.
+            let fresh = self.compile(&self.items, &self.stmts, None);
+            self.replay(&fresh, out);
+            comp = self.compile(&self.items, &self.stmts, Some(stmt));
+            if !self.whole_matches(&comp) {
+                out.error("error: internal: the session's values no longer match its program; :reset starts afresh");
+                return None;
+            }
         }
         Some(comp)
+    }
+
+    /// True when `comp` (the whole program) has the session's function, its earlier locals
+    /// numbered as the frame and its earlier statements where the session counts them.
+    fn whole_matches(&self, comp: &Compiled) -> bool {
+        let (Some(f), Some((stmts, _))) = (comp.repl_fn(), comp.body()) else { return false };
+        stmts.len() >= self.ir_count && self.decls.matches_whole(&comp.c.program, comp.c.program.func(f))
     }
 
     /// Runs the IR statements after the committed ones, then the body's result.
     fn execute(&mut self, comp: &Compiled, out: &mut Output) -> Option<Value> {
         let (stmts, result) = comp.body()?;
         let func = comp.c.program.func(comp.repl_fn()?);
-        if self.frame.locals.len() < func.locals.len() {
-            self.frame.locals.resize(func.locals.len(), None);
-        }
-        let new = stmts.get(self.ir_count..).unwrap_or(&[]).to_vec();
+        let (mut frame, new) = match &comp.plan {
+            Plan::Whole => {
+                if self.dims_stale {
+                    self.rebind_dims(comp);
+                    self.dims_stale = false;
+                }
+                if self.frame.locals.len() < func.locals.len() {
+                    self.frame.locals.resize(func.locals.len(), None);
+                }
+                (std::mem::replace(&mut self.frame, empty_frame()), stmts.get(self.ir_count..).unwrap_or(&[]).to_vec())
+            }
+            Plan::Slice { slots, ir_start } => {
+                let mut frame = empty_frame();
+                frame.locals.resize(func.locals.len(), None);
+                for (i, &g) in slots.iter().enumerate() {
+                    frame.locals[i] = self.frame.locals.get(g as usize).cloned().flatten();
+                }
+                // The stubs' run-time dims are bound from the session's values, then the input
+                // runs.
+                let (stubs, input) = stmts.split_at((*ir_start).min(stmts.len()));
+                let mut new: Vec<ir::Stmt> =
+                    stubs.iter().filter(|s| matches!(s, ir::Stmt::BindDims { .. })).cloned().collect();
+                new.extend_from_slice(input);
+                (frame, new)
+            }
+        };
         let block = ir::Expr {
             kind: ExprKind::Block { stmts: new, result: Box::new(result.clone()) },
             ty: result.ty.clone(),
@@ -282,14 +372,28 @@ impl Session {
         self.interrupt.store(false, Ordering::SeqCst);
         let stdout = std::io::stdout();
         let mut it = Interp::new(&comp.c.program, Box::new(stdout.lock()));
-        it.source_dir = Some(self.dir.clone());
+        it.source_dir = Some(self.load_dir.clone());
         it.interrupt = self.interrupt.clone();
         if self.jit {
             jit::install(&mut it, jit::Options::level(1));
         }
-        let r = it.eval(&block, &mut self.frame);
+        let r = it.eval(&block, &mut frame);
         let _ = it.out.flush();
         drop(it);
+        match &comp.plan {
+            Plan::Whole => self.frame = frame,
+            Plan::Slice { slots, .. } => {
+                // Variables the input assigned go back to the session; its own locals follow the
+                // session's, where the whole program numbers them.
+                for (i, &g) in slots.iter().enumerate() {
+                    if let Some(slot) = self.frame.locals.get_mut(g as usize) {
+                        *slot = frame.locals[i].take();
+                    }
+                }
+                self.frame.locals.truncate(self.decls.len());
+                self.frame.locals.extend(frame.locals.drain(slots.len()..));
+            }
+        }
         match r {
             Ok(v) | Err(lang::interp::Ctrl::Return(v)) => Some(v),
             Err(lang::interp::Ctrl::Error(e)) => {
@@ -316,8 +420,24 @@ impl Session {
             return false;
         }
         self.stmts.push(stmt.to_string());
-        self.ir_count = comp.body().map_or(0, |(s, _)| s.len());
-        self.names = names_of(&comp.c, comp.repl_fn());
+        let (Some(f), Some((stmts, _))) = (comp.repl_fn(), comp.body()) else { return false };
+        let func = comp.c.program.func(f);
+        match &comp.plan {
+            Plan::Whole => {
+                let new = stmts.get(self.ir_count..).unwrap_or(&[]);
+                self.decls.commit(&comp.c.program, func, self.decls.len(), new);
+                self.ir_count = stmts.len();
+                self.names = names_of(&comp.c, comp.repl_fn());
+            }
+            Plan::Slice { slots, ir_start } => {
+                let new = stmts.get(*ir_start..).unwrap_or(&[]);
+                self.decls.commit(&comp.c.program, func, slots.len(), new);
+                self.ir_count += new.len();
+                self.dims_stale |= new.iter().any(|s| matches!(s, ir::Stmt::BindDims { .. }));
+                // A slice numbers the items' models and functions as the whole program does,
+                // and has no closure, so the session's names stay as they are.
+            }
+        }
         if !show {
             return true;
         }
@@ -356,8 +476,9 @@ impl Session {
         self.execute(&comp, out).is_some()
     }
 
-    /// Adds (or replaces) items; the session must still check with them.
-    fn add_items(&mut self, input: &str, file: &ast::File, out: &mut Output) {
+    /// Adds (or replaces) items; the session must still check with them. False when it does
+    /// not (the items are then not added).
+    fn add_items(&mut self, input: &str, file: &ast::File, out: &mut Output) -> bool {
         let mut items = self.items.clone();
         let mut replaced = false;
         let mut added = Vec::new();
@@ -370,23 +491,43 @@ impl Session {
             if let Some(k) = &key {
                 added.push(k.clone());
             }
+            if let ast::ItemKind::Use(ast::UseTarget::Names(path, names)) = &item.kind {
+                // Bringing in a name that an earlier `use` already brought in from the same
+                // module changes nothing (a `:load`ed file often repeats the session's `use`),
+                // so only the new names are kept; the same name from another module is kept,
+                // for the checker to report.
+                let module = path.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(".");
+                let known = |n: &str| {
+                    items
+                        .iter()
+                        .any(|i| matches!(&i.imports, Some((m, ns)) if *m == module && ns.iter().any(|x| x == n)))
+                };
+                let fresh: Vec<String> = names.iter().map(|n| n.name.clone()).filter(|n| !known(n)).collect();
+                if fresh.is_empty() {
+                    continue;
+                }
+                let text =
+                    if fresh.len() == names.len() { text } else { format!("use {module}.{{{}}}", fresh.join(", ")) };
+                items.push(Item { key, text, imports: Some((module, fresh)) });
+                continue;
+            }
             match items.iter().position(|i| i.key.is_some() && i.key == key) {
                 Some(i) => {
                     items[i].text = text;
                     replaced = true;
                 }
                 None if key.is_none() && items.iter().any(|i| i.text == text) => {}
-                None => items.push(Item { key, text }),
+                None => items.push(Item { key, text, imports: None }),
             }
         }
         let comp = self.compile(&items, &self.stmts, None);
         let errors: Vec<Diagnostic> = comp.c.diagnostics.iter().filter(|d| d.is_error()).cloned().collect();
         if !errors.is_empty() {
             out.error(self.render(&comp, &errors));
-            return;
+            return false;
         }
         self.items = items;
-        if replaced {
+        if replaced || !self.whole_matches(&comp) {
             self.replay(&comp, out);
         } else {
             self.carry_over(&comp);
@@ -413,6 +554,7 @@ impl Session {
                 None => {}
             }
         }
+        true
     }
 
     /// After items were added: move stored values to the new program's numbering.
@@ -435,6 +577,17 @@ impl Session {
             }
         }
         self.rebind_dims(comp);
+        self.reindex(comp);
+    }
+
+    /// Describes the session's locals afresh from the whole program `comp` (checked without
+    /// input), whose every statement is now in the frame.
+    fn reindex(&mut self, comp: &Compiled) {
+        if let (Some(f), Some((stmts, _))) = (comp.repl_fn(), comp.body()) {
+            self.decls = Decls::rebuild(&comp.c.program, comp.c.program.func(f), stmts);
+            self.frame.locals.resize(self.decls.len(), None);
+        }
+        self.dims_stale = false;
     }
 
     /// Dims bound at run time (`let x: f32[N, 64] = load(…)`) are keyed by symbol ids, which a
@@ -479,7 +632,7 @@ impl Session {
         };
         self.interrupt.store(false, Ordering::SeqCst);
         let mut it = Interp::new(&comp.c.program, Box::new(std::io::sink()));
-        it.source_dir = Some(self.dir.clone());
+        it.source_dir = Some(self.load_dir.clone());
         it.interrupt = self.interrupt.clone();
         if let Err(lang::interp::Ctrl::Error(e)) = it.eval(&block, &mut self.frame) {
             drop(it);
@@ -489,15 +642,17 @@ impl Session {
             ));
         }
         self.ir_count = stmts.len();
+        self.reindex(comp);
     }
 
     /// `:type EXPR`: the type of an expression, checked in the session but not run.
-    pub fn type_of(&self, expr: &str) -> Output {
+    pub fn type_of(&mut self, expr: &str) -> Output {
         let mut out = Output::default();
         let expr = expr.trim();
         // A bare function or model name shows its signature.
         if lang::ide::word_at(expr, 0) == Some((0, expr.len())) {
-            let comp = self.compile(&self.items, &self.stmts, Some(expr));
+            let slice = self.slices.then(|| self.compile_slice(expr)).flatten();
+            let comp = slice.unwrap_or_else(|| self.compile(&self.items, &self.stmts, Some(expr)));
             if let Some(h) = lang::ide::hover(&comp.c, FileId(0), comp.input.0) {
                 if h.signature.starts_with("fn ") || h.signature.starts_with("model ") {
                     out.line(h.signature);
@@ -629,7 +784,14 @@ impl Session {
         let (file, _) = lang::syntax::parse(FileId(0), &rewritten);
         let before = out.err.len();
         let mut items_out = Output::default();
-        self.add_items(&rewritten, &file, &mut items_out);
+        // The file's functions `load` relative to its folder, as under `msl run`.
+        let previous = self.load_dir.clone();
+        if let Some(dir) = &base {
+            self.load_dir = dir.clone();
+        }
+        if !self.add_items(&rewritten, &file, &mut items_out) {
+            self.load_dir = previous;
+        }
         out.err.push_str(&items_out.err);
         if out.err.len() == before {
             let n = file.items.iter().filter(|i| !matches!(i.kind, ast::ItemKind::Use(_))).count();

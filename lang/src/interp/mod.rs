@@ -25,6 +25,35 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 pub use value::{FnValue, ModelValue, Value};
 
+thread_local! {
+    /// The primitive this thread's interpreter is applying, and its span: what an
+    /// out-of-memory message names. The binary's allocator reads it when a request fails,
+    /// without allocating (a `Cell` of a `Copy` value with a constant initialiser).
+    static APPLYING: std::cell::Cell<Option<(ir::Prim, Span)>> = const { std::cell::Cell::new(None) };
+}
+
+/// The primitive the interpreter on this thread is applying now, and where (none outside
+/// primitives, and on threads that do not interpret).
+pub fn applying() -> Option<(ir::Prim, Span)> {
+    APPLYING.try_with(std::cell::Cell::get).ok().flatten()
+}
+
+/// Records a primitive in [`APPLYING`] while it is applied; restores the enclosing one (a
+/// primitive such as `map` applies others) when dropped, however the application ends.
+struct Applying(Option<(ir::Prim, Span)>);
+
+impl Applying {
+    fn enter(prim: ir::Prim, span: Span) -> Applying {
+        Applying(APPLYING.try_with(|a| a.replace(Some((prim, span)))).ok().flatten())
+    }
+}
+
+impl Drop for Applying {
+    fn drop(&mut self) {
+        let _ = APPLYING.try_with(|a| a.set(self.0));
+    }
+}
+
 /// A run-time failure: a message and the span of the operation that failed (exit status 2).
 #[derive(Clone, Debug)]
 pub struct RuntimeError {
@@ -251,6 +280,7 @@ impl<'p> Interp<'p> {
                 Ok(Value::Tensor(Tensor::scalar_i32(v)))
             }
             ExprKind::Prim { prim, args, attrs } => {
+                let _applying = Applying::enter(*prim, self.span(e));
                 if self.accel.is_some() {
                     if let Some(r) = self.eval_accel(e, frame) {
                         return r;

@@ -1,0 +1,159 @@
+//! The process contract of the `msl` binary (LANGUAGE.md §12): what `--help` offers works, an
+//! absent device and running out of memory are exit 2 with a clear message, msl starts under a
+//! limit on virtual memory, `print` reaches a pipe while the program runs, and `msl test` names
+//! the files that do not check.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// A fresh directory holding `files` (name, text).
+fn scratch(name: &str, files: &[(&str, &str)]) -> PathBuf {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "cli-{}-{name}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).expect("create scratch dir");
+    for (f, text) in files {
+        std::fs::write(dir.join(f), text).expect("write test file");
+    }
+    dir
+}
+
+fn msl(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_msl"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("RUST_BACKTRACE")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run msl")
+}
+
+/// Runs msl through `sh` after `ulimit -v KIB` (a limit on the address space, which makes large
+/// requests fail whatever the machine's overcommit policy).
+fn msl_limited(dir: &Path, kib: u64, args: &str) -> Output {
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!("ulimit -v {kib} && exec \"$MSL\" {args}"))
+        .env("MSL", env!("CARGO_BIN_EXE_msl"))
+        .current_dir(dir)
+        .env_remove("RUST_BACKTRACE")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run sh")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn help_offers_only_what_works() {
+    let dir = scratch("help", &[]);
+    let run = text(&msl(&dir, &["run", "--help"]).stdout);
+    assert!(run.contains("--device"), "{run}");
+    assert!(!run.contains("cuda"), "`msl run --help` offers a device this build does not have:\n{run}");
+    let top = text(&msl(&dir, &["--help"]).stdout);
+    assert!(top.contains("repl") && !top.contains("dryrun"), "{top}");
+}
+
+#[test]
+fn an_absent_device_is_exit_2_with_a_clear_message() {
+    let dir = scratch("cuda", &[("p.msl", "fn main() {\n    print(1)\n}\n")]);
+    for mode in ["eager", "jit"] {
+        let o = msl(&dir, &["run", "--mode", mode, "--device", "cuda", "p.msl"]);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{mode}: {err}");
+        assert!(err.contains("no CUDA device: this build of msl has no CUDA support"), "{mode}: {err}");
+        assert!(o.stdout.is_empty(), "{mode}: the program ran");
+    }
+}
+
+#[test]
+fn out_of_memory_is_exit_2_naming_the_operation() {
+    let program = "fn main() {\n    let a = 1\n    let z = zeros(100000, 100000, 100)\n    print(sum(z))\n}\n";
+    let dir = scratch("oom", &[("train.msl", program)]);
+    for mode in ["eager", "jit"] {
+        let o = msl_limited(&dir, 4_000_000, &format!("run --mode {mode} train.msl"));
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{mode}: {err}");
+        assert_eq!(
+            err.trim_end(),
+            "error: out of memory: zeros at train.msl:3 asked for 4000000000000 bytes",
+            "{mode}"
+        );
+    }
+}
+
+#[test]
+fn starts_under_a_limit_on_virtual_memory() {
+    let dir = scratch("ulimit", &[("p.msl", "fn main() {\n    print(sum(ones(3, 4)))\n}\n")]);
+    let o = msl_limited(&dir, 2_000_000, "run p.msl");
+    assert_eq!((o.status.code(), text(&o.stdout).as_str()), (Some(0), "12.0\n"), "{}", text(&o.stderr));
+    // Many workers ask for more stacks than the limit holds: msl starts with fewer.
+    let o = msl_limited(&dir, 1_000_000, "run p.msl");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let many = Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -v 1000000 && RAYON_NUM_THREADS=400 exec \"$MSL\" run p.msl")
+        .env("MSL", env!("CARGO_BIN_EXE_msl"))
+        .current_dir(&dir)
+        .output()
+        .expect("run sh");
+    assert_eq!((many.status.code(), text(&many.stdout).as_str()), (Some(0), "12.0\n"), "{}", text(&many.stderr));
+}
+
+#[test]
+fn print_reaches_a_pipe_while_the_program_runs() {
+    // The loop takes far longer than the test waits: the first line must arrive before it ends.
+    let program = "fn main() {\n    print(\"started\")\n    var acc = 0\n    for i in 0..2000000000 {\n        acc = acc + 1\n    }\n    print(acc)\n}\n";
+    let dir = scratch("flush", &[("p.msl", program)]);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_msl"))
+        .args(["run", "p.msl"])
+        .current_dir(&dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start msl");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    // A generous limit, only so that a missing flush fails instead of hanging the suite.
+    let first = rx.recv_timeout(Duration::from_secs(120));
+    let still_running = child.try_wait().expect("poll msl").is_none();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(first.as_deref(), Ok("started\n"), "the first line did not reach the pipe while msl ran");
+    assert!(still_running, "msl ended before the loop could have finished");
+}
+
+#[test]
+fn msl_test_names_files_that_do_not_check() {
+    let dir = scratch(
+        "test",
+        &[
+            ("good.msl", "test \"fine\" {\n    assert(1 == 1)\n}\n"),
+            ("bad.msl", "test \"never runs\" {\n    let x: f32[2] = ones(3)\n}\n"),
+        ],
+    );
+    let o = msl(&dir, &["test", "."]);
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(1), "{out}{err}");
+    assert!(out.contains("bad.msl ... FAILED (it does not check"), "{out}");
+    assert!(out.contains("failures:\n    ./bad.msl (it does not check)\n"), "{out}");
+    assert!(out.ends_with("1 passed, 1 failed\n"), "{out}");
+    assert!(err.contains("E0306") && err.contains("bad.msl:2"), "the diagnostics are not shown:\n{err}");
+}
