@@ -411,6 +411,8 @@ impl<'a, 'f> Lower<'a, 'f> {
             | Prim::Argmin
             | Prim::Logsumexp
             | Prim::Cumsum
+            | Prim::Softmax
+            | Prim::LogSoftmax
             | Prim::Reshape
             | Prim::Transpose
             | Prim::Permute

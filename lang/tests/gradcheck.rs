@@ -210,6 +210,21 @@ fn reductions() {
             }
         }
     }
+    // softmax and log_softmax along every axis, as the builtins (the default is the last).
+    for f in ["softmax", "log_softmax"] {
+        for s in [vec![5], vec![2, 3], vec![3, 1, 2]] {
+            let r = s.len() as i64;
+            for axis in -r..r {
+                seed += 1;
+                cases.push(
+                    Case::new(format!("{f}(x, axis: {axis}) {s:?}"), format!("sum(w * sin({f}(x, axis: {axis})))"))
+                        .param("x", f64t(&s))
+                        .weight(&s)
+                        .seed(seed),
+                );
+            }
+        }
+    }
     // Running sums along every axis, alone and feeding a nonlinearity.
     for s in [vec![5], vec![2, 3], vec![3, 1, 2]] {
         let r = s.len() as i64;
@@ -812,19 +827,12 @@ fn nn_f64_prelude() -> String {
     for name in ["relu", "gelu", "sigmoid"] {
         out.push_str(&format!("\nfn nn_{name}[..S](x: f64[..S]) -> f64[..S] {{\n    {name}(x)\n}}\n"));
     }
-    for name in [
-        "linear",
-        "softmax",
-        "log_softmax",
-        "cross_entropy",
-        "mse",
-        "accuracy",
-        "layer_norm",
-        "embedding",
-        "attention",
-        "conv2d",
-        "dropout",
-    ] {
+    for name in ["softmax", "log_softmax"] {
+        out.push_str(&format!("\nfn nn_{name}[C, ..S](x: f64[..S, C]) -> f64[..S, C] {{\n    {name}(x)\n}}\n"));
+    }
+    for name in
+        ["linear", "cross_entropy", "mse", "accuracy", "layer_norm", "embedding", "attention", "conv2d", "dropout"]
+    {
         out = out.replace(&format!("fn {name}["), &format!("fn nn_{name}["));
     }
     out

@@ -31,6 +31,17 @@ fn fixed(s: &[ShapeItem]) -> Option<Vec<Dim>> {
         .collect()
 }
 
+/// The type of a sum along `attrs`' axis with the dim kept (as 1), counted from the end when
+/// `attrs.from_end`.
+pub(super) fn kept(t: &Type, attrs: &Attrs) -> Type {
+    let mut s = shape(t);
+    let i = if attrs.from_end { s.len().checked_sub(attrs.axis.unwrap_or(1)) } else { attrs.axis };
+    if let Some(slot) = i.and_then(|i| s.get_mut(i)) {
+        *slot = ShapeItem::Dim(Dim::constant(1));
+    }
+    tensor(elem(t), s)
+}
+
 fn tensor(e: ElemTy, s: Vec<ShapeItem>) -> Type {
     Type::Tensor(TensorTy::new(Elem::T(e), s))
 }
@@ -407,6 +418,25 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
             let c = g.scalar(std::f64::consts::FRAC_2_SQRT_PI, &ot);
             let d = g.bin(Prim::Mul, c, e, ot.clone());
             v.push((0, g.bin(Prim::Mul, bar, d, ot.clone())));
+        }
+        Prim::Softmax | Prim::LogSoftmax => {
+            // softmax: x̄ = y ⊙ (ȳ - Σ ȳ⊙y); log_softmax: x̄ = ȳ - exp(y) ⊙ Σ ȳ (sums along the axis).
+            let sum_kept = |g: &mut Gen, x: Local| {
+                let red = Attrs { axis: attrs.axis, from_end: attrs.from_end, keepdims: true, ..Attrs::default() };
+                let ty = kept(&ot, &attrs);
+                g.p(Prim::Sum, &[x], red, ty)
+            };
+            if p == Prim::Softmax {
+                let gy = g.bin(Prim::Mul, bar, out, ot.clone());
+                let s = sum_kept(g, gy);
+                let d = g.bin(Prim::Sub, bar, s, ot.clone());
+                v.push((0, g.bin(Prim::Mul, out, d, ot.clone())));
+            } else {
+                let s = sum_kept(g, bar);
+                let e = g.p(Prim::Exp, &[out], Attrs::default(), ot.clone());
+                let es = g.bin(Prim::Mul, e, s, ot.clone());
+                v.push((0, g.bin(Prim::Sub, bar, es, ot.clone())));
+            }
         }
         Prim::Cumsum => {
             // The adjoint of a running sum is the running sum from the end:

@@ -211,6 +211,21 @@ impl Gen<'_> {
                 a[0] = t0.unwrap_or(args[0]);
                 self.p(p, &a, attrs, ot.clone())
             }
+            Prim::Softmax => {
+                // The Jacobian of softmax is symmetric, so its reverse rule is also its tangent rule.
+                let t = t0.unwrap_or(args[0]);
+                let parts = super::rules::vjp(self, &Op::Prim(p, attrs), args, out, t)?;
+                parts.first().map(|(_, c)| *c).ok_or_else(|| err(self.span, "internal: no tangent"))?
+            }
+            Prim::LogSoftmax => {
+                // ṫ - Σ exp(y) ⊙ ṫ along the axis.
+                let t = t0.unwrap_or(args[0]);
+                let e = self.p(Prim::Exp, &[out], Attrs::default(), ot.clone());
+                let et = self.p(Prim::Mul, &[e, t], Attrs::default(), ot.clone());
+                let red = Attrs { axis: attrs.axis, from_end: attrs.from_end, keepdims: true, ..Attrs::default() };
+                let s = self.p(Prim::Sum, &[et], red, super::rules::kept(&ot, &attrs));
+                self.p(Prim::Sub, &[t, s], Attrs::default(), ot.clone())
+            }
             Prim::Max | Prim::Min | Prim::Logsumexp => {
                 let x = args[0];
                 let xt = self.ty_of(x);

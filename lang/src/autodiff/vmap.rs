@@ -588,7 +588,11 @@ impl V<'_> {
                 self.p(p, &args, attrs, bt)
             }
             // The one operand is batched (only it can be); its axes move up by one.
-            (Prim::Cumsum, _) => self.p(p, &[vs[0].0], Attrs { axis: attrs.axis.map(|a| a + 1), ..attrs }, bt),
+            (Prim::Cumsum | Prim::Softmax | Prim::LogSoftmax, _) => {
+                // An axis counted from the end stays where it is.
+                let axis = if attrs.from_end { attrs.axis } else { attrs.axis.map(|a| a + 1) };
+                self.p(p, &[vs[0].0], Attrs { axis, ..attrs }, bt)
+            }
             (_, Class::Reduce) => {
                 let x = vs[0].0;
                 let xs = shape(&self.ty_of(x));

@@ -366,6 +366,58 @@ impl Checker {
         self.prim(p, vec![v], attrs, Type::Tensor(TensorTy::new(out, s)), span)
     }
 
+    /// `softmax(x, axis: k)` / `log_softmax(x, axis: k)`: float, same shape; the axis defaults
+    /// to the last one, and over a `..` rest it must lie in the fixed suffix.
+    fn check_softmax(&mut self, cx: &mut FnCx, p: Prim, a: &Args, span: Span) -> ir::Expr {
+        let name = p.name();
+        self.check_named(name, a, &["axis"]);
+        if !self.arity(name, a, 1, 1, span) {
+            return self.error_expr(span);
+        }
+        let v = self.check_expr(cx, a.pos[0].0, None);
+        let v = self.materialise(v);
+        let Some((e, s)) = self.tensor_of(&v, a.pos[0].1, name) else { return self.error_expr(span) };
+        let s = s.clone();
+        if !e.is_float() {
+            let ts = self.ty_str(&v.ty);
+            self.error(
+                Diagnostic::error(Code::E0318, a.pos[0].1, format!("`{name}` needs a float tensor, found {ts}"))
+                    .label(ts)
+                    .with_help("convert it with `f32(…)`"),
+            );
+            return self.error_expr(span);
+        }
+        let (k, kspan) = match self.named(a, "axis") {
+            Some(ax) => match self.const_int(cx, ax, "axis") {
+                Some(k) => (k, ax.span),
+                None => return self.error_expr(span),
+            },
+            None => (-1, span),
+        };
+        let rest = s.iter().position(|i| matches!(i, ShapeItem::Rest(_)));
+        let (axis, from_end) = match rest {
+            None => match self.axis(k, s.len(), kspan, &v.ty) {
+                Some(i) => (i, false),
+                None => return self.error_expr(span),
+            },
+            // Counted from the end: the rank is known only at run time.
+            Some(r) if k < 0 && ((-k) as usize) < s.len() - r => ((-k) as usize, true),
+            Some(_) => {
+                self.error(Diagnostic::error(
+                    Code::E0309,
+                    kspan,
+                    format!(
+                        "axis {k} of `{name}` must be in the fixed dims after the `..` rest of {}",
+                        self.ty_str(&v.ty)
+                    ),
+                ));
+                return self.error_expr(span);
+            }
+        };
+        let attrs = Attrs { axis: Some(axis), from_end, ..Attrs::default() };
+        self.prim(p, vec![v], attrs, Type::Tensor(TensorTy::new(e, s)), span)
+    }
+
     fn retype_weak(&mut self, v: ir::Expr, e: Elem) -> ir::Expr {
         match v.ty {
             Type::Tensor(TensorTy { shape: ref s, .. }) => {
@@ -510,6 +562,7 @@ impl Checker {
             Prim::OneHot => self.check_one_hot(cx, p, a, span, expected),
             Prim::Einsum => self.check_einsum(cx, a, span),
             Prim::Cumsum => self.check_cumsum(cx, p, a, span),
+            Prim::Softmax | Prim::LogSoftmax => self.check_softmax(cx, p, a, span),
             Prim::Zeros | Prim::Ones | Prim::Full | Prim::Arange | Prim::Eye => {
                 self.check_zeros(cx, p, a, span, expected)
             }

@@ -766,7 +766,7 @@ type SearchFrame = (ModelId, Vec<(usize, ModelId)>, usize);
 pub(crate) fn builtin_exports(module: &str) -> &'static [crate::ir::Prim] {
     use crate::ir::Prim;
     match module {
-        "nn" => &[Prim::Relu, Prim::Gelu, Prim::Sigmoid],
+        "nn" => &[Prim::Relu, Prim::Gelu, Prim::Sigmoid, Prim::Softmax, Prim::LogSoftmax],
         _ => &[],
     }
 }

@@ -40,6 +40,8 @@ const TABLE: &[(&str, &str, &str)] = &[
     ("argmin", "argmin(x, axis: k) -> i32", "Index of the smallest element, or along `axis`."),
     ("logsumexp", "logsumexp(x, axis: k, keepdims: false)", "`log(sum(exp(x)))` computed without overflow."),
     ("cumsum", "cumsum(x, axis: k)", "Running sums along axis `k`; the shape is kept (bool counts as i32)."),
+    ("softmax", "softmax(x: f[..S], axis: -1) -> f[..S]", "`exp(x) / sum(exp(x))` along an axis (default the last), with the maximum subtracted first."),
+    ("log_softmax", "log_softmax(x: f[..S], axis: -1) -> f[..S]", "`x - logsumexp(x)` along an axis (default the last), with the maximum subtracted first."),
     ("reshape", "reshape(x, [d…])", "The same elements in a new shape; one dimension may be `_`."),
     ("transpose", "transpose(x: T[..S, A, B]) -> T[..S, B, A]", "Swaps the last two dimensions."),
     ("permute", "permute(x, [i…])", "Reorders the dimensions."),

@@ -79,6 +79,8 @@ impl Interp<'_> {
             Prim::Argmin => k(ops::argmin(t(&args[0], span)?, attrs.axis, attrs.keepdims)),
             Prim::Logsumexp => k(ops::logsumexp(t(&args[0], span)?, attrs.axis, attrs.keepdims)),
             Prim::Cumsum => k(ops::cumsum(t(&args[0], span)?, attrs.axis.unwrap_or(0))),
+            Prim::Softmax => k(ops::softmax(t(&args[0], span)?, attrs.axis.unwrap_or(0))),
+            Prim::LogSoftmax => k(ops::log_softmax(t(&args[0], span)?, attrs.axis.unwrap_or(0))),
             Prim::MatMul => {
                 let (a, b) = unify_dtypes(t(&args[0], span)?.clone(), t(&args[1], span)?.clone());
                 k(ops::matmul(&a, &b))

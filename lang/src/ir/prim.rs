@@ -85,6 +85,10 @@ prims! {
     Logsumexp: "logsumexp" callable,
     /// `cumsum(x, axis: k)`: running sums along one axis (the shape is kept).
     Cumsum: "cumsum" callable,
+    /// `softmax(x, axis: k)` and `log_softmax(x, axis: k)` (default the last axis), computed
+    /// with the maximum subtracted first.
+    Softmax: "softmax" callable,
+    LogSoftmax: "log_softmax" callable,
     // Shape (attrs.shape / attrs.perm / attrs.axis).
     Reshape: "reshape" callable,
     Transpose: "transpose" callable,
@@ -150,10 +154,10 @@ impl Prim {
                 Class::Binary
             }
             Sum | Mean | Max | Min | Argmax | Argmin | Logsumexp => Class::Reduce,
-            MatMul | Where | Cast | Cumsum | Reshape | Transpose | Permute | Concat | Stack | ExpandDims | Squeeze
-            | BroadcastTo | Gather | OneHot | Einsum | Slice | ScatterAdd | Zeros | Ones | Full | Arange | Eye
-            | Normal | Uniform | HeNormal | GlorotUniform | Params | Map | StopGradient | Print | Load | Save
-            | Assert | AssertClose => Class::Other,
+            MatMul | Where | Cast | Cumsum | Softmax | LogSoftmax | Reshape | Transpose | Permute | Concat | Stack
+            | ExpandDims | Squeeze | BroadcastTo | Gather | OneHot | Einsum | Slice | ScatterAdd | Zeros | Ones
+            | Full | Arange | Eye | Normal | Uniform | HeNormal | GlorotUniform | Params | Map | StopGradient
+            | Print | Load | Save | Assert | AssertClose => Class::Other,
         }
     }
 
