@@ -1,6 +1,8 @@
 //! Drives `msl repl` with piped stdin: items and statements accumulate, expressions print their
-//! values, `:type` does not run anything, errors do not end the session, input continues while
-//! brackets are open, and piped output carries no prompts or terminal escapes.
+//! values, `:type` does not run anything, errors (a panic included) do not end the session, input
+//! continues while brackets are open (up to 1 MiB), piped output carries no prompts or terminal
+//! escapes, long sessions take time in proportion to their length, and checking inputs in
+//! slices prints what checking them in the whole session program prints.
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
