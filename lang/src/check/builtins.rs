@@ -346,14 +346,9 @@ impl Checker {
     /// `cumsum(x, axis: k)`: the running sum along one axis, same shape; bool counts as i32.
     fn check_cumsum(&mut self, cx: &mut FnCx, p: Prim, a: &Args, span: Span) -> ir::Expr {
         let name = p.name();
-        self.check_named(name, a, &["axis"]);
-        if !self.arity(name, a, 1, 1, span) {
+        let Some((v, e, s)) = self.tensor_operand(cx, p, a, &["axis"], (1, 1), span) else {
             return self.error_expr(span);
-        }
-        let v = self.check_expr(cx, a.pos[0].0, None);
-        let v = self.materialise(v);
-        let Some((e, s)) = self.tensor_of(&v, a.pos[0].1, name) else { return self.error_expr(span) };
-        let s = s.clone();
+        };
         let Some(dims) = self.fixed_dims(&s, a.pos[0].1, name) else { return self.error_expr(span) };
         let Some(ax) = self.named(a, "axis") else {
             self.error(Diagnostic::error(Code::E0212, span, "`cumsum` needs `axis: k`"));
@@ -370,14 +365,9 @@ impl Checker {
     /// to the last one, and over a `..` rest it must lie in the fixed suffix.
     fn check_softmax(&mut self, cx: &mut FnCx, p: Prim, a: &Args, span: Span) -> ir::Expr {
         let name = p.name();
-        self.check_named(name, a, &["axis"]);
-        if !self.arity(name, a, 1, 1, span) {
+        let Some((v, e, s)) = self.tensor_operand(cx, p, a, &["axis"], (1, 1), span) else {
             return self.error_expr(span);
-        }
-        let v = self.check_expr(cx, a.pos[0].0, None);
-        let v = self.materialise(v);
-        let Some((e, s)) = self.tensor_of(&v, a.pos[0].1, name) else { return self.error_expr(span) };
-        let s = s.clone();
+        };
         if !e.is_float() {
             let ts = self.ty_str(&v.ty);
             self.error(
@@ -418,6 +408,29 @@ impl Checker {
         self.prim(p, vec![v], attrs, Type::Tensor(TensorTy::new(e, s)), span)
     }
 
+    /// The common start of a builtin over one tensor: its named arguments and arity checked,
+    /// the tensor checked and materialised, with its element type and shape.
+    fn tensor_operand(
+        &mut self,
+        cx: &mut FnCx,
+        p: Prim,
+        a: &Args,
+        named: &[&str],
+        arity: (usize, usize),
+        span: Span,
+    ) -> Option<(ir::Expr, Elem, Vec<ShapeItem>)> {
+        let name = p.name();
+        self.check_named(name, a, named);
+        if !self.arity(name, a, arity.0, arity.1, span) {
+            return None;
+        }
+        let v = self.check_expr(cx, a.pos[0].0, None);
+        let v = self.materialise(v);
+        let (e, s) = self.tensor_of(&v, a.pos[0].1, name)?;
+        let s = s.clone();
+        Some((v, e, s))
+    }
+
     fn retype_weak(&mut self, v: ir::Expr, e: Elem) -> ir::Expr {
         match v.ty {
             Type::Tensor(TensorTy { shape: ref s, .. }) => {
@@ -434,14 +447,9 @@ impl Checker {
 
     fn check_reduce(&mut self, cx: &mut FnCx, p: Prim, a: &Args, span: Span) -> ir::Expr {
         let name = p.name();
-        self.check_named(name, a, &["axis", "keepdims"]);
-        if !self.arity(name, a, 1, 1, span) {
+        let Some((v, e, s)) = self.tensor_operand(cx, p, a, &["axis", "keepdims"], (1, 1), span) else {
             return self.error_expr(span);
-        }
-        let v = self.check_expr(cx, a.pos[0].0, None);
-        let v = self.materialise(v);
-        let Some((e, s)) = self.tensor_of(&v, a.pos[0].1, name) else { return self.error_expr(span) };
-        let s = s.clone();
+        };
         let float_only = matches!(p, Prim::Mean | Prim::Logsumexp);
         if (float_only && !e.is_float()) || (e == Elem::T(ElemTy::Bool) && p != Prim::Sum) {
             let ts = self.ty_str(&v.ty);

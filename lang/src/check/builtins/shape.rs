@@ -5,14 +5,9 @@ use super::*;
 impl Checker {
     pub(super) fn check_reshape(&mut self, cx: &mut FnCx, p: Prim, a: &Args, span: Span) -> ir::Expr {
         let name = p.name();
-        self.check_named(name, a, &[]);
-        if !self.arity(name, a, 2, 2, span) {
+        let Some((v, e, s)) = self.tensor_operand(cx, p, a, &[], (2, 2), span) else {
             return self.error_expr(span);
-        }
-        let v = self.check_expr(cx, a.pos[0].0, None);
-        let v = self.materialise(v);
-        let Some((e, s)) = self.tensor_of(&v, a.pos[0].1, name) else { return self.error_expr(span) };
-        let s = s.clone();
+        };
         let ast::ExprKind::List(items) = &a.pos[1].0.kind else {
             self.error(
                 Diagnostic::error(
@@ -137,14 +132,9 @@ impl Checker {
 
     pub(super) fn check_expand_dims(&mut self, cx: &mut FnCx, p: Prim, a: &Args, span: Span) -> ir::Expr {
         let name = p.name();
-        self.check_named(name, a, &["axis"]);
-        if !self.arity(name, a, 1, 1, span) {
+        let Some((v, e, s)) = self.tensor_operand(cx, p, a, &["axis"], (1, 1), span) else {
             return self.error_expr(span);
-        }
-        let v = self.check_expr(cx, a.pos[0].0, None);
-        let v = self.materialise(v);
-        let Some((e, s)) = self.tensor_of(&v, a.pos[0].1, name) else { return self.error_expr(span) };
-        let s = s.clone();
+        };
         let Some(mut dims) = self.fixed_dims(&s, a.pos[0].1, name) else { return self.error_expr(span) };
         let ax = match self.named(a, "axis") {
             Some(x) => match self.const_int(cx, x, "axis") {
