@@ -92,8 +92,13 @@ impl Gen<'_> {
                         ty.clone(),
                     )),
                     None => {
+                        // The shape is known only at run time, so the zeros take `v`'s: a select
+                        // of 0 by a condition of that shape is 0 everywhere (`v * 0` would be NaN
+                        // where `v` is ±inf or NaN, and poison a `mean`'s gradient).
                         let z = self.lit(0.0, et);
-                        Ok(self.p(Prim::Mul, &[v, z], Attrs::default(), ty.clone()))
+                        let bt = Type::tensor_of(Elem::T(ElemTy::Bool), s.clone());
+                        let c = self.p(Prim::Eq, &[v, v], Attrs::default(), bt);
+                        Ok(self.p(Prim::Where, &[c, z, z], Attrs::default(), ty.clone()))
                     }
                 }
             }
