@@ -157,3 +157,16 @@ fn msl_test_names_files_that_do_not_check() {
     assert!(out.ends_with("1 passed, 1 failed\n"), "{out}");
     assert!(err.contains("E0306") && err.contains("bad.msl:2"), "the diagnostics are not shown:\n{err}");
 }
+
+#[test]
+fn a_float_literal_times_an_integer_suggests_converting_the_integer() {
+    // `0.1 * epoch` means float arithmetic; the help names the fix, `f32(epoch)`, instead of
+    // suggesting an integer literal.
+    let src = "fn main() {\n    for epoch in 0..3 {\n        print(0.1 * epoch, 2 * epoch)\n    }\n}\n";
+    let dir = scratch("float_times_int", &[("p.msl", src)]);
+    let o = msl(&dir, &["check", "--message-format", "json", "p.msl"]);
+    assert_eq!(o.status.code(), Some(1));
+    let out = text(&o.stdout);
+    assert!(out.contains("\"code\":\"E0322\""), "{out}");
+    assert!(out.contains("convert the i32 operand: `f32(epoch)`"), "{out}");
+}

@@ -5,6 +5,18 @@ use super::*;
 use crate::types::TensorTy;
 
 impl Checker {
+    /// The source text of the `i32` operand when the other is a float literal (`0.1 * epoch`),
+    /// for the help that suggests converting it.
+    fn int_operand_of_float_literal(&self, ea: Elem, eb: Elem, aspan: Span, bspan: Span) -> Option<String> {
+        let int_span = match (ea, eb) {
+            (Elem::WeakFloat, Elem::T(ElemTy::I32)) => bspan,
+            (Elem::T(ElemTy::I32), Elem::WeakFloat) => aspan,
+            _ => return None,
+        };
+        let text = self.sources.text(int_span.file).get(int_span.start as usize..int_span.end as usize)?;
+        (text.len() <= 40 && !text.contains('\n')).then(|| text.to_string())
+    }
+
     pub(in crate::check) fn check_binary(
         &mut self,
         cx: &mut FnCx,
@@ -93,11 +105,22 @@ impl Checker {
                 )
                 .with_secondary(aspan, ea.name())
                 .with_secondary(bspan, eb.name())
-                .with_help(if ea.is_weak() || eb.is_weak() {
-                    "write the literal in the other operand's type (e.g. `2` instead of `2.0` for i32)".to_string()
-                } else {
-                    format!("msl never converts implicitly; write `{}(…)` around one operand", ea.materialise().name())
-                }),
+                .with_help(
+                    if let Some(other) = self.int_operand_of_float_literal(ea, eb, aspan, bspan) {
+                        // `0.1 * epoch` almost always means float arithmetic, not an integer literal.
+                        format!(
+                            "to compute in floating point, convert the i32 operand: `f32({other})`; for integer \
+                         arithmetic write the literal as an integer"
+                        )
+                    } else if ea.is_weak() || eb.is_weak() {
+                        "write the literal in the other operand's type (e.g. `2` instead of `2.0` for i32)".to_string()
+                    } else {
+                        format!(
+                            "msl never converts implicitly; write `{}(…)` around one operand",
+                            ea.materialise().name()
+                        )
+                    },
+                ),
             );
             return self.error_expr(span);
         };
