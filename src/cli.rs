@@ -59,6 +59,10 @@ enum Cmd {
         /// With `--mode jit`: print what was fused and every fallback (on stderr).
         #[arg(long)]
         explain: bool,
+        /// Stop at the first primitive whose result holds a NaN or an infinity (exit 2, naming
+        /// it and its line); every primitive then runs on its own, nothing is compiled.
+        #[arg(long)]
+        nan_check: bool,
     },
     /// Print the derivative of a function as msl source.
     Grad {
@@ -116,7 +120,8 @@ pub fn main() -> u8 {
     };
     match cli.cmd {
         Cmd::Check { files, message_format, emit } => check_cmd(&files, message_format, emit),
-        Cmd::Run { file, mode, opt, device, message_format, explain } => {
+        Cmd::Run { file, mode, opt, device, message_format, explain, nan_check } => {
+            crate::run::NAN_CHECK.store(nan_check, std::sync::atomic::Ordering::Relaxed);
             if device == DeviceKind::Cuda {
                 eprintln!("error: no CUDA device: this build of msl has no CUDA support; run with `--device cpu`");
                 return 2;

@@ -73,8 +73,12 @@ pub(crate) fn runnable(file: &Path, json: bool) -> Result<(lang::check::Checked,
 /// followed while it runs (what Python does for a terminal, and what training scripts expect of
 /// `print(…, flush=True)`). A line costs one write; block buffering would save little next to
 /// the tensor work of a line worth printing.
+/// `msl run --nan-check`, for every interpreter the command makes.
+pub(crate) static NAN_CHECK: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 pub(crate) fn interpreter<'p>(prog: &'p lang::ir::Program, file: &Path) -> Interp<'p> {
     let mut it = Interp::new(prog, Box::new(std::io::LineWriter::new(std::io::stdout().lock())));
+    it.nan_check = NAN_CHECK.load(std::sync::atomic::Ordering::Relaxed);
     it.source_dir = file.parent().map(Path::to_path_buf);
     if std::io::stderr().is_terminal() {
         it.observer = Box::new(Progress { bar: None });

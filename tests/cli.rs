@@ -170,3 +170,22 @@ fn a_float_literal_times_an_integer_suggests_converting_the_integer() {
     assert!(out.contains("\"code\":\"E0322\""), "{out}");
     assert!(out.contains("convert the i32 operand: `f32(epoch)`"), "{out}");
 }
+
+#[test]
+fn nan_check_stops_at_the_first_primitive_that_makes_a_nan_or_inf() {
+    let src = "fn f(x: f32[3]) -> f32[3] {\n    log(x - 1.0)\n}\n\nfn main() {\n    let x = stack([3.0, 2.0, 1.0])\n    print(sum(f(x) + exp(x)))\n}\n";
+    let dir = scratch("nan_check", &[("nan.msl", src)]);
+    for mode in
+        [&["--mode", "eager"][..], &["--mode", "jit", "-O0"], &["--mode", "jit", "-O1"], &["--mode", "jit", "-O2"]]
+    {
+        let plain = msl(&dir, &[&["run"][..], mode, &["nan.msl"]].concat());
+        assert_eq!(plain.status.code(), Some(0), "{mode:?}: {}", text(&plain.stderr));
+        assert_eq!(text(&plain.stdout).trim(), "-inf", "{mode:?}");
+        let o = msl(&dir, &[&["run", "--nan-check"][..], mode, &["nan.msl"]].concat());
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{mode:?}: {err}");
+        assert!(err.contains("E0606") && err.contains("`log` produced -inf at element 2 of [3]"), "{mode:?}: {err}");
+        assert!(err.contains("nan.msl:2:5"), "{mode:?}: the line of `log` is named: {err}");
+        assert!(o.stdout.is_empty(), "{mode:?}: nothing is printed after the check stops the run");
+    }
+}

@@ -126,6 +126,8 @@ pub enum Code {
     E0604,
     /// Run time: any other failure (an interrupted run, an unsupported operation).
     E0605,
+    /// Run time: `--nan-check` found a NaN or an infinity in a primitive's result.
+    E0606,
 }
 
 impl Code {

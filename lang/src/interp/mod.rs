@@ -124,6 +124,10 @@ pub struct Interp<'p> {
     closure_dims: HashMap<Sym, i64>,
     /// A compiler that takes over trees of primitives (`--mode jit`); `None` interprets op by op.
     pub accel: Option<Box<dyn Accel + 'p>>,
+    /// `--nan-check`: every primitive's float result is checked for NaN and ±inf, and the run
+    /// stops at the first one that has them. Nothing is compiled then (like `jax_debug_nans`'
+    /// op-by-op rerun), so the first such primitive is found whatever the engine.
+    pub nan_check: bool,
     /// Reads of locals that are their last (`ir::opt::last_uses`, at `-O2`), by expression id:
     /// the value moves out of the frame there.
     pub moves: std::collections::HashSet<crate::ir::ExprId>,
@@ -143,6 +147,7 @@ impl<'p> Interp<'p> {
             observer: Box::new(NoObserver),
             closure_dims: HashMap::new(),
             accel: None,
+            nan_check: false,
             moves: Default::default(),
             preset: Vec::new(),
         }
@@ -194,7 +199,7 @@ impl<'p> Interp<'p> {
             bind_dims_from(ty, &v, &mut frame);
             frame.locals[l.0 as usize] = Some(v);
         }
-        let compiled = self.accel.as_mut().and_then(|a| a.body(f));
+        let compiled = if self.nan_check { None } else { self.accel.as_mut().and_then(|a| a.body(f)) };
         let r = match compiled {
             Some(code) => code.run(self, &mut frame),
             None => self.eval(&func.body, &mut frame),
@@ -281,25 +286,16 @@ impl<'p> Interp<'p> {
             }
             ExprKind::Prim { prim, args, attrs } => {
                 let _applying = Applying::enter(*prim, self.span(e));
-                if self.accel.is_some() {
+                if self.accel.is_some() && !self.nan_check {
                     if let Some(r) = self.eval_accel(e, frame) {
                         return r;
                     }
                 }
-                let mut vals = Vec::with_capacity(args.len());
-                if *prim == ir::Prim::Map {
-                    for a in args {
-                        vals.push(self.eval(a, frame)?);
-                    }
-                    return self.map(vals, self.span(e));
+                let v = self.eval_prim_node(e, *prim, args, attrs, frame)?;
+                if self.nan_check {
+                    self.check_finite(*prim, &v, e)?;
                 }
-                if *prim == ir::Prim::MatMul {
-                    return self.matmul(args, e, frame);
-                }
-                for a in args {
-                    vals.push(self.eval(a, frame)?);
-                }
-                self.prim(*prim, vals, attrs, e, frame)
+                Ok(v)
             }
             ExprKind::Call { func, dims, args, .. } => {
                 let mut vals = Vec::with_capacity(args.len());
@@ -405,7 +401,7 @@ impl<'p> Interp<'p> {
                 }
             }
             ExprKind::ForRange { var, start, end, body } => {
-                if self.accel.is_some() {
+                if self.accel.is_some() && !self.nan_check {
                     if let Some(r) = self.eval_region(e, frame) {
                         return r;
                     }
@@ -421,7 +417,7 @@ impl<'p> Interp<'p> {
             }
             ExprKind::ForBatches { body, .. } => self.for_batches(e, body, frame),
             ExprKind::While { cond, body } => {
-                if self.accel.is_some() {
+                if self.accel.is_some() && !self.nan_check {
                     if let Some(r) = self.eval_region(e, frame) {
                         return r;
                     }
@@ -742,5 +738,55 @@ pub(crate) fn bind_dims_from(ty: &Type, v: &Value, frame: &mut Frame) {
             }
         }
         _ => {}
+    }
+}
+
+impl Interp<'_> {
+    /// A primitive application's value, op by op: its operands, then the primitive.
+    fn eval_prim_node(
+        &mut self,
+        e: &Expr,
+        prim: ir::Prim,
+        args: &[Expr],
+        attrs: &ir::Attrs,
+        frame: &mut Frame,
+    ) -> R<Value> {
+        let mut vals = Vec::with_capacity(args.len());
+        if prim == ir::Prim::Map {
+            for a in args {
+                vals.push(self.eval(a, frame)?);
+            }
+            return self.map(vals, self.span(e));
+        }
+        if prim == ir::Prim::MatMul {
+            return self.matmul(args, e, frame);
+        }
+        for a in args {
+            vals.push(self.eval(a, frame)?);
+        }
+        self.prim(prim, vals, attrs, e, frame)
+    }
+
+    /// `--nan-check`: an error at `e` when a float tensor of `v` holds a NaN or an infinity.
+    fn check_finite(&self, prim: ir::Prim, v: &Value, e: &Expr) -> R<()> {
+        let mut leaves = Vec::new();
+        v.leaves(&mut leaves);
+        for t in leaves {
+            let bad = match t.storage() {
+                kernels::Storage::F32(x) => x.iter().position(|a| !a.is_finite()).map(|i| (i, f64::from(x[i]))),
+                kernels::Storage::F64(x) => x.iter().position(|a| !a.is_finite()).map(|i| (i, x[i])),
+                _ => None,
+            };
+            if let Some((i, a)) = bad {
+                let what = if a.is_nan() { "NaN".to_string() } else { format!("{a}") };
+                let at = if t.rank() == 0 { String::new() } else { format!(" at element {i} of {:?}", t.shape()) };
+                return Err(rt(
+                    Code::E0606,
+                    format!("`{}` produced {what}{at} (--nan-check)", prim.name()),
+                    self.span(e),
+                ));
+            }
+        }
+        Ok(())
     }
 }
