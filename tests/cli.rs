@@ -189,3 +189,14 @@ fn nan_check_stops_at_the_first_primitive_that_makes_a_nan_or_inf() {
         assert!(o.stdout.is_empty(), "{mode:?}: nothing is printed after the check stops the run");
     }
 }
+
+#[test]
+fn a_list_of_axes_says_to_reduce_one_axis_at_a_time() {
+    let src = "fn main() {\n    let x = ones(2, 3)\n    print(sum(x, axis: [0, 1]))\n}\n";
+    let dir = scratch("axis_list", &[("p.msl", src)]);
+    let o = msl(&dir, &["check", "--message-format", "json", "p.msl"]);
+    assert_eq!(o.status.code(), Some(1));
+    let out = text(&o.stdout);
+    assert!(out.contains("\"code\":\"E0323\""), "{out}");
+    assert!(out.contains("reduce one axis at a time"), "{out}");
+}

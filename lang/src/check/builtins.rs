@@ -89,10 +89,16 @@ impl Checker {
         match self.static_dim(cx, e).and_then(|d| d.as_const()) {
             Some(v) => Some(v),
             None => {
-                self.error(
+                let mut d =
                     Diagnostic::error(Code::E0323, e.span, format!("{what} must be an integer known at compile time"))
-                        .label("not a constant"),
-                );
+                        .label("not a constant");
+                if what == "axis" && matches!(e.kind, ast::ExprKind::List(_) | ast::ExprKind::Tuple(_)) {
+                    // `sum(x, axis: [0, 1])` is NumPy's several-axes form, which msl does not have.
+                    d = d
+                        .label("one axis, not a list")
+                        .with_help("reduce one axis at a time, the higher axis first: `sum(sum(x, axis: 1), axis: 0)`");
+                }
+                self.error(d);
                 None
             }
         }
