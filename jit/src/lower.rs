@@ -384,32 +384,11 @@ impl<'a, 'f> Lower<'a, 'f> {
             // node. Listed rather than caught by a wildcard, so a new unary primitive cannot
             // compile without a lowering.
             Prim::Not
-            | Prim::Add
-            | Prim::Sub
-            | Prim::Mul
-            | Prim::Div
-            | Prim::Rem
-            | Prim::Pow
+            | lang::binary_prims!()
+            | lang::reduce_prims!()
             | Prim::MatMul
-            | Prim::Eq
-            | Prim::Ne
-            | Prim::Lt
-            | Prim::Le
-            | Prim::Gt
-            | Prim::Ge
-            | Prim::And
-            | Prim::Or
-            | Prim::Maximum
-            | Prim::Minimum
             | Prim::Where
             | Prim::Cast
-            | Prim::Sum
-            | Prim::Mean
-            | Prim::Max
-            | Prim::Min
-            | Prim::Argmax
-            | Prim::Argmin
-            | Prim::Logsumexp
             | Prim::Cumsum
             | Prim::Softmax
             | Prim::LogSoftmax

@@ -274,22 +274,7 @@ impl Gen<'_> {
                     ot.clone(),
                 )
             }
-            Prim::Neg
-            | Prim::Not
-            | Prim::Exp
-            | Prim::Log
-            | Prim::Sqrt
-            | Prim::Rsqrt
-            | Prim::Tanh
-            | Prim::Sigmoid
-            | Prim::Relu
-            | Prim::Gelu
-            | Prim::Erf
-            | Prim::Sin
-            | Prim::Cos
-            | Prim::Abs
-            | Prim::Sign
-            | Prim::Floor => {
+            crate::unary_prims!() => {
                 // For f(x) elementwise the reverse rule g ↦ g·f'(x) is also the tangent rule.
                 let t = t0.unwrap_or(args[0]);
                 let parts = super::rules::vjp(self, &Op::Prim(p, attrs), args, out, t)?;

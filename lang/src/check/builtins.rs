@@ -616,45 +616,9 @@ impl Checker {
             Prim::AssertClose => self.check_assert_close(cx, p, a, span),
             // Unary, binary and reduction primitives are checked by class in `check_builtin`;
             // operators, casts and slices have their own syntax and never reach here.
-            Prim::Neg
-            | Prim::Not
-            | Prim::Add
-            | Prim::Sub
-            | Prim::Mul
-            | Prim::Div
-            | Prim::Rem
-            | Prim::Pow
-            | Prim::Eq
-            | Prim::Ne
-            | Prim::Lt
-            | Prim::Le
-            | Prim::Gt
-            | Prim::Ge
-            | Prim::And
-            | Prim::Or
-            | Prim::Exp
-            | Prim::Log
-            | Prim::Sqrt
-            | Prim::Rsqrt
-            | Prim::Tanh
-            | Prim::Sigmoid
-            | Prim::Relu
-            | Prim::Gelu
-            | Prim::Erf
-            | Prim::Sin
-            | Prim::Cos
-            | Prim::Abs
-            | Prim::Sign
-            | Prim::Floor
-            | Prim::Maximum
-            | Prim::Minimum
-            | Prim::Sum
-            | Prim::Mean
-            | Prim::Max
-            | Prim::Min
-            | Prim::Argmax
-            | Prim::Argmin
-            | Prim::Logsumexp
+            crate::unary_prims!()
+            | crate::binary_prims!()
+            | crate::reduce_prims!()
             | Prim::MatMul
             | Prim::Cast
             | Prim::Slice => {

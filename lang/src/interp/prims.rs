@@ -198,42 +198,9 @@ impl Interp<'_> {
             Prim::Map => self.map(args, span),
             // Applied above through their kernels (`ir::eval`); listed so that a new primitive
             // cannot compile without an evaluation.
-            Prim::Neg
-            | Prim::Not
-            | Prim::Add
-            | Prim::Sub
-            | Prim::Mul
-            | Prim::Div
-            | Prim::Rem
-            | Prim::Pow
-            | Prim::Eq
-            | Prim::Ne
-            | Prim::Lt
-            | Prim::Le
-            | Prim::Gt
-            | Prim::Ge
-            | Prim::And
-            | Prim::Or
-            | Prim::Exp
-            | Prim::Log
-            | Prim::Sqrt
-            | Prim::Rsqrt
-            | Prim::Tanh
-            | Prim::Sigmoid
-            | Prim::Relu
-            | Prim::Gelu
-            | Prim::Erf
-            | Prim::Sin
-            | Prim::Cos
-            | Prim::Abs
-            | Prim::Sign
-            | Prim::Floor
-            | Prim::Maximum
-            | Prim::Minimum
-            | Prim::Sum
-            | Prim::Mean
-            | Prim::Max
-            | Prim::Min => Err(rt(Code::E0605, format!("`{}` cannot be evaluated here", p.name()), span)),
+            crate::unary_prims!() | crate::binary_prims!() | Prim::Sum | Prim::Mean | Prim::Max | Prim::Min => {
+                Err(rt(Code::E0605, format!("`{}` cannot be evaluated here", p.name()), span))
+            }
         }
     }
 

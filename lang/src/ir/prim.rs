@@ -130,6 +130,68 @@ prims! {
     AssertClose: "assert_close" callable,
 }
 
+/// Patterns for the primitives of each class, so that a table that treats a class alike (the
+/// checker's dispatch, the interpreter's kernel lookups) names the class once and stays
+/// exhaustive: `match p { unary_prims!() => …, … }`. `Prim::class` is written with them.
+#[macro_export]
+macro_rules! unary_prims {
+    () => {
+        $crate::ir::Prim::Neg
+            | $crate::ir::Prim::Not
+            | $crate::ir::Prim::Exp
+            | $crate::ir::Prim::Log
+            | $crate::ir::Prim::Sqrt
+            | $crate::ir::Prim::Rsqrt
+            | $crate::ir::Prim::Tanh
+            | $crate::ir::Prim::Sigmoid
+            | $crate::ir::Prim::Relu
+            | $crate::ir::Prim::Gelu
+            | $crate::ir::Prim::Erf
+            | $crate::ir::Prim::Sin
+            | $crate::ir::Prim::Cos
+            | $crate::ir::Prim::Abs
+            | $crate::ir::Prim::Sign
+            | $crate::ir::Prim::Floor
+    };
+}
+
+/// The binary elementwise primitives (see [`unary_prims!`]).
+#[macro_export]
+macro_rules! binary_prims {
+    () => {
+        $crate::ir::Prim::Add
+            | $crate::ir::Prim::Sub
+            | $crate::ir::Prim::Mul
+            | $crate::ir::Prim::Div
+            | $crate::ir::Prim::Rem
+            | $crate::ir::Prim::Pow
+            | $crate::ir::Prim::Eq
+            | $crate::ir::Prim::Ne
+            | $crate::ir::Prim::Lt
+            | $crate::ir::Prim::Le
+            | $crate::ir::Prim::Gt
+            | $crate::ir::Prim::Ge
+            | $crate::ir::Prim::And
+            | $crate::ir::Prim::Or
+            | $crate::ir::Prim::Maximum
+            | $crate::ir::Prim::Minimum
+    };
+}
+
+/// The reductions (see [`unary_prims!`]).
+#[macro_export]
+macro_rules! reduce_prims {
+    () => {
+        $crate::ir::Prim::Sum
+            | $crate::ir::Prim::Mean
+            | $crate::ir::Prim::Max
+            | $crate::ir::Prim::Min
+            | $crate::ir::Prim::Argmax
+            | $crate::ir::Prim::Argmin
+            | $crate::ir::Prim::Logsumexp
+    };
+}
+
 /// How the checker treats a primitive's arguments.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Class {
@@ -148,12 +210,9 @@ impl Prim {
     pub fn class(self) -> Class {
         use Prim::*;
         match self {
-            Neg | Not | Exp | Log | Sqrt | Rsqrt | Tanh | Sigmoid | Relu | Gelu | Erf | Sin | Cos | Abs | Sign
-            | Floor => Class::Unary,
-            Add | Sub | Mul | Div | Rem | Pow | Eq | Ne | Lt | Le | Gt | Ge | And | Or | Maximum | Minimum => {
-                Class::Binary
-            }
-            Sum | Mean | Max | Min | Argmax | Argmin | Logsumexp => Class::Reduce,
+            crate::unary_prims!() => Class::Unary,
+            crate::binary_prims!() => Class::Binary,
+            crate::reduce_prims!() => Class::Reduce,
             MatMul | Where | Cast | Cumsum | Softmax | LogSoftmax | Reshape | Transpose | Permute | Concat | Stack
             | ExpandDims | Squeeze | BroadcastTo | Gather | OneHot | Einsum | Slice | ScatterAdd | Zeros | Ones
             | Full | Arange | Eye | Normal | Uniform | HeNormal | GlorotUniform | Params | Map | StopGradient
