@@ -154,13 +154,6 @@ pub struct AxisId(pub u32);
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
 pub struct Layout(pub Vec<Vec<AxisId>>);
 
-impl Layout {
-    /// True when no dim is split (the tensor is whole on every rank).
-    pub fn is_replicated(&self) -> bool {
-        self.0.iter().all(Vec::is_empty)
-    }
-}
-
 /// The type of a tensor value: element type, symbolic shape and layout.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct TensorTy {
@@ -176,10 +169,6 @@ impl TensorTy {
     }
     pub fn is_scalar(&self) -> bool {
         self.shape.is_empty()
-    }
-    /// The same layout over another element type (a conversion).
-    pub fn with_elem(&self, elem: Elem) -> TensorTy {
-        TensorTy { elem, shape: self.shape.clone(), layout: self.layout.clone() }
     }
 }
 
