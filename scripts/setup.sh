@@ -18,3 +18,16 @@ if ! command -v nvim >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/de
         echo "note: could not install neovim; the editor test will be skipped" >&2
     fi
 fi
+
+# Open MPI for the multi-rank runtime (`dist/`, `msl run --ranks N`, the sharded spec blocks), and
+# libclang for the `mpi` crate's bindings. Without them the build still works (the MPI backend is
+# a run-time choice) but multi-rank tests are skipped with a printed reason.
+if ! command -v mpirun >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    if apt-get update -qq >/dev/null 2>&1 &&
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+            libopenmpi-dev openmpi-bin libclang-dev >/dev/null 2>&1; then
+        echo "installed $(mpirun --version 2>/dev/null | head -n 1)"
+    else
+        echo "note: could not install Open MPI; multi-rank tests will be skipped" >&2
+    fi
+fi

@@ -23,6 +23,8 @@ enum MessageFormat {
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
 enum Emit {
     Ir,
+    /// Every collective the sharding pass inserts for the file's mesh.
+    Collectives,
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -63,6 +65,15 @@ enum Cmd {
         /// it and its line); every primitive then runs on its own, nothing is compiled.
         #[arg(long)]
         nan_check: bool,
+        /// Run on N processes: starts `mpirun -n N` with this command (Open MPI).
+        #[arg(long, value_name = "N")]
+        ranks: Option<usize>,
+        /// Mesh axis sizes replacing the file's, e.g. `--mesh dp=4,mp=1`.
+        #[arg(long, value_name = "AXIS=SIZE,…")]
+        mesh: Option<String>,
+        /// Make warnings (such as W0510, an unrequested redistribution) errors.
+        #[arg(long)]
+        deny_warnings: bool,
     },
     /// Print the derivative of a function as msl source.
     Grad {
@@ -86,6 +97,9 @@ enum Cmd {
         /// Optimisation level of the JIT (0, 1 or 2).
         #[arg(short = 'O', default_value = "1")]
         opt: u8,
+        /// Mesh axis sizes replacing the files', e.g. `--mesh dp=4,mp=1`.
+        #[arg(long, value_name = "AXIS=SIZE,…")]
+        mesh: Option<String>,
     },
     /// Type-check files (names, types and every tensor shape) without running them.
     Check {
@@ -97,6 +111,9 @@ enum Cmd {
         /// Also print the typed IR of each file that checks.
         #[arg(long, value_enum)]
         emit: Option<Emit>,
+        /// Mesh axis sizes replacing the files', e.g. `--mesh dp=4,mp=1`.
+        #[arg(long, value_name = "AXIS=SIZE,…")]
+        mesh: Option<String>,
     },
     /// Start the language server (LSP over stdin/stdout) for editors.
     Lsp,
@@ -119,8 +136,24 @@ pub fn main() -> u8 {
         }
     };
     match cli.cmd {
-        Cmd::Check { files, message_format, emit } => check_cmd(&files, message_format, emit),
-        Cmd::Run { file, mode, opt, device, message_format, explain, nan_check } => {
+        Cmd::Check { files, message_format, emit, mesh } => {
+            if let Err(code) = mesh_override(mesh.as_deref()) {
+                return code;
+            }
+            check_cmd(&files, message_format, emit)
+        }
+        Cmd::Run { file, mode, opt, device, message_format, explain, nan_check, ranks, mesh, deny_warnings } => {
+            if let Some(n) = ranks {
+                if n == 0 {
+                    eprintln!("error: `--ranks` must be at least 1");
+                    return 2;
+                }
+                return crate::spmd::launch(n);
+            }
+            if let Err(code) = mesh_override(mesh.as_deref()) {
+                return code;
+            }
+            crate::run::DENY_WARNINGS.store(deny_warnings, std::sync::atomic::Ordering::Relaxed);
             crate::run::NAN_CHECK.store(nan_check, std::sync::atomic::Ordering::Relaxed);
             if device == DeviceKind::Cuda {
                 eprintln!("error: no CUDA device: this build of msl has no CUDA support; run with `--device cpu`");
@@ -135,7 +168,10 @@ pub fn main() -> u8 {
             }
             crate::run::run_cmd(&file, message_format == MessageFormat::Json)
         }
-        Cmd::Test { paths, mode, opt } => {
+        Cmd::Test { paths, mode, opt, mesh } => {
+            if let Err(code) = mesh_override(mesh.as_deref()) {
+                return code;
+            }
             if opt > 2 {
                 eprintln!("error: `-O{opt}` is not an optimisation level (use 0, 1 or 2)");
                 return 2;
@@ -204,10 +240,60 @@ fn check_cmd(files: &[PathBuf], format: MessageFormat, emit: Option<Emit>) -> u8
         if emit == Some(Emit::Ir) {
             print!("{}", lang::ir::dump::dump(&c.program));
         }
+        if emit == Some(Emit::Collectives) {
+            let mut c = c;
+            print!("{}", collectives_text(&mut c, f));
+        }
     }
     if status == 0 && format == MessageFormat::Human {
         let n = files.len();
         eprintln!("ok: {n} file{} checked", if n == 1 { "" } else { "s" });
     }
     status
+}
+
+/// `msl check --emit collectives`: partitions the program for its mesh and lists what the
+/// pass inserted, one line each (location, kind, axes, element type, global shape, bytes per
+/// rank), then the warnings.
+fn collectives_text(c: &mut lang::check::Checked, f: &std::path::Path) -> String {
+    let Some(mesh) = lang::dist::Mesh::of(&c.program) else {
+        return format!("{}: no mesh, so no collectives\n", f.display());
+    };
+    let report = lang::shard::run(&mut c.program);
+    if std::env::var_os("MSL_DUMP_SHARDED").is_some() {
+        eprint!("{}", lang::ir::dump::dump(&c.program));
+    }
+    let axes: Vec<String> = mesh.names.iter().zip(&mesh.sizes).map(|(n, s)| format!("{n} = {s}")).collect();
+    let mut out = format!("{}: {} collectives on mesh [{}]\n", f.display(), report.collectives.len(), axes.join(", "));
+    for k in &report.collectives {
+        let (line, col) = c.sources.line_col(k.span.file, k.span.start as u32);
+        let why = if k.requested { "" } else { "  (W0510: not asked for by an annotation)" };
+        out.push_str(&format!(
+            "  {line}:{col}  {}  over {}  {}{}  {} bytes per rank{why}\n",
+            k.prim.name(),
+            k.axes.join(", "),
+            k.elem,
+            k.shape,
+            k.bytes
+        ));
+    }
+    if !report.warnings.is_empty() {
+        crate::run::render(&report.warnings, c, false);
+    }
+    out
+}
+
+/// Applies `--mesh`; a malformed value is a usage error (exit 2).
+fn mesh_override(mesh: Option<&str>) -> Result<(), u8> {
+    let Some(m) = mesh else { return Ok(()) };
+    match crate::spmd::parse_mesh(m) {
+        Ok(sizes) => {
+            lang::check::set_mesh_override(sizes);
+            Ok(())
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            Err(2)
+        }
+    }
 }

@@ -56,10 +56,7 @@ pub fn run(file: &Path, level: u8, explain: bool, json: bool) -> u8 {
     }
     match result {
         Ok(_) => 0,
-        Err(e) => {
-            crate::run::render(&[e.to_diagnostic()], &c, json);
-            2
-        }
+        Err(e) => crate::run::run_failed(&e, &c, json),
     }
 }
 

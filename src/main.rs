@@ -7,6 +7,7 @@ mod cli;
 mod jit_cmd;
 mod repl;
 mod run;
+mod spmd;
 
 use std::process::ExitCode;
 

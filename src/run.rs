@@ -46,11 +46,14 @@ pub(crate) fn render(d: &[Diagnostic], c: &lang::check::Checked, json: bool) {
 
 /// Checks `file` and finds its `main`; otherwise renders why not and gives the exit status.
 pub(crate) fn runnable(file: &Path, json: bool) -> Result<(lang::check::Checked, lang::types::FuncId), u8> {
-    let c = load(file)?;
+    let mut c = load(file)?;
     if c.has_errors() {
-        render(&c.diagnostics, &c, json);
+        if crate::spmd::rank() == 0 {
+            render(&c.diagnostics, &c, json);
+        }
         return Err(1);
     }
+    crate::spmd::prepare(&mut c, json, DENY_WARNINGS.load(std::sync::atomic::Ordering::Relaxed))?;
     let Some(main) = c.program.main else {
         let file_id = lang::source::FileId(0);
         let d = Diagnostic::error(
@@ -76,11 +79,21 @@ pub(crate) fn runnable(file: &Path, json: bool) -> Result<(lang::check::Checked,
 /// `msl run --nan-check`, for every interpreter the command makes.
 pub(crate) static NAN_CHECK: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
+/// `msl run --deny-warnings`: sharding warnings stop the run.
+pub(crate) static DENY_WARNINGS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 pub(crate) fn interpreter<'p>(prog: &'p lang::ir::Program, file: &Path) -> Interp<'p> {
-    let mut it = Interp::new(prog, Box::new(std::io::LineWriter::new(std::io::stdout().lock())));
+    // In a sharded run, rank 0 prints: every rank computes the same global values.
+    let out: Box<dyn std::io::Write> = if crate::spmd::rank() == 0 {
+        Box::new(std::io::LineWriter::new(std::io::stdout().lock()))
+    } else {
+        Box::new(std::io::sink())
+    };
+    let mut it = Interp::new(prog, out);
+    it.spmd = crate::spmd::job();
     it.nan_check = NAN_CHECK.load(std::sync::atomic::Ordering::Relaxed);
     it.source_dir = file.parent().map(Path::to_path_buf);
-    if std::io::stderr().is_terminal() {
+    if std::io::stderr().is_terminal() && crate::spmd::rank() == 0 {
         it.observer = Box::new(Progress { bar: None });
     }
     it
@@ -96,10 +109,22 @@ pub fn run_cmd(file: &Path, json: bool) -> u8 {
         Ok(_) => 0,
         Err(e) => {
             drop(it);
-            render(&[e.to_diagnostic()], &c, json);
-            2
+            run_failed(&e, &c, json)
         }
     }
+}
+
+/// Reports a run-time error (naming the rank in a sharded run, whose other ranks it ends).
+pub(crate) fn run_failed(e: &lang::interp::RuntimeError, c: &lang::check::Checked, json: bool) -> u8 {
+    let mut d = e.to_diagnostic();
+    if let Some(j) = crate::spmd::job() {
+        if j.comm.world() > 1 {
+            d.message = format!("rank {}: {}", j.rank(), d.message);
+        }
+    }
+    render(&[d], c, json);
+    crate::spmd::abort_job(2);
+    2
 }
 
 fn collect(paths: &[PathBuf]) -> Vec<PathBuf> {

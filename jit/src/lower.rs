@@ -421,7 +421,8 @@ impl<'a, 'f> Lower<'a, 'f> {
             | Prim::Load
             | Prim::Save
             | Prim::Assert
-            | Prim::AssertClose => {
+            | Prim::AssertClose
+            | lang::collective_prims!() => {
                 unreachable!("`{}` is not a unary elementwise primitive", prim.name())
             }
         }

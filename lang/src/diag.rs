@@ -116,6 +116,10 @@ pub enum Code {
     E0501,
     /// A malformed mesh declaration or sharding annotation.
     E0502,
+    /// A static dim that does not split evenly over its mesh axes.
+    E0503,
+    /// A mesh axis that splits two dims of one tensor.
+    E0504,
     /// Run time: a file that is missing, corrupt, or does not match its annotation.
     E0601,
     /// Run time: an index out of range or a shape that does not fit.
@@ -128,6 +132,8 @@ pub enum Code {
     E0605,
     /// Run time: `--nan-check` found a NaN or an infinity in a primitive's result.
     E0606,
+    /// Warning: the sharding pass inserted a redistribution that no annotation asked for.
+    W0510,
 }
 
 impl Code {
@@ -175,6 +181,10 @@ impl Diagnostic {
             secondary: Vec::new(),
             help: None,
         }
+    }
+
+    pub fn warning(code: Code, span: Span, message: impl Into<String>) -> Diagnostic {
+        Diagnostic { severity: Severity::Warning, ..Diagnostic::error(code, span, message) }
     }
 
     /// Sets the text shown under the primary span.

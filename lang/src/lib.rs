@@ -5,9 +5,11 @@
 pub mod autodiff;
 pub mod check;
 pub mod diag;
+pub mod dist;
 pub mod ide;
 pub mod interp;
 pub mod ir;
+pub mod shard;
 pub mod source;
 pub mod spec;
 pub mod syntax;

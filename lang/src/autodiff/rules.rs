@@ -628,6 +628,14 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
             v.push((0, g.p(Prim::Permute, &[bar], Attrs { perm: inv, ..Attrs::default() }, tys[0].clone())));
         }
         Prim::BroadcastTo => v.push((0, g.unbroadcast(bar, &tys[0])?)),
+        // The collectives' adjoints (the sharding pass runs after this one, so these apply to
+        // programs differentiated after partitioning): all-reduce ↔ identity, all-gather ↔
+        // reduce-scatter, local slice ↔ all-gather.
+        Prim::AllReduceSum | Prim::AllReduceMean => v.push((0, bar)),
+        Prim::AllGather => v.push((0, g.p(Prim::ReduceScatter, &[bar], attrs.clone(), tys[0].clone()))),
+        Prim::ReduceScatter | Prim::LocalSlice => {
+            v.push((0, g.p(Prim::AllGather, &[bar], attrs.clone(), tys[0].clone())))
+        }
         Prim::Concat | Prim::Stack => {
             let axis = attrs.axis.unwrap_or(0);
             let mut off = Dim::constant(0);
@@ -813,7 +821,9 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
         | Prim::Load
         | Prim::Save
         | Prim::Assert
-        | Prim::AssertClose => {
+        | Prim::AssertClose
+        | Prim::AllReduceMax
+        | Prim::AllReduceMin => {
             return Err(err(g.span, format!("cannot differentiate through `{}`: it has no derivative", p.name())));
         }
     }

@@ -206,7 +206,13 @@ impl Gen<'_> {
             | Prim::BroadcastTo
             | Prim::Gather
             | Prim::ScatterAdd
-            | Prim::Slice => {
+            | Prim::Slice
+            // The linear collectives: a tangent is communicated like its primal.
+            | Prim::AllReduceSum
+            | Prim::AllReduceMean
+            | Prim::AllGather
+            | Prim::ReduceScatter
+            | Prim::LocalSlice => {
                 let mut a = args.to_vec();
                 a[0] = t0.unwrap_or(args[0]);
                 self.p(p, &a, attrs, ot.clone())
@@ -309,7 +315,9 @@ impl Gen<'_> {
             | Prim::Load
             | Prim::Save
             | Prim::Assert
-            | Prim::AssertClose => return Err(err(self.span, format!("no forward-mode rule for `{}`", p.name()))),
+            | Prim::AssertClose
+            | Prim::AllReduceMax
+            | Prim::AllReduceMin => return Err(err(self.span, format!("no forward-mode rule for `{}`", p.name()))),
         };
         Ok(r)
     }

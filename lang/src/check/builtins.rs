@@ -621,7 +621,8 @@ impl Checker {
             | crate::reduce_prims!()
             | Prim::MatMul
             | Prim::Cast
-            | Prim::Slice => {
+            | Prim::Slice
+            | crate::collective_prims!() => {
                 self.error(Diagnostic::error(Code::E0325, span, format!("`{name}` cannot be called directly")));
                 self.error_expr(span)
             }

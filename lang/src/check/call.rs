@@ -1045,7 +1045,7 @@ fn expr_to_dim_arg(e: &ast::Expr) -> ast::DimArg {
                 .map(|a| match a {
                     ast::IndexArg::Expr(e) => expr_to_dim_arg(e),
                     ast::IndexArg::Slice { span, .. } => {
-                        ast::DimArg::Dim { dim: ast::DimExpr { kind: ast::DimKind::Error, span: *span }, shard: None }
+                        ast::DimArg::Dim { dim: ast::DimExpr { kind: ast::DimKind::Error, span: *span }, shard: vec![] }
                     }
                 })
                 .collect();
@@ -1053,7 +1053,7 @@ fn expr_to_dim_arg(e: &ast::Expr) -> ast::DimArg {
             return ast::DimArg::Type(ast::TypeExpr { kind, span: e.span });
         }
     }
-    ast::DimArg::Dim { dim: expr_to_dim(e), shard: None }
+    ast::DimArg::Dim { dim: expr_to_dim(e), shard: vec![] }
 }
 
 /// Reads an expression written as a model type argument as a dim expression.

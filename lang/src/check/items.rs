@@ -108,6 +108,31 @@ impl Checker {
                         };
                         out.push((self.prog.names.intern(&a.name), size));
                     }
+                    // `--mesh dp=4,mp=1` replaces the sizes written in the file.
+                    for (axis, size) in super::mesh_override() {
+                        match axes.iter().position(|(a, _)| a.name == axis) {
+                            Some(i) => out[i].1 = size,
+                            None => {
+                                let known: Vec<&str> = axes.iter().map(|(a, _)| a.name.as_str()).collect();
+                                self.diags.push(
+                                    Diagnostic::error(
+                                        Code::E0502,
+                                        name.span,
+                                        format!("`--mesh` names axis `{axis}`, which mesh `{}` does not declare", name.name),
+                                    )
+                                    .label(format!("this mesh has axes {}", known.join(", ")))
+                                    .with_help("name the axes of this mesh, e.g. `--mesh dp=4`"),
+                                );
+                            }
+                        }
+                    }
+                    if !self.prog.meshes.is_empty() {
+                        self.diags.push(
+                            Diagnostic::error(Code::E0502, name.span, "a program has at most one mesh")
+                                .label("second mesh declaration")
+                                .with_help("declare every axis in one `mesh`, e.g. `mesh M[dp = 2, mp = 2]`"),
+                        );
+                    }
                     let n = self.prog.names.intern(&name.name);
                     self.prog.meshes.push(ir::Mesh { name: n, axes: out });
                     let idx = self.prog.meshes.len() - 1;

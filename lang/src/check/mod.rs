@@ -133,6 +133,21 @@ impl Checked {
     }
 }
 
+thread_local! {
+    /// Mesh sizes given on the command line (`--mesh dp=4,mp=1`), replacing the file's.
+    static MESH_OVERRIDE: std::cell::RefCell<Vec<(String, i64)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Makes every later check on this thread use these mesh axis sizes instead of the ones the
+/// program's `mesh` declares (`--mesh` on `run`, `check`, `test`).
+pub fn set_mesh_override(sizes: Vec<(String, i64)>) {
+    MESH_OVERRIDE.with(|m| *m.borrow_mut() = sizes);
+}
+
+fn mesh_override() -> Vec<(String, i64)> {
+    MESH_OVERRIDE.with(|m| m.borrow().clone())
+}
+
 /// Checks a file on disk and everything it uses.
 pub fn check_file(path: &Path) -> Result<Checked, std::io::Error> {
     // Only a regular file is read (a FIFO would block forever, a device never end).

@@ -3,7 +3,7 @@
 use super::{Checker, ItemRef, ModuleId};
 use crate::diag::{Code, Diagnostic};
 use crate::syntax::ast::{self, DimArg, DimKind, TypeKind};
-use crate::types::TensorTy;
+use crate::types::{AxisId, Layout, TensorTy};
 use crate::types::{Dim, Elem, ElemTy, FnTy, RestSym, ShapeItem, Sym, TyVar, Type, TypeArg};
 use std::collections::HashMap;
 
@@ -198,14 +198,50 @@ impl Checker {
 
     fn resolve_shape(&mut self, m: ModuleId, e: ElemTy, args: &[DimArg], env: &mut TyEnv) -> Type {
         let mut shape = Vec::new();
+        let mut layout: Vec<Vec<AxisId>> = Vec::new();
+        let mut seen: Vec<AxisId> = Vec::new();
         let mut rests = 0;
         for a in args {
+            layout.push(Vec::new());
             match a {
                 DimArg::Dim { dim, shard } => {
-                    shape.push(ShapeItem::Dim(self.resolve_dim(m, dim, env)));
-                    if let Some(axis) = shard {
-                        self.check_shard_axis(m, axis);
+                    let d = self.resolve_dim(m, dim, env);
+                    let mut axes = Vec::new();
+                    for axis in shard {
+                        let Some((id, _)) = self.check_shard_axis(m, axis) else { continue };
+                        if seen.contains(&id) {
+                            self.error(
+                                Diagnostic::error(
+                                    Code::E0504,
+                                    axis.span,
+                                    format!("mesh axis `{}` splits two dims of one tensor", axis.name),
+                                )
+                                .label("second use of this axis")
+                                .with_help("a tensor is split over an axis at most once; replicate one of the dims"),
+                            );
+                            continue;
+                        }
+                        seen.push(id);
+                        axes.push(id);
                     }
+                    let parts: i64 = axes.iter().map(|a| self.axis_size(*a)).product();
+                    if let Some(n) = d.as_const() {
+                        if parts > 1 && n % parts != 0 {
+                            let names: Vec<&str> = shard.iter().map(|a| a.name.as_str()).collect();
+                            let span = shard.first().map(|a| dim.span.to(a.span)).unwrap_or(dim.span);
+                            self.error(
+                                Diagnostic::error(
+                                    Code::E0503,
+                                    span,
+                                    format!("dim {n} does not split evenly over `{}` ({parts} parts)", names.join(", ")),
+                                )
+                                .label(format!("{n} is not a multiple of {parts}"))
+                                .with_help("every rank of a mesh axis holds an equal block: make the size a multiple, or replicate this dim"),
+                            );
+                        }
+                    }
+                    *layout.last_mut().expect("pushed above") = axes;
+                    shape.push(ShapeItem::Dim(d));
                 }
                 DimArg::Type(t) => {
                     self.error(
@@ -245,13 +281,24 @@ impl Checker {
                 }
             }
         }
-        Type::Tensor(TensorTy::new(Elem::T(e), shape))
+        let layout = if layout.iter().all(Vec::is_empty) { Layout::default() } else { Layout(layout) };
+        Type::Tensor(TensorTy { elem: Elem::T(e), shape, layout })
     }
 
-    fn check_shard_axis(&mut self, m: ModuleId, axis: &ast::Ident) {
-        let known =
-            self.prog.meshes.iter().any(|mesh| mesh.axes.iter().any(|(n, _)| self.prog.names.get(*n) == axis.name));
-        if !known {
+    /// The size of a mesh axis (1 for an axis that no mesh declares).
+    pub(crate) fn axis_size(&self, a: AxisId) -> i64 {
+        self.prog.meshes.first().and_then(|m| m.axes.get(a.0 as usize)).map(|(_, n)| *n).unwrap_or(1)
+    }
+
+    /// The axis a sharding annotation names, with its size; reports `E0501` for an unknown one.
+    fn check_shard_axis(&mut self, m: ModuleId, axis: &ast::Ident) -> Option<(AxisId, i64)> {
+        let found = self.prog.meshes.first().and_then(|mesh| {
+            mesh.axes
+                .iter()
+                .position(|(n, _)| self.prog.names.get(*n) == axis.name)
+                .map(|i| (AxisId(i as u32), mesh.axes[i].1))
+        });
+        if found.is_none() {
             let cands: Vec<String> = self
                 .prog
                 .meshes
@@ -267,6 +314,7 @@ impl Checker {
             self.error(d);
         }
         let _ = m;
+        found
     }
 
     /// `Mlp[64, 128, 10]` or `AdamState[M]`: a model type with its arguments.
@@ -325,8 +373,17 @@ impl Checker {
                         out.push(TypeArg::Type(ty));
                     } else {
                         out.push(TypeArg::Dim(self.resolve_dim(m, dim, env)));
-                        if let Some(axis) = shard {
+                        if let Some(axis) = shard.first() {
                             self.check_shard_axis(m, axis);
+                            self.error(
+                                Diagnostic::error(
+                                    Code::E0502,
+                                    axis.span,
+                                    format!("a model's dims are not split; `@{}` belongs on a tensor dim", axis.name),
+                                )
+                                .label("sharding annotation on a model argument")
+                                .with_help("write the layout on the model's fields, e.g. `w: f32[I, H @mp]`"),
+                            );
                         }
                     }
                 }

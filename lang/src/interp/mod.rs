@@ -133,6 +133,9 @@ pub struct Interp<'p> {
     pub moves: std::collections::HashSet<crate::ir::ExprId>,
     /// Values of operands that compiled code evaluated, by expression id (`host`).
     preset: Vec<(crate::ir::ExprId, Value)>,
+    /// A sharded run (`mpirun`): this rank's mesh and communicator. Values hold this rank's
+    /// blocks; dims keep their global sizes. `None` runs every layout whole.
+    pub spmd: Option<Rc<crate::dist::Spmd>>,
 }
 
 impl<'p> Interp<'p> {
@@ -150,6 +153,7 @@ impl<'p> Interp<'p> {
             nan_check: false,
             moves: Default::default(),
             preset: Vec::new(),
+            spmd: None,
         }
     }
 
@@ -196,7 +200,7 @@ impl<'p> Interp<'p> {
         }
         for (l, v) in func.params.iter().zip(args) {
             let ty = &func.locals[l.0 as usize].ty;
-            bind_dims_from(ty, &v, &mut frame);
+            bind_dims_from(ty, &v, &mut frame, self.spmd.as_ref().map(|s| &s.mesh));
             frame.locals[l.0 as usize] = Some(v);
         }
         let compiled = if self.nan_check { None } else { self.accel.as_mut().and_then(|a| a.body(f)) };
@@ -694,10 +698,17 @@ fn bind_pat(p: &Pat, v: Value, frame: &mut Frame) {
 }
 
 /// Binds the generic dims of a parameter type from an argument's actual shape.
-pub(crate) fn bind_dims_from(ty: &Type, v: &Value, frame: &mut Frame) {
+/// Binds the dims of `ty` from the shape of `v`. In a sharded run a value holds its block, so a
+/// split dim's global size is the block's times the number of blocks.
+pub(crate) fn bind_dims_from(ty: &Type, v: &Value, frame: &mut Frame, mesh: Option<&crate::dist::Mesh>) {
     match (ty, v) {
-        (Type::Tensor(TensorTy { shape, .. }), Value::Tensor(t)) => {
-            let dims = t.shape();
+        (Type::Tensor(TensorTy { shape, layout, .. }), Value::Tensor(t)) => {
+            let mut dims = t.shape().to_vec();
+            if let Some(mesh) = mesh {
+                for (d, axes) in dims.iter_mut().zip(&layout.0) {
+                    *d *= mesh.parts(axes).max(1) as usize;
+                }
+            }
             let rest = shape.iter().position(|i| matches!(i, ShapeItem::Rest(_)));
             let suffix = rest.map(|r| shape.len() - r - 1);
             for (i, item) in shape.iter().enumerate() {
@@ -734,7 +745,7 @@ pub(crate) fn bind_dims_from(ty: &Type, v: &Value, frame: &mut Frame) {
         }
         (Type::Tuple(ts), Value::Tuple(vs)) => {
             for (t, v) in ts.iter().zip(vs.iter()) {
-                bind_dims_from(t, v, frame);
+                bind_dims_from(t, v, frame, mesh);
             }
         }
         _ => {}

@@ -22,6 +22,37 @@ fn t(v: &Value, span: Span) -> R<&Tensor> {
 }
 
 impl Interp<'_> {
+    /// The shape of this rank's block of a value of type `ty` whose global shape is `shape`.
+    fn local_shape(&self, ty: &Type, mut shape: Vec<usize>) -> Vec<usize> {
+        if let (Some(s), Type::Tensor(TensorTy { layout, .. })) = (self.spmd.as_deref(), ty) {
+            for (d, axes) in shape.iter_mut().zip(&layout.0) {
+                *d /= s.mesh.parts(axes).max(1) as usize;
+            }
+        }
+        shape
+    }
+
+    /// A collective primitive on this rank's block (the identity without a sharded run).
+    fn collective(&self, p: Prim, x: &Tensor, attrs: &Attrs, span: Span) -> R<Value> {
+        use crate::dist::ReduceKind;
+        let Some(s) = self.spmd.as_deref() else { return Ok(Value::Tensor(x.clone())) };
+        let axes = &attrs.mesh_axes;
+        let dim = attrs.axis.unwrap_or(0);
+        let r = match p {
+            Prim::AllReduceSum => s.all_reduce(axes, ReduceKind::Sum, x),
+            Prim::AllReduceMax => s.all_reduce(axes, ReduceKind::Max, x),
+            Prim::AllReduceMin => s.all_reduce(axes, ReduceKind::Min, x),
+            Prim::AllReduceMean => s.all_reduce_mean(axes, x),
+            Prim::AllGather => s.all_gather(axes, dim, x),
+            Prim::ReduceScatter => {
+                s.all_reduce(axes, ReduceKind::Sum, x).and_then(|y| s.local_slice(axes, dim, &y))
+            }
+            Prim::LocalSlice => s.local_slice(axes, dim, x),
+            _ => Err(format!("`{}` is not a collective", p.name())),
+        };
+        r.map(Value::Tensor).map_err(|m| rt(Code::E0602, m, span))
+    }
+
     /// `a @ b`; an operand written as a swap of its last two axes (`transpose(a) @ b`, and the
     /// derivatives of `@`) is read through strides by the GEMM instead of being copied.
     pub(crate) fn matmul(&mut self, args: &[Expr], e: &Expr, frame: &mut Frame) -> R<Value> {
@@ -97,7 +128,7 @@ impl Interp<'_> {
                 k(ops::reshape(t(&args[0], span)?, &shape))
             }
             Prim::BroadcastTo => {
-                let shape = self.dims_usize(frame, &attrs.shape, span)?;
+                let shape = self.local_shape(&e.ty, self.dims_usize(frame, &attrs.shape, span)?);
                 k(ops::broadcast_to(t(&args[0], span)?, &shape))
             }
             Prim::Transpose | Prim::Permute => k(ops::permute(t(&args[0], span)?, &attrs.perm)),
@@ -175,6 +206,7 @@ impl Interp<'_> {
                 Ok(Value::Tensor(Tensor::scalar_i32(n as i32)))
             }
             Prim::StopGradient => Ok(args.into_iter().next().unwrap_or_else(Value::unit)),
+            crate::collective_prims!() => self.collective(p, t(&args[0], span)?, attrs, span),
             Prim::Print => {
                 let parts: Vec<String> = args.iter().map(|v| v.display(self.prog)).collect();
                 let line = parts.join(" ");

@@ -89,6 +89,8 @@ pub struct Attrs {
     pub spec: Option<String>,
     /// The element type of a creation or conversion.
     pub dtype: Option<crate::types::ElemTy>,
+    /// The mesh axes a collective runs over, outer first (`crate::shard`).
+    pub mesh_axes: Vec<crate::types::AxisId>,
 }
 
 /// The identity of one expression node, the key of every side table over the IR (last uses,
@@ -451,5 +453,11 @@ impl crate::types::Names for Program {
     }
     fn func(&self, f: FuncId) -> String {
         self.funcs.get(f.0 as usize).map(|f| self.names.get(f.name).to_string()).unwrap_or_default()
+    }
+    fn axis(&self, a: crate::types::AxisId) -> String {
+        match self.meshes.first().and_then(|m| m.axes.get(a.0 as usize)) {
+            Some((n, _)) => self.names.get(*n).to_string(),
+            None => format!("axis{}", a.0),
+        }
     }
 }

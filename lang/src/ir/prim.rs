@@ -128,6 +128,36 @@ prims! {
     Save: "save" callable,
     Assert: "assert" callable,
     AssertClose: "assert_close" callable,
+    // Collectives: inserted by the sharding pass (`crate::shard`), never written by hand.
+    // `attrs.mesh_axes` names the mesh axes whose ranks take part; `attrs.axis` the tensor dim.
+    /// Sums the blocks of every rank of the group (partial results of a contraction).
+    AllReduceSum: "all_reduce_sum" internal,
+    /// The element-wise maximum over the group.
+    AllReduceMax: "all_reduce_max" internal,
+    /// The element-wise minimum over the group.
+    AllReduceMin: "all_reduce_min" internal,
+    /// The mean over the group (of equal-sized local means).
+    AllReduceMean: "all_reduce_mean" internal,
+    /// Concatenates the group's blocks along dim `attrs.axis`.
+    AllGather: "all_gather" internal,
+    /// Sums over the group and keeps this rank's block of dim `attrs.axis`.
+    ReduceScatter: "reduce_scatter" internal,
+    /// Keeps this rank's block of dim `attrs.axis` of a replicated value (no communication).
+    LocalSlice: "local_slice" internal,
+}
+
+/// The collectives (see [`unary_prims!`]).
+#[macro_export]
+macro_rules! collective_prims {
+    () => {
+        $crate::ir::Prim::AllReduceSum
+            | $crate::ir::Prim::AllReduceMax
+            | $crate::ir::Prim::AllReduceMin
+            | $crate::ir::Prim::AllReduceMean
+            | $crate::ir::Prim::AllGather
+            | $crate::ir::Prim::ReduceScatter
+            | $crate::ir::Prim::LocalSlice
+    };
 }
 
 /// Patterns for the primitives of each class, so that a table that treats a class alike (the
@@ -217,6 +247,7 @@ impl Prim {
             | ExpandDims | Squeeze | BroadcastTo | Gather | OneHot | Einsum | Slice | ScatterAdd | Zeros | Ones
             | Full | Arange | Eye | Normal | Uniform | HeNormal | GlorotUniform | Params | Map | StopGradient
             | Print | Load | Save | Assert | AssertClose => Class::Other,
+            crate::collective_prims!() => Class::Other,
         }
     }
 

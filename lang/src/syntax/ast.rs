@@ -128,7 +128,8 @@ pub enum TypeKind {
 pub enum DimArg {
     Dim {
         dim: DimExpr,
-        shard: Option<Ident>,
+        /// The mesh axes that split the dim, outer first (`D @a`, `D @(a, b)`); empty: whole.
+        shard: Vec<Ident>,
     },
     Rest(Ident),
     /// A model type with arguments as the argument of a generic model: `AdamState[Mlp[4, 8, 2]]`.

@@ -240,6 +240,10 @@ pub trait Names {
     fn tyvar(&self, v: TyVar) -> String;
     fn model(&self, m: ModelId) -> String;
     fn func(&self, f: FuncId) -> String;
+    /// The name of a mesh axis (`dp`).
+    fn axis(&self, a: AxisId) -> String {
+        format!("axis{}", a.0)
+    }
 }
 
 pub fn dim_str(d: &Dim, n: &dyn Names) -> String {
@@ -247,11 +251,30 @@ pub fn dim_str(d: &Dim, n: &dyn Names) -> String {
 }
 
 pub fn shape_str(s: &Shape, n: &dyn Names) -> String {
+    layout_shape_str(s, &Layout::default(), n)
+}
+
+/// A shape with its layout: `[N @dp, H @mp]`, `[D @(dp, mp)]`.
+pub fn layout_shape_str(s: &Shape, layout: &Layout, n: &dyn Names) -> String {
     let items: Vec<String> = s
         .iter()
-        .map(|i| match i {
-            ShapeItem::Dim(d) => dim_str(d, n),
-            ShapeItem::Rest(r) => format!("..{}", n.rest(*r)),
+        .enumerate()
+        .map(|(k, i)| {
+            let mut t = match i {
+                ShapeItem::Dim(d) => dim_str(d, n),
+                ShapeItem::Rest(r) => format!("..{}", n.rest(*r)),
+            };
+            match layout.0.get(k).map(Vec::as_slice) {
+                None | Some([]) => {}
+                Some([a]) => {
+                    let _ = write!(t, " @{}", n.axis(*a));
+                }
+                Some(axes) => {
+                    let names: Vec<String> = axes.iter().map(|a| n.axis(*a)).collect();
+                    let _ = write!(t, " @({})", names.join(", "));
+                }
+            }
+            t
         })
         .collect();
     format!("[{}]", items.join(", "))
@@ -261,8 +284,8 @@ pub fn type_str(t: &Type, n: &dyn Names) -> String {
     let mut out = String::new();
     match t {
         Type::Tensor(TensorTy { elem: e, shape: s, .. }) if s.is_empty() => out.push_str(e.name()),
-        Type::Tensor(TensorTy { elem: e, shape: s, .. }) => {
-            let _ = write!(out, "{}{}", e.materialise().name(), shape_str(s, n));
+        Type::Tensor(TensorTy { elem: e, shape: s, layout }) => {
+            let _ = write!(out, "{}{}", e.materialise().name(), layout_shape_str(s, layout, n));
         }
         Type::Tuple(ts) => {
             let items: Vec<String> = ts.iter().map(|t| type_str(t, n)).collect();

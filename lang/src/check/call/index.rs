@@ -35,7 +35,7 @@ impl Checker {
                 .map(|a| match a {
                     ast::IndexArg::Expr(e) => expr_to_dim_arg(e),
                     ast::IndexArg::Slice { span, .. } => {
-                        ast::DimArg::Dim { dim: ast::DimExpr { kind: ast::DimKind::Error, span: *span }, shard: None }
+                        ast::DimArg::Dim { dim: ast::DimExpr { kind: ast::DimKind::Error, span: *span }, shard: vec![] }
                     }
                 })
                 .collect();

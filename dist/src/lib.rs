@@ -1,0 +1,122 @@
+//! msl's multi-process runtime: MPI (Open MPI, through the `mpi` crate) behind `lang`'s
+//! `Collectives` trait. One communicator is split per group of mesh axes, its ranks ordered by
+//! their block index, so a collective over `mp` runs among the ranks that differ only in `mp`.
+
+use lang::dist::{Collectives, Mesh, ReduceKind};
+use lang::types::AxisId;
+use mpi::collective::SystemOperation;
+use mpi::environment::Universe;
+use mpi::topology::{Color, Communicator, SimpleCommunicator};
+use mpi::traits::*;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+
+/// The size of the job this process was started in by a launcher, from the launcher's
+/// environment (Open MPI, then PMI/PMIx and MPICH's Hydra); `None` when no launcher started it.
+pub fn launcher_size() -> Option<usize> {
+    ["OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE", "MPI_LOCALNRANKS"]
+        .iter()
+        .find_map(|k| std::env::var(k).ok())
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// This process's rank as its launcher numbered it (for messages before MPI is up).
+pub fn launcher_rank() -> Option<usize> {
+    ["OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"]
+        .iter()
+        .find_map(|k| std::env::var(k).ok())
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// The MPI communicator of a job, split by mesh axes.
+pub struct Mpi {
+    // Fields drop in order: the communicators before the universe, which finalises MPI.
+    groups: RefCell<HashMap<Vec<AxisId>, SimpleCommunicator>>,
+    world: SimpleCommunicator,
+    mesh: Mesh,
+    sent: Cell<u64>,
+    _universe: Universe,
+}
+
+impl Mpi {
+    /// Starts MPI; `None` when it cannot be initialised (already initialised, or no MPI).
+    pub fn start(mesh: Mesh) -> Option<Mpi> {
+        let universe = mpi::initialize()?;
+        let world = universe.world();
+        Some(Mpi { groups: RefCell::new(HashMap::new()), world, mesh, sent: Cell::new(0), _universe: universe })
+    }
+
+    pub fn size(&self) -> usize {
+        self.world.size() as usize
+    }
+
+    /// Runs `f` on the communicator of the group over `axes`, made the first time it is needed
+    /// (every rank reaches the same collectives in the same order, so every rank splits then).
+    fn with_group<T>(&self, axes: &[AxisId], f: impl FnOnce(&SimpleCommunicator) -> T) -> Result<T, String> {
+        let rank = self.world.rank() as usize;
+        if !self.groups.borrow().contains_key(axes) {
+            let color = self.mesh.group_color(rank, axes) as i32;
+            let key = self.mesh.group_index(rank, axes) as i32;
+            let c = self
+                .world
+                .split_by_color_with_key(Color::with_value(color), key)
+                .ok_or_else(|| "MPI could not split the communicator".to_string())?;
+            self.groups.borrow_mut().insert(axes.to_vec(), c);
+        }
+        let groups = self.groups.borrow();
+        let c = groups.get(axes).ok_or_else(|| "MPI group missing".to_string())?;
+        Ok(f(c))
+    }
+
+    fn reduce<T: Equivalence + Clone>(&self, axes: &[AxisId], op: ReduceKind, data: &mut [T]) -> Result<(), String> {
+        self.sent.set(self.sent.get() + std::mem::size_of_val(data) as u64);
+        let send = data.to_vec();
+        let op = match op {
+            ReduceKind::Sum => SystemOperation::sum(),
+            ReduceKind::Max => SystemOperation::max(),
+            ReduceKind::Min => SystemOperation::min(),
+        };
+        self.with_group(axes, |c| c.all_reduce_into(&send[..], data, op))
+    }
+
+    fn gather<T: Equivalence + Clone + Default>(&self, axes: &[AxisId], block: &[T]) -> Result<Vec<T>, String> {
+        self.sent.set(self.sent.get() + std::mem::size_of_val(block) as u64);
+        let k = self.mesh.parts(axes) as usize;
+        let mut out = vec![T::default(); block.len() * k];
+        self.with_group(axes, |c| c.all_gather_into(block, &mut out[..]))?;
+        Ok(out)
+    }
+}
+
+impl Collectives for Mpi {
+    fn rank(&self) -> usize {
+        self.world.rank() as usize
+    }
+    fn world(&self) -> usize {
+        self.size()
+    }
+    fn all_reduce_f32(&self, axes: &[AxisId], op: ReduceKind, data: &mut [f32]) -> Result<(), String> {
+        self.reduce(axes, op, data)
+    }
+    fn all_reduce_f64(&self, axes: &[AxisId], op: ReduceKind, data: &mut [f64]) -> Result<(), String> {
+        self.reduce(axes, op, data)
+    }
+    fn all_reduce_i32(&self, axes: &[AxisId], op: ReduceKind, data: &mut [i32]) -> Result<(), String> {
+        self.reduce(axes, op, data)
+    }
+    fn all_gather_f32(&self, axes: &[AxisId], block: &[f32]) -> Result<Vec<f32>, String> {
+        self.gather(axes, block)
+    }
+    fn all_gather_f64(&self, axes: &[AxisId], block: &[f64]) -> Result<Vec<f64>, String> {
+        self.gather(axes, block)
+    }
+    fn all_gather_i32(&self, axes: &[AxisId], block: &[i32]) -> Result<Vec<i32>, String> {
+        self.gather(axes, block)
+    }
+    fn bytes_sent(&self) -> u64 {
+        self.sent.get()
+    }
+    fn abort(&self, code: i32) {
+        self.world.abort(code)
+    }
+}

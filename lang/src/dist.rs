@@ -1,0 +1,255 @@
+//! The collectives a sharded program runs on: the mesh's geometry, the `Collectives` trait that
+//! the interpreter calls for every collective primitive, its one-process implementation, and
+//! the tensor-level operations built on it. `lang` knows nothing of MPI: the binary plugs in
+//! the MPI implementation (the `dist` crate).
+
+use crate::types::AxisId;
+use kernels::ops::{self, SliceSpec};
+use kernels::{DType, Tensor};
+
+/// An element-wise reduction over the ranks of a group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReduceKind {
+    Sum,
+    Max,
+    Min,
+}
+
+/// The grid of processes: axis names and sizes, in declaration order. A rank's coordinates run
+/// with the last axis fastest (`rank = dp_index * size(mp) + mp_index`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Mesh {
+    pub names: Vec<String>,
+    pub sizes: Vec<i64>,
+}
+
+impl Mesh {
+    /// The mesh a checked program declares (`None` without one).
+    pub fn of(prog: &crate::ir::Program) -> Option<Mesh> {
+        let m = prog.meshes.first()?;
+        Some(Mesh {
+            names: m.axes.iter().map(|(n, _)| prog.names.get(*n).to_string()).collect(),
+            sizes: m.axes.iter().map(|(_, s)| *s).collect(),
+        })
+    }
+
+    /// The number of ranks the mesh has.
+    pub fn devices(&self) -> i64 {
+        self.sizes.iter().product()
+    }
+
+    pub fn size(&self, a: AxisId) -> i64 {
+        self.sizes.get(a.0 as usize).copied().unwrap_or(1)
+    }
+
+    /// The number of blocks a dim split over `axes` has.
+    pub fn parts(&self, axes: &[AxisId]) -> i64 {
+        axes.iter().map(|a| self.size(*a)).product()
+    }
+
+    /// The coordinates of a rank, one per axis.
+    pub fn coords(&self, rank: usize) -> Vec<i64> {
+        let mut r = rank as i64;
+        let mut out = vec![0; self.sizes.len()];
+        for (i, s) in self.sizes.iter().enumerate().rev() {
+            out[i] = r % s.max(&1);
+            r /= s.max(&1);
+        }
+        out
+    }
+
+    /// The index of a rank within the group of ranks that differ only in `axes` (`axes[0]`
+    /// outer): the block of a dim split over `axes` that the rank holds.
+    pub fn group_index(&self, rank: usize, axes: &[AxisId]) -> i64 {
+        let c = self.coords(rank);
+        axes.iter().fold(0, |acc, a| acc * self.size(*a) + c.get(a.0 as usize).copied().unwrap_or(0))
+    }
+
+    /// Which group over `axes` a rank belongs to: its index over the other axes.
+    pub fn group_color(&self, rank: usize, axes: &[AxisId]) -> i64 {
+        let c = self.coords(rank);
+        (0..self.sizes.len())
+            .filter(|i| !axes.iter().any(|a| a.0 as usize == *i))
+            .fold(0, |acc, i| acc * self.sizes[i] + c[i])
+    }
+}
+
+/// A communicator over the ranks of a mesh. Every method is called by every rank of the group
+/// in the same order (the program is SPMD); an error message ends the job.
+pub trait Collectives {
+    /// This process's rank in the job.
+    fn rank(&self) -> usize;
+    /// The number of processes in the job.
+    fn world(&self) -> usize;
+    /// Reduces `data` element-wise over the ranks that differ from this one only in `axes`.
+    fn all_reduce_f32(&self, axes: &[AxisId], op: ReduceKind, data: &mut [f32]) -> Result<(), String>;
+    fn all_reduce_f64(&self, axes: &[AxisId], op: ReduceKind, data: &mut [f64]) -> Result<(), String>;
+    fn all_reduce_i32(&self, axes: &[AxisId], op: ReduceKind, data: &mut [i32]) -> Result<(), String>;
+    /// Every rank's equal-sized block, concatenated in group order.
+    fn all_gather_f32(&self, axes: &[AxisId], block: &[f32]) -> Result<Vec<f32>, String>;
+    fn all_gather_f64(&self, axes: &[AxisId], block: &[f64]) -> Result<Vec<f64>, String>;
+    fn all_gather_i32(&self, axes: &[AxisId], block: &[i32]) -> Result<Vec<i32>, String>;
+    /// Bytes this rank sent through collectives so far (for `--explain`'s counters).
+    fn bytes_sent(&self) -> u64 {
+        0
+    }
+    /// Ends every process of the job with this exit status (after a run-time error here).
+    fn abort(&self, code: i32) {
+        std::process::exit(code)
+    }
+}
+
+/// The one-process communicator: every group has one member, so each collective is the
+/// identity.
+pub struct Solo;
+
+impl Collectives for Solo {
+    fn rank(&self) -> usize {
+        0
+    }
+    fn world(&self) -> usize {
+        1
+    }
+    fn all_reduce_f32(&self, _: &[AxisId], _: ReduceKind, _: &mut [f32]) -> Result<(), String> {
+        Ok(())
+    }
+    fn all_reduce_f64(&self, _: &[AxisId], _: ReduceKind, _: &mut [f64]) -> Result<(), String> {
+        Ok(())
+    }
+    fn all_reduce_i32(&self, _: &[AxisId], _: ReduceKind, _: &mut [i32]) -> Result<(), String> {
+        Ok(())
+    }
+    fn all_gather_f32(&self, _: &[AxisId], block: &[f32]) -> Result<Vec<f32>, String> {
+        Ok(block.to_vec())
+    }
+    fn all_gather_f64(&self, _: &[AxisId], block: &[f64]) -> Result<Vec<f64>, String> {
+        Ok(block.to_vec())
+    }
+    fn all_gather_i32(&self, _: &[AxisId], block: &[i32]) -> Result<Vec<i32>, String> {
+        Ok(block.to_vec())
+    }
+}
+
+/// The runtime side of a sharded run: the mesh and the communicator of this process.
+pub struct Spmd {
+    pub mesh: Mesh,
+    pub comm: Box<dyn Collectives>,
+}
+
+fn err<E: std::fmt::Display>(e: E) -> String {
+    e.to_string()
+}
+
+impl Spmd {
+    pub fn rank(&self) -> usize {
+        self.comm.rank()
+    }
+
+    /// `x` reduced over the group of `axes`.
+    pub fn all_reduce(&self, axes: &[AxisId], op: ReduceKind, x: &Tensor) -> Result<Tensor, String> {
+        let shape = x.shape().to_vec();
+        match x.dtype() {
+            DType::F32 => {
+                let mut v = x.as_f32().map(<[f32]>::to_vec).unwrap_or_default();
+                self.comm.all_reduce_f32(axes, op, &mut v)?;
+                Tensor::from_f32(shape, v).map_err(err)
+            }
+            DType::F64 => {
+                let mut v = x.as_f64().map(<[f64]>::to_vec).unwrap_or_default();
+                self.comm.all_reduce_f64(axes, op, &mut v)?;
+                Tensor::from_f64(shape, v).map_err(err)
+            }
+            DType::I32 => {
+                let mut v = x.as_i32().map(<[i32]>::to_vec).unwrap_or_default();
+                self.comm.all_reduce_i32(axes, op, &mut v)?;
+                Tensor::from_i32(shape, v).map_err(err)
+            }
+            DType::Bool => Ok(self.all_reduce(axes, op, &x.cast(DType::I32))?.cast(DType::Bool)),
+        }
+    }
+
+    /// The mean over the group of equal-sized blocks' local means.
+    pub fn all_reduce_mean(&self, axes: &[AxisId], x: &Tensor) -> Result<Tensor, String> {
+        let s = self.all_reduce(axes, ReduceKind::Sum, x)?;
+        let k = self.mesh.parts(axes) as f64;
+        let k = Tensor::scalar_f64(k).cast(s.dtype());
+        crate::ir::eval::binary(kernels::ops::BinaryOp::Div, &s, &k).map_err(err)
+    }
+
+    /// The group's blocks of `x` concatenated along `dim`.
+    pub fn all_gather(&self, axes: &[AxisId], dim: usize, x: &Tensor) -> Result<Tensor, String> {
+        let k = self.mesh.parts(axes) as usize;
+        if k <= 1 {
+            return Ok(x.clone());
+        }
+        let shape = x.shape().to_vec();
+        let mut stacked = vec![k];
+        stacked.extend_from_slice(&shape);
+        let all = match x.dtype() {
+            DType::F32 => Tensor::from_f32(stacked, self.comm.all_gather_f32(axes, x.as_f32().unwrap_or(&[]))?),
+            DType::F64 => Tensor::from_f64(stacked, self.comm.all_gather_f64(axes, x.as_f64().unwrap_or(&[]))?),
+            DType::I32 => Tensor::from_i32(stacked, self.comm.all_gather_i32(axes, x.as_i32().unwrap_or(&[]))?),
+            DType::Bool => return Ok(self.all_gather(axes, dim, &x.cast(DType::I32))?.cast(DType::Bool)),
+        }
+        .map_err(err)?;
+        // [k, d0, …] → [d0, …, k, d_dim, …] → merge k into d_dim (block i is rank i's).
+        let r = shape.len();
+        let mut perm: Vec<usize> = (1..=dim).collect();
+        perm.push(0);
+        perm.extend(dim + 1..=r);
+        let moved = ops::permute(&all, &perm).map_err(err)?;
+        let mut out = shape;
+        if let Some(d) = out.get_mut(dim) {
+            *d *= k;
+        }
+        ops::reshape(&moved, &out).map_err(err)
+    }
+
+    /// This rank's block of dim `dim` of a replicated `x` split over `axes`; the size must
+    /// divide evenly (`what` names the value for the message).
+    pub fn local_slice(&self, axes: &[AxisId], dim: usize, x: &Tensor) -> Result<Tensor, String> {
+        let k = self.mesh.parts(axes);
+        if k <= 1 {
+            return Ok(x.clone());
+        }
+        let n = x.shape().get(dim).copied().unwrap_or(0) as i64;
+        if n % k != 0 {
+            let names: Vec<&str> = axes.iter().map(|a| self.mesh.names[a.0 as usize].as_str()).collect();
+            return Err(format!(
+                "dim {dim} of size {n} does not split evenly over `{}` ({k} parts)",
+                names.join(", ")
+            ));
+        }
+        let i = self.mesh.group_index(self.rank(), axes);
+        let b = n / k;
+        let specs: Vec<SliceSpec> = (0..x.rank())
+            .map(|d| if d == dim { SliceSpec::Range { start: i * b, end: (i + 1) * b } } else { SliceSpec::Full })
+            .collect();
+        ops::slice(x, &specs).map_err(err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn coordinates_run_last_axis_fastest() {
+        let m = Mesh { names: vec!["dp".into(), "mp".into()], sizes: vec![2, 3] };
+        assert_eq!(m.coords(4), vec![1, 1]);
+        assert_eq!(m.group_index(5, &[AxisId(1)]), 2);
+        assert_eq!(m.group_index(5, &[AxisId(0), AxisId(1)]), 5);
+        assert_eq!(m.group_index(5, &[AxisId(1), AxisId(0)]), 5 % 3 * 2 + 1);
+        assert_eq!(m.group_color(5, &[AxisId(1)]), 1);
+        assert_eq!(m.group_color(5, &[AxisId(0)]), 2);
+    }
+
+    #[test]
+    fn one_process_collectives_are_identities() {
+        let s = Spmd { mesh: Mesh { names: vec!["dp".into()], sizes: vec![1] }, comm: Box::new(Solo) };
+        let x = Tensor::from_f32(vec![2, 2], vec![1.0, 2.0, 3.0, 4.0]).unwrap();
+        let y = s.all_reduce(&[AxisId(0)], ReduceKind::Sum, &x).unwrap();
+        assert_eq!(y.as_f32().unwrap(), x.as_f32().unwrap());
+        assert_eq!(s.all_gather(&[AxisId(0)], 1, &x).unwrap().shape(), &[2, 2]);
+    }
+}

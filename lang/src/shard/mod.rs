@@ -1,0 +1,833 @@
+//! Sharding: propagates layouts over the typed IR after autodiff and inserts the collectives
+//! that make each rank's blocks compute what one process computes (`spec/sharding.md`).
+//!
+//! Layouts are written on parameters, results, model fields and `let` annotations; every other
+//! value's layout is inferred by one rule per primitive (`rules.rs`). A parameter whose type
+//! names no axis is layout-polymorphic: it takes the layout its callers pass (a whole-program
+//! fixpoint; callers that disagree make it replicated). Derivative code is an ordinary function
+//! by now, so the data-parallel gradient all-reduce comes out of the rule for `@`.
+
+mod rules;
+
+use crate::diag::{Code, Diagnostic};
+use crate::dist::Mesh;
+use crate::ir::{Attrs, Expr, ExprKind, FnTarget, Func, Local, LocalInfo, Pat, Prim, Program, SpanId, Stmt};
+use crate::types::{AxisId, Dim, Elem, Layout, ShapeItem, TensorTy, Type};
+
+/// One collective the pass inserted.
+#[derive(Clone, Debug)]
+pub struct Inserted {
+    pub span: crate::source::Span,
+    pub prim: Prim,
+    pub axes: Vec<String>,
+    pub elem: String,
+    /// The global shape of the value communicated.
+    pub shape: String,
+    /// Bytes of this rank's buffer that enter the collective (symbolic where dims are).
+    pub bytes: String,
+    /// Asked for by an annotation (no warning) rather than a disagreement between operands.
+    pub requested: bool,
+}
+
+/// What the pass did: the collectives and the `W0510` warnings for unrequested ones.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    pub collectives: Vec<Inserted>,
+    pub warnings: Vec<Diagnostic>,
+}
+
+/// What is known about a parameter's layout from the calls seen so far.
+#[derive(Clone, Debug, PartialEq)]
+enum Lat {
+    Unknown,
+    Known(Type),
+    /// Written in the signature (or forced replicated): never joined.
+    Fixed(Type),
+}
+
+struct State {
+    params: Vec<Vec<Lat>>,
+    rets: Vec<Option<Type>>,
+}
+
+/// Partitions every function of `prog` for its mesh. Does nothing without a mesh.
+pub fn run(prog: &mut Program) -> Report {
+    let Some(mesh) = Mesh::of(prog) else { return Report::default() };
+    let pristine: Vec<Func> = prog.funcs.clone();
+    let dynamic = pristine.iter().any(|f| has_dynamic_call(&f.body));
+    let mut st = State {
+        params: pristine
+            .iter()
+            .map(|f| {
+                f.params
+                    .iter()
+                    .enumerate()
+                    .map(|(i, p)| {
+                        let t = &f.locals[p.0 as usize].ty;
+                        if has_layout(t) {
+                            Lat::Fixed(t.clone())
+                        } else if i < f.n_captures {
+                            Lat::Unknown
+                        } else if f.n_captures > 0 {
+                            // Closures are applied by `map` and dynamic calls to whole values.
+                            Lat::Fixed(strip(t))
+                        } else {
+                            Lat::Unknown
+                        }
+                    })
+                    .collect()
+            })
+            .collect(),
+        rets: vec![None; pristine.len()],
+    };
+    if dynamic {
+        // A function value called where the callee is known only at run time receives
+        // replicated arguments; so does every function that can be such a value.
+        for f in pristine.iter() {
+            walk_refs(&f.body, &mut |t| {
+                if let Some(g) = t {
+                    for p in st.params[g.0 as usize].iter_mut() {
+                        if let Lat::Unknown = p {
+                            *p = Lat::Fixed(Type::Error);
+                        }
+                    }
+                }
+            });
+        }
+    }
+    for _round in 0..12 {
+        let mut changed = false;
+        let mut obs = Vec::new();
+        for (i, f) in pristine.iter().enumerate() {
+            let mut cx = Fcx::new(prog, &mesh, &st, f, i, false);
+            let ret = cx.body();
+            obs.append(&mut cx.obs);
+            if st.rets[i].as_ref() != Some(&ret) {
+                st.rets[i] = Some(ret);
+                changed = true;
+            }
+        }
+        for (g, args) in obs {
+            for (slot, a) in st.params[g.0 as usize].iter_mut().zip(args) {
+                let next = match &*slot {
+                    Lat::Unknown => Lat::Known(a),
+                    Lat::Known(t) if *t == a => continue,
+                    Lat::Known(t) => Lat::Fixed(strip(t)),
+                    Lat::Fixed(_) => continue,
+                };
+                *slot = next;
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    let mut report = Report::default();
+    let mut out = Vec::with_capacity(pristine.len());
+    for (i, f) in pristine.iter().enumerate() {
+        let mut cx = Fcx::new(prog, &mesh, &st, f, i, true);
+        let mut func = f.clone();
+        func.body = cx.take_body();
+        func.ret = cx.ret.clone().unwrap_or_else(|| func.ret.clone());
+        func.locals = std::mem::take(&mut cx.locals);
+        report.collectives.append(&mut cx.inserted);
+        report.warnings.append(&mut cx.warnings);
+        out.push(func);
+    }
+    prog.funcs = out;
+    report.collectives.sort_by_key(|c| (c.span.file, c.span.start));
+    report
+}
+
+fn has_dynamic_call(e: &Expr) -> bool {
+    let mut found = matches!(&e.kind, ExprKind::CallValue { target: FnTarget::Dynamic, .. });
+    crate::ir::walk::children(e, &mut |c| found |= has_dynamic_call(c));
+    found
+}
+
+/// Calls `f` with the function behind every function value the body creates.
+fn walk_refs(e: &Expr, f: &mut dyn FnMut(Option<crate::types::FuncId>)) {
+    match &e.kind {
+        ExprKind::FuncRef(g) => f(Some(*g)),
+        ExprKind::Transform { target, .. } => f(target_of(target)),
+        _ => {}
+    }
+    crate::ir::walk::children(e, &mut |c| walk_refs(c, f));
+}
+
+fn target_of(t: &FnTarget) -> Option<crate::types::FuncId> {
+    match t {
+        FnTarget::Func(f) => Some(*f),
+        FnTarget::Grad { inner, .. } | FnTarget::Vmap { inner, .. } => target_of(inner),
+        FnTarget::Dynamic => None,
+    }
+}
+
+/// The layout of a tensor type, one entry per shape item (replicated where not written).
+pub fn layout(t: &Type) -> Vec<Vec<AxisId>> {
+    match t {
+        Type::Tensor(TensorTy { shape, layout, .. }) => {
+            let mut l = layout.0.clone();
+            l.resize(shape.len(), Vec::new());
+            l
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// True when a type names a mesh axis anywhere.
+pub fn has_layout(t: &Type) -> bool {
+    match t {
+        Type::Tensor(TensorTy { layout, .. }) => layout.0.iter().any(|a| !a.is_empty()),
+        Type::Tuple(ts) => ts.iter().any(has_layout),
+        _ => false,
+    }
+}
+
+/// The type with every tensor replicated.
+pub fn strip(t: &Type) -> Type {
+    match t {
+        Type::Tensor(tt) => Type::Tensor(TensorTy::new(tt.elem, tt.shape.clone())),
+        Type::Tuple(ts) => Type::Tuple(ts.iter().map(strip).collect()),
+        t => t.clone(),
+    }
+}
+
+/// `t` with the tensor layout `l` (normalised: all-replicated is the empty layout).
+pub fn with_layout(t: &Type, l: Vec<Vec<AxisId>>) -> Type {
+    match t {
+        Type::Tensor(tt) => {
+            let has_rest = tt.shape.iter().any(|i| matches!(i, ShapeItem::Rest(_)));
+            let layout = if has_rest || l.iter().all(Vec::is_empty) { Layout::default() } else { Layout(l) };
+            Type::Tensor(TensorTy { elem: tt.elem, shape: tt.shape.clone(), layout })
+        }
+        t => t.clone(),
+    }
+}
+
+/// A type whose shape has a `..S` rest (its dims are not tracked one by one: replicated).
+fn has_rest(t: &Type) -> bool {
+    matches!(t, Type::Tensor(tt) if tt.shape.iter().any(|i| matches!(i, ShapeItem::Rest(_))))
+}
+
+/// The pass over one function body, for the current parameter layouts.
+struct Fcx<'a> {
+    fid: usize,
+    prog: &'a Program,
+    mesh: &'a Mesh,
+    st: &'a State,
+    func: &'a Func,
+    locals: Vec<LocalInfo>,
+    /// The body being rewritten (taken out of `func`'s clone).
+    body: Option<Expr>,
+    ret: Option<Type>,
+    emit: bool,
+    obs: Vec<(crate::types::FuncId, Vec<Type>)>,
+    inserted: Vec<Inserted>,
+    warnings: Vec<Diagnostic>,
+}
+
+impl<'a> Fcx<'a> {
+    fn new(prog: &'a Program, mesh: &'a Mesh, st: &'a State, func: &'a Func, fid: usize, emit: bool) -> Fcx<'a> {
+        let mut locals = func.locals.clone();
+        // Parameters take what is known of their layouts; other locals start replicated.
+        for l in locals.iter_mut() {
+            l.ty = strip(&l.ty);
+        }
+        Fcx {
+            fid,
+            prog,
+            mesh,
+            st,
+            func,
+            locals,
+            body: Some(func.body.clone()),
+            ret: None,
+            emit,
+            obs: Vec::new(),
+            inserted: Vec::new(),
+            warnings: Vec::new(),
+        }
+    }
+
+    fn setup_params(&mut self) {
+        let fid = self.fid;
+        let lats = self.st.params.get(fid).cloned().unwrap_or_default();
+        for (i, p) in self.func.params.iter().enumerate() {
+            let declared = self.func.locals[p.0 as usize].ty.clone();
+            let t = match lats.get(i) {
+                Some(Lat::Fixed(Type::Error)) | None | Some(Lat::Unknown) => strip(&declared),
+                // The caller's layouts on the callee's own shapes.
+                Some(Lat::Known(t) | Lat::Fixed(t)) => with_shape_of(&strip(&declared), t),
+            };
+            self.locals[p.0 as usize].ty = t;
+        }
+    }
+
+    /// Processes the body; returns the result type (with layouts).
+    fn body(&mut self) -> Type {
+        let _ = self.take_body_inner();
+        self.ret.clone().unwrap_or(Type::Error)
+    }
+
+    fn take_body(&mut self) -> Expr {
+        self.take_body_inner()
+    }
+
+    fn take_body_inner(&mut self) -> Expr {
+        self.setup_params();
+        let mut body = self.body.take().unwrap_or_else(|| self.func.body.clone());
+        self.expr(&mut body);
+        let declared = &self.func.ret;
+        let target = if has_layout(declared) {
+            declared.clone()
+        } else if has_return(&body) {
+            strip(declared)
+        } else {
+            body.ty.clone()
+        };
+        if has_return(&body) {
+            let t = target.clone();
+            convert_returns(self, &mut body, &t);
+        }
+        let body = self.convert(body, &target, true);
+        self.ret = Some(target);
+        body
+    }
+
+    // ---------------------------------------------------------------- conversions
+
+    /// `e` redistributed to the layouts of `to`. `requested`: an annotation asks for it.
+    fn convert(&mut self, e: Expr, to: &Type, requested: bool) -> Expr {
+        match (&e.ty, to) {
+            (Type::Tensor(_), Type::Tensor(_)) => {
+                if has_rest(&e.ty) || has_rest(to) {
+                    return e;
+                }
+                let from = layout(&e.ty);
+                let want = layout(to);
+                if from == want {
+                    return e;
+                }
+                let mut e = e;
+                let mut cur = from.clone();
+                for d in 0..from.len() {
+                    if !from[d].is_empty() && want.get(d) != Some(&from[d]) {
+                        e = self.collective(Prim::AllGather, e, Some(d), from[d].clone(), requested);
+                        cur[d].clear();
+                        e.ty = with_layout(&e.ty, cur.clone());
+                    }
+                }
+                for d in 0..want.len() {
+                    if !want[d].is_empty() && cur.get(d) != Some(&want[d]) {
+                        e = self.collective(Prim::LocalSlice, e, Some(d), want[d].clone(), true);
+                        if let Some(c) = cur.get_mut(d) {
+                            c.clone_from(&want[d]);
+                        }
+                        e.ty = with_layout(&e.ty, cur.clone());
+                    }
+                }
+                e
+            }
+            (Type::Tuple(ts), Type::Tuple(us)) if ts.len() == us.len() => {
+                if ts == us || !ts.iter().zip(us).any(|(a, b)| strip_eq_differs(a, b)) {
+                    return e;
+                }
+                let us = us.clone();
+                if let ExprKind::Tuple(items) = e.kind {
+                    let items: Vec<Expr> =
+                        items.into_iter().zip(&us).map(|(x, u)| self.convert(x, u, requested)).collect();
+                    let ty = Type::Tuple(items.iter().map(|x| x.ty.clone()).collect());
+                    return Expr::new(ExprKind::Tuple(items), ty, e.span);
+                }
+                // Bind the tuple once, then rebuild it from its converted parts.
+                let span = e.span;
+                let tmp = self.temp(e.ty.clone());
+                let parts: Vec<Expr> = ts
+                    .clone()
+                    .iter()
+                    .zip(&us)
+                    .enumerate()
+                    .map(|(i, (t, u))| {
+                        let get = Expr::new(
+                            ExprKind::TupleGet(Box::new(Expr::new(ExprKind::Local(tmp), e.ty.clone(), span)), i),
+                            t.clone(),
+                            span,
+                        );
+                        self.convert(get, u, requested)
+                    })
+                    .collect();
+                let ty = Type::Tuple(parts.iter().map(|x| x.ty.clone()).collect());
+                let result = Expr::new(ExprKind::Tuple(parts), ty.clone(), span);
+                Expr::new(
+                    ExprKind::Block { stmts: vec![Stmt::Let { pat: Pat::Local(tmp), value: e }], result: Box::new(result) },
+                    ty,
+                    span,
+                )
+            }
+            _ => e,
+        }
+    }
+
+    /// A model value with every field whole (for `print`, `save`, `params`): built field by
+    /// field from gathered fields. Models of a type parameter stay as they are.
+    fn replicate_model(&mut self, e: Expr) -> Expr {
+        let Type::Model(id, args) = e.ty.clone() else { return e };
+        let model = self.prog.model(id);
+        if !model_has_layout(self.prog, id) {
+            return e;
+        }
+        let span = e.span;
+        let subst = model.arg_subst(&args);
+        let tmp = self.temp(e.ty.clone());
+        let mut fields = Vec::new();
+        for (i, f) in model.fields.iter().enumerate() {
+            let fty = subst.ty(&f.ty);
+            let fty = with_layout(&fty, layout(&f.ty));
+            let get = Expr::new(
+                ExprKind::Field(Box::new(Expr::new(ExprKind::Local(tmp), e.ty.clone(), span)), i),
+                fty.clone(),
+                span,
+            );
+            let whole = if matches!(fty, Type::Model(..)) { self.replicate_model(get) } else { self.convert(get, &strip(&fty), true) };
+            fields.push(whole);
+        }
+        let ty = e.ty.clone();
+        let build = Expr::new(ExprKind::ModelBuild { fields }, ty.clone(), span);
+        Expr::new(
+            ExprKind::Block { stmts: vec![Stmt::Let { pat: Pat::Local(tmp), value: e }], result: Box::new(build) },
+            ty,
+            span,
+        )
+    }
+
+    fn temp(&mut self, ty: Type) -> Local {
+        self.locals.push(LocalInfo { name: crate::ir::Name(0), ty, mutable: false });
+        Local(self.locals.len() as u32 - 1)
+    }
+
+    /// Wraps `e` in a collective over `axes` (on dim `dim` for gathers and slices).
+    fn collective(&mut self, p: Prim, e: Expr, dim: Option<usize>, axes: Vec<AxisId>, requested: bool) -> Expr {
+        let span = e.span;
+        let ty = e.ty.clone();
+        if self.emit && p != Prim::LocalSlice {
+            self.record(p, &ty, &axes, span, requested);
+        }
+        let attrs = Attrs { axis: dim, mesh_axes: axes, ..Attrs::default() };
+        Expr::new(ExprKind::Prim { prim: p, args: vec![e], attrs: Box::new(attrs) }, ty, span)
+    }
+
+    fn record(&mut self, p: Prim, ty: &Type, axes: &[AxisId], span: SpanId, requested: bool) {
+        let Type::Tensor(tt) = ty else { return };
+        let elem = tt.elem.materialise();
+        // This rank's block: the global size over the parts of every split dim.
+        let l = layout(ty);
+        let mut n = Dim::constant(elem_bytes(tt.elem));
+        let mut parts = 1;
+        for (i, item) in tt.shape.iter().enumerate() {
+            if let ShapeItem::Dim(d) = item {
+                n = n.mul(d);
+            }
+            parts *= self.mesh.parts(l.get(i).map(Vec::as_slice).unwrap_or(&[]));
+        }
+        let bytes = n.div(&Dim::constant(parts)).unwrap_or(n);
+        let names: Vec<String> = axes.iter().map(|a| self.mesh.names[a.0 as usize].clone()).collect();
+        let shape = crate::types::shape_str(&tt.shape, self.prog);
+        let bytes = crate::types::dim_str(&bytes, self.prog);
+        let span_v = self.prog.span(span);
+        if !requested {
+            let what = match p {
+                Prim::AllGather => "all-gather",
+                Prim::AllReduceSum | Prim::AllReduceMean | Prim::AllReduceMax | Prim::AllReduceMin => "all-reduce",
+                Prim::ReduceScatter => "reduce-scatter",
+                _ => "collective",
+            };
+            self.warnings.push(
+                Diagnostic::warning(
+                    Code::W0510,
+                    span_v,
+                    format!(
+                        "an {what} over `{}` of {}{shape} ({bytes} bytes per rank) is inserted here",
+                        names.join(", "),
+                        elem.name()
+                    ),
+                )
+                .label("the operands' layouts disagree")
+                .with_help("annotate the layout you want (e.g. on a `let`) or shard the operands alike"),
+            );
+        }
+        self.inserted.push(Inserted {
+            span: span_v,
+            prim: p,
+            axes: names,
+            elem: elem.name().to_string(),
+            shape,
+            bytes,
+            requested,
+        });
+    }
+
+    // ---------------------------------------------------------------- expressions
+
+    fn expr(&mut self, e: &mut Expr) {
+        match &mut e.kind {
+            ExprKind::Lit(_) | ExprKind::Const(_) | ExprKind::DimValue(_) | ExprKind::FuncRef(_) => {
+                e.ty = strip(&e.ty);
+            }
+            ExprKind::Local(l) => e.ty = self.locals[l.0 as usize].ty.clone(),
+            ExprKind::Closure { id, captures } => {
+                let tys: Vec<Type> = captures.iter().map(|l| self.locals[l.0 as usize].ty.clone()).collect();
+                for (_, f) in self.prog.closures.get(id.0 as usize).map(|c| c.instances.clone()).unwrap_or_default() {
+                    let mut args = tys.clone();
+                    let n = self.prog.func(f).params.len();
+                    while args.len() < n {
+                        args.push(Type::Error);
+                    }
+                    self.obs.push((f, args));
+                }
+            }
+            ExprKind::Prim { .. } => rules::prim(self, e),
+            ExprKind::Call { func, args, .. } => {
+                let g = *func;
+                for a in args.iter_mut() {
+                    self.expr(a);
+                }
+                self.call_args(g, args);
+                e.ty = self.ret_of(g, &e.ty);
+            }
+            ExprKind::CallValue { callee, target, args } => {
+                self.expr(callee);
+                for a in args.iter_mut() {
+                    self.expr(a);
+                }
+                let static_target = crate::ir::derived::target_func(self.prog, target)
+                    .filter(|g| self.prog.func(*g).n_captures == 0 && !matches!(target, FnTarget::Dynamic));
+                match static_target {
+                    Some(g) => {
+                        self.call_args(g, args);
+                        e.ty = self.ret_of(g, &e.ty);
+                    }
+                    None => {
+                        self.replicate_all(args);
+                        e.ty = strip(&e.ty);
+                    }
+                }
+            }
+            ExprKind::Transform { callee, .. } => {
+                self.expr(callee);
+            }
+            ExprKind::Jvp { callee, primals, tangents, target } => {
+                self.expr(callee);
+                for a in primals.iter_mut().chain(tangents.iter_mut()) {
+                    self.expr(a);
+                }
+                let jf = crate::ir::derived::target_func(self.prog, target)
+                    .and_then(|f| self.prog.derived.funcs.get(&(f, crate::ir::derived::Mode::Jvp)).copied());
+                let mut all: Vec<&mut Expr> = primals.iter_mut().chain(tangents.iter_mut()).collect();
+                match jf {
+                    Some(g) => {
+                        let tys: Vec<Type> = all.iter().map(|a| a.ty.clone()).collect();
+                        self.obs.push((g, tys));
+                        for (i, a) in all.iter_mut().enumerate() {
+                            let want = self.param_ty(g, i, &a.ty);
+                            let x = std::mem::replace(&mut **a, dummy());
+                            **a = self.convert(x, &want, false);
+                        }
+                        e.ty = self.ret_of(g, &e.ty);
+                    }
+                    None => {
+                        for a in all.iter_mut() {
+                            let x = std::mem::replace(&mut **a, dummy());
+                            let t = strip(&x.ty);
+                            **a = self.convert(x, &t, false);
+                        }
+                        e.ty = strip(&e.ty);
+                    }
+                }
+            }
+            ExprKind::Vjp { callee, primals, .. } => {
+                self.expr(callee);
+                for a in primals.iter_mut() {
+                    self.expr(a);
+                }
+                self.replicate_all(primals);
+                e.ty = strip(&e.ty);
+            }
+            ExprKind::Tuple(items) => {
+                for a in items.iter_mut() {
+                    self.expr(a);
+                }
+                e.ty = Type::Tuple(items.iter().map(|a| a.ty.clone()).collect());
+            }
+            ExprKind::TupleGet(a, i) => {
+                self.expr(a);
+                if let Type::Tuple(ts) = &a.ty {
+                    if let Some(t) = ts.get(*i) {
+                        e.ty = t.clone();
+                    }
+                }
+            }
+            ExprKind::Field(a, i) => {
+                self.expr(a);
+                if let Type::Model(id, _) = &a.ty {
+                    if let Some(f) = self.prog.model(*id).fields.get(*i) {
+                        e.ty = with_layout(&e.ty, layout(&f.ty));
+                    }
+                }
+            }
+            ExprKind::ModelInit { seed, .. } => self.expr(seed),
+            ExprKind::ModelBuild { fields } => {
+                for a in fields.iter_mut() {
+                    self.expr(a);
+                }
+                if let Type::Model(id, _) = &e.ty {
+                    let decl: Vec<Type> = self.prog.model(*id).fields.iter().map(|f| f.ty.clone()).collect();
+                    for (a, d) in fields.iter_mut().zip(decl) {
+                        if matches!(a.ty, Type::Tensor(_)) {
+                            let want = with_layout(&a.ty, layout(&d));
+                            let x = std::mem::replace(a, dummy());
+                            *a = self.convert(x, &want, true);
+                        }
+                    }
+                }
+            }
+            ExprKind::Block { stmts, result } => {
+                let old = std::mem::take(stmts);
+                let mut it = old.into_iter().peekable();
+                while let Some(mut s) = it.next() {
+                    if let Some(bind) = self.split_bind(&mut s, &mut it) {
+                        stmts.extend(bind);
+                        continue;
+                    }
+                    self.stmt(&mut s);
+                    stmts.push(s);
+                }
+                self.expr(result);
+                e.ty = result.ty.clone();
+            }
+            ExprKind::If { cond, then, els } => {
+                self.expr(cond);
+                self.to_whole(cond);
+                self.expr(then);
+                self.expr(els);
+                let t = then.ty.clone();
+                let x = std::mem::replace(&mut **els, dummy());
+                **els = self.convert(x, &t, false);
+                e.ty = t;
+            }
+            ExprKind::ForRange { start, end, body, .. } => {
+                self.expr(start);
+                self.expr(end);
+                self.expr(body);
+                e.ty = strip(&e.ty);
+            }
+            ExprKind::ForBatches { vars, data, size, shuffle, body } => {
+                for d in data.iter_mut() {
+                    self.expr(d);
+                    self.to_whole(d);
+                }
+                for v in vars.iter() {
+                    let t = strip(&self.locals[v.0 as usize].ty);
+                    self.locals[v.0 as usize].ty = t;
+                }
+                self.expr(size);
+                if let Some(s) = shuffle {
+                    self.expr(s);
+                }
+                self.expr(body);
+                e.ty = strip(&e.ty);
+            }
+            ExprKind::While { cond, body } => {
+                self.expr(cond);
+                self.to_whole(cond);
+                self.expr(body);
+                e.ty = strip(&e.ty);
+            }
+            ExprKind::Return(a) => self.expr(a),
+        }
+    }
+
+    fn stmt(&mut self, s: &mut Stmt) {
+        match s {
+            Stmt::Let { pat, value } => {
+                self.expr(value);
+                if let Pat::Local(l) = pat {
+                    let declared = &self.func.locals[l.0 as usize].ty;
+                    if has_layout(declared) {
+                        let want = declared.clone();
+                        let x = std::mem::replace(value, dummy());
+                        *value = self.convert(x, &want, true);
+                    }
+                }
+                self.bind(pat, &value.ty.clone());
+            }
+            Stmt::Assign { pat, value } => {
+                self.expr(value);
+                if let Pat::Local(l) = pat {
+                    let want = self.locals[l.0 as usize].ty.clone();
+                    let x = std::mem::replace(value, dummy());
+                    *value = self.convert(x, &want, false);
+                } else {
+                    // Destructuring assignment: every part to the layout its variable has.
+                    let want = self.pat_ty(pat, &value.ty);
+                    let x = std::mem::replace(value, dummy());
+                    *value = self.convert(x, &want, false);
+                }
+            }
+            Stmt::BindDims { .. } => {}
+            Stmt::Expr(v) => self.expr(v),
+        }
+    }
+
+    /// `let x: f32[N @dp, 64] = load(f)` followed by the binding of `N`: the dims are bound from
+    /// the whole value (global sizes), then `x` keeps its block.
+    fn split_bind(
+        &mut self,
+        s: &mut Stmt,
+        rest: &mut std::iter::Peekable<std::vec::IntoIter<Stmt>>,
+    ) -> Option<Vec<Stmt>> {
+        let Stmt::Let { pat: Pat::Local(l), value } = s else { return None };
+        let l = *l;
+        let declared = self.func.locals[l.0 as usize].ty.clone();
+        if !has_layout(&declared) || !matches!(rest.peek(), Some(Stmt::BindDims { local, .. }) if *local == l) {
+            return None;
+        }
+        let Some(Stmt::BindDims { dims, rank, span, .. }) = rest.next() else { return None };
+        let mut value = std::mem::replace(value, dummy());
+        self.expr(&mut value);
+        let tmp = self.temp(value.ty.clone());
+        let read = Expr::new(ExprKind::Local(tmp), value.ty.clone(), value.span);
+        let block = self.convert(read, &declared, true);
+        self.locals[l.0 as usize].ty = block.ty.clone();
+        Some(vec![
+            Stmt::Let { pat: Pat::Local(tmp), value },
+            Stmt::BindDims { local: tmp, dims, rank, span },
+            Stmt::Let { pat: Pat::Local(l), value: block },
+        ])
+    }
+
+    fn pat_ty(&self, p: &Pat, t: &Type) -> Type {
+        match (p, t) {
+            (Pat::Local(l), _) => self.locals[l.0 as usize].ty.clone(),
+            (Pat::Tuple(ps), Type::Tuple(ts)) => Type::Tuple(ps.iter().zip(ts).map(|(p, t)| self.pat_ty(p, t)).collect()),
+            (_, t) => t.clone(),
+        }
+    }
+
+    fn bind(&mut self, p: &Pat, t: &Type) {
+        match (p, t) {
+            (Pat::Local(l), t) => self.locals[l.0 as usize].ty = t.clone(),
+            (Pat::Tuple(ps), Type::Tuple(ts)) => {
+                for (p, t) in ps.iter().zip(ts) {
+                    self.bind(p, t);
+                }
+            }
+            (Pat::Tuple(ps), _) => {
+                for p in ps {
+                    self.bind(p, &Type::Error);
+                }
+            }
+            (Pat::Ignore, _) => {}
+        }
+    }
+
+    /// The layout a callee's parameter `i` expects; `given` where it is still unknown.
+    fn param_ty(&self, g: crate::types::FuncId, i: usize, given: &Type) -> Type {
+        match self.st.params.get(g.0 as usize).and_then(|p| p.get(i)) {
+            Some(Lat::Known(t)) => with_shape_of(given, t),
+            Some(Lat::Fixed(Type::Error)) => strip(given),
+            Some(Lat::Fixed(t)) => with_shape_of(given, t),
+            Some(Lat::Unknown) | None => given.clone(),
+        }
+    }
+
+    fn call_args(&mut self, g: crate::types::FuncId, args: &mut [Expr]) {
+        self.obs.push((g, args.iter().map(|a| a.ty.clone()).collect()));
+        for (i, a) in args.iter_mut().enumerate() {
+            let want = self.param_ty(g, i, &a.ty);
+            let fixed = matches!(self.st.params.get(g.0 as usize).and_then(|p| p.get(i)), Some(Lat::Fixed(t)) if has_layout(t));
+            let x = std::mem::replace(a, dummy());
+            *a = self.convert(x, &want, fixed);
+        }
+    }
+
+    fn ret_of(&self, g: crate::types::FuncId, ty: &Type) -> Type {
+        match self.st.rets.get(g.0 as usize).and_then(Option::as_ref) {
+            Some(t) => with_shape_of(ty, t),
+            None => strip(ty),
+        }
+    }
+
+    fn replicate_all(&mut self, args: &mut [Expr]) {
+        for a in args.iter_mut() {
+            self.to_whole(a);
+        }
+    }
+
+    /// Makes `a` whole on every rank (a requested redistribution: I/O and unknown callees).
+    fn to_whole(&mut self, a: &mut Expr) {
+        let x = std::mem::replace(a, dummy());
+        *a = if matches!(x.ty, Type::Model(..)) {
+            self.replicate_model(x)
+        } else {
+            let t = strip(&x.ty);
+            self.convert(x, &t, true)
+        };
+    }
+}
+
+/// The layouts of `t` on the shapes of `given` (a callee's view of the caller's value).
+fn with_shape_of(given: &Type, t: &Type) -> Type {
+    match (given, t) {
+        (Type::Tensor(_), Type::Tensor(_)) => with_layout(given, layout(t)),
+        (Type::Tuple(gs), Type::Tuple(ts)) if gs.len() == ts.len() => {
+            Type::Tuple(gs.iter().zip(ts).map(|(g, t)| with_shape_of(g, t)).collect())
+        }
+        _ => given.clone(),
+    }
+}
+
+fn strip_eq_differs(a: &Type, b: &Type) -> bool {
+    match (a, b) {
+        (Type::Tensor(_), Type::Tensor(_)) => layout(a) != layout(b),
+        (Type::Tuple(x), Type::Tuple(y)) => x.iter().zip(y).any(|(a, b)| strip_eq_differs(a, b)),
+        _ => false,
+    }
+}
+
+fn model_has_layout(prog: &Program, id: crate::types::ModelId) -> bool {
+    prog.model(id).fields.iter().any(|f| match &f.ty {
+        Type::Model(m, _) => model_has_layout(prog, *m),
+        t => has_layout(t),
+    })
+}
+
+fn elem_bytes(e: Elem) -> i64 {
+    match e.materialise() {
+        crate::types::ElemTy::F64 => 8,
+        crate::types::ElemTy::Bool => 1,
+        crate::types::ElemTy::Bf16 | crate::types::ElemTy::F16 => 2,
+        _ => 4,
+    }
+}
+
+fn has_return(e: &Expr) -> bool {
+    let mut found = matches!(e.kind, ExprKind::Return(_));
+    crate::ir::walk::children(e, &mut |c| found |= has_return(c));
+    found
+}
+
+fn convert_returns(cx: &mut Fcx, e: &mut Expr, t: &Type) {
+    if let ExprKind::Return(a) = &mut e.kind {
+        let x = std::mem::replace(&mut **a, dummy());
+        **a = cx.convert(x, t, true);
+        return;
+    }
+    crate::ir::walk::children_mut(e, &mut |c| convert_returns(cx, c, t));
+}
+
+/// A placeholder while a node is moved out and back.
+fn dummy() -> Expr {
+    Expr { kind: ExprKind::Lit(crate::ir::Lit::Bool(false)), ty: Type::Error, span: SpanId(0), id: crate::ir::ExprId(0) }
+}
