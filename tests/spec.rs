@@ -76,6 +76,26 @@ fn run() -> bool {
                     );
                 }
             }
+            if actual_kind == "output" {
+                if let Some(n) = mesh_devices(&b.code) {
+                    match mpi_outcome(&b.code, &root, n, &label) {
+                        Ok(None) => {}
+                        Ok(Some(out)) if same_up_to_rounding(&out, &actual) => {}
+                        Ok(Some(out)) => {
+                            failed += 1;
+                            let _ = writeln!(
+                                report,
+                                "\n--- {label} [mpirun -n {n}]\n{}one process:\n```output\n{actual}```\n{n} ranks:\n```\n{out}```",
+                                b.code
+                            );
+                        }
+                        Err(e) => {
+                            failed += 1;
+                            let _ = writeln!(report, "\n--- {label} [mpirun -n {n}]\n{}{e}", b.code);
+                        }
+                    }
+                }
+            }
             let ok = match (&b.expect, actual_kind) {
                 (Some((k, _, _, content)), ak) => k == ak && content == &actual,
                 (None, "output") => !actual.contains("error["),
@@ -125,4 +145,60 @@ fn run() -> bool {
     println!("spec [jit -O2]: {loops_native} native runs of scalar loops, {loops_interp} interpreted loop runs");
     println!("spec [jit -O2]: {bodies} function bodies compiled to native code, {bodies_interp} interpreted");
     failed == 0
+}
+
+/// The number of ranks a block's `mesh M[a = 2, b = 2]` declares (none for fewer than two).
+fn mesh_devices(code: &str) -> Option<usize> {
+    let line = code.lines().find(|l| l.trim_start().starts_with("mesh "))?;
+    let inner = line.split_once('[')?.1.split_once(']')?.0;
+    let n: usize = inner.split(',').filter_map(|p| p.split_once('=')?.1.trim().parse::<usize>().ok()).product();
+    (n > 1).then_some(n)
+}
+
+/// Runs a block under `mpirun -n n` (interpreter); `Ok(None)` when `mpirun` is absent (said once).
+fn mpi_outcome(code: &str, root: &Path, n: usize, label: &str) -> Result<Option<String>, String> {
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    if std::process::Command::new("mpirun").arg("--version").output().is_err() {
+        WARNED.call_once(|| println!("spec: skipping the multi-rank runs of mesh blocks: `mpirun` is not installed"));
+        return Ok(None);
+    }
+    let dir = std::env::temp_dir().join(format!("msl-spec-mpi-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let file = dir.join(format!("{}.msl", label.replace([':', '.'], "_")));
+    std::fs::write(&file, code).map_err(|e| e.to_string())?;
+    let out = std::process::Command::new("mpirun")
+        .args(["-n", &n.to_string(), "--oversubscribe"])
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
+        .arg(env!("CARGO_BIN_EXE_msl"))
+        .arg("run")
+        .arg(&file)
+        .current_dir(root)
+        .output()
+        .map_err(|e| e.to_string())?;
+    let _ = std::fs::remove_file(&file);
+    if !out.status.success() {
+        return Err(format!(
+            "exit {:?}\nstdout:\n{}stderr:\n{}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(Some(String::from_utf8_lossy(&out.stdout).into_owned()))
+}
+
+/// Equal outputs up to float rounding: the same words, and numbers within 1e-5 relative (a
+/// sharded sum adds in another order).
+fn same_up_to_rounding(a: &str, b: &str) -> bool {
+    let split = |s: &str| -> Vec<String> {
+        s.split(|c: char| c.is_whitespace() || "[](),".contains(c)).filter(|w| !w.is_empty()).map(str::to_string).collect()
+    };
+    let (wa, wb) = (split(a), split(b));
+    wa.len() == wb.len()
+        && wa.iter().zip(&wb).all(|(x, y)| match (x.parse::<f64>(), y.parse::<f64>()) {
+            (Ok(p), Ok(q)) => (p - q).abs() <= 1e-5 * p.abs().max(q.abs()) + 1e-6,
+            _ => x == y,
+        })
 }
