@@ -260,9 +260,6 @@ fn collectives_text(c: &mut lang::check::Checked, f: &std::path::Path) -> String
         return format!("{}: no mesh, so no collectives\n", f.display());
     };
     let report = lang::shard::run(&mut c.program);
-    if std::env::var_os("MSL_DUMP_SHARDED").is_some() {
-        eprint!("{}", lang::ir::dump::dump(&c.program));
-    }
     let axes: Vec<String> = mesh.names.iter().zip(&mesh.sizes).map(|(n, s)| format!("{n} = {s}")).collect();
     let mut out = format!("{}: {} collectives on mesh [{}]\n", f.display(), report.collectives.len(), axes.join(", "));
     for k in &report.collectives {

@@ -178,6 +178,7 @@ fn mpi_outcome(code: &str, root: &Path, n: usize, label: &str) -> Result<Option<
         .output()
         .map_err(|e| e.to_string())?;
     let _ = std::fs::remove_file(&file);
+    let _ = std::fs::remove_dir(&dir);
     if !out.status.success() {
         return Err(format!(
             "exit {:?}\nstdout:\n{}stderr:\n{}",

@@ -112,7 +112,11 @@ pub fn run(prog: &mut Program) -> Report {
                 let next = match &*slot {
                     Lat::Unknown => Lat::Known(a),
                     Lat::Known(t) if *t == a => continue,
-                    Lat::Known(t) => Lat::Fixed(strip(t)),
+                    Lat::Known(t) => match join(t, &a) {
+                        Some(j) if j == *t => continue,
+                        Some(j) => Lat::Known(j),
+                        None => Lat::Fixed(strip(t)),
+                    },
                     Lat::Fixed(_) => continue,
                 };
                 *slot = next;
@@ -138,6 +142,34 @@ pub fn run(prog: &mut Program) -> Report {
     prog.funcs = out;
     report.collectives.sort_by_key(|c| (c.span.file, c.span.start));
     report
+}
+
+/// The layout a parameter takes for callers that pass `a` and `b`: a dim split by one and whole
+/// in the other stays split (the whole caller slices it for free). `None` when two callers
+/// split a dim differently: the parameter is then whole for good.
+fn join(a: &Type, b: &Type) -> Option<Type> {
+    match (a, b) {
+        (Type::Tensor(_), Type::Tensor(_)) => {
+            let (la, lb) = (layout(a), layout(b));
+            let mut out = Vec::with_capacity(la.len());
+            for (x, y) in la.iter().zip(&lb) {
+                out.push(match (x.is_empty(), y.is_empty()) {
+                    _ if x == y => x.clone(),
+                    (true, _) => y.clone(),
+                    (_, true) => x.clone(),
+                    _ => return None,
+                });
+            }
+            let mut l = out;
+            rules::unique(&mut l);
+            Some(with_layout(a, l))
+        }
+        (Type::Tuple(xs), Type::Tuple(ys)) if xs.len() == ys.len() => {
+            Some(Type::Tuple(xs.iter().zip(ys).map(|(x, y)| join(x, y)).collect::<Option<Vec<_>>>()?))
+        }
+        _ if a == b => Some(a.clone()),
+        _ => None,
+    }
 }
 
 fn has_dynamic_call(e: &Expr) -> bool {

@@ -244,7 +244,7 @@ fn elementwise(cx: &mut Fcx, args: &mut [Expr], out_ty: &Type) -> L {
 }
 
 /// Drops a later dim's split over an axis an earlier dim already uses.
-fn unique(l: &mut L) {
+pub(super) fn unique(l: &mut L) {
     let mut used: Vec<AxisId> = Vec::new();
     for d in l.iter_mut() {
         if d.iter().any(|a| used.contains(a)) {
