@@ -1,0 +1,227 @@
+//! Sharded programs on many processes (LANGUAGE.md §8 *Running*): `msl run --ranks N` and
+//! `mpirun -n N msl run` print what one process prints; a job whose size differs from the mesh,
+//! a size that does not split, a failing or killed rank all end the job with a message, never a
+//! hang; `--mesh` and `msl check --emit collectives`. Every test that needs `mpirun` says so and
+//! returns where it is absent (scripts/setup.sh installs Open MPI).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const MLP: &str = r#"use nn
+
+mesh M[dp = 2, mp = 2]
+
+model Mlp[I, H, O] {
+    w1: f32[I, H @mp] = he_normal(I, H)
+    b1: f32[H @mp]    = zeros(H)
+    w2: f32[H @mp, O] = he_normal(H, O)
+    b2: f32[O]        = zeros(O)
+}
+
+fn loss[N, I, H, O](m: Mlp[I, H, O], x: f32[N @dp, I], y: i32[N @dp]) -> f32 {
+    let h = relu(x @ m.w1 + m.b1)
+    mean(nn.cross_entropy(h @ m.w2 + m.b2, y))
+}
+
+fn main() {
+    var m = init(Mlp[4, 8, 3], seed: 1)
+    let x = normal(16, 4, seed: 2)
+    let y = i32(floor(uniform(16, seed: 3) * 2.99))
+    for step in 0..4 {
+        let (l, g) = value_and_grad(loss)(m, x, y)
+        m = m - 0.5 * g
+        print(step, l)
+    }
+    print(m.w1)
+}
+"#;
+
+fn scratch(name: &str, files: &[(&str, &str)]) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("mpi-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("create scratch dir");
+    for (f, text) in files {
+        std::fs::write(dir.join(f), text).expect("write test file");
+    }
+    dir
+}
+
+fn have_mpirun(test: &str) -> bool {
+    let ok = Command::new("mpirun").arg("--version").output().is_ok_and(|o| o.status.success());
+    if !ok {
+        println!("skipping {test}: `mpirun` is not installed (scripts/setup.sh installs Open MPI)");
+    }
+    ok
+}
+
+fn msl(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_msl"))
+        .args(args)
+        .current_dir(dir)
+        .env("NO_COLOR", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run msl")
+}
+
+fn mpirun(dir: &Path, n: usize, args: &[&str]) -> Output {
+    Command::new("mpirun")
+        .args(["-n", &n.to_string(), "--oversubscribe"])
+        .arg(env!("CARGO_BIN_EXE_msl"))
+        .args(args)
+        .current_dir(dir)
+        .env("NO_COLOR", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run mpirun")
+}
+
+fn text(o: &Output) -> (String, String) {
+    (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+/// Same lines, numbers within 1e-5 relative.
+fn close(a: &str, b: &str) -> bool {
+    let words = |s: &str| -> Vec<String> {
+        s.split(|c: char| c.is_whitespace() || "[](),".contains(c)).filter(|w| !w.is_empty()).map(String::from).collect()
+    };
+    let (x, y) = (words(a), words(b));
+    x.len() == y.len()
+        && x.iter().zip(&y).all(|(p, q)| match (p.parse::<f64>(), q.parse::<f64>()) {
+            (Ok(u), Ok(v)) => (u - v).abs() <= 1e-5 * u.abs().max(v.abs()) + 1e-6,
+            _ => p == q,
+        })
+}
+
+#[test]
+fn four_ranks_print_what_one_process_prints_in_every_engine() {
+    if !have_mpirun("four_ranks_print_what_one_process_prints_in_every_engine") {
+        return;
+    }
+    let dir = scratch("mlp", &[("mlp.msl", MLP)]);
+    let one = msl(&dir, &["run", "mlp.msl"]);
+    assert!(one.status.success(), "{:?}", text(&one));
+    let (want, _) = text(&one);
+    assert_eq!(want.lines().count(), 5);
+    for engine in [&["run", "--ranks", "4", "mlp.msl"][..], &["run", "--ranks", "4", "--mode", "jit", "-O2", "mlp.msl"]]
+    {
+        let four = msl(&dir, engine);
+        let (got, err) = text(&four);
+        assert!(four.status.success(), "{engine:?}: {err}");
+        assert!(close(&got, &want), "{engine:?}\none process:\n{want}\nfour ranks:\n{got}");
+        assert!(!err.contains("W0510"), "the contract's MLP needs no unrequested redistribution: {err}");
+    }
+    // `mpirun` started by hand gives the same.
+    let (got, err) = text(&mpirun(&dir, 4, &["run", "mlp.msl"]));
+    assert!(close(&got, &want), "{got}\n{err}");
+}
+
+#[test]
+fn a_job_whose_size_differs_from_the_mesh_stops_before_any_work() {
+    if !have_mpirun("a_job_whose_size_differs_from_the_mesh_stops_before_any_work") {
+        return;
+    }
+    let dir = scratch("size", &[("mlp.msl", MLP)]);
+    let o = msl(&dir, &["run", "--ranks", "2", "mlp.msl"]);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(out.is_empty(), "no work may run: {out}");
+    assert!(err.contains("the mesh has 4 devices (dp = 2, mp = 2) but this job has 2 processes"), "{err}");
+    // `--mesh` makes the same file fit two ranks, and prints what one process prints.
+    let two = msl(&dir, &["run", "--ranks", "2", "--mesh", "dp=2,mp=1", "mlp.msl"]);
+    let (got, err) = text(&two);
+    assert!(two.status.success(), "{err}");
+    let (want, _) = text(&msl(&dir, &["run", "mlp.msl"]));
+    assert!(close(&got, &want), "{got}\n{want}");
+}
+
+#[test]
+fn a_failing_rank_names_itself_and_ends_the_job() {
+    if !have_mpirun("a_failing_rank_names_itself_and_ends_the_job") {
+        return;
+    }
+    // Five rows do not split over two ranks: found where the size is bound.
+    let prog = "mesh M[dp = 2]\nfn main() {\n    let x: f32[N @dp] = load(\"x.csv\")\n    print(sum(x))\n}\n";
+    let dir = scratch("fail", &[("bad.msl", prog), ("x.csv", "1\n2\n3\n4\n5\n")]);
+    let t = Instant::now();
+    let o = msl(&dir, &["run", "--ranks", "2", "bad.msl"]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("does not split evenly over `dp` (2 parts)") && err.contains("rank "), "{err}");
+    assert!(t.elapsed() < Duration::from_secs(30));
+}
+
+#[test]
+fn a_killed_rank_ends_the_job_within_seconds() {
+    if !have_mpirun("a_killed_rank_ends_the_job_within_seconds") {
+        return;
+    }
+    let prog = "mesh M[dp = 2]\nfn f[N](x: f32[N @dp]) -> f32 { sum(x) }\nfn main() {\n    var t = 0.0\n    \
+                for i in 0..100000000 { t = t + f(ones(8)) }\n    print(t)\n}\n";
+    let dir = scratch("kill", &[("long.msl", prog)]);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_msl"))
+        .args(["run", "--ranks", "2", "long.msl"])
+        .current_dir(&dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start");
+    // Find a rank: a process running this file whose parent is `mpirun`.
+    let start = Instant::now();
+    let victim = loop {
+        let out = Command::new("pgrep").args(["-f", "long.msl"]).output().expect("pgrep");
+        let pids: Vec<u32> =
+            String::from_utf8_lossy(&out.stdout).split_whitespace().filter_map(|p| p.parse().ok()).collect();
+        let ranks: Vec<u32> = pids
+            .into_iter()
+            .filter(|p| {
+                let stat = std::fs::read_to_string(format!("/proc/{p}/cmdline")).unwrap_or_default();
+                !stat.contains("--ranks") && !stat.starts_with("mpirun")
+            })
+            .collect();
+        if ranks.len() >= 2 {
+            break ranks[1];
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "the ranks never started");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    let _ = Command::new("kill").args(["-9", &victim.to_string()]).status();
+    let t = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            assert!(!status.success(), "a killed rank must fail the job");
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(20), "the job hung after a rank was killed");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn mesh_flags_and_the_collectives_listing() {
+    let dir = scratch("flags", &[("mlp.msl", MLP)]);
+    let o = msl(&dir, &["check", "--emit", "collectives", "mlp.msl"]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(out.contains("collectives on mesh [dp = 2, mp = 2]"), "{out}");
+    assert!(out.contains("all_reduce_sum  over mp  f32[N, O]"), "the row-parallel partial sum: {out}");
+    assert!(out.contains("all_reduce_sum  over dp  f32[I, H]"), "the data-parallel gradient of w1: {out}");
+    // A `--mesh` axis the file lacks, and a malformed one.
+    let o = msl(&dir, &["check", "--mesh", "tp=2", "mlp.msl"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o).1.contains("`--mesh` names axis `tp`, which mesh `M` does not declare"), "{:?}", text(&o));
+    let o = msl(&dir, &["run", "--mesh", "dp=two", "mlp.msl"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).1.contains("must be a positive integer"));
+    // `--mesh` sizes that do not divide a static dim.
+    let o = msl(&dir, &["check", "--mesh", "dp=2,mp=3", "mlp.msl"]);
+    assert!(o.status.success(), "the MLP's dims are generic: {:?}", text(&o));
+    // Without a launcher a mesh runs on one process, every layout whole.
+    let o = msl(&dir, &["run", "mlp.msl"]);
+    assert!(o.status.success());
+}
