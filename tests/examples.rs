@@ -74,3 +74,29 @@ fn md_example_conserves_energy_to_1e_3() {
     let drift = figure(&out, "max relative drift");
     assert!(drift < 1e-3, "drift {drift}:\n{out}");
 }
+
+/// The sharded digits MLP (`examples/parallel`): on one process it reaches the accuracy of the
+/// plain one, and on four ranks (`dp = 2, mp = 2`) it prints the same lines (skipped with a
+/// message where `mpirun` is absent).
+#[test]
+fn parallel_example_on_four_ranks_prints_what_one_process_prints() {
+    let one = run_example("examples/parallel/train.msl");
+    assert!(figure(&one, "test_acc") >= 0.96, "{one}");
+    if Command::new("mpirun").arg("--version").output().is_err() {
+        println!("skipping the four-rank run of examples/parallel: `mpirun` is not installed");
+        return;
+    }
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/parallel/train.msl");
+    let out = msl().args(["run", "--ranks", "4"]).arg(&file).output().unwrap();
+    let four = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{four}\n{}", String::from_utf8_lossy(&out.stderr));
+    let words = |s: &str| s.split_whitespace().map(str::to_string).collect::<Vec<_>>();
+    let (a, b) = (words(&one), words(&four));
+    assert_eq!(a.len(), b.len(), "{one}\n{four}");
+    for (x, y) in a.iter().zip(&b) {
+        match (x.parse::<f64>(), y.parse::<f64>()) {
+            (Ok(p), Ok(q)) => assert!((p - q).abs() <= 1e-5 * p.abs().max(1.0), "{one}\n{four}"),
+            _ => assert_eq!(x, y),
+        }
+    }
+}

@@ -13,6 +13,7 @@ use crate::diag::{Code, Diagnostic};
 use crate::dist::Mesh;
 use crate::ir::{Attrs, Expr, ExprKind, FnTarget, Func, Local, LocalInfo, Pat, Prim, Program, SpanId, Stmt};
 use crate::types::{AxisId, Dim, Elem, Layout, ShapeItem, TensorTy, Type};
+use std::collections::HashMap;
 
 /// One collective the pass inserted.
 #[derive(Clone, Debug)]
@@ -46,8 +47,21 @@ enum Lat {
 }
 
 struct State {
+    /// The parameters of each function as a value (what calls through `grad`, closures and
+    /// function values see): joined over the calls seen.
     params: Vec<Vec<Lat>>,
     rets: Vec<Option<Type>>,
+    /// Copies of functions for the layouts their direct calls pass (like a template per
+    /// argument type): the copy `specs[i]` becomes function `funcs.len() + i`.
+    specs: Vec<Spec>,
+    spec_index: HashMap<(crate::types::FuncId, String), usize>,
+    n_funcs: usize,
+}
+
+struct Spec {
+    base: usize,
+    params: Vec<Type>,
+    ret: Option<Type>,
 }
 
 /// Partitions every function of `prog` for its mesh. Does nothing without a mesh.
@@ -79,6 +93,9 @@ pub fn run(prog: &mut Program) -> Report {
             })
             .collect(),
         rets: vec![None; pristine.len()],
+        specs: Vec::new(),
+        spec_index: HashMap::new(),
+        n_funcs: pristine.len(),
     };
     if dynamic {
         // A function value called where the callee is known only at run time receives
@@ -95,15 +112,26 @@ pub fn run(prog: &mut Program) -> Report {
             });
         }
     }
-    for _round in 0..12 {
+    for _round in 0..16 {
         let mut changed = false;
         let mut obs = Vec::new();
-        for (i, f) in pristine.iter().enumerate() {
-            let mut cx = Fcx::new(prog, &mesh, &st, f, i, false);
+        let mut calls = Vec::new();
+        let n_specs = st.specs.len();
+        for i in 0..pristine.len() + n_specs {
+            let (base, params) = match i.checked_sub(pristine.len()) {
+                None => (i, None),
+                Some(j) => (st.specs[j].base, Some(st.specs[j].params.clone())),
+            };
+            let mut cx = Fcx::new(prog, &mesh, &st, &pristine[base], base, params, false);
             let ret = cx.body();
             obs.append(&mut cx.obs);
-            if st.rets[i].as_ref() != Some(&ret) {
-                st.rets[i] = Some(ret);
+            calls.append(&mut cx.calls);
+            let slot = match i.checked_sub(pristine.len()) {
+                None => &mut st.rets[i],
+                Some(j) => &mut st.specs[j].ret,
+            };
+            if slot.as_ref() != Some(&ret) {
+                *slot = Some(ret);
                 changed = true;
             }
         }
@@ -123,14 +151,26 @@ pub fn run(prog: &mut Program) -> Report {
                 changed = true;
             }
         }
+        for (g, key, params) in calls {
+            if !st.spec_index.contains_key(&(g, key.clone())) {
+                st.spec_index.insert((g, key), st.specs.len());
+                st.specs.push(Spec { base: g.0 as usize, params, ret: None });
+                changed = true;
+            }
+        }
         if !changed {
             break;
         }
     }
     let mut report = Report::default();
-    let mut out = Vec::with_capacity(pristine.len());
-    for (i, f) in pristine.iter().enumerate() {
-        let mut cx = Fcx::new(prog, &mesh, &st, f, i, true);
+    let mut out = Vec::with_capacity(pristine.len() + st.specs.len());
+    for i in 0..pristine.len() + st.specs.len() {
+        let (base, params) = match i.checked_sub(pristine.len()) {
+            None => (i, None),
+            Some(j) => (st.specs[j].base, Some(st.specs[j].params.clone())),
+        };
+        let f = &pristine[base];
+        let mut cx = Fcx::new(prog, &mesh, &st, f, base, params, true);
         let mut func = f.clone();
         func.body = cx.take_body();
         func.ret = cx.ret.clone().unwrap_or_else(|| func.ret.clone());
@@ -140,7 +180,15 @@ pub fn run(prog: &mut Program) -> Report {
         out.push(func);
     }
     prog.funcs = out;
+    for (j, sp) in st.specs.iter().enumerate() {
+        let base = crate::types::FuncId(sp.base as u32);
+        if let Some(r) = prog.derived.residuals.get(&base).cloned() {
+            prog.derived.residuals.insert(crate::types::FuncId((st.n_funcs + j) as u32), r);
+        }
+    }
     report.collectives.sort_by_key(|c| (c.span.file, c.span.start));
+    report.collectives.dedup_by(|a, b| a.span == b.span && a.prim == b.prim && a.shape == b.shape && a.axes == b.axes);
+    report.warnings.dedup();
     report
 }
 
@@ -246,6 +294,10 @@ fn has_rest(t: &Type) -> bool {
 /// The pass over one function body, for the current parameter layouts.
 struct Fcx<'a> {
     fid: usize,
+    /// The parameter types of a specialised copy (`None`: the function as a value).
+    params: Option<Vec<Type>>,
+    /// Direct calls seen: callee, layout key, parameter types in the callee's terms.
+    calls: Vec<(crate::types::FuncId, String, Vec<Type>)>,
     prog: &'a Program,
     mesh: &'a Mesh,
     st: &'a State,
@@ -261,7 +313,15 @@ struct Fcx<'a> {
 }
 
 impl<'a> Fcx<'a> {
-    fn new(prog: &'a Program, mesh: &'a Mesh, st: &'a State, func: &'a Func, fid: usize, emit: bool) -> Fcx<'a> {
+    fn new(
+        prog: &'a Program,
+        mesh: &'a Mesh,
+        st: &'a State,
+        func: &'a Func,
+        fid: usize,
+        params: Option<Vec<Type>>,
+        emit: bool,
+    ) -> Fcx<'a> {
         let mut locals = func.locals.clone();
         // Parameters take what is known of their layouts; other locals start replicated.
         for l in locals.iter_mut() {
@@ -269,6 +329,8 @@ impl<'a> Fcx<'a> {
         }
         Fcx {
             fid,
+            params,
+            calls: Vec::new(),
             prog,
             mesh,
             st,
@@ -284,6 +346,12 @@ impl<'a> Fcx<'a> {
     }
 
     fn setup_params(&mut self) {
+        if let Some(ps) = self.params.clone() {
+            for (p, t) in self.func.params.iter().zip(ps) {
+                self.locals[p.0 as usize].ty = t;
+            }
+            return;
+        }
         let fid = self.fid;
         let lats = self.st.params.get(fid).cloned().unwrap_or_default();
         for (i, p) in self.func.params.iter().enumerate() {
@@ -525,8 +593,16 @@ impl<'a> Fcx<'a> {
                 for a in args.iter_mut() {
                     self.expr(a);
                 }
-                self.call_args(g, args);
-                e.ty = self.ret_of(g, &e.ty);
+                let (key, ret) = self.direct_call(g, args);
+                e.ty = match ret {
+                    Some(t) => with_shape_of(&e.ty, &t),
+                    None => strip(&e.ty),
+                };
+                if self.emit {
+                    if let Some(i) = self.st.spec_index.get(&(g, key)) {
+                        *func = crate::types::FuncId((self.st.n_funcs + i) as u32);
+                    }
+                }
             }
             ExprKind::CallValue { callee, target, args } => {
                 self.expr(callee);
@@ -784,6 +860,26 @@ impl<'a> Fcx<'a> {
         }
     }
 
+    /// A direct call of `g`: the arguments keep their layouts where the callee's signature names
+    /// none (a copy of `g` is made for them), and take the written ones where it does. Returns
+    /// the copy's key and its result type if known yet.
+    fn direct_call(&mut self, g: crate::types::FuncId, args: &mut [Expr]) -> (String, Option<Type>) {
+        let callee = self.prog.func(g);
+        let mut params = Vec::with_capacity(args.len());
+        for (i, a) in args.iter_mut().enumerate() {
+            let declared = callee.params.get(i).map(|p| callee.locals[p.0 as usize].ty.clone()).unwrap_or(Type::Error);
+            let written = has_layout(&declared);
+            let want = if written { with_shape_of(&a.ty, &declared) } else { a.ty.clone() };
+            let x = std::mem::replace(a, dummy());
+            *a = self.convert(x, &want, written);
+            params.push(with_shape_of(&strip(&declared), &want));
+        }
+        let key = format!("{:?}", params.iter().map(layout_key).collect::<Vec<_>>());
+        self.calls.push((g, key.clone(), params));
+        let ret = self.st.spec_index.get(&(g, key.clone())).and_then(|i| self.st.specs[*i].ret.clone());
+        (key, ret)
+    }
+
     fn ret_of(&self, g: crate::types::FuncId, ty: &Type) -> Type {
         match self.st.rets.get(g.0 as usize).and_then(Option::as_ref) {
             Some(t) => with_shape_of(ty, t),
@@ -806,6 +902,15 @@ impl<'a> Fcx<'a> {
             let t = strip(&x.ty);
             self.convert(x, &t, true)
         };
+    }
+}
+
+/// The layouts in a type, for telling copies of a function apart.
+fn layout_key(t: &Type) -> Vec<Vec<Vec<AxisId>>> {
+    match t {
+        Type::Tensor(_) => vec![layout(t)],
+        Type::Tuple(ts) => ts.iter().flat_map(layout_key).collect(),
+        _ => vec![],
     }
 }
 
