@@ -93,7 +93,12 @@ fn attempt(stack: usize, threads: usize) -> Attempt {
 /// The number of threads rayon would use: `RAYON_NUM_THREADS` if set, else one per core.
 fn default_threads() -> usize {
     let from_env = std::env::var("RAYON_NUM_THREADS").ok().and_then(|v| v.parse::<usize>().ok()).filter(|&n| n > 0);
-    from_env.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+    from_env.unwrap_or_else(|| {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        // The ranks of a job on this machine share its cores (`mpirun -n 2` on 2 cores: 1 each).
+        let local = std::env::var("OMPI_COMM_WORLD_LOCAL_SIZE").ok().and_then(|v| v.parse::<usize>().ok());
+        (cores / local.unwrap_or(1).max(1)).max(1)
+    })
 }
 
 /// The process's limit on virtual memory (`ulimit -v`), when there is one.

@@ -214,6 +214,8 @@ impl Interp<'_> {
                 Ok(Value::unit())
             }
             Prim::Load => self.load(&args[0], &e.ty, span, frame),
+            // In a sharded run every rank holds the whole value here (the pass gathered it); one writes.
+            Prim::Save if self.spmd.as_ref().is_some_and(|s| s.rank() != 0) => Ok(Value::unit()),
             Prim::Save => self.save(&args[0], &args[1], span),
             Prim::Assert => {
                 let ok = t(&args[0], span)?.as_bool().is_some_and(|b| b.first().copied().unwrap_or(false));
