@@ -263,7 +263,7 @@ fn collectives_text(c: &mut lang::check::Checked, f: &std::path::Path) -> String
     let axes: Vec<String> = mesh.names.iter().zip(&mesh.sizes).map(|(n, s)| format!("{n} = {s}")).collect();
     let mut out = format!("{}: {} collectives on mesh [{}]\n", f.display(), report.collectives.len(), axes.join(", "));
     for k in &report.collectives {
-        let (line, col) = c.sources.line_col(k.span.file, k.span.start as u32);
+        let (line, col) = c.sources.line_col(k.span.file, k.span.start);
         let why = if k.requested { "" } else { "  (W0510: not asked for by an annotation)" };
         out.push_str(&format!(
             "  {line}:{col}  {}  over {}  {}{}  {} bytes per rank{why}\n",

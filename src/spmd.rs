@@ -126,9 +126,9 @@ pub(crate) fn launch(ranks: usize) -> u8 {
     cmd.arg(exe).args(&args);
     match cmd.status() {
         Ok(s) => s.code().map(|c| c.clamp(0, 255) as u8).unwrap_or(2),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => fail(
-            "`--ranks` needs Open MPI's `mpirun`, which is not installed (scripts/setup.sh installs it)".into(),
-        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            fail("`--ranks` needs Open MPI's `mpirun`, which is not installed (scripts/setup.sh installs it)".into())
+        }
         Err(e) => fail(format!("cannot start mpirun: {e}")),
     }
 }

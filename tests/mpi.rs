@@ -87,7 +87,10 @@ fn text(o: &Output) -> (String, String) {
 /// Same lines, numbers within 1e-5 relative.
 fn close(a: &str, b: &str) -> bool {
     let words = |s: &str| -> Vec<String> {
-        s.split(|c: char| c.is_whitespace() || "[](),".contains(c)).filter(|w| !w.is_empty()).map(String::from).collect()
+        s.split(|c: char| c.is_whitespace() || "[](),".contains(c))
+            .filter(|w| !w.is_empty())
+            .map(String::from)
+            .collect()
     };
     let (x, y) = (words(a), words(b));
     x.len() == y.len()

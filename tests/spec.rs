@@ -194,7 +194,10 @@ fn mpi_outcome(code: &str, root: &Path, n: usize, label: &str) -> Result<Option<
 /// sharded sum adds in another order).
 fn same_up_to_rounding(a: &str, b: &str) -> bool {
     let split = |s: &str| -> Vec<String> {
-        s.split(|c: char| c.is_whitespace() || "[](),".contains(c)).filter(|w| !w.is_empty()).map(str::to_string).collect()
+        s.split(|c: char| c.is_whitespace() || "[](),".contains(c))
+            .filter(|w| !w.is_empty())
+            .map(str::to_string)
+            .collect()
     };
     let (wa, wb) = (split(a), split(b));
     wa.len() == wb.len()

@@ -215,10 +215,7 @@ impl Spmd {
         let n = x.shape().get(dim).copied().unwrap_or(0) as i64;
         if n % k != 0 {
             let names: Vec<&str> = axes.iter().map(|a| self.mesh.names[a.0 as usize].as_str()).collect();
-            return Err(format!(
-                "dim {dim} of size {n} does not split evenly over `{}` ({k} parts)",
-                names.join(", ")
-            ));
+            return Err(format!("dim {dim} of size {n} does not split evenly over `{}` ({k} parts)", names.join(", ")));
         }
         let i = self.mesh.group_index(self.rank(), axes);
         let b = n / k;

@@ -118,7 +118,10 @@ impl Checker {
                                     Diagnostic::error(
                                         Code::E0502,
                                         name.span,
-                                        format!("`--mesh` names axis `{axis}`, which mesh `{}` does not declare", name.name),
+                                        format!(
+                                            "`--mesh` names axis `{axis}`, which mesh `{}` does not declare",
+                                            name.name
+                                        ),
                                     )
                                     .label(format!("this mesh has axes {}", known.join(", ")))
                                     .with_help("name the axes of this mesh, e.g. `--mesh dp=4`"),

@@ -44,9 +44,7 @@ impl Interp<'_> {
             Prim::AllReduceMin => s.all_reduce(axes, ReduceKind::Min, x),
             Prim::AllReduceMean => s.all_reduce_mean(axes, x),
             Prim::AllGather => s.all_gather(axes, dim, x),
-            Prim::ReduceScatter => {
-                s.all_reduce(axes, ReduceKind::Sum, x).and_then(|y| s.local_slice(axes, dim, &y))
-            }
+            Prim::ReduceScatter => s.all_reduce(axes, ReduceKind::Sum, x).and_then(|y| s.local_slice(axes, dim, &y)),
             Prim::LocalSlice => s.local_slice(axes, dim, x),
             _ => Err(format!("`{}` is not a collective", p.name())),
         };

@@ -419,11 +419,11 @@ impl<'a> Fcx<'a> {
                         e.ty = with_layout(&e.ty, cur.clone());
                     }
                 }
-                for d in 0..want.len() {
-                    if !want[d].is_empty() && cur.get(d) != Some(&want[d]) {
-                        e = self.collective(Prim::LocalSlice, e, Some(d), want[d].clone(), true);
+                for (d, w) in want.iter().enumerate() {
+                    if !w.is_empty() && cur.get(d) != Some(w) {
+                        e = self.collective(Prim::LocalSlice, e, Some(d), w.clone(), true);
                         if let Some(c) = cur.get_mut(d) {
-                            c.clone_from(&want[d]);
+                            c.clone_from(w);
                         }
                         e.ty = with_layout(&e.ty, cur.clone());
                     }
@@ -461,7 +461,10 @@ impl<'a> Fcx<'a> {
                 let ty = Type::Tuple(parts.iter().map(|x| x.ty.clone()).collect());
                 let result = Expr::new(ExprKind::Tuple(parts), ty.clone(), span);
                 Expr::new(
-                    ExprKind::Block { stmts: vec![Stmt::Let { pat: Pat::Local(tmp), value: e }], result: Box::new(result) },
+                    ExprKind::Block {
+                        stmts: vec![Stmt::Let { pat: Pat::Local(tmp), value: e }],
+                        result: Box::new(result),
+                    },
                     ty,
                     span,
                 )
@@ -490,7 +493,11 @@ impl<'a> Fcx<'a> {
                 fty.clone(),
                 span,
             );
-            let whole = if matches!(fty, Type::Model(..)) { self.replicate_model(get) } else { self.convert(get, &strip(&fty), true) };
+            let whole = if matches!(fty, Type::Model(..)) {
+                self.replicate_model(get)
+            } else {
+                self.convert(get, &strip(&fty), true)
+            };
             fields.push(whole);
         }
         let ty = e.ty.clone();
@@ -716,7 +723,7 @@ impl<'a> Fcx<'a> {
             }
             ExprKind::If { cond, then, els } => {
                 self.expr(cond);
-                self.to_whole(cond);
+                self.make_whole(cond);
                 self.expr(then);
                 self.expr(els);
                 let t = then.ty.clone();
@@ -733,7 +740,7 @@ impl<'a> Fcx<'a> {
             ExprKind::ForBatches { vars, data, size, shuffle, body } => {
                 for d in data.iter_mut() {
                     self.expr(d);
-                    self.to_whole(d);
+                    self.make_whole(d);
                 }
                 for v in vars.iter() {
                     let t = strip(&self.locals[v.0 as usize].ty);
@@ -748,7 +755,7 @@ impl<'a> Fcx<'a> {
             }
             ExprKind::While { cond, body } => {
                 self.expr(cond);
-                self.to_whole(cond);
+                self.make_whole(cond);
                 self.expr(body);
                 e.ty = strip(&e.ty);
             }
@@ -818,7 +825,9 @@ impl<'a> Fcx<'a> {
     fn pat_ty(&self, p: &Pat, t: &Type) -> Type {
         match (p, t) {
             (Pat::Local(l), _) => self.locals[l.0 as usize].ty.clone(),
-            (Pat::Tuple(ps), Type::Tuple(ts)) => Type::Tuple(ps.iter().zip(ts).map(|(p, t)| self.pat_ty(p, t)).collect()),
+            (Pat::Tuple(ps), Type::Tuple(ts)) => {
+                Type::Tuple(ps.iter().zip(ts).map(|(p, t)| self.pat_ty(p, t)).collect())
+            }
             (_, t) => t.clone(),
         }
     }
@@ -854,7 +863,8 @@ impl<'a> Fcx<'a> {
         self.obs.push((g, args.iter().map(|a| a.ty.clone()).collect()));
         for (i, a) in args.iter_mut().enumerate() {
             let want = self.param_ty(g, i, &a.ty);
-            let fixed = matches!(self.st.params.get(g.0 as usize).and_then(|p| p.get(i)), Some(Lat::Fixed(t)) if has_layout(t));
+            let fixed =
+                matches!(self.st.params.get(g.0 as usize).and_then(|p| p.get(i)), Some(Lat::Fixed(t)) if has_layout(t));
             let x = std::mem::replace(a, dummy());
             *a = self.convert(x, &want, fixed);
         }
@@ -889,12 +899,12 @@ impl<'a> Fcx<'a> {
 
     fn replicate_all(&mut self, args: &mut [Expr]) {
         for a in args.iter_mut() {
-            self.to_whole(a);
+            self.make_whole(a);
         }
     }
 
     /// Makes `a` whole on every rank (a requested redistribution: I/O and unknown callees).
-    fn to_whole(&mut self, a: &mut Expr) {
+    fn make_whole(&mut self, a: &mut Expr) {
         let x = std::mem::replace(a, dummy());
         *a = if matches!(x.ty, Type::Model(..)) {
             self.replicate_model(x)
@@ -966,5 +976,10 @@ fn convert_returns(cx: &mut Fcx, e: &mut Expr, t: &Type) {
 
 /// A placeholder while a node is moved out and back.
 fn dummy() -> Expr {
-    Expr { kind: ExprKind::Lit(crate::ir::Lit::Bool(false)), ty: Type::Error, span: SpanId(0), id: crate::ir::ExprId(0) }
+    Expr {
+        kind: ExprKind::Lit(crate::ir::Lit::Bool(false)),
+        ty: Type::Error,
+        span: SpanId(0),
+        id: crate::ir::ExprId(0),
+    }
 }

@@ -205,7 +205,7 @@ fn convert_to(cx: &mut Fcx, a: &mut Expr, want: L, requested: bool) {
 fn whole(cx: &mut Fcx, args: &mut [Expr], requested: bool) {
     for a in args.iter_mut() {
         if requested || matches!(a.ty, Type::Model(..)) {
-            cx.to_whole(a);
+            cx.make_whole(a);
         } else {
             let x = std::mem::replace(a, dummy());
             let t = strip(&x.ty);
@@ -237,7 +237,8 @@ fn elementwise(cx: &mut Fcx, args: &mut [Expr], out_ty: &Type) -> L {
             continue;
         }
         let shift = r.saturating_sub(n);
-        let want: L = (0..n).map(|i| if is_one(items.get(i)) { Vec::new() } else { target[i + shift].clone() }).collect();
+        let want: L =
+            (0..n).map(|i| if is_one(items.get(i)) { Vec::new() } else { target[i + shift].clone() }).collect();
         convert_to(cx, a, want, false);
     }
     target
