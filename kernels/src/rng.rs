@@ -67,24 +67,69 @@ fn unit_f64(lo: u32, hi: u32) -> f64 {
     bits as f64 * (1.0 / (1u64 << 53) as f64)
 }
 
-/// Fills `n` values with `f(block of element i)`, in parallel for large `n`.
-fn generate<T: Send, F: Fn([u32; 4]) -> T + Sync + Send>(n: usize, key: [u32; 2], f: F) -> Vec<T> {
-    if n >= PAR_MIN {
-        (0..n as u64).into_par_iter().map(|i| f(block(i, key))).collect()
-    } else {
-        (0..n as u64).map(|i| f(block(i, key))).collect()
+/// Part of a tensor: for each dim, the first index and the count (`Region::whole` is all of it).
+/// Element `i` of the whole tensor always draws counter `i`, so a region holds exactly the
+/// values the whole tensor has there (a rank's block of a sharded `init`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Region {
+    pub shape: Vec<usize>,
+    pub start: Vec<usize>,
+    pub len: Vec<usize>,
+}
+
+impl Region {
+    pub fn whole(shape: &[usize]) -> Region {
+        Region { shape: shape.to_vec(), start: vec![0; shape.len()], len: shape.to_vec() }
     }
+
+    /// The counter (global row-major index) of the region's `j`-th element.
+    fn global(&self, mut j: u64) -> u64 {
+        let mut g = 0u64;
+        let mut stride = 1u64;
+        for d in (0..self.shape.len()).rev() {
+            let n = self.len[d].max(1) as u64;
+            g += (self.start[d] as u64 + j % n) * stride;
+            j /= n;
+            stride *= self.shape[d] as u64;
+        }
+        g
+    }
+
+    fn is_whole(&self) -> bool {
+        self.len == self.shape
+    }
+}
+
+/// Fills the region's values with `f(block of element i)`, in parallel for large regions.
+fn generate<T: Send, F: Fn([u32; 4]) -> T + Sync + Send>(
+    r: &Region,
+    key: [u32; 2],
+    f: F,
+) -> Result<Vec<T>, KernelError> {
+    let n = checked_numel(&r.len)?;
+    checked_numel(&r.shape)?;
+    let at = |j: u64| if r.is_whole() { j } else { r.global(j) };
+    Ok(if n >= PAR_MIN {
+        (0..n as u64).into_par_iter().map(|j| f(block(at(j), key))).collect()
+    } else {
+        (0..n as u64).map(|j| f(block(at(j), key))).collect()
+    })
 }
 
 /// Uniform values in `[lo, hi)`. Element `i` uses counter `i`. For `i32` the values are
 /// `floor` of a uniform in `[lo, hi)`; for bool they are `uniform < 0.5`.
 pub fn uniform(dtype: DType, shape: &[usize], key: [u32; 2], lo: f64, hi: f64) -> Result<Tensor, KernelError> {
-    let n = checked_numel(shape)?;
+    uniform_region(dtype, &Region::whole(shape), key, lo, hi)
+}
+
+/// The values of `uniform` over a region of the whole tensor.
+pub fn uniform_region(dtype: DType, r: &Region, key: [u32; 2], lo: f64, hi: f64) -> Result<Tensor, KernelError> {
+    let shape = &r.len;
     let scale = hi - lo;
     Ok(match dtype {
         DType::F32 => {
             let (lo32, scale32) = (lo as f32, scale as f32);
-            let v = generate(n, key, |b| {
+            let v = generate(r, key, |b| {
                 let u = lo32 + scale32 * unit_f32(b[0]) as f32;
                 // Rounding can reach `hi`; keep the interval half-open.
                 if u >= hi as f32 && scale32 > 0.0 {
@@ -92,19 +137,19 @@ pub fn uniform(dtype: DType, shape: &[usize], key: [u32; 2], lo: f64, hi: f64) -
                 } else {
                     u
                 }
-            });
+            })?;
             Tensor::from_parts(shape.to_vec(), v)
         }
         DType::F64 => {
-            let v = generate(n, key, |b| lo + scale * unit_f64(b[0], b[1]));
+            let v = generate(r, key, |b| lo + scale * unit_f64(b[0], b[1]))?;
             Tensor::from_parts(shape.to_vec(), v)
         }
         DType::I32 => {
-            let v = generate(n, key, |b| (lo + scale * unit_f64(b[0], b[1])).floor() as i32);
+            let v = generate(r, key, |b| (lo + scale * unit_f64(b[0], b[1])).floor() as i32)?;
             Tensor::from_parts(shape.to_vec(), v)
         }
         DType::Bool => {
-            let v = generate(n, key, |b| unit_f64(b[0], b[1]) < 0.5);
+            let v = generate(r, key, |b| unit_f64(b[0], b[1]) < 0.5)?;
             Tensor::from_parts(shape.to_vec(), v)
         }
     })
@@ -113,15 +158,24 @@ pub fn uniform(dtype: DType, shape: &[usize], key: [u32; 2], lo: f64, hi: f64) -
 /// Normal values with the given mean and standard deviation: Box–Muller on two uniforms from
 /// the one Philox block of each element. Non-float dtypes receive the f64 values cast.
 pub fn normal(dtype: DType, shape: &[usize], key: [u32; 2], mean: f64, std: f64) -> Result<Tensor, KernelError> {
-    let n = checked_numel(shape)?;
-    let v = generate(n, key, |b| {
+    normal_region(dtype, &Region::whole(shape), key, mean, std)
+}
+
+/// The values of `normal` over a region of the whole tensor.
+pub fn normal_region(dtype: DType, r: &Region, key: [u32; 2], mean: f64, std: f64) -> Result<Tensor, KernelError> {
+    let shape = &r.len;
+    let value = move |b: [u32; 4]| {
         // u1 lies in (0, 1], so its logarithm is finite.
         let u1 = 1.0 - unit_f64(b[0], b[1]);
         let u2 = unit_f64(b[2], b[3]);
         let r = (-2.0 * u1.ln()).sqrt();
         mean + std * r * (std::f64::consts::TAU * u2).cos()
-    });
-    Ok(Tensor::from_parts(shape.to_vec(), v).cast(dtype))
+    };
+    // f32 values are rounded as they are made: no f64 copy of the whole tensor is ever held.
+    Ok(match dtype {
+        DType::F32 => Tensor::from_parts(shape.to_vec(), generate(r, key, |b| value(b) as f32)?),
+        _ => Tensor::from_parts(shape.to_vec(), generate(r, key, value)?).cast(dtype),
+    })
 }
 
 /// A uniformly random permutation of `0..n` (Fisher–Yates; step `i` uses counter `i`).
@@ -139,7 +193,27 @@ pub fn permutation(n: usize, key: [u32; 2]) -> Vec<usize> {
 
 /// Bool values that are true with probability `p`.
 pub fn bernoulli(shape: &[usize], key: [u32; 2], p: f64) -> Result<Tensor, KernelError> {
-    let n = checked_numel(shape)?;
-    let v = generate(n, key, |b| unit_f64(b[0], b[1]) < p);
+    let v = generate(&Region::whole(shape), key, |b| unit_f64(b[0], b[1]) < p)?;
     Ok(Tensor::from_parts(shape.to_vec(), v))
+}
+
+#[cfg(test)]
+mod region_tests {
+    use super::*;
+
+    #[test]
+    fn a_region_holds_the_whole_tensors_values_there() {
+        let key = stream_key(7, "w");
+        let whole = normal(DType::F32, &[4, 6], key, 0.0, 1.0).unwrap();
+        let r = Region { shape: vec![4, 6], start: vec![2, 3], len: vec![2, 3] };
+        let part = normal_region(DType::F32, &r, key, 0.0, 1.0).unwrap();
+        let w = whole.as_f32().unwrap();
+        let want: Vec<f32> = (2..4).flat_map(|i| (3..6).map(move |j| w[i * 6 + j])).collect();
+        assert_eq!(part.as_f32().unwrap(), &want[..]);
+        let u = uniform_region(DType::F64, &r, key, -1.0, 1.0).unwrap();
+        let uw = uniform(DType::F64, &[4, 6], key, -1.0, 1.0).unwrap();
+        let uw = uw.as_f64().unwrap();
+        let want: Vec<f64> = (2..4).flat_map(|i| (3..6).map(move |j| uw[i * 6 + j])).collect();
+        assert_eq!(u.as_f64().unwrap(), &want[..]);
+    }
 }

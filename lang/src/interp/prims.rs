@@ -32,6 +32,22 @@ impl Interp<'_> {
         shape
     }
 
+    /// The block of a value of type `ty` (global shape `shape`) that this rank holds.
+    fn region(&self, ty: &Type, shape: &[usize]) -> rng::Region {
+        let mut r = rng::Region::whole(shape);
+        if let (Some(s), Type::Tensor(TensorTy { layout, .. })) = (self.spmd.as_deref(), ty) {
+            for (d, axes) in layout.0.iter().enumerate().take(shape.len()) {
+                let k = s.mesh.parts(axes).max(1) as usize;
+                if k > 1 {
+                    let i = s.mesh.group_index(s.rank(), axes) as usize;
+                    r.len[d] = shape[d] / k;
+                    r.start[d] = i * r.len[d];
+                }
+            }
+        }
+        r
+    }
+
     /// A collective primitive on this rank's block (the identity without a sharded run).
     fn collective(&self, p: Prim, x: &Tensor, attrs: &Attrs, span: Span) -> R<Value> {
         use crate::dist::ReduceKind;
@@ -165,6 +181,8 @@ impl Interp<'_> {
             }
             Prim::Zeros | Prim::Ones | Prim::Full | Prim::Arange | Prim::Eye => {
                 let shape = self.dims_usize(frame, &attrs.shape, span)?;
+                // A split result (the sharding pass made it one) is created as this rank's block.
+                let shape = if matches!(p, Prim::Arange | Prim::Eye) { shape } else { self.local_shape(&e.ty, shape) };
                 let dt = dtype_of(attrs.dtype.unwrap_or(ElemTy::F32));
                 k(match p {
                     Prim::Zeros => ops::zeros(dt, &shape),
@@ -179,6 +197,8 @@ impl Interp<'_> {
             }
             Prim::Normal | Prim::Uniform | Prim::HeNormal | Prim::GlorotUniform => {
                 let shape = self.dims_usize(frame, &attrs.shape, span)?;
+                // Element `i` draws counter `i`: a rank's block holds what the whole tensor has there.
+                let region = self.region(&e.ty, &shape);
                 let dt = dtype_of(attrs.dtype.unwrap_or(ElemTy::F32));
                 let key = match args.first() {
                     Some(v) => rng::stream_key(t(v, span).map(|x| scalar_i64(x).unwrap_or(0))? as u64, ""),
@@ -188,12 +208,12 @@ impl Interp<'_> {
                     },
                 };
                 k(match p {
-                    Prim::Normal => rng::normal(dt, &shape, key, 0.0, 1.0),
-                    Prim::Uniform => rng::uniform(dt, &shape, key, 0.0, 1.0),
-                    Prim::HeNormal => rng::normal(dt, &shape, key, 0.0, (2.0 / shape[0].max(1) as f64).sqrt()),
+                    Prim::Normal => rng::normal_region(dt, &region, key, 0.0, 1.0),
+                    Prim::Uniform => rng::uniform_region(dt, &region, key, 0.0, 1.0),
+                    Prim::HeNormal => rng::normal_region(dt, &region, key, 0.0, (2.0 / shape[0].max(1) as f64).sqrt()),
                     _ => {
                         let a = (6.0 / shape[0].saturating_add(shape[1]).max(1) as f64).sqrt();
-                        rng::uniform(dt, &shape, key, -a, a)
+                        rng::uniform_region(dt, &region, key, -a, a)
                     }
                 })
             }

@@ -410,6 +410,26 @@ impl<'a> Fcx<'a> {
                 if from == want {
                     return e;
                 }
+                // A whole creation that is only sliced is created as each rank's block instead
+                // (a sharded `init` never holds the whole tensor; the values are the same).
+                let creation = matches!(
+                    &e.kind,
+                    ExprKind::Prim {
+                        prim: Prim::Zeros
+                            | Prim::Ones
+                            | Prim::Full
+                            | Prim::Normal
+                            | Prim::Uniform
+                            | Prim::HeNormal
+                            | Prim::GlorotUniform,
+                        ..
+                    }
+                );
+                if creation && from.iter().all(Vec::is_empty) {
+                    let mut e = e;
+                    e.ty = with_layout(&e.ty, want);
+                    return e;
+                }
                 let mut e = e;
                 let mut cur = from.clone();
                 for d in 0..from.len() {
