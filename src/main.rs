@@ -5,8 +5,11 @@
 mod alloc;
 mod cli;
 mod jit_cmd;
+mod metrics;
+mod plot;
 mod repl;
 mod run;
+mod tfevents;
 
 use std::process::ExitCode;
 

@@ -1,0 +1,419 @@
+//! `msl plot LOGDIR… -o FILE`: every scalar of TensorBoard event files drawn against its step
+//! with plotters, one chart per tag and one line per run, as a PNG or an SVG picture.
+//!
+//! Each folder under a LOGDIR that holds event files is one run (as TensorBoard finds runs);
+//! its files are read in name order (their names start with the time they were made), and a
+//! step that goes back drops the later points of that tag, as TensorBoard does when a run was
+//! restarted into the same folder. Text is drawn with the Go font shipped in `assets/fonts/`
+//! (BSD licence), so no system font is needed.
+
+use crate::tfevents;
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// The font every label is drawn with.
+static FONT: &[u8] = include_bytes!("../assets/fonts/Go-Regular.ttf");
+const FAMILY: &str = "sans-serif";
+/// The size of one chart, in pixels.
+const CELL: (u32, u32) = (560, 400);
+/// Height of the figure's title row.
+const TITLE_H: u32 = 44;
+/// At most this many charts are drawn (the rest are named in a warning).
+const MAX_CHARTS: usize = 48;
+/// Folders deeper than this under a LOGDIR are not searched for runs.
+const MAX_DEPTH: usize = 8;
+/// Matplotlib's "tab10" colours, one per run.
+const COLORS: [RGBColor; 10] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
+];
+
+/// One run: its name and, per tag, the (step, value) points in step order.
+struct Run {
+    name: String,
+    series: BTreeMap<String, Vec<(i64, f64)>>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Format {
+    Png,
+    Svg,
+}
+
+/// `msl plot`: exit status 0, or 2 with a message when there is nothing to draw or the picture
+/// cannot be written.
+pub fn plot_cmd(logdirs: &[PathBuf], output: &Path, tags: &[String]) -> u8 {
+    match plot(logdirs, output, tags) {
+        Ok(summary) => {
+            eprintln!("{summary}");
+            0
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            2
+        }
+    }
+}
+
+fn plot(logdirs: &[PathBuf], output: &Path, only: &[String]) -> Result<String, String> {
+    let format = match output.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase).as_deref() {
+        Some("png") => Format::Png,
+        Some("svg") => Format::Svg,
+        _ => return Err(format!("cannot write `{}`: the picture must be a `.png` or `.svg` file", output.display())),
+    };
+    let mut runs: Vec<Run> = Vec::new();
+    for root in logdirs {
+        let found = find_runs(root)?;
+        if found.is_empty() {
+            return Err(format!(
+                "no TensorBoard event files (`events.out.tfevents.*`) under `{}`; `msl run` writes them \
+                 into `runs/<program>` (or `--logdir`) when the program calls `log_scalar`",
+                root.display()
+            ));
+        }
+        for (dir, files) in found {
+            let name = dir.display().to_string();
+            if runs.iter().any(|r| r.name == name) {
+                continue;
+            }
+            let run = read_run(name, &files);
+            if !run.series.is_empty() {
+                runs.push(run);
+            }
+        }
+    }
+    if runs.is_empty() {
+        let dirs: Vec<String> = logdirs.iter().map(|d| format!("`{}`", d.display())).collect();
+        return Err(format!("the event files under {} hold no scalars", dirs.join(", ")));
+    }
+    let all: BTreeSet<&String> = runs.iter().flat_map(|r| r.series.keys()).collect();
+    for t in only {
+        if !all.contains(t) {
+            let names: Vec<&str> = all.iter().map(|s| s.as_str()).collect();
+            return Err(format!("no tag `{t}` was logged (the tags: {})", names.join(", ")));
+        }
+    }
+    let mut tags: Vec<String> = all.into_iter().filter(|t| only.is_empty() || only.contains(t)).cloned().collect();
+    if tags.len() > MAX_CHARTS {
+        eprintln!(
+            "warning: {} tags were logged; drawing the first {MAX_CHARTS} (choose others with `--tag`)",
+            tags.len()
+        );
+        tags.truncate(MAX_CHARTS);
+    }
+    let n = tags.len();
+    let cols = match n {
+        0..=3 => n.max(1),
+        4 => 2,
+        _ => 3,
+    };
+    let rows = n.div_ceil(cols);
+    let size = (CELL.0 * cols as u32, CELL.1 * rows as u32 + TITLE_H);
+    register_font()?;
+    let title = figure_title(&runs);
+    let write_err = |e: std::io::Error| format!("cannot write `{}`: {e}", output.display());
+    match format {
+        Format::Png => {
+            let mut buf = vec![0u8; size.0 as usize * size.1 as usize * 3];
+            draw(BitMapBackend::with_buffer(&mut buf, size).into_drawing_area(), &title, &tags, &runs, cols)?;
+            let file = std::fs::File::create(output).map_err(write_err)?;
+            let mut enc = png::Encoder::new(std::io::BufWriter::new(file), size.0, size.1);
+            enc.set_color(png::ColorType::Rgb);
+            enc.set_depth(png::BitDepth::Eight);
+            enc.set_compression(png::Compression::High);
+            let mut w = enc.write_header().map_err(|e| format!("cannot write `{}`: {e}", output.display()))?;
+            w.write_image_data(&buf).map_err(|e| format!("cannot write `{}`: {e}", output.display()))?;
+            w.finish().map_err(|e| format!("cannot write `{}`: {e}", output.display()))?;
+        }
+        Format::Svg => {
+            let mut svg = String::new();
+            draw(SVGBackend::with_string(&mut svg, size).into_drawing_area(), &title, &tags, &runs, cols)?;
+            std::fs::write(output, svg).map_err(write_err)?;
+        }
+    }
+    Ok(format!(
+        "wrote {} ({n} chart{}, {} run{})",
+        output.display(),
+        if n == 1 { "" } else { "s" },
+        runs.len(),
+        if runs.len() == 1 { "" } else { "s" }
+    ))
+}
+
+/// The folders under `root` (itself included) that hold event files, with those files in name
+/// order. A file given as `root` is a run of its own. Links to folders are not followed, so a
+/// cycle of links cannot make the search endless.
+fn find_runs(root: &Path) -> Result<Vec<(PathBuf, Vec<PathBuf>)>, String> {
+    let meta = std::fs::metadata(root).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => format!("`{}` does not exist", root.display()),
+        _ => format!("cannot read `{}`: {e}", root.display()),
+    })?;
+    if meta.is_file() {
+        return Ok(vec![(root.to_path_buf(), vec![root.to_path_buf()])]);
+    }
+    let mut out = Vec::new();
+    let mut stack = vec![(root.to_path_buf(), 0usize)];
+    while let Some((dir, depth)) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            eprintln!("warning: cannot read the folder `{}`; skipped", dir.display());
+            continue;
+        };
+        let mut files = Vec::new();
+        let mut subdirs = Vec::new();
+        for e in rd.flatten() {
+            let Ok(ft) = e.file_type() else { continue };
+            let p = e.path();
+            if ft.is_dir() && depth < MAX_DEPTH {
+                subdirs.push(p);
+            } else if !ft.is_dir() && e.file_name().to_string_lossy().contains("tfevents") {
+                files.push(p);
+            }
+        }
+        files.sort();
+        subdirs.sort();
+        if !files.is_empty() {
+            out.push((dir, files));
+        }
+        stack.extend(subdirs.into_iter().rev().map(|d| (d, depth + 1)));
+    }
+    Ok(out)
+}
+
+/// Reads a run's files in order. A tag whose step goes back (a run restarted into the same
+/// folder) loses its points at and after that step, as TensorBoard purges them.
+fn read_run(name: String, files: &[PathBuf]) -> Run {
+    let mut series: BTreeMap<String, Vec<(i64, f64)>> = BTreeMap::new();
+    for f in files {
+        let ev = match tfevents::read_events(f) {
+            Ok(ev) => ev,
+            Err(e) => {
+                eprintln!("warning: cannot read `{}`: {e}; skipped", f.display());
+                continue;
+            }
+        };
+        if let Some(p) = ev.problem {
+            eprintln!("warning: `{}`: {p}; what comes after it is not drawn", f.display());
+        }
+        for s in ev.scalars {
+            let pts = series.entry(s.tag).or_default();
+            if pts.last().is_some_and(|&(last, _)| s.step < last) {
+                pts.retain(|&(step, _)| step < s.step);
+            }
+            pts.push((s.step, s.value));
+        }
+    }
+    for pts in series.values_mut() {
+        pts.sort_by_key(|&(step, _)| step);
+    }
+    Run { name, series }
+}
+
+fn register_font() -> Result<(), String> {
+    static DONE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let ok = *DONE.get_or_init(|| plotters::style::register_font(FAMILY, FontStyle::Normal, FONT).is_ok());
+    if ok {
+        Ok(())
+    } else {
+        Err("internal error: the font shipped with msl cannot be loaded".into())
+    }
+}
+
+/// "runs/mlp", or the runs listed while they fit on one line.
+fn figure_title(runs: &[Run]) -> String {
+    let names: Vec<&str> = runs.iter().map(|r| r.name.as_str()).collect();
+    let all = names.join(", ");
+    if all.chars().count() <= 90 {
+        all
+    } else {
+        format!("{} runs", runs.len())
+    }
+}
+
+/// Values are drawn within ±1e300, so the span of an axis is always a finite number.
+fn clamp(v: f64) -> f64 {
+    v.clamp(-1e300, 1e300)
+}
+
+/// The range of an axis holding `lo..=hi`, padded, never empty.
+fn axis_range(lo: f64, hi: f64, pad: f64) -> (f64, f64) {
+    let (lo, hi) = (clamp(lo), clamp(hi));
+    let scale = lo.abs().max(hi.abs());
+    if hi - lo <= scale * 1e-9 {
+        let w = (scale * 0.05).max(0.5);
+        return (lo - w, hi + w);
+    }
+    let p = (hi - lo) * pad;
+    (lo - p, hi + p)
+}
+
+/// A tick label: integers without decimals, other numbers with as many decimals as the axis'
+/// span needs, very large or small ones in scientific notation.
+fn tick(v: f64, span: f64) -> String {
+    let mag = v.abs();
+    if v == 0.0 {
+        return "0".into();
+    }
+    if mag >= 1e6 || span < 1e-4 {
+        return format!("{v:.2e}");
+    }
+    let decimals = (-(span / 5.0).log10()).ceil().clamp(0.0, 6.0) as usize;
+    let s = format!("{v:.decimals$}");
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    }
+}
+
+/// The corner of a chart with the fewest points near it, for the legend.
+fn legend_corner(points: &[(f64, f64)], x: (f64, f64), y: (f64, f64)) -> SeriesLabelPosition {
+    let near = |right: bool, top: bool| {
+        points
+            .iter()
+            .filter(|&&(px, py)| {
+                let fx = (px - x.0) / (x.1 - x.0);
+                let fy = (py - y.0) / (y.1 - y.0);
+                (if right { fx > 0.55 } else { fx < 0.45 }) && (if top { fy > 0.65 } else { fy < 0.35 })
+            })
+            .count()
+    };
+    let corners = [
+        (SeriesLabelPosition::UpperRight, near(true, true)),
+        (SeriesLabelPosition::UpperLeft, near(false, true)),
+        (SeriesLabelPosition::LowerRight, near(true, false)),
+        (SeriesLabelPosition::LowerLeft, near(false, false)),
+    ];
+    corners.into_iter().min_by_key(|&(_, n)| n).map_or(SeriesLabelPosition::UpperRight, |(p, _)| p)
+}
+
+fn draw<DB: DrawingBackend>(
+    root: DrawingArea<DB, Shift>,
+    title: &str,
+    tags: &[String],
+    runs: &[Run],
+    cols: usize,
+) -> Result<(), String>
+where
+    DB::ErrorType: 'static,
+{
+    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| format!("cannot draw the plot: {e}");
+    root.fill(&WHITE).map_err(e)?;
+    let body = root.titled(title, (FAMILY, 24).into_font().color(&BLACK)).map_err(e)?;
+    let rows = tags.len().div_ceil(cols);
+    let cells = body.split_evenly((rows, cols));
+    for (tag, cell) in tags.iter().zip(cells.iter()) {
+        draw_chart(cell, tag, runs).map_err(e)?;
+    }
+    root.present().map_err(e)?;
+    Ok(())
+}
+
+/// One chart: `tag` against the step, a line per run that logged it.
+fn draw_chart<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    tag: &str,
+    runs: &[Run],
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    let lines: Vec<(usize, &Vec<(i64, f64)>)> =
+        runs.iter().enumerate().filter_map(|(i, r)| r.series.get(tag).map(|p| (i, p))).collect();
+    let finite: Vec<(f64, f64)> = lines
+        .iter()
+        .flat_map(|(_, p)| p.iter())
+        .filter(|(_, v)| v.is_finite())
+        .map(|&(s, v)| (s as f64, clamp(v)))
+        .collect();
+    let fold = |f: fn(&(f64, f64)) -> f64| {
+        finite.iter().map(f).fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| (lo.min(v), hi.max(v)))
+    };
+    let (xs, ys) = if finite.is_empty() { ((0.0, 1.0), (0.0, 1.0)) } else { (fold(|p| p.0), fold(|p| p.1)) };
+    let x = axis_range(xs.0, xs.1, 0.0);
+    let y = axis_range(ys.0, ys.1, 0.06);
+    let mut chart = ChartBuilder::on(area)
+        .caption(tag, (FAMILY, 19))
+        .margin(14)
+        .x_label_area_size(44)
+        .y_label_area_size(64)
+        .build_cartesian_2d(x.0..x.1, y.0..y.1)?;
+    let (xspan, yspan) = (x.1 - x.0, y.1 - y.0);
+    let xfmt = move |v: &f64| if xspan >= 5.0 { format!("{}", v.round() as i64) } else { tick(*v, xspan) };
+    let yfmt = move |v: &f64| tick(*v, yspan);
+    chart
+        .configure_mesh()
+        .x_desc("step")
+        .y_desc(tag)
+        .x_labels(6)
+        .y_labels(6)
+        .x_label_formatter(&xfmt)
+        .y_label_formatter(&yfmt)
+        .label_style((FAMILY, 14))
+        .axis_desc_style((FAMILY, 15))
+        .bold_line_style(RGBColor(225, 225, 225))
+        .light_line_style(WHITE)
+        .axis_style(RGBColor(90, 90, 90))
+        .draw()?;
+    for &(i, pts) in &lines {
+        let color = COLORS[i % COLORS.len()];
+        let style = ShapeStyle { color: color.to_rgba(), filled: false, stroke_width: 2 };
+        // A NaN or an infinity is a gap in the line.
+        let mut segments: Vec<Vec<(f64, f64)>> = vec![Vec::new()];
+        for &(s, v) in pts {
+            match (v.is_finite(), segments.last_mut()) {
+                (true, Some(seg)) => seg.push((s as f64, clamp(v))),
+                (false, Some(seg)) if !seg.is_empty() => segments.push(Vec::new()),
+                _ => {}
+            }
+        }
+        let n_points: usize = segments.iter().map(Vec::len).sum();
+        for (k, seg) in segments.iter().enumerate() {
+            let series = chart.draw_series(LineSeries::new(seg.iter().copied(), style))?;
+            if k == 0 {
+                series
+                    .label(runs[i].name.as_str())
+                    .legend(move |(lx, ly)| PathElement::new(vec![(lx, ly), (lx + 22, ly)], style));
+            }
+            if n_points <= 60 {
+                chart.draw_series(seg.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
+            }
+        }
+    }
+    chart
+        .configure_series_labels()
+        .position(legend_corner(&finite, x, y))
+        .background_style(WHITE.mix(0.85))
+        .border_style(RGBColor(180, 180, 180))
+        .label_font((FAMILY, 14))
+        .draw()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tick_labels_fit_the_span() {
+        assert_eq!(tick(0.25, 1.0), "0.25");
+        assert_eq!(tick(2.0, 10.0), "2");
+        assert_eq!(tick(0.0, 1.0), "0");
+        assert_eq!(tick(1e-5, 1e-5), "1.00e-5");
+        assert_eq!(tick(3e7, 1e7), "3.00e7");
+    }
+
+    #[test]
+    fn axis_ranges_are_never_empty_or_infinite() {
+        for (lo, hi) in [(1.0, 1.0), (0.0, 0.0), (-1e308, 1e308), (1e15, 1e15 + 1.0), (f64::MAX, f64::MAX)] {
+            let (a, b) = axis_range(lo, hi, 0.06);
+            assert!(a.is_finite() && b.is_finite() && a < b, "{lo}..{hi} gave {a}..{b}");
+        }
+    }
+}
