@@ -82,7 +82,11 @@ fn plot(logdirs: &[PathBuf], output: &Path, only: &[String]) -> Result<String, S
             ));
         }
         for (dir, files) in found {
-            let name = dir.display().to_string();
+            // `msl plot .` names its runs `a`, `b`, not `./a`, `./b`.
+            let name = match dir.strip_prefix(".") {
+                Ok(rel) if !rel.as_os_str().is_empty() => rel.display().to_string(),
+                _ => dir.display().to_string(),
+            };
             if runs.iter().any(|r| r.name == name) {
                 continue;
             }

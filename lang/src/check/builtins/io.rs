@@ -115,9 +115,13 @@ impl Checker {
                     (Code::E0305, format!("this is {ts}, not a scalar"))
                 };
                 self.error(
-                    Diagnostic::error(code, a.pos[2].1, format!("`log_scalar` records a number scalar, found {ts}"))
-                        .label(why)
-                        .with_help("log one number, e.g. `mean(…)` of a tensor, or `f32(…)` of a bool"),
+                    Diagnostic::error(
+                        code,
+                        a.pos[2].1,
+                        format!("the value of `log_scalar` must be a number scalar, found {ts}"),
+                    )
+                    .label(why)
+                    .with_help("log one number, e.g. `mean(…)` of a tensor, or `f32(…)` of a bool"),
                 );
             }
             t => {
@@ -126,7 +130,7 @@ impl Checker {
                     Diagnostic::error(
                         Code::E0304,
                         a.pos[2].1,
-                        format!("`log_scalar` records a number scalar, found {ts}"),
+                        format!("the value of `log_scalar` must be a number scalar, found {ts}"),
                     )
                     .label(format!("this is {ts}")),
                 );
