@@ -79,6 +79,10 @@ enum Cmd {
         /// Draw only these tags (repeat for several; default: every tag).
         #[arg(long, value_name = "TAG")]
         tag: Vec<String>,
+        /// A logarithmic value axis (for losses that fall by orders of magnitude); values ≤ 0
+        /// are left out.
+        #[arg(long)]
+        log_y: bool,
     },
     /// Print the derivative of a function as msl source.
     Grad {
@@ -170,7 +174,7 @@ pub fn main() -> u8 {
         Cmd::Repl { mode, logdir } => {
             crate::repl::main(mode == Mode::Jit, logdir.unwrap_or_else(|| PathBuf::from("runs/repl")))
         }
-        Cmd::Plot { logdirs, output, tag } => crate::plot::plot_cmd(&logdirs, &output, &tag),
+        Cmd::Plot { logdirs, output, tag, log_y } => crate::plot::plot_cmd(&logdirs, &output, &tag, log_y),
         Cmd::Grad { file, func, wrt, explain } => crate::run::grad_cmd(&file, &func, wrt.as_deref(), explain),
     }
 }

@@ -1,5 +1,7 @@
 //! `msl plot LOGDIR… -o FILE`: every scalar of TensorBoard event files drawn against its step
-//! with plotters, one chart per tag and one line per run, as a PNG or an SVG picture.
+//! with plotters, as a PNG or an SVG picture: one chart per tag, with a line per run, except
+//! that tags sharing a prefix before their last `/` share a chart (`accuracy/train` and
+//! `accuracy/test` are two lines of the chart `accuracy`, as train and test curves are read).
 //!
 //! Each folder under a LOGDIR that holds event files is one run (as TensorBoard finds runs);
 //! its files are read in name order (their names start with the time they were made), and a
@@ -8,6 +10,8 @@
 //! (BSD licence), so no system font is needed.
 
 use crate::tfevents;
+use plotters::coord::ranged1d::{Ranged, ValueFormatter};
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
@@ -44,6 +48,50 @@ struct Run {
     series: BTreeMap<String, Vec<(i64, f64)>>,
 }
 
+/// One chart: its title and its lines (legend label, points).
+struct Chart<'a> {
+    title: String,
+    lines: Vec<(String, &'a [(i64, f64)])>,
+}
+
+/// The charts for `tags` (sorted): one per prefix before a tag's last `/`, or per tag that has
+/// none. A line's label is the rest of its tag, with the run's name when there are several
+/// runs (or when that is all that tells the lines apart).
+fn charts<'a>(runs: &'a [Run], tags: &[String]) -> Vec<Chart<'a>> {
+    fn group_of(t: &str) -> (&str, Option<&str>) {
+        match t.rsplit_once('/') {
+            Some((g, s)) if !g.is_empty() && !s.is_empty() => (g, Some(s)),
+            _ => (t, None),
+        }
+    }
+    let mut groups: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for t in tags {
+        groups.entry(group_of(t).0).or_default().push(t);
+    }
+    let several = runs.len() > 1;
+    groups
+        .into_iter()
+        .map(|(title, members)| {
+            let mut lines = Vec::new();
+            for t in &members {
+                // The bare tag `loss` beside `loss/val` is labelled `loss`.
+                let part = group_of(t).1.or((members.len() > 1).then_some(*t));
+                for r in runs {
+                    if let Some(p) = r.series.get(*t) {
+                        let label = match part {
+                            Some(s) if several => format!("{} {s}", r.name),
+                            Some(s) => s.to_string(),
+                            None => r.name.clone(),
+                        };
+                        lines.push((label, p.as_slice()));
+                    }
+                }
+            }
+            Chart { title: title.to_string(), lines }
+        })
+        .collect()
+}
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Format {
     Png,
@@ -52,8 +100,8 @@ enum Format {
 
 /// `msl plot`: exit status 0, or 2 with a message when there is nothing to draw or the picture
 /// cannot be written.
-pub fn plot_cmd(logdirs: &[PathBuf], output: &Path, tags: &[String]) -> u8 {
-    match plot(logdirs, output, tags) {
+pub fn plot_cmd(logdirs: &[PathBuf], output: &Path, tags: &[String], log_y: bool) -> u8 {
+    match plot(logdirs, output, tags, log_y) {
         Ok(summary) => {
             eprintln!("{summary}");
             0
@@ -65,7 +113,7 @@ pub fn plot_cmd(logdirs: &[PathBuf], output: &Path, tags: &[String]) -> u8 {
     }
 }
 
-fn plot(logdirs: &[PathBuf], output: &Path, only: &[String]) -> Result<String, String> {
+fn plot(logdirs: &[PathBuf], output: &Path, only: &[String], log_y: bool) -> Result<String, String> {
     let format = match output.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase).as_deref() {
         Some("png") => Format::Png,
         Some("svg") => Format::Svg,
@@ -107,15 +155,16 @@ fn plot(logdirs: &[PathBuf], output: &Path, only: &[String]) -> Result<String, S
             return Err(format!("no tag `{t}` was logged (the tags: {})", names.join(", ")));
         }
     }
-    let mut tags: Vec<String> = all.into_iter().filter(|t| only.is_empty() || only.contains(t)).cloned().collect();
-    if tags.len() > MAX_CHARTS {
+    let tags: Vec<String> = all.into_iter().filter(|t| only.is_empty() || only.contains(t)).cloned().collect();
+    let mut charts = charts(&runs, &tags);
+    if charts.len() > MAX_CHARTS {
         eprintln!(
-            "warning: {} tags were logged; drawing the first {MAX_CHARTS} (choose others with `--tag`)",
-            tags.len()
+            "warning: {} charts to draw; drawing the first {MAX_CHARTS} (choose tags with `--tag`)",
+            charts.len()
         );
-        tags.truncate(MAX_CHARTS);
+        charts.truncate(MAX_CHARTS);
     }
-    let n = tags.len();
+    let n = charts.len();
     let cols = match n {
         0..=3 => n.max(1),
         4 => 2,
@@ -129,7 +178,7 @@ fn plot(logdirs: &[PathBuf], output: &Path, only: &[String]) -> Result<String, S
     match format {
         Format::Png => {
             let mut buf = vec![0u8; size.0 as usize * size.1 as usize * 3];
-            draw(BitMapBackend::with_buffer(&mut buf, size).into_drawing_area(), &title, &tags, &runs, cols)?;
+            draw(BitMapBackend::with_buffer(&mut buf, size).into_drawing_area(), &title, &charts, cols, log_y)?;
             let file = std::fs::File::create(output).map_err(write_err)?;
             let mut enc = png::Encoder::new(std::io::BufWriter::new(file), size.0, size.1);
             enc.set_color(png::ColorType::Rgb);
@@ -141,7 +190,7 @@ fn plot(logdirs: &[PathBuf], output: &Path, only: &[String]) -> Result<String, S
         }
         Format::Svg => {
             let mut svg = String::new();
-            draw(SVGBackend::with_string(&mut svg, size).into_drawing_area(), &title, &tags, &runs, cols)?;
+            draw(SVGBackend::with_string(&mut svg, size).into_drawing_area(), &title, &charts, cols, log_y)?;
             std::fs::write(output, svg).map_err(write_err)?;
         }
     }
@@ -279,6 +328,17 @@ fn tick(v: f64, span: f64) -> String {
     }
 }
 
+/// A label of a logarithmic axis: plain for numbers between 0.001 and 100,000, else in
+/// scientific notation.
+fn log_tick(v: f64) -> String {
+    if (1e-3..1e5).contains(&v) {
+        let s = format!("{v:.3}");
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        format!("{v:.0e}")
+    }
+}
+
 /// The corner of a chart with the fewest points near it, for the legend.
 fn legend_corner(points: &[(f64, f64)], x: (f64, f64), y: (f64, f64)) -> SeriesLabelPosition {
     let near = |right: bool, top: bool| {
@@ -303,9 +363,9 @@ fn legend_corner(points: &[(f64, f64)], x: (f64, f64), y: (f64, f64)) -> SeriesL
 fn draw<DB: DrawingBackend>(
     root: DrawingArea<DB, Shift>,
     title: &str,
-    tags: &[String],
-    runs: &[Run],
+    charts: &[Chart],
     cols: usize,
+    log_y: bool,
 ) -> Result<(), String>
 where
     DB::ErrorType: 'static,
@@ -313,65 +373,109 @@ where
     let e = |e: DrawingAreaErrorKind<DB::ErrorType>| format!("cannot draw the plot: {e}");
     root.fill(&WHITE).map_err(e)?;
     let body = root.titled(title, (FAMILY, 24).into_font().color(&BLACK)).map_err(e)?;
-    let rows = tags.len().div_ceil(cols);
+    let rows = charts.len().div_ceil(cols);
     let cells = body.split_evenly((rows, cols));
-    for (tag, cell) in tags.iter().zip(cells.iter()) {
-        draw_chart(cell, tag, runs).map_err(e)?;
+    for (chart, cell) in charts.iter().zip(cells.iter()) {
+        draw_chart(cell, chart, log_y).map_err(e)?;
     }
     root.present().map_err(e)?;
     Ok(())
 }
 
-/// One chart: `tag` against the step, a line per run that logged it.
+/// One chart: its lines against the step, on a linear or (`log_y`) a logarithmic value axis.
 fn draw_chart<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
-    tag: &str,
-    runs: &[Run],
+    c: &Chart,
+    log_y: bool,
 ) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
-    let lines: Vec<(usize, &Vec<(i64, f64)>)> =
-        runs.iter().enumerate().filter_map(|(i, r)| r.series.get(tag).map(|p| (i, p))).collect();
-    let finite: Vec<(f64, f64)> = lines
+    // What can be drawn: finite values, and on a log axis positive ones; the rest are gaps.
+    let shown = |v: f64| v.is_finite() && (!log_y || v > 0.0);
+    let visible: Vec<(f64, f64)> = c
+        .lines
         .iter()
         .flat_map(|(_, p)| p.iter())
-        .filter(|(_, v)| v.is_finite())
+        .filter(|(_, v)| shown(*v))
         .map(|&(s, v)| (s as f64, clamp(v)))
         .collect();
-    let fold = |f: fn(&(f64, f64)) -> f64| {
-        finite.iter().map(f).fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| (lo.min(v), hi.max(v)))
+    let fold = |f: &dyn Fn(&(f64, f64)) -> f64| {
+        visible.iter().map(f).fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| (lo.min(v), hi.max(v)))
     };
-    let (xs, ys) = if finite.is_empty() { ((0.0, 1.0), (0.0, 1.0)) } else { (fold(|p| p.0), fold(|p| p.1)) };
+    let (xs, ys) = if visible.is_empty() {
+        ((0.0, 1.0), if log_y { (1.0, 10.0) } else { (0.0, 1.0) })
+    } else {
+        (fold(&|p| p.0), fold(&|p| p.1))
+    };
     let x = axis_range(xs.0, xs.1, 0.0);
-    let y = axis_range(ys.0, ys.1, 0.06);
-    let mut chart = ChartBuilder::on(area)
-        .caption(tag, (FAMILY, 19))
-        .margin(14)
-        .x_label_area_size(44)
-        .y_label_area_size(64)
-        .build_cartesian_2d(x.0..x.1, y.0..y.1)?;
-    let (xspan, yspan) = (x.1 - x.0, y.1 - y.0);
+    let y = if log_y {
+        let (a, b) = axis_range(ys.0.max(1e-300).log10(), ys.1.max(1e-300).log10(), 0.06);
+        (10f64.powf(a), 10f64.powf(b))
+    } else {
+        axis_range(ys.0, ys.1, 0.06)
+    };
+    let yspan = y.1 - y.0;
+    let yfmt = move |v: &f64| if log_y { log_tick(*v) } else { tick(*v, yspan) };
+    // Room for the widest value label beside the axis' name.
+    let widest = [y.0, y.1, (y.0 + y.1) / 2.0].iter().map(|v| yfmt(v).chars().count()).max().unwrap_or(4);
+    let mut builder = ChartBuilder::on(area);
+    builder.caption(&c.title, (FAMILY, 21)).margin(14).x_label_area_size(44).y_label_area_size(30 + 9 * widest as u32);
+    let corner = if log_y {
+        let logs: Vec<(f64, f64)> = visible.iter().map(|&(s, v)| (s, v.log10())).collect();
+        legend_corner(&logs, x, (y.0.log10(), y.1.log10()))
+    } else {
+        legend_corner(&visible, x, y)
+    };
+    let pts = Points { chart: c, shown: &shown, corner, x };
+    if log_y {
+        let chart = builder.build_cartesian_2d(x.0..x.1, (y.0..y.1).log_scale())?;
+        finish_chart(chart, &pts, &yfmt)
+    } else {
+        let chart = builder.build_cartesian_2d(x.0..x.1, y.0..y.1)?;
+        finish_chart(chart, &pts, &yfmt)
+    }
+}
+
+/// What `finish_chart` draws: the chart's lines, which values show, and the axes' ranges.
+struct Points<'a> {
+    chart: &'a Chart<'a>,
+    shown: &'a dyn Fn(f64) -> bool,
+    /// Where the legend covers the fewest points.
+    corner: SeriesLabelPosition,
+    x: (f64, f64),
+}
+
+/// The mesh, the lines (with a dot per point when there are few) and the legend, on either
+/// kind of value axis.
+fn finish_chart<'a, DB: DrawingBackend + 'a, Y>(
+    mut chart: ChartContext<'a, DB, Cartesian2d<RangedCoordf64, Y>>,
+    p: &Points,
+    yfmt: &dyn Fn(&f64) -> String,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>>
+where
+    Y: Ranged<ValueType = f64> + ValueFormatter<f64>,
+{
+    let xspan = p.x.1 - p.x.0;
     let xfmt = move |v: &f64| if xspan >= 5.0 { format!("{}", v.round() as i64) } else { tick(*v, xspan) };
-    let yfmt = move |v: &f64| tick(*v, yspan);
     chart
         .configure_mesh()
         .x_desc("step")
-        .y_desc(tag)
+        .y_desc(p.chart.title.as_str())
         .x_labels(6)
         .y_labels(6)
         .x_label_formatter(&xfmt)
         .y_label_formatter(&yfmt)
-        .label_style((FAMILY, 14))
-        .axis_desc_style((FAMILY, 15))
+        .label_style((FAMILY, 15))
+        .axis_desc_style((FAMILY, 16))
         .bold_line_style(RGBColor(225, 225, 225))
         .light_line_style(WHITE)
         .axis_style(RGBColor(90, 90, 90))
         .draw()?;
-    for &(i, pts) in &lines {
+    for (i, (label, pts)) in p.chart.lines.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
         let style = ShapeStyle { color: color.to_rgba(), filled: false, stroke_width: 2 };
-        // A NaN or an infinity is a gap in the line.
+        // A value that cannot be shown (NaN, an infinity, ≤ 0 on a log axis) is a gap.
         let mut segments: Vec<Vec<(f64, f64)>> = vec![Vec::new()];
-        for &(s, v) in pts {
-            match (v.is_finite(), segments.last_mut()) {
+        for &(s, v) in pts.iter() {
+            match ((p.shown)(v), segments.last_mut()) {
                 (true, Some(seg)) => seg.push((s as f64, clamp(v))),
                 (false, Some(seg)) if !seg.is_empty() => segments.push(Vec::new()),
                 _ => {}
@@ -382,20 +486,20 @@ fn draw_chart<DB: DrawingBackend>(
             let series = chart.draw_series(LineSeries::new(seg.iter().copied(), style))?;
             if k == 0 {
                 series
-                    .label(runs[i].name.as_str())
+                    .label(label.as_str())
                     .legend(move |(lx, ly)| PathElement::new(vec![(lx, ly), (lx + 22, ly)], style));
             }
             if n_points <= 60 {
-                chart.draw_series(seg.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
+                chart.draw_series(seg.iter().map(|&q| Circle::new(q, 3, color.filled())))?;
             }
         }
     }
     chart
         .configure_series_labels()
-        .position(legend_corner(&finite, x, y))
+        .position(p.corner.clone())
         .background_style(WHITE.mix(0.85))
         .border_style(RGBColor(180, 180, 180))
-        .label_font((FAMILY, 14))
+        .label_font((FAMILY, 15))
         .draw()?;
     Ok(())
 }

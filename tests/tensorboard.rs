@@ -306,7 +306,8 @@ fn msl_plot_draws_png_and_svg_with_a_line_per_run() {
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"), "{}", &svg[..svg.len().min(200)]);
     let texts: Vec<&str> = svg.split("<text").skip(1).filter_map(|t| t.split('>').nth(1)).map(str::trim).collect();
     let texts: Vec<&str> = texts.iter().map(|t| t.trim_end_matches("</text").trim()).collect();
-    for want in ["loss", "acc/test", "step", "engine0", "engine3"] {
+    // `acc/test` is the line `test` of the chart `acc`; with several runs, named after the run.
+    for want in ["loss", "acc", "step", "engine0", "engine3", "engine0 test", "engine3 test"] {
         assert!(texts.contains(&want), "the svg has no text `{want}`: {texts:?}");
     }
     assert!(!texts.contains(&"count"), "--tag leaves out the other tags");
