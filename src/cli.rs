@@ -73,7 +73,7 @@ enum Cmd {
         /// Log folders: each folder under them that holds event files is one run.
         #[arg(required = true, value_name = "LOGDIR")]
         logdirs: Vec<PathBuf>,
-        /// The picture to write: `.png` or `.svg`.
+        /// The picture to write: `.png` or `.svg` (`.csv` writes the points instead).
         #[arg(short, long, value_name = "FILE", default_value = "plot.png")]
         output: PathBuf,
         /// Draw only these tags (repeat for several; default: every tag).

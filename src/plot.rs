@@ -96,6 +96,8 @@ fn charts<'a>(runs: &'a [Run], tags: &[String]) -> Vec<Chart<'a>> {
 enum Format {
     Png,
     Svg,
+    /// The points themselves: `run,tag,step,value` lines.
+    Csv,
 }
 
 /// `msl plot`: exit status 0, or 2 with a message when there is nothing to draw or the picture
@@ -117,7 +119,13 @@ fn plot(logdirs: &[PathBuf], output: &Path, only: &[String], log_y: bool) -> Res
     let format = match output.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase).as_deref() {
         Some("png") => Format::Png,
         Some("svg") => Format::Svg,
-        _ => return Err(format!("cannot write `{}`: the picture must be a `.png` or `.svg` file", output.display())),
+        Some("csv") => Format::Csv,
+        _ => {
+            return Err(format!(
+                "cannot write `{}`: the picture must be a `.png` or `.svg` file (or `.csv` for the data)",
+                output.display()
+            ))
+        }
     };
     let mut runs: Vec<Run> = Vec::new();
     for root in logdirs {
@@ -188,19 +196,26 @@ fn plot(logdirs: &[PathBuf], output: &Path, only: &[String], log_y: bool) -> Res
             w.write_image_data(&buf).map_err(|e| format!("cannot write `{}`: {e}", output.display()))?;
             w.finish().map_err(|e| format!("cannot write `{}`: {e}", output.display()))?;
         }
+        Format::Csv => {
+            let mut csv = String::from("run,tag,step,value\n");
+            for r in &runs {
+                for (tag, pts) in r.series.iter().filter(|(t, _)| tags.contains(t)) {
+                    for (step, v) in pts {
+                        csv.push_str(&format!("{},{},{step},{v}\n", csv_field(&r.name), csv_field(tag)));
+                    }
+                }
+            }
+            std::fs::write(output, csv).map_err(write_err)?;
+        }
         Format::Svg => {
             let mut svg = String::new();
             draw(SVGBackend::with_string(&mut svg, size).into_drawing_area(), &title, &charts, cols, log_y)?;
             std::fs::write(output, svg).map_err(write_err)?;
         }
     }
-    Ok(format!(
-        "wrote {} ({n} chart{}, {} run{})",
-        output.display(),
-        if n == 1 { "" } else { "s" },
-        runs.len(),
-        if runs.len() == 1 { "" } else { "s" }
-    ))
+    let count = |k: usize, what: &str| format!("{k} {what}{}", if k == 1 { "" } else { "s" });
+    let drawn = if format == Format::Csv { count(tags.len(), "tag") } else { count(n, "chart") };
+    Ok(format!("wrote {} ({drawn}, {})", output.display(), count(runs.len(), "run")))
 }
 
 /// The folders under `root` (itself included) that hold event files, with those files in name
@@ -281,6 +296,15 @@ fn register_font() -> Result<(), String> {
     }
 }
 
+/// A CSV field, quoted when it holds a comma, a quote or a line break.
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
 /// "runs/mlp", or the runs listed while they fit on one line.
 fn figure_title(runs: &[Run]) -> String {
     let names: Vec<&str> = runs.iter().map(|r| r.name.as_str()).collect();
@@ -319,7 +343,9 @@ fn tick(v: f64, span: f64) -> String {
     if mag >= 1e6 || span < 1e-4 {
         return format!("{v:.2e}");
     }
-    let decimals = (-(span / 5.0).log10()).ceil().clamp(0.0, 6.0) as usize;
+    // Ticks are about a tenth of the span apart (1, 2 or 5 times a power of ten): a twentieth
+    // has room for their last digit, and trailing zeros go.
+    let decimals = (-(span / 20.0).log10()).ceil().clamp(0.0, 7.0) as usize;
     let s = format!("{v:.decimals$}");
     if s.contains('.') {
         s.trim_end_matches('0').trim_end_matches('.').to_string()
@@ -511,6 +537,8 @@ mod tests {
     #[test]
     fn tick_labels_fit_the_span() {
         assert_eq!(tick(0.25, 1.0), "0.25");
+        assert_eq!(tick(0.30000000000000004, 1.0), "0.3");
+        assert_eq!(tick(-28.80415, 0.0003), "-28.80415");
         assert_eq!(tick(2.0, 10.0), "2");
         assert_eq!(tick(0.0, 1.0), "0");
         assert_eq!(tick(1e-5, 1e-5), "1.00e-5");

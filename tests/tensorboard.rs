@@ -186,6 +186,7 @@ fn tensorboard_reads_what_every_engine_logs() {
             for d in &dirs {
                 assert_eq!(read_with_tensorboard(&python, d), expected(), "as read from {}", d.display());
             }
+            msl_reads_what_tensorboard_writes(&python, &dir);
         }
         Err(why) => {
             eprintln!("SKIPPED: reading the event files with TensorBoard's EventAccumulator: {why}");
@@ -193,6 +194,41 @@ fn tensorboard_reads_what_every_engine_logs() {
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `msl plot` reads the scalars of TensorBoard's own writer: `simple_value`s (PyTorch's kind) and
+/// TensorFlow 2's tensors of the `scalars` plugin (`float_val` and `tensor_content`).
+fn msl_reads_what_tensorboard_writes(python: &Path, dir: &Path) {
+    let script = r#"
+import struct, sys
+from tensorboard.summary.writer.event_file_writer import EventFileWriter
+from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, types_pb2
+w = EventFileWriter(sys.argv[1])
+meta = summary_pb2.SummaryMetadata(plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"))
+for step in range(3):
+    vals = [
+        summary_pb2.Summary.Value(tag="simple", simple_value=0.5 * step),
+        summary_pb2.Summary.Value(tag="tf2/float_val", metadata=meta,
+            tensor=tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, float_val=[0.25 * step])),
+        summary_pb2.Summary.Value(tag="tf2/content", metadata=meta,
+            tensor=tensor_pb2.TensorProto(dtype=types_pb2.DT_DOUBLE, tensor_content=struct.pack("<d", 1.5 * step))),
+    ]
+    w.add_event(event_pb2.Event(step=step, wall_time=1.0 + step, summary=summary_pb2.Summary(value=vals)))
+w.close()
+"#;
+    let logdir = dir.join("by-tensorboard");
+    let o = Command::new(python).arg("-c").arg(script).arg(&logdir).output().expect("run python");
+    assert!(o.status.success(), "TensorBoard's writer failed: {}", String::from_utf8_lossy(&o.stderr));
+    let o = msl(dir, &["plot", "by-tensorboard", "-o", "points.csv"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let csv = std::fs::read_to_string(dir.join("points.csv")).expect("the csv");
+    let mut want = String::from("run,tag,step,value\n");
+    for (tag, f) in [("simple", 0.5), ("tf2/content", 1.5), ("tf2/float_val", 0.25)] {
+        for step in 0..3 {
+            want.push_str(&format!("by-tensorboard,{tag},{step},{}\n", f * step as f64));
+        }
+    }
+    assert_eq!(csv, want);
 }
 
 #[test]
@@ -328,7 +364,7 @@ fn msl_plot_errors_are_exit_2_with_a_message() {
         (&["plot", "missing", "-o", "x.png"], "`missing` does not exist"),
         (&["plot", "empty", "-o", "x.png"], "no TensorBoard event files"),
         (&["plot", "junk", "-o", "x.png"], "hold no scalars"),
-        (&["plot", "good", "-o", "x.jpg"], "must be a `.png` or `.svg` file"),
+        (&["plot", "good", "-o", "x.jpg"], "must be a `.png` or `.svg` file (or `.csv` for the data)"),
         (&["plot", "good", "-o", "nowhere/x.png"], "cannot write `nowhere/x.png`"),
         (&["plot", "good", "--tag", "lost", "-o", "x.png"], "no tag `lost` was logged"),
         (&["plot"], "LOGDIR"),
