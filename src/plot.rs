@@ -201,7 +201,7 @@ fn plot(logdirs: &[PathBuf], output: &Path, only: &[String], log_y: bool) -> Res
             for r in &runs {
                 for (tag, pts) in r.series.iter().filter(|(t, _)| tags.contains(t)) {
                     for (step, v) in pts {
-                        csv.push_str(&format!("{},{},{step},{v}\n", csv_field(&r.name), csv_field(tag)));
+                        csv.push_str(&format!("{},{},{step},{}\n", csv_field(&r.name), csv_field(tag), number(*v)));
                     }
                 }
             }
@@ -336,21 +336,46 @@ fn axis_range(lo: f64, hi: f64, pad: f64) -> (f64, f64) {
 /// A tick label: integers without decimals, other numbers with as many decimals as the axis'
 /// span needs, very large or small ones in scientific notation.
 fn tick(v: f64, span: f64) -> String {
+    // Ticks are about a tenth of the span apart (1, 2 or 5 times a power of ten): a twentieth
+    // of it is the last digit a label needs.
+    let last = (span / 20.0).log10().floor();
     let mag = v.abs();
-    if v == 0.0 {
+    if mag < span * 1e-9 {
         return "0".into();
     }
-    if mag >= 1e6 || span < 1e-4 {
-        return format!("{v:.2e}");
-    }
-    // Ticks are about a tenth of the span apart (1, 2 or 5 times a power of ten): a twentieth
-    // has room for their last digit, and trailing zeros go.
-    let decimals = (-(span / 20.0).log10()).ceil().clamp(0.0, 7.0) as usize;
-    let s = format!("{v:.decimals$}");
-    if s.contains('.') {
-        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    let s = if mag >= 1e6 || span < 1e-4 {
+        let digits = (mag.log10().floor() - last).clamp(2.0, 9.0) as usize;
+        let s = format!("{v:.digits$e}");
+        match s.split_once('e') {
+            Some((m, e)) if m.contains('.') => format!("{}e{e}", m.trim_end_matches('0').trim_end_matches('.')),
+            _ => s,
+        }
+    } else {
+        let decimals = (-last).clamp(0.0, 7.0) as usize;
+        let s = format!("{v:.decimals$}");
+        if s.contains('.') {
+            s.trim_end_matches('0').trim_end_matches('.').to_string()
+        } else {
+            s
+        }
+    };
+    if s == "-0" {
+        "0".into()
     } else {
         s
+    }
+}
+
+/// A value of the CSV output: the shortest text that reads back as the same number (as an
+/// `f32` when it is one, as TensorBoard's values are).
+fn number(v: f64) -> String {
+    let single = f64::from(v as f32).to_bits() == v.to_bits();
+    let scientific = v.is_finite() && v != 0.0 && !(1e-5..1e16).contains(&v.abs());
+    match (single, scientific) {
+        (true, true) => format!("{:e}", v as f32),
+        (true, false) => format!("{}", v as f32),
+        (false, true) => format!("{v:e}"),
+        (false, false) => format!("{v}"),
     }
 }
 
@@ -480,7 +505,8 @@ where
     Y: Ranged<ValueType = f64> + ValueFormatter<f64>,
 {
     let xspan = p.x.1 - p.x.0;
-    let xfmt = move |v: &f64| if xspan >= 5.0 { format!("{}", v.round() as i64) } else { tick(*v, xspan) };
+    let xfmt =
+        move |v: &f64| if xspan >= 5.0 && v.abs() < 1e6 { format!("{}", v.round() as i64) } else { tick(*v, xspan) };
     chart
         .configure_mesh()
         .x_desc("step")
@@ -541,8 +567,22 @@ mod tests {
         assert_eq!(tick(-28.80415, 0.0003), "-28.80415");
         assert_eq!(tick(2.0, 10.0), "2");
         assert_eq!(tick(0.0, 1.0), "0");
-        assert_eq!(tick(1e-5, 1e-5), "1.00e-5");
-        assert_eq!(tick(3e7, 1e7), "3.00e7");
+        assert_eq!(tick(1e-5, 1e-5), "1e-5");
+        assert_eq!(tick(1.5e-5, 1e-5), "1.5e-5");
+        assert_eq!(tick(3e7, 1e7), "3e7");
+        assert_eq!(tick(1000000.125, 0.125), "1.000000125e6");
+        assert_eq!(tick(-0.00000001, 1.0), "0");
+        assert_eq!(tick(-0.0, 1.0), "0");
+    }
+
+    #[test]
+    fn csv_numbers_read_back_exactly() {
+        assert_eq!(number(0.25), "0.25");
+        assert_eq!(number(f64::from(1000000.1f32)), "1000000.1");
+        assert_eq!(number(f64::from(3e38f32)), "3e38");
+        assert_eq!(number(0.1), "0.1");
+        assert_eq!(number(f64::NAN), "NaN");
+        assert_eq!(number(f64::NEG_INFINITY), "-inf");
     }
 
     #[test]

@@ -379,3 +379,52 @@ fn msl_plot_errors_are_exit_2_with_a_message() {
     assert!(!dir.join("x.png").exists());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn msl_plot_draws_gaps_extremes_and_odd_names_without_failing() {
+    let prog = r#"
+fn main() {
+    let z: f32 = 0.0
+    for step in 0..4 {
+        log_scalar("gaps", step, where(step % 2 == 0, z / z, f32(step)))
+    }
+    log_scalar("inf", 0, 1.0 / z)
+    log_scalar("big", -2147483647, 3.0e38)
+    log_scalar("big", 2147483647, -3.0e38)
+    log_scalar("same", 5, 1.0)
+    log_scalar("same", 5, 1.0)
+    log_scalar("tiny", 0, 1.0e-38)
+    log_scalar("tiny", 1, 1.1e-38)
+    log_scalar("near", 0, 1000000.0)
+    log_scalar("near", 1, 1000000.1)
+    log_scalar("a,b\"c", 0, -1.0)
+    log_scalar("/lead", 0, 0.0)
+    log_scalar("trail/", 0, 1.0)
+    log_scalar("ünï/cödé", 0, 2.0)
+}
+"#;
+    let dir = scratch("extremes", &[("x.msl", prog)]);
+    let o = msl(&dir, &["run", "--logdir", "xl", "x.msl"]);
+    assert!(o.status.success(), "{}", text(&o));
+    for args in [&["-o", "x.png"][..], &["-o", "x.svg"], &["--log-y", "-o", "log.png"], &["-o", "x.csv"]] {
+        let mut all = vec!["plot", "xl"];
+        all.extend_from_slice(args);
+        let o = msl(&dir, &all);
+        assert!(o.status.success(), "{args:?}: {}", text(&o));
+    }
+    decode_png(&dir.join("x.png"));
+    decode_png(&dir.join("log.png"));
+    let csv = std::fs::read_to_string(dir.join("x.csv")).expect("the csv");
+    for line in [
+        "xl,gaps,0,NaN",
+        "xl,gaps,1,1",
+        "xl,inf,0,inf",
+        "xl,big,-2147483647,3e38",
+        "xl,near,1,1000000.1",
+        "xl,\"a,b\"\"c\",0,-1",
+        "xl,ünï/cödé,0,2",
+    ] {
+        assert!(csv.lines().any(|l| l == line), "no `{line}` in:\n{csv}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
