@@ -74,6 +74,26 @@ enum Cmd {
         /// Make warnings (such as W0510, an unrequested redistribution) errors.
         #[arg(long)]
         deny_warnings: bool,
+        /// The folder `log_scalar` writes TensorBoard event files into (default: `runs/<file
+        /// stem>` in the working directory).
+        #[arg(long, value_name = "DIR")]
+        logdir: Option<PathBuf>,
+    },
+    /// Draw every scalar logged with `log_scalar` (TensorBoard event files) against its step.
+    Plot {
+        /// Log folders: each folder under them that holds event files is one run.
+        #[arg(required = true, value_name = "LOGDIR")]
+        logdirs: Vec<PathBuf>,
+        /// The picture to write: `.png` or `.svg` (`.csv` writes the points instead).
+        #[arg(short, long, value_name = "FILE", default_value = "plot.png")]
+        output: PathBuf,
+        /// Draw only these tags (repeat for several; default: every tag).
+        #[arg(long, value_name = "TAG")]
+        tag: Vec<String>,
+        /// A logarithmic value axis (for losses that fall by orders of magnitude); values ≤ 0
+        /// are left out.
+        #[arg(long)]
+        log_y: bool,
     },
     /// Print the derivative of a function as msl source.
     Grad {
@@ -100,6 +120,10 @@ enum Cmd {
         /// Mesh axis sizes replacing the files', e.g. `--mesh dp=4,mp=1`.
         #[arg(long, value_name = "AXIS=SIZE,…")]
         mesh: Option<String>,
+        /// Write what tests log with `log_scalar` under `DIR/<file stem>` (default: nothing is
+        /// written).
+        #[arg(long, value_name = "DIR")]
+        logdir: Option<PathBuf>,
     },
     /// Type-check files (names, types and every tensor shape) without running them.
     Check {
@@ -123,6 +147,9 @@ enum Cmd {
         /// elementwise trees; compiled code is reused by later inputs).
         #[arg(long, value_enum, default_value = "eager")]
         mode: Mode,
+        /// The folder `log_scalar` writes TensorBoard event files into (default: `runs/repl`).
+        #[arg(long, value_name = "DIR")]
+        logdir: Option<PathBuf>,
     },
 }
 
@@ -142,7 +169,19 @@ pub fn main() -> u8 {
             }
             check_cmd(&files, message_format, emit)
         }
-        Cmd::Run { file, mode, opt, device, message_format, explain, nan_check, ranks, mesh, deny_warnings } => {
+        Cmd::Run {
+            file,
+            mode,
+            opt,
+            device,
+            message_format,
+            explain,
+            nan_check,
+            logdir,
+            ranks,
+            mesh,
+            deny_warnings,
+        } => {
             if let Some(n) = ranks {
                 if n == 0 {
                     eprintln!("error: `--ranks` must be at least 1");
@@ -154,21 +193,22 @@ pub fn main() -> u8 {
                 return code;
             }
             crate::run::DENY_WARNINGS.store(deny_warnings, std::sync::atomic::Ordering::Relaxed);
+            let logdir = logdir.unwrap_or_else(|| crate::metrics::default_logdir(&file));
             crate::run::NAN_CHECK.store(nan_check, std::sync::atomic::Ordering::Relaxed);
             if device == DeviceKind::Cuda {
                 eprintln!("error: no CUDA device: this build of msl has no CUDA support; run with `--device cpu`");
                 return 2;
             }
             if mode == Mode::Jit {
-                return crate::jit_cmd::run(&file, opt, explain, message_format == MessageFormat::Json);
+                return crate::jit_cmd::run(&file, &logdir, opt, explain, message_format == MessageFormat::Json);
             }
             let _ = opt;
             if explain {
                 eprintln!("note: `--explain` describes compiled code; add `--mode jit` to see it");
             }
-            crate::run::run_cmd(&file, message_format == MessageFormat::Json)
+            crate::run::run_cmd(&file, &logdir, message_format == MessageFormat::Json)
         }
-        Cmd::Test { paths, mode, opt, mesh } => {
+        Cmd::Test { paths, mode, opt, mesh, logdir } => {
             if let Err(code) = mesh_override(mesh.as_deref()) {
                 return code;
             }
@@ -176,10 +216,13 @@ pub fn main() -> u8 {
                 eprintln!("error: `-O{opt}` is not an optimisation level (use 0, 1 or 2)");
                 return 2;
             }
-            crate::run::test_cmd(&paths, (mode == Mode::Jit).then(|| jit::Options::level(opt)))
+            crate::run::test_cmd(&paths, (mode == Mode::Jit).then(|| jit::Options::level(opt)), logdir.as_deref())
         }
         Cmd::Lsp => lsp::run(),
-        Cmd::Repl { mode } => crate::repl::main(mode == Mode::Jit),
+        Cmd::Repl { mode, logdir } => {
+            crate::repl::main(mode == Mode::Jit, logdir.unwrap_or_else(|| PathBuf::from("runs/repl")))
+        }
+        Cmd::Plot { logdirs, output, tag, log_y } => crate::plot::plot_cmd(&logdirs, &output, &tag, log_y),
         Cmd::Grad { file, func, wrt, explain } => crate::run::grad_cmd(&file, &func, wrt.as_deref(), explain),
     }
 }

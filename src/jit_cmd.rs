@@ -14,7 +14,7 @@
 use lang::check::Checked;
 use std::path::Path;
 
-pub fn run(file: &Path, level: u8, explain: bool, json: bool) -> u8 {
+pub fn run(file: &Path, logdir: &Path, level: u8, explain: bool, json: bool) -> u8 {
     if level > 2 {
         eprintln!("error: `-O{level}` is not an optimisation level (use 0, 1 or 2)");
         return 2;
@@ -29,7 +29,7 @@ pub fn run(file: &Path, level: u8, explain: bool, json: bool) -> u8 {
     let opt_ms = t.elapsed().as_secs_f64() * 1e3;
     crate::alloc::reset_peak();
     let (live0, _) = crate::alloc::heap();
-    let mut it = crate::run::interpreter(&c.program, file);
+    let mut it = crate::run::interpreter(&c.program, file, logdir);
     let report = jit::install(&mut it, opts);
     let n_moves = it.moves.len();
     let result = crate::alloc::with_sources(&c.sources, || it.run_main(main));

@@ -5,9 +5,12 @@
 mod alloc;
 mod cli;
 mod jit_cmd;
+mod metrics;
+mod plot;
 mod repl;
 mod run;
 mod spmd;
+mod tfevents;
 
 use std::process::ExitCode;
 

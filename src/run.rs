@@ -68,21 +68,18 @@ pub(crate) fn runnable(file: &Path, json: bool) -> Result<(lang::check::Checked,
     Ok((c, main))
 }
 
-/// An interpreter for a program of `file` that prints to stdout and shows the progress of
-/// `batches` loops on a terminal.
+/// An interpreter for a program of `file` that prints to stdout, shows the progress of
+/// `batches` loops on a terminal and writes what `log_scalar` logs into `logdir`.
 ///
 /// Output is line-buffered even into a pipe or a file: every `print` reaches the reader when it
 /// is made, so a long training run logged with `msl run train.msl > log` or `| tee log` can be
 /// followed while it runs (what Python does for a terminal, and what training scripts expect of
 /// `print(…, flush=True)`). A line costs one write; block buffering would save little next to
 /// the tensor work of a line worth printing.
-/// `msl run --nan-check`, for every interpreter the command makes.
-pub(crate) static NAN_CHECK: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
 /// `msl run --deny-warnings`: sharding warnings stop the run.
 pub(crate) static DENY_WARNINGS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-pub(crate) fn interpreter<'p>(prog: &'p lang::ir::Program, file: &Path) -> Interp<'p> {
+pub(crate) fn interpreter<'p>(prog: &'p lang::ir::Program, file: &Path, logdir: &Path) -> Interp<'p> {
     // In a sharded run, rank 0 prints: every rank computes the same global values.
     let out: Box<dyn std::io::Write> = if crate::spmd::rank() == 0 {
         Box::new(std::io::LineWriter::new(std::io::stdout().lock()))
@@ -91,6 +88,7 @@ pub(crate) fn interpreter<'p>(prog: &'p lang::ir::Program, file: &Path) -> Inter
     };
     let mut it = Interp::new(prog, out);
     it.spmd = crate::spmd::job();
+    it.scalars = Box::new(crate::metrics::TensorBoard::new(logdir.to_path_buf()));
     it.nan_check = NAN_CHECK.load(std::sync::atomic::Ordering::Relaxed);
     it.source_dir = file.parent().map(Path::to_path_buf);
     if std::io::stderr().is_terminal() && crate::spmd::rank() == 0 {
@@ -99,12 +97,15 @@ pub(crate) fn interpreter<'p>(prog: &'p lang::ir::Program, file: &Path) -> Inter
     it
 }
 
-pub fn run_cmd(file: &Path, json: bool) -> u8 {
+/// `msl run --nan-check`, for every interpreter the command makes.
+pub(crate) static NAN_CHECK: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+pub fn run_cmd(file: &Path, logdir: &Path, json: bool) -> u8 {
     let (c, main) = match runnable(file, json) {
         Ok(x) => x,
         Err(code) => return code,
     };
-    let mut it = interpreter(&c.program, file);
+    let mut it = interpreter(&c.program, file, logdir);
     match crate::alloc::with_sources(&c.sources, || it.run_main(main)) {
         Ok(_) => 0,
         Err(e) => {
@@ -156,8 +157,9 @@ fn collect(paths: &[PathBuf]) -> Vec<PathBuf> {
 }
 
 /// `msl test`: every `test` block and spec example, in the interpreter or, with `jit`, compiled
-/// at that level.
-pub fn test_cmd(paths: &[PathBuf], jit: Option<jit::Options>) -> u8 {
+/// at that level. With `logdir`, what the tests of `f.msl` log goes to `logdir/f`; without it
+/// (and always for spec examples) `log_scalar` records nothing.
+pub fn test_cmd(paths: &[PathBuf], jit: Option<jit::Options>, logdir: Option<&Path>) -> u8 {
     let mut passed = 0usize;
     // What failed, named as the summary lists it: a test, a spec example, or a whole file that
     // could not be read or does not check (its tests cannot run, so it counts as one failure).
@@ -206,9 +208,17 @@ pub fn test_cmd(paths: &[PathBuf], jit: Option<jit::Options>) -> u8 {
         if let Some(opts) = jit {
             jit::prepare(&mut c.program, opts);
         }
+        // One event file per test file, shared by its tests.
+        let log = logdir.map(|d| {
+            let dir = d.join(f.file_stem().unwrap_or_default());
+            std::rc::Rc::new(std::cell::RefCell::new(crate::metrics::TensorBoard::new(dir)))
+        });
         for t in &c.program.tests {
             let mut it = Interp::new(&c.program, Box::new(std::io::stdout()));
             it.source_dir = f.parent().map(Path::to_path_buf);
+            if let Some(log) = &log {
+                it.scalars = Box::new(crate::metrics::Shared(log.clone()));
+            }
             if let Some(opts) = jit {
                 jit::install(&mut it, opts);
             }

@@ -18,7 +18,11 @@ pub(crate) fn job() -> Option<Rc<Spmd>> {
 
 /// This process's rank (0 outside a sharded run; the launcher's number before MPI is up).
 pub(crate) fn rank() -> usize {
-    job().map(|j| j.rank()).or_else(dist::launcher_rank).unwrap_or(0)
+    job().map(|j| j.rank()).or_else(dist::launcher_rank).or_else(slurm_rank).unwrap_or(0)
+}
+
+fn slurm_rank() -> Option<usize> {
+    std::env::var("SLURM_PROCID").ok().and_then(|r| r.trim().parse().ok())
 }
 
 fn fail(msg: String) -> u8 {

@@ -1,6 +1,7 @@
 //! Smoke tests of the examples: each checks, the MLP trains to its accuracy target, the PINN and
 //! MD examples reach theirs, and each of them prints exactly the same under `--mode jit -O2`
-//! as in the interpreter. (The transformer, about 45 s in a release build, is run by hand.)
+//! as in the interpreter and logs its curves with `log_scalar`. (The transformer, about 45 s in
+//! a release build, is run by hand.)
 
 use std::process::Command;
 
@@ -38,20 +39,36 @@ fn mlp_example_reaches_96_percent() {
     let acc: f64 = last.rsplit("test_acc").next().unwrap().split_whitespace().next().unwrap().parse().unwrap();
     assert!(acc >= 0.96, "test accuracy {acc} < 0.96:\n{stdout}");
     assert!(dir.join("mlp.safetensors").exists(), "the trained model is saved");
+    assert_eq!(event_files(&dir.join("runs/train")), 2, "each run logs loss and accuracy into runs/train");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// What the example prints, after checking that `--mode jit -O2` prints exactly the same.
+/// The number of TensorBoard event files in `dir`.
+fn event_files(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir)
+        .map_or(0, |rd| rd.flatten().filter(|e| e.file_name().to_string_lossy().contains("tfevents")).count())
+}
+
+/// What the example prints, after checking that `--mode jit -O2` prints exactly the same; both
+/// log into a scratch folder, not the repository's `runs/`.
 fn run_example(rel: &str) -> String {
     let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(rel);
+    let logdir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "examples-{}-{}",
+        std::process::id(),
+        rel.replace('/', "_")
+    ));
+    let _ = std::fs::remove_dir_all(&logdir);
     let run = |args: &[&str]| {
-        let out = msl().args(args).arg(&file).output().unwrap();
+        let out = msl().args(args).arg("--logdir").arg(&logdir).arg(&file).output().unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         assert!(out.status.success(), "{rel} {args:?}: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
         stdout
     };
     let eager = run(&["run"]);
     assert_eq!(run(&["run", "--mode", "jit", "-O2"]), eager, "{rel}: the JIT prints something else");
+    assert_eq!(event_files(&logdir), 2, "{rel}: each run logs with `log_scalar`");
+    let _ = std::fs::remove_dir_all(&logdir);
     eager
 }
 

@@ -420,6 +420,7 @@ impl<'a, 'f> Lower<'a, 'f> {
             | Prim::Print
             | Prim::Load
             | Prim::Save
+            | Prim::LogScalar
             | Prim::Assert
             | Prim::AssertClose
             | lang::collective_prims!() => {

@@ -41,7 +41,7 @@ next line while a bracket is open or a line ends with an operator.
 Ctrl-C cancels the current input or interrupts a running evaluation.";
 
 /// Runs the REPL until `:quit` or end of input. Returns the process exit status.
-pub fn main(jit: bool) -> u8 {
+pub fn main(jit: bool, logdir: std::path::PathBuf) -> u8 {
     let interrupt = Arc::new(AtomicBool::new(false));
     let busy = Arc::new(AtomicBool::new(false));
     let tty = std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
@@ -60,6 +60,7 @@ pub fn main(jit: bool) -> u8 {
     catch_panic_messages();
     let mut s = Session::new(interrupt);
     s.jit = jit;
+    s.scalars = Some(Rc::new(RefCell::new(crate::metrics::TensorBoard::new(logdir))));
     s.color = tty && std::env::var_os("NO_COLOR").is_none();
     let session = Rc::new(RefCell::new(s));
     let mut repl = Repl { session, busy };
@@ -209,6 +210,7 @@ impl Repl {
                 let mut fresh = Session::new(s.interrupt.clone());
                 fresh.color = s.color;
                 fresh.jit = s.jit;
+                fresh.scalars = s.scalars.take();
                 *s = fresh;
                 println!("session cleared");
             }

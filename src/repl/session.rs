@@ -95,6 +95,9 @@ pub struct Session {
     /// Evaluate with the JIT installed at `-O1` (`msl repl --mode jit`). Not `-O2`: its
     /// last-use moves assume the program ends, while the session's frame outlives each input.
     pub jit: bool,
+    /// Where `log_scalar` writes (one event file for the session); `None` discards. Replays of
+    /// earlier statements after a redefinition never log again.
+    pub scalars: Option<std::rc::Rc<std::cell::RefCell<crate::metrics::TensorBoard>>>,
 }
 
 /// A check of the session's program with some input placed in it.
@@ -158,6 +161,7 @@ impl Session {
             interrupt,
             color: false,
             jit: false,
+            scalars: None,
         }
     }
 
@@ -374,6 +378,9 @@ impl Session {
         let mut it = Interp::new(&comp.c.program, Box::new(stdout.lock()));
         it.source_dir = Some(self.load_dir.clone());
         it.interrupt = self.interrupt.clone();
+        if let Some(log) = &self.scalars {
+            it.scalars = Box::new(crate::metrics::Shared(log.clone()));
+        }
         if self.jit {
             jit::install(&mut it, jit::Options::level(1));
         }

@@ -820,6 +820,7 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
         | Prim::Print
         | Prim::Load
         | Prim::Save
+        | Prim::LogScalar
         | Prim::Assert
         | Prim::AssertClose
         | Prim::AllReduceMax

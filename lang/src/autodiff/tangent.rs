@@ -314,6 +314,7 @@ impl Gen<'_> {
             | Prim::Print
             | Prim::Load
             | Prim::Save
+            | Prim::LogScalar
             | Prim::Assert
             | Prim::AssertClose
             | Prim::AllReduceMax

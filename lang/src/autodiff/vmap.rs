@@ -743,7 +743,14 @@ impl V<'_> {
                 let args: Vec<Local> = vs.iter().map(|(l, _)| *l).collect();
                 self.p(p, &args, Attrs { spec: Some(spec2), ..attrs }, bt)
             }
-            (Prim::Print | Prim::Assert | Prim::AssertClose | Prim::Save, _) => {
+            // A batched value would be one scalar per example: there is no one value to record.
+            (Prim::LogScalar, _) if vs.iter().any(|(_, b)| *b != Bat::No) => {
+                return Err(err(
+                    self.span,
+                    "`vmap` cannot batch `log_scalar` of a batched value; log a reduction of it (`mean(…)`) outside",
+                ));
+            }
+            (Prim::Print | Prim::Assert | Prim::AssertClose | Prim::Save | Prim::LogScalar, _) => {
                 let args: Vec<Local> = vs.iter().map(|(l, _)| *l).collect();
                 return Ok((self.p(p, &args, attrs, ty), Bat::No));
             }

@@ -74,6 +74,11 @@ const TABLE: &[(&str, &str, &str)] = &[
     ("print", "print(a, b, …)", "Writes its arguments separated by one space and ends the line."),
     ("load", "load(path)", "Loads `.npy`, `.npz` (`\"file.npz:name\"`), `.safetensors` or `.csv`."),
     ("save", "save(path, value)", "Saves a tensor or a model (safetensors with dotted field names)."),
+    (
+        "log_scalar",
+        "log_scalar(\"name\", step: i32, value: f32)",
+        "Records a scalar at a step for TensorBoard (`msl run` writes `runs/<program>/`; `msl plot` draws it).",
+    ),
     ("assert", "assert(c: bool, \"message\")", "Fails the run when `c` is false."),
     (
         "assert_close",

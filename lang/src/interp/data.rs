@@ -1,6 +1,6 @@
-//! Data in and out of the interpreter: `load`, `save` and `for … in batches(…)`.
+//! Data in and out of the interpreter: `load`, `save`, `log_scalar` and `for … in batches(…)`.
 
-use super::value::{ModelValue, Value};
+use super::value::{scalar_i64, ModelValue, Value};
 use super::{dtype_of, kerr, rt, Frame, Interp, R};
 use crate::diag::Code;
 use crate::ir::Expr;
@@ -158,6 +158,23 @@ impl Interp<'_> {
                 io::save_safetensors(&full, &named).map_err(|e| kerr(e, span))?;
             }
         }
+        Ok(Value::unit())
+    }
+
+    /// `log_scalar(name, step, value)`: hands the scalar to the installed [`super::ScalarLog`].
+    pub(crate) fn log_scalar(&mut self, args: &[Value], span: Span) -> R<Value> {
+        let (Some(Value::Str(tag)), Some(step), Some(value)) = (args.first(), args.get(1), args.get(2)) else {
+            return Err(rt(Code::E0605, "`log_scalar` takes a name, a step and a value", span));
+        };
+        if tag.is_empty() {
+            return Err(rt(Code::E0605, "`log_scalar` needs a non-empty name", span));
+        }
+        let (Some(step), Some(value)) =
+            (step.tensor().and_then(scalar_i64), value.tensor().and_then(Tensor::scalar_value_f64))
+        else {
+            return Err(rt(Code::E0605, "`log_scalar` needs a scalar step and value", span));
+        };
+        self.scalars.scalar(tag, step, value).map_err(|why| rt(Code::E0601, why, span))?;
         Ok(Value::unit())
     }
 

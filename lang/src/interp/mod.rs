@@ -110,6 +110,23 @@ pub trait Observer {
 struct NoObserver;
 impl Observer for NoObserver {}
 
+/// Where `log_scalar` sends what it records. `msl run` installs a writer of TensorBoard event
+/// files; the default (spec blocks, `msl test` without `--logdir`) discards the values, so that
+/// running a program never leaves files behind unless asked to.
+pub trait ScalarLog {
+    /// Records `value` under `tag` at `step`. An `Err` is the reason it could not be written;
+    /// it stops the run (`E0601`).
+    fn scalar(&mut self, tag: &str, step: i64, value: f64) -> Result<(), String>;
+}
+
+/// The default [`ScalarLog`]: records nothing.
+pub struct NoLog;
+impl ScalarLog for NoLog {
+    fn scalar(&mut self, _tag: &str, _step: i64, _value: f64) -> Result<(), String> {
+        Ok(())
+    }
+}
+
 pub struct Interp<'p> {
     pub prog: &'p Program,
     pub out: Box<dyn Write + 'p>,
@@ -120,6 +137,8 @@ pub struct Interp<'p> {
     pub source_dir: Option<PathBuf>,
     pub interrupt: Arc<AtomicBool>,
     pub observer: Box<dyn Observer + 'p>,
+    /// The destination of `log_scalar` ([`NoLog`] unless the embedder installs one).
+    pub scalars: Box<dyn ScalarLog + 'p>,
     /// Dims of the scope of the closure being applied (closures see their creator's dims).
     closure_dims: HashMap<Sym, i64>,
     /// A compiler that takes over trees of primitives (`--mode jit`); `None` interprets op by op.
@@ -148,6 +167,7 @@ impl<'p> Interp<'p> {
             source_dir: None,
             interrupt: Arc::new(AtomicBool::new(false)),
             observer: Box::new(NoObserver),
+            scalars: Box::new(NoLog),
             closure_dims: HashMap::new(),
             accel: None,
             nan_check: false,

@@ -123,7 +123,7 @@ pub(super) fn prim(cx: &mut Fcx, e: &mut Expr) {
                 }
             }
         }
-        Prim::Print | Prim::Save | Prim::Assert | Prim::AssertClose | Prim::Params => {
+        Prim::Print | Prim::Save | Prim::LogScalar | Prim::Assert | Prim::AssertClose | Prim::Params => {
             whole(cx, args, true);
             e.ty = strip(&e.ty);
             return;

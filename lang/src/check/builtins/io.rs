@@ -1,4 +1,5 @@
-//! Shape rules of the I/O and testing builtins: `print`, `load`, `save`, `assert`, `assert_close`.
+//! Shape rules of the I/O and testing builtins: `print`, `load`, `save`, `log_scalar`, `assert`,
+//! `assert_close`.
 
 use super::*;
 
@@ -69,6 +70,73 @@ impl Checker {
             self.error(Diagnostic::error(Code::E0304, a.pos[1].1, format!("cannot save {}", self.ty_str(&v.ty))));
         }
         self.prim(p, vec![path, v], Attrs::default(), Type::unit(), span)
+    }
+
+    /// `log_scalar(name, step, value)`: a non-empty name string, an `i32` step and a numeric
+    /// scalar value (recorded as the `f32` TensorBoard stores).
+    pub(super) fn check_log_scalar(&mut self, cx: &mut FnCx, p: Prim, a: &Args, span: Span) -> ir::Expr {
+        let name = p.name();
+        self.check_named(name, a, &[]);
+        if !self.arity(name, a, 3, 3, span) {
+            return self.error_expr(span);
+        }
+        let tag = self.check_expr(cx, a.pos[0].0, None);
+        match (&tag.ty, &tag.kind) {
+            (Type::Error, _) => {}
+            (Type::Str, ExprKind::Lit(ir::Lit::Str(s))) if s.is_empty() => {
+                self.error(
+                    Diagnostic::error(Code::E0323, a.pos[0].1, "`log_scalar` needs a non-empty name")
+                        .label("an empty name")
+                        .with_help("name the series, e.g. `log_scalar(\"loss\", step, l)`"),
+                );
+            }
+            (Type::Str, _) => {}
+            (t, _) => {
+                let ts = self.ty_str(t);
+                self.error(
+                    Diagnostic::error(Code::E0304, a.pos[0].1, format!("`log_scalar` needs a name string, found {ts}"))
+                        .label(format!("this is {ts}")),
+                );
+            }
+        }
+        let i32t = Type::scalar(ElemTy::I32);
+        let step = self.check_expr(cx, a.pos[1].0, Some(&i32t));
+        let step = self.coerce(step, &i32t, a.pos[1].1, "the step of `log_scalar`");
+        let value = self.check_expr(cx, a.pos[2].0, None);
+        let value = self.materialise(value);
+        match &value.ty {
+            Type::Error => {}
+            Type::Tensor(TensorTy { elem: Elem::T(e), shape, .. }) if shape.is_empty() && *e != ElemTy::Bool => {}
+            t @ Type::Tensor(TensorTy { elem: e, shape, .. }) => {
+                let ts = self.ty_str(t);
+                let (code, why) = if shape.is_empty() {
+                    (Code::E0303, format!("a {} is not a number to plot", e.name()))
+                } else {
+                    (Code::E0305, format!("this is {ts}, not a scalar"))
+                };
+                self.error(
+                    Diagnostic::error(
+                        code,
+                        a.pos[2].1,
+                        format!("the value of `log_scalar` must be a number scalar, found {ts}"),
+                    )
+                    .label(why)
+                    .with_help("log one number, e.g. `mean(…)` of a tensor, or `f32(…)` of a bool"),
+                );
+            }
+            t => {
+                let ts = self.ty_str(t);
+                self.error(
+                    Diagnostic::error(
+                        Code::E0304,
+                        a.pos[2].1,
+                        format!("the value of `log_scalar` must be a number scalar, found {ts}"),
+                    )
+                    .label(format!("this is {ts}")),
+                );
+            }
+        }
+        self.prim(p, vec![tag, step, value], Attrs::default(), Type::unit(), span)
     }
 
     pub(super) fn check_assert(&mut self, cx: &mut FnCx, p: Prim, a: &Args, span: Span) -> ir::Expr {
