@@ -76,7 +76,7 @@ fn run() -> bool {
                     );
                 }
             }
-            if actual_kind == "output" {
+            if actual_kind == "output" && b.code.contains("fn main(") {
                 if let Some(n) = mesh_devices(&b.code) {
                     match mpi_outcome(&b.code, &root, n, &label) {
                         Ok(None) => {}
@@ -162,9 +162,8 @@ fn mpi_outcome(code: &str, root: &Path, n: usize, label: &str) -> Result<Option<
         WARNED.call_once(|| println!("spec: skipping the multi-rank runs of mesh blocks: `mpirun` is not installed"));
         return Ok(None);
     }
-    let dir = std::env::temp_dir().join(format!("msl-spec-mpi-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    let file = dir.join(format!("{}.msl", label.replace([':', '.'], "_")));
+    // Next to the spec files, so that `use "./fixtures/…"` resolves as it does in-process.
+    let file = root.join(format!(".mpi-{}-{}.msl", std::process::id(), label.replace([':', '.'], "_")));
     std::fs::write(&file, code).map_err(|e| e.to_string())?;
     let out = std::process::Command::new("mpirun")
         .args(["-n", &n.to_string(), "--oversubscribe"])
@@ -178,7 +177,6 @@ fn mpi_outcome(code: &str, root: &Path, n: usize, label: &str) -> Result<Option<
         .output()
         .map_err(|e| e.to_string())?;
     let _ = std::fs::remove_file(&file);
-    let _ = std::fs::remove_dir(&dir);
     if !out.status.success() {
         return Err(format!(
             "exit {:?}\nstdout:\n{}stderr:\n{}",
