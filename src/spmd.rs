@@ -148,7 +148,13 @@ pub(crate) fn parse_mesh(s: &str) -> Result<Vec<(String, i64)>, String> {
             Ok(n) if n > 0 => n,
             _ => return Err(format!("`--mesh {s}`: the size of `{}` must be a positive integer", name.trim())),
         };
+        if out.iter().any(|(n, _): &(String, i64)| n == name.trim()) {
+            return Err(format!("`--mesh {s}`: axis `{}` is given twice", name.trim()));
+        }
         out.push((name.trim().to_string(), size));
+    }
+    if out.is_empty() {
+        return Err(format!("`--mesh {s}`: expected `axis=size` pairs such as `dp=4,mp=1`"));
     }
     Ok(out)
 }

@@ -221,6 +221,13 @@ fn mesh_flags_and_the_collectives_listing() {
     let o = msl(&dir, &["run", "--mesh", "dp=two", "mlp.msl"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(text(&o).1.contains("must be a positive integer"));
+    let o = msl(&dir, &["run", "--mesh", "dp=2,dp=4", "mlp.msl"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).1.contains("axis `dp` is given twice"), "{:?}", text(&o));
+    // Sizes whose product overflows are a diagnostic, never a crash.
+    let o = msl(&dir, &["check", "--mesh", "dp=4611686018427387904,mp=4", "mlp.msl"]);
+    assert_eq!(o.status.code(), Some(1), "{:?}", text(&o));
+    assert!(text(&o).1.contains("more devices than msl can number"), "{:?}", text(&o));
     // `--mesh` sizes that do not divide a static dim.
     let o = msl(&dir, &["check", "--mesh", "dp=2,mp=3", "mlp.msl"]);
     assert!(o.status.success(), "the MLP's dims are generic: {:?}", text(&o));

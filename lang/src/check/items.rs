@@ -129,6 +129,18 @@ impl Checker {
                             }
                         }
                     }
+                    // Every product of axis sizes must fit (block counts, rank numbers).
+                    let devices = out.iter().try_fold(1i64, |acc, (_, n)| acc.checked_mul(*n));
+                    if devices.is_none_or(|d| d > i64::from(i32::MAX)) {
+                        self.diags.push(
+                            Diagnostic::error(Code::E0502, name.span, "this mesh has more devices than msl can number")
+                                .label(format!("at most {} devices", i32::MAX))
+                                .with_help("a mesh's axis sizes multiply to the number of processes it runs on"),
+                        );
+                        for a in out.iter_mut() {
+                            a.1 = 1;
+                        }
+                    }
                     if !self.prog.meshes.is_empty() {
                         self.diags.push(
                             Diagnostic::error(Code::E0502, name.span, "a program has at most one mesh")
