@@ -112,6 +112,28 @@ pub fn run(prog: &mut Program) -> Report {
             });
         }
     }
+    // `vjp(f, x)` applies `f` to whole primals and keeps them for its pullback, which is called
+    // later as a value: both take whole parameters.
+    let mut vjps = Vec::new();
+    for f in pristine.iter() {
+        crate::ir::walk::walk(&f.body, &mut |e| {
+            if let ExprKind::Vjp { target, .. } = &e.kind {
+                if let Some(g) = crate::ir::derived::target_func(prog, target) {
+                    vjps.push(g);
+                    if let Some(pb) = prog.derived.funcs.get(&(g, crate::ir::derived::Mode::Pullback)) {
+                        vjps.push(*pb);
+                    }
+                }
+            }
+        });
+    }
+    for g in vjps {
+        for p in st.params[g.0 as usize].iter_mut() {
+            if !matches!(p, Lat::Fixed(t) if has_layout(t)) {
+                *p = Lat::Fixed(Type::Error);
+            }
+        }
+    }
     for _round in 0..16 {
         let mut changed = false;
         let mut obs = Vec::new();
@@ -638,7 +660,18 @@ impl<'a> Fcx<'a> {
                 }
                 let static_target = crate::ir::derived::target_func(self.prog, target)
                     .filter(|g| self.prog.func(*g).n_captures == 0 && !matches!(target, FnTarget::Dynamic));
+                let pullback = matches!(target, FnTarget::Grad { wrt: usize::MAX, .. });
                 match static_target {
+                    // A pullback receives the primals its `vjp` kept before these arguments.
+                    Some(g) if pullback => {
+                        let offset = self.prog.func(g).params.len().saturating_sub(args.len());
+                        for (i, a) in args.iter_mut().enumerate() {
+                            let want = self.param_ty(g, offset + i, &a.ty);
+                            let x = std::mem::replace(a, dummy());
+                            *a = self.convert(x, &want, false);
+                        }
+                        e.ty = self.ret_of(g, &e.ty);
+                    }
                     Some(g) => {
                         self.call_args(g, args);
                         e.ty = self.ret_of(g, &e.ty);
@@ -681,13 +714,33 @@ impl<'a> Fcx<'a> {
                     }
                 }
             }
-            ExprKind::Vjp { callee, primals, .. } => {
+            ExprKind::Vjp { callee, primals, target } => {
                 self.expr(callee);
                 for a in primals.iter_mut() {
                     self.expr(a);
                 }
-                self.replicate_all(primals);
-                e.ty = strip(&e.ty);
+                // The primals take the layouts of `f`'s parameters (whole unless written): the
+                // pullback gets them as they are.
+                match crate::ir::derived::target_func(self.prog, target) {
+                    Some(g) => {
+                        for (i, a) in primals.iter_mut().enumerate() {
+                            let want = self.param_ty(g, i, &a.ty);
+                            let x = std::mem::replace(a, dummy());
+                            *a = self.convert(x, &want, false);
+                        }
+                        if let Type::Tuple(ts) = &e.ty {
+                            let mut ts = ts.clone();
+                            if let Some(v) = ts.first_mut() {
+                                *v = self.ret_of(g, v);
+                            }
+                            e.ty = Type::Tuple(ts);
+                        }
+                    }
+                    None => {
+                        self.replicate_all(primals);
+                        e.ty = strip(&e.ty);
+                    }
+                }
             }
             ExprKind::Tuple(items) => {
                 for a in items.iter_mut() {
