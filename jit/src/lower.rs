@@ -420,6 +420,7 @@ impl<'a, 'f> Lower<'a, 'f> {
             | Prim::Print
             | Prim::Load
             | Prim::Save
+            | Prim::Exists
             | Prim::Assert
             | Prim::AssertClose => {
                 unreachable!("`{}` is not a unary elementwise primitive", prim.name())

@@ -812,6 +812,7 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
         | Prim::Print
         | Prim::Load
         | Prim::Save
+        | Prim::Exists
         | Prim::Assert
         | Prim::AssertClose => {
             return Err(err(g.span, format!("cannot differentiate through `{}`: it has no derivative", p.name())));

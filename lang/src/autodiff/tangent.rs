@@ -308,6 +308,7 @@ impl Gen<'_> {
             | Prim::Print
             | Prim::Load
             | Prim::Save
+            | Prim::Exists
             | Prim::Assert
             | Prim::AssertClose => return Err(err(self.span, format!("no forward-mode rule for `{}`", p.name()))),
         };

@@ -743,7 +743,7 @@ impl V<'_> {
                 let args: Vec<Local> = vs.iter().map(|(l, _)| *l).collect();
                 self.p(p, &args, Attrs { spec: Some(spec2), ..attrs }, bt)
             }
-            (Prim::Print | Prim::Assert | Prim::AssertClose | Prim::Save, _) => {
+            (Prim::Print | Prim::Assert | Prim::AssertClose | Prim::Save | Prim::Exists, _) => {
                 let args: Vec<Local> = vs.iter().map(|(l, _)| *l).collect();
                 return Ok((self.p(p, &args, attrs, ty), Bat::No));
             }

@@ -5,6 +5,7 @@
 
 use crate::types::TensorTy;
 pub mod accel;
+mod checkpoint;
 mod data;
 pub mod host;
 mod prims;
@@ -118,6 +119,10 @@ pub struct Interp<'p> {
     pub(crate) init_keys: Vec<(i64, String)>,
     /// Directory of the program's source, where relative `load` paths are tried second.
     pub source_dir: Option<PathBuf>,
+    /// The folder relative paths of `save`, `load` and `exists` start from (tried first, for
+    /// `load`); `None` is the process's working directory. The spec runner gives each block
+    /// a fresh one, so that examples can write files.
+    pub work_dir: Option<PathBuf>,
     pub interrupt: Arc<AtomicBool>,
     pub observer: Box<dyn Observer + 'p>,
     /// Dims of the scope of the closure being applied (closures see their creator's dims).
@@ -143,6 +148,7 @@ impl<'p> Interp<'p> {
             consts: vec![None; prog.consts.len()],
             init_keys: Vec::new(),
             source_dir: None,
+            work_dir: None,
             interrupt: Arc::new(AtomicBool::new(false)),
             observer: Box::new(NoObserver),
             closure_dims: HashMap::new(),

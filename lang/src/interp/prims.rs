@@ -183,6 +183,7 @@ impl Interp<'_> {
             }
             Prim::Load => self.load(&args[0], &e.ty, span, frame),
             Prim::Save => self.save(&args[0], &args[1], span),
+            Prim::Exists => self.exists(&args[0], span),
             Prim::Assert => {
                 let ok = t(&args[0], span)?.as_bool().is_some_and(|b| b.first().copied().unwrap_or(false));
                 if ok {

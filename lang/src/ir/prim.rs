@@ -126,6 +126,9 @@ prims! {
     Print: "print" callable,
     Load: "load" callable,
     Save: "save" callable,
+    /// `exists(path)`: whether a file or folder is there (a complete checkpoint for a path
+    /// ending in `/`).
+    Exists: "exists" callable,
     Assert: "assert" callable,
     AssertClose: "assert_close" callable,
 }
@@ -216,7 +219,7 @@ impl Prim {
             MatMul | Where | Cast | Cumsum | Softmax | LogSoftmax | Reshape | Transpose | Permute | Concat | Stack
             | ExpandDims | Squeeze | BroadcastTo | Gather | OneHot | Einsum | Slice | ScatterAdd | Zeros | Ones
             | Full | Arange | Eye | Normal | Uniform | HeNormal | GlorotUniform | Params | Map | StopGradient
-            | Print | Load | Save | Assert | AssertClose => Class::Other,
+            | Print | Load | Save | Exists | Assert | AssertClose => Class::Other,
         }
     }
 
@@ -235,7 +238,7 @@ impl Prim {
 
     /// Primitives with effects; never removed or reordered by later passes.
     pub fn has_effect(self) -> bool {
-        matches!(self, Prim::Print | Prim::Load | Prim::Save | Prim::Assert | Prim::AssertClose)
+        matches!(self, Prim::Print | Prim::Load | Prim::Save | Prim::Exists | Prim::Assert | Prim::AssertClose)
     }
 
     /// Every builtin name callable as a function (for "did you mean" suggestions and completion):
