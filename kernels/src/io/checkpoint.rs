@@ -483,7 +483,10 @@ impl Files<'_> {
     fn typed<T: Le>(&mut self, e: &TensorEntry) -> Result<Tensor, KernelError> {
         let total = checked_numel(&e.shape)?;
         let blocks = check_tiling(&e.shape, &e.shards).map_err(|m| self.bad(e, m))?;
+        self.check_ranges::<T>(e, &blocks)?;
         let whole = e.shards.len() == 1 && blocks[0] == total;
+        // The shards' bytes lie in files that exist, without overlapping, so `total` elements
+        // are no more than those files hold: an index cannot make this allocate more.
         let mut out: Vec<T> = if whole { Vec::new() } else { vec![T::default(); total] };
         for (s, &n) in e.shards.iter().zip(&blocks) {
             let data = self.shard::<T>(e, s, n)?;
@@ -496,24 +499,51 @@ impl Files<'_> {
         Tensor::from_vec(e.shape.clone(), out)
     }
 
+    /// Checks, before anything is read, that each shard of `e` (`blocks[i]` elements) has a
+    /// byte range of the right length inside its file, that the file is there with its recorded
+    /// size, and that no two shards share bytes.
+    fn check_ranges<T: Le>(&mut self, e: &TensorEntry, blocks: &[usize]) -> Result<(), KernelError> {
+        let mut ranges: Vec<(usize, u64, u64)> = Vec::with_capacity(e.shards.len());
+        for (s, &n) in e.shards.iter().zip(blocks) {
+            let [begin, end] = s.bytes;
+            let want = (n as u64).checked_mul(T::SIZE as u64).ok_or_else(|| self.bad(e, "its size overflows"))?;
+            if end.checked_sub(begin) != Some(want) {
+                let m = format!("its byte range {begin}..{end} does not hold {n} elements of {} bytes", T::SIZE);
+                return Err(self.bad(e, m));
+            }
+            self.file(s.file)?;
+            let size = self.index.files.get(s.file).map_or(0, |f| f.size);
+            if end > size {
+                let m = format!("its byte range {begin}..{end} lies past the end of its file ({size} bytes)");
+                return Err(self.bad(e, m));
+            }
+            ranges.push((s.file, begin, end));
+        }
+        // Sorted by file and start, non-empty ranges share bytes exactly when one starts before
+        // the furthest end so far in its file.
+        ranges.retain(|r| r.1 < r.2);
+        ranges.sort_unstable();
+        let mut reach: Option<(usize, u64)> = None;
+        for &(file, begin, end) in &ranges {
+            match reach {
+                Some((f, far)) if f == file && begin < far => return Err(self.bad(e, "two of its shards share bytes")),
+                Some((f, far)) if f == file => reach = Some((f, far.max(end))),
+                _ => reach = Some((file, end)),
+            }
+        }
+        Ok(())
+    }
+
     /// The error for a damaged tensor `e`.
     fn bad(&self, e: &TensorEntry, m: impl std::fmt::Display) -> KernelError {
         self.damaged(format!("tensor `{}`: {m}", super::shown(&e.name)))
     }
 
-    /// The elements of one shard of `e` (`n` of them), checked against its byte range and CRC-32.
+    /// The elements of one shard of `e` (`n` of them, whose byte range [`Files::check_ranges`]
+    /// checked), checked against its CRC-32.
     fn shard<T: Le>(&mut self, e: &TensorEntry, s: &Shard, n: usize) -> Result<Vec<T>, KernelError> {
-        let [begin, end] = s.bytes;
-        let want = (n as u64).checked_mul(T::SIZE as u64).ok_or_else(|| self.bad(e, "its size overflows"))?;
-        if end.checked_sub(begin) != Some(want) {
-            let m = format!("its byte range {begin}..{end} does not hold {n} elements of {} bytes", T::SIZE);
-            return Err(self.bad(e, m));
-        }
-        let size = self.index.files.get(s.file).map_or(0, |f| f.size);
-        if end > size {
-            let m = format!("its byte range {begin}..{end} lies past the end of its file ({size} bytes)");
-            return Err(self.bad(e, m));
-        }
+        let [begin, _] = s.bytes;
+        let want = n * T::SIZE;
         let io = |e: io::Error| format!("cannot read its data: {e}");
         let f = self.file(s.file)?;
         let read = (|| {
@@ -521,7 +551,7 @@ impl Files<'_> {
             let mut out = Vec::with_capacity(n);
             let mut crc = crc32fast::Hasher::new();
             let mut buf = vec![0u8; (1 << 20) / T::SIZE * T::SIZE];
-            let mut left = want as usize;
+            let mut left = want;
             while left > 0 {
                 let chunk = &mut buf[..left.min((1 << 20) / T::SIZE * T::SIZE)];
                 f.read_exact(chunk).map_err(io)?;
@@ -772,6 +802,10 @@ mod tests {
         std::fs::write(d.join(INDEX), serde_json::to_string(&index).unwrap()).unwrap();
         let e = read_checkpoint(&d, &w).unwrap_err().to_string();
         assert!(e.contains("do not cover it"), "{e}");
+        index.tensors[0].shards = vec![shard(0, 0, 24), shard(2, 0, 24)];
+        std::fs::write(d.join(INDEX), serde_json::to_string(&index).unwrap()).unwrap();
+        let e = read_checkpoint(&d, &w).unwrap_err().to_string();
+        assert!(e.contains("two of its shards share bytes"), "{e}");
         index.tensors[0].shards = vec![shard(0, 0, 24), shard(2, 24, 48)];
         index.files[0].name = "../x".into();
         std::fs::write(d.join(INDEX), serde_json::to_string(&index).unwrap()).unwrap();
