@@ -3,12 +3,18 @@ folder (`kernels/examples/ckpt_bench.rs`, what `save("dir/", …)` and `load("di
 against Python's `safetensors` (save_file / load_file) and `numpy.save` / `numpy.load`, in
 alternating rounds of one run. Prints one JSON line per measurement and the medians.
 
-    python bench/ckpt.py BIN DIR [ROUNDS]     (bench/ckpt.sh builds BIN and makes a venv)
+    python bench/ckpt.py BIN DIR [ROUNDS [MSL]]   (bench/ckpt.sh builds BIN and makes a venv)
+
+With MSL (the msl binary) it also times `msl run` end to end on a model of four such tensors:
+the save as the time of a program that builds the model and saves it minus that of one that
+only builds it, the load as the time of a program that loads it (`let m: Big = load(…)`, which
+also copies the model into one flat buffer) minus that of an empty program.
 
 msl's save flushes the data file and the index to disk (fsync) and renames them into place;
 safetensors and numpy.save leave their data in the page cache. The `+fsync` rows add
 os.fsync to them, for the like-for-like figure. Every read follows its own write, so reads
-come from the page cache for all three.
+come from the page cache for all three. Before each write, os.sync() puts the dirty pages of
+earlier rounds on disk.
 """
 import json, os, shutil, statistics, subprocess, sys, time
 
@@ -17,6 +23,14 @@ import safetensors.numpy
 
 BIN, DIR = sys.argv[1], sys.argv[2]
 ROUNDS = int(sys.argv[3]) if len(sys.argv) > 3 else 5
+MSL = os.path.abspath(sys.argv[4]) if len(sys.argv) > 4 else None
+BIG = "model Big {\n" + "".join(f"    {f}: f32[65536, 1024] = full({k}.5, 65536, 1024)\n" for k, f in enumerate("abcd")) + "}\n"
+PROGRAMS = {
+    "make.msl": BIG + "fn main() {\n    let m = init(Big, seed: 0)\n    print(params(m))\n}\n",
+    "save.msl": BIG + "fn main() {\n    let m = init(Big, seed: 0)\n    save(\"ckpt/\", m)\n    print(params(m))\n}\n",
+    "load.msl": BIG + "fn main() {\n    let m: Big = load(\"ckpt/\")\n    print(params(m))\n}\n",
+    "empty.msl": "fn main() {\n    print(268435456)\n}\n",
+}
 PER = (1 << 30) // 4 // 4
 arrays = {f"layers.{k}.w": ((np.arange(PER, dtype=np.int64) * 7 + k) % 1000).astype(np.float32).reshape(-1, 1024) * np.float32(0.001)
           for k in range(4)}
@@ -32,8 +46,11 @@ def record(name, write_s, read_s):
 
 
 def fresh(path):
+    """An empty folder, with every dirty page of earlier rounds on disk first, so that one
+    round's write-back does not throttle the next one's writes."""
     shutil.rmtree(path, ignore_errors=True)
     os.makedirs(path)
+    os.sync()
 
 
 def st_round(sync):
@@ -82,8 +99,29 @@ def msl_round():
     record("msl", row["write_s"], row["read_s"])
 
 
+def timed(d, prog):
+    t = time.perf_counter()
+    out = subprocess.run([MSL, "run", prog], cwd=d, check=True, capture_output=True, text=True).stdout
+    assert out.strip() == "268435456", out
+    return time.perf_counter() - t
+
+
+def msl_e2e_round():
+    d = os.path.join(DIR, "e2e")
+    fresh(d)
+    for name, text in PROGRAMS.items():
+        open(os.path.join(d, name), "w").write(text)
+    make = timed(d, "make.msl")
+    os.sync()
+    save = timed(d, "save.msl") - make
+    load = timed(d, "load.msl") - timed(d, "empty.msl")
+    record("msl run (end to end)", save, load)
+
+
 for _ in range(ROUNDS):
     msl_round()
+    if MSL:
+        msl_e2e_round()
     st_round(False)
     np_round(False)
     st_round(True)

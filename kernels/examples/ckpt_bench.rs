@@ -1,6 +1,6 @@
 //! One round of checkpoint write and read throughput: `kernels::io::checkpoint` (what
 //! `save("dir/", state)` and `load("dir/")` call) on four f32 tensors of 256 MiB each (1 GiB),
-//! printed as one JSON line. `bench/ckpt.py` alternates these rounds with Python's
+//! read back into one buffer as a model's fields are, printed as one JSON line. `bench/ckpt.py` alternates these rounds with Python's
 //! `safetensors` and `numpy.save` in the same run.
 //!
 //! Run with `cargo run --release -p kernels --example ckpt_bench -- DIR [MIB]`.
@@ -26,7 +26,12 @@ fn main() {
         .collect();
     let wanted: Vec<Wanted> = named
         .iter()
-        .map(|(n, t)| Wanted { name: n.clone(), dtype: t.dtype(), shape: t.shape().iter().map(|&d| Some(d)).collect() })
+        .map(|(n, t)| Wanted {
+            name: n.clone(),
+            dtype: t.dtype(),
+            shape: t.shape().iter().map(|&d| Some(d)).collect(),
+            group: Some(0),
+        })
         .collect();
     let dir = std::path::Path::new(&dir);
     let start = Instant::now();

@@ -107,11 +107,14 @@ pub struct Shard {
 
 /// What a program expects of one tensor it loads from a checkpoint: its name, element type and
 /// global shape, where `None` is a dim bound at run time (any size; the caller checks it).
+/// Consecutive tensors of one element type with the same `group` are read into one buffer, one
+/// after another (the interpreter holds a model's parameters so), each a view of it.
 #[derive(Clone, Debug)]
 pub struct Wanted {
     pub name: String,
     pub dtype: DType,
     pub shape: Vec<Option<usize>>,
+    pub group: Option<usize>,
 }
 
 impl Wanted {
@@ -145,12 +148,20 @@ pub fn write_checkpoint(dir: &Path, named: &[(String, Tensor)]) -> Result<(), Ke
     tmp.file().write_all(&head).map_err(fail)?;
     whole.update(&head);
     let mut tensors = Vec::with_capacity(named.len());
+    let mut flushed = 0u64;
     for (name, t) in named {
         let mut crc = crc32fast::Hasher::new();
         let file = tmp.file();
+        let mut end = at;
         super::for_le_chunks(t, |b| {
             crc.update(b);
-            file.write_all(b)
+            file.write_all(b)?;
+            end += b.len() as u64;
+            if end - flushed >= WRITEBACK {
+                start_writeback(file, flushed, end - flushed);
+                flushed = end;
+            }
+            Ok(())
         })
         .map_err(fail)?;
         whole.combine(&crc);
@@ -213,11 +224,33 @@ fn index_text(index: &Index) -> serde_json::Result<String> {
     ))
 }
 
+/// Bytes written before their write-back to disk is started (see [`start_writeback`]).
+const WRITEBACK: u64 = 32 << 20;
+
+/// Asks the kernel to start writing a range of `file` to disk now, without waiting for it, so
+/// that the data file's final `fsync` finds most of it written already. Only a hint: nothing
+/// depends on it, and it does nothing where `sync_file_range` does not exist.
+fn start_writeback(file: &File, offset: u64, len: u64) {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::io::AsRawFd;
+        let (Ok(offset), Ok(len)) = (libc::off64_t::try_from(offset), libc::off64_t::try_from(len)) else { return };
+        // SAFETY: the descriptor is open for the duration of the call; the call only schedules
+        // write-back of that range of the file.
+        unsafe {
+            libc::sync_file_range(file.as_raw_fd(), offset, len, libc::SYNC_FILE_RANGE_WRITE);
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (file, offset, len);
+}
+
 /// Makes `dir` a folder if it is not one yet (syncing its parent, so that it survives a crash).
 fn prepare_folder(dir: &Path) -> io::Result<()> {
-    match std::fs::metadata(dir) {
+    // Without its trailing `/`, a path that names a file is reported as that, not as ENOTDIR.
+    match std::fs::metadata(dir.components().as_path()) {
         Ok(m) if m.is_dir() => Ok(()),
-        Ok(_) => Err(io::Error::other("it exists and is not a folder")),
+        Ok(_) => Err(io::Error::other("a file of that name is there, not a folder")),
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             std::fs::create_dir_all(dir)?;
             sync_folder(dir)
@@ -286,7 +319,7 @@ fn remove_leftovers(dir: &Path, index: &Index) {
 /// Reads the index of the checkpoint in `dir`; a folder without one is an incomplete
 /// checkpoint.
 pub fn read_index(dir: &Path) -> Result<Index, KernelError> {
-    match std::fs::metadata(dir) {
+    match std::fs::metadata(dir.components().as_path()) {
         Ok(m) if m.is_dir() => {}
         Ok(_) => return Err(KernelError::io(dir, "not a checkpoint: it is a file, not a folder")),
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -397,7 +430,19 @@ pub fn read_checkpoint(dir: &Path, wanted: &[Wanted]) -> Result<Vec<Tensor>, Ker
         }
     }
     let mut files = Files { dir, index: &index, open: HashMap::new() };
-    wanted.iter().map(|w| files.tensor(by_name[w.name.as_str()], w.dtype)).collect()
+    let mut out = Vec::with_capacity(wanted.len());
+    let mut i = 0;
+    while i < wanted.len() {
+        let w = &wanted[i];
+        let run = match w.group {
+            Some(g) => wanted[i..].iter().take_while(|v| v.group == Some(g) && v.dtype == w.dtype).count(),
+            None => 1,
+        };
+        let entries: Vec<&TensorEntry> = wanted[i..i + run].iter().map(|v| by_name[v.name.as_str()]).collect();
+        out.extend(files.tensors(&entries, w.dtype)?);
+        i += run;
+    }
+    Ok(out)
 }
 
 /// The data files of one read, each opened once and checked against its recorded size.
@@ -410,17 +455,38 @@ struct Files<'a> {
 /// Elements as they are stored: little endian, `SIZE` bytes each (bool as one byte).
 trait Le: Element {
     const SIZE: usize;
-    fn from_le(b: &[u8]) -> Self;
+    /// Fills `out` with elements read from `r`, handing every byte to `crc`.
+    fn read_into(r: &mut File, out: &mut [Self], crc: &mut crc32fast::Hasher) -> io::Result<()>;
 }
+
+/// Bytes read per `read` call: 256 KiB, so that the checksum reads them from the cache.
+const PIECE: usize = 1 << 18;
 
 macro_rules! le {
     ($t:ty, $n:expr) => {
         impl Le for $t {
             const SIZE: usize = $n;
-            fn from_le(b: &[u8]) -> Self {
-                let mut a = [0u8; $n];
-                a.copy_from_slice(b);
-                <$t>::from_le_bytes(a)
+            fn read_into(r: &mut File, out: &mut [Self], crc: &mut crc32fast::Hasher) -> io::Result<()> {
+                // On a little-endian machine the file's bytes are the elements' memory: they
+                // are read in place.
+                #[cfg(target_endian = "little")]
+                for piece in bytemuck::cast_slice_mut::<$t, u8>(out).chunks_mut(PIECE) {
+                    r.read_exact(piece)?;
+                    crc.update(piece);
+                }
+                #[cfg(not(target_endian = "little"))]
+                {
+                    let mut buf = vec![0u8; PIECE];
+                    for part in out.chunks_mut(PIECE / $n) {
+                        let piece = &mut buf[..part.len() * $n];
+                        r.read_exact(piece)?;
+                        crc.update(piece);
+                        for (x, b) in part.iter_mut().zip(piece.chunks_exact($n)) {
+                            *x = <$t>::from_le_bytes(b.try_into().unwrap_or_default());
+                        }
+                    }
+                }
+                Ok(())
             }
         }
     };
@@ -431,8 +497,17 @@ le!(i32, 4);
 
 impl Le for bool {
     const SIZE: usize = 1;
-    fn from_le(b: &[u8]) -> Self {
-        b[0] != 0
+    fn read_into(r: &mut File, out: &mut [Self], crc: &mut crc32fast::Hasher) -> io::Result<()> {
+        let mut buf = vec![0u8; PIECE];
+        for part in out.chunks_mut(PIECE) {
+            let piece = &mut buf[..part.len()];
+            r.read_exact(piece)?;
+            crc.update(piece);
+            for (x, &b) in part.iter_mut().zip(piece.iter()) {
+                *x = b != 0;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -470,33 +545,62 @@ impl Files<'_> {
         self.open.get_mut(&i).ok_or_else(|| KernelError::io(self.dir, format!("file {i} could not be opened")))
     }
 
-    /// The tensor `e` (whose dtype the caller checked is `dtype`), assembled from its shards.
-    fn tensor(&mut self, e: &TensorEntry, dtype: DType) -> Result<Tensor, KernelError> {
+    /// The tensors `entries` (whose dtype the caller checked is `dtype`), each assembled from
+    /// its shards, all in one buffer (in order, each a view of it).
+    fn tensors(&mut self, entries: &[&TensorEntry], dtype: DType) -> Result<Vec<Tensor>, KernelError> {
         match dtype {
-            DType::F32 => self.typed::<f32>(e),
-            DType::F64 => self.typed::<f64>(e),
-            DType::I32 => self.typed::<i32>(e),
-            DType::Bool => self.typed::<bool>(e),
+            DType::F32 => self.typed::<f32>(entries),
+            DType::F64 => self.typed::<f64>(entries),
+            DType::I32 => self.typed::<i32>(entries),
+            DType::Bool => self.typed::<bool>(entries),
         }
     }
 
-    fn typed<T: Le>(&mut self, e: &TensorEntry) -> Result<Tensor, KernelError> {
-        let total = checked_numel(&e.shape)?;
-        let blocks = check_tiling(&e.shape, &e.shards).map_err(|m| self.bad(e, m))?;
-        self.check_ranges::<T>(e, &blocks)?;
-        let whole = e.shards.len() == 1 && blocks[0] == total;
-        // The shards' bytes lie in files that exist, without overlapping, so `total` elements
-        // are no more than those files hold: an index cannot make this allocate more.
-        let mut out: Vec<T> = if whole { Vec::new() } else { vec![T::default(); total] };
-        for (s, &n) in e.shards.iter().zip(&blocks) {
-            let data = self.shard::<T>(e, s, n)?;
-            if whole {
-                out = data;
-            } else {
-                place(&mut out, &e.shape, s, &data);
+    fn typed<T: Le>(&mut self, entries: &[&TensorEntry]) -> Result<Vec<Tensor>, KernelError> {
+        let mut blocks = Vec::with_capacity(entries.len());
+        let mut total = 0usize;
+        for e in entries {
+            let n = checked_numel(&e.shape)?;
+            total = total.checked_add(n).ok_or_else(|| self.bad(e, "the sizes overflow"))?;
+            let b = check_tiling(&e.shape, &e.shards).map_err(|m| self.bad(e, m))?;
+            self.check_ranges::<T>(e, &b)?;
+            blocks.push(b);
+        }
+        // Every shard's bytes lie in a file that is there, and no two share bytes, so `total`
+        // elements are no more than those files hold: an index cannot make this allocate more.
+        let mut buf: Vec<T> = vec![T::default(); total];
+        let mut at = 0;
+        for (e, b) in entries.iter().zip(&blocks) {
+            let n: usize = b.iter().sum();
+            self.fill(e, b, &mut buf[at..at + n])?;
+            at += n;
+        }
+        if let [e] = entries {
+            return Ok(vec![Tensor::from_vec(e.shape.clone(), buf)?]);
+        }
+        let flat = Tensor::from_vec(vec![total], buf)?;
+        let mut at = 0;
+        let mut out = Vec::with_capacity(entries.len());
+        for (e, b) in entries.iter().zip(&blocks) {
+            out.push(flat.view(at, e.shape.clone())?);
+            at += b.iter().sum::<usize>();
+        }
+        Ok(out)
+    }
+
+    /// Fills `out` (row-major, `e`'s shape) from the shards of `e` (`blocks[i]` elements each).
+    fn fill<T: Le>(&mut self, e: &TensorEntry, blocks: &[usize], out: &mut [T]) -> Result<(), KernelError> {
+        if let ([s], [n]) = (&e.shards[..], blocks) {
+            if *n == out.len() {
+                return self.shard(e, s, out);
             }
         }
-        Tensor::from_vec(e.shape.clone(), out)
+        for (s, &n) in e.shards.iter().zip(blocks) {
+            let mut data = vec![T::default(); n];
+            self.shard(e, s, &mut data)?;
+            place(out, &e.shape, s, &data);
+        }
+        Ok(())
     }
 
     /// Checks, before anything is read, that each shard of `e` (`blocks[i]` elements) has a
@@ -539,30 +643,20 @@ impl Files<'_> {
         self.damaged(format!("tensor `{}`: {m}", super::shown(&e.name)))
     }
 
-    /// The elements of one shard of `e` (`n` of them, whose byte range [`Files::check_ranges`]
-    /// checked), checked against its CRC-32.
-    fn shard<T: Le>(&mut self, e: &TensorEntry, s: &Shard, n: usize) -> Result<Vec<T>, KernelError> {
+    /// Reads one shard of `e` (whose byte range [`Files::check_ranges`] checked) into `out`,
+    /// checked against its CRC-32.
+    fn shard<T: Le>(&mut self, e: &TensorEntry, s: &Shard, out: &mut [T]) -> Result<(), KernelError> {
         let [begin, _] = s.bytes;
-        let want = n * T::SIZE;
-        let io = |e: io::Error| format!("cannot read its data: {e}");
         let f = self.file(s.file)?;
         let read = (|| {
+            let io = |e: io::Error| format!("cannot read its data: {e}");
             f.seek(SeekFrom::Start(begin)).map_err(io)?;
-            let mut out = Vec::with_capacity(n);
             let mut crc = crc32fast::Hasher::new();
-            let mut buf = vec![0u8; (1 << 20) / T::SIZE * T::SIZE];
-            let mut left = want;
-            while left > 0 {
-                let chunk = &mut buf[..left.min((1 << 20) / T::SIZE * T::SIZE)];
-                f.read_exact(chunk).map_err(io)?;
-                crc.update(chunk);
-                out.extend(chunk.chunks_exact(T::SIZE).map(T::from_le));
-                left -= chunk.len();
-            }
+            T::read_into(f, out, &mut crc).map_err(io)?;
             if crc.finalize() != s.crc32 {
                 return Err("its data does not match its checksum".to_string());
             }
-            Ok(out)
+            Ok(())
         })();
         read.map_err(|m| self.bad(e, m))
     }
@@ -667,6 +761,7 @@ mod tests {
                 name: n.clone(),
                 dtype: t.dtype(),
                 shape: t.shape().iter().map(|&d| Some(d)).collect(),
+                group: None,
             })
             .collect()
     }
@@ -695,6 +790,25 @@ mod tests {
         assert_eq!(list(&a).len(), 2, "one data file and the index");
         let _ = std::fs::remove_dir_all(&a);
         let _ = std::fs::remove_dir_all(&b);
+    }
+
+    #[test]
+    fn a_group_is_read_into_one_buffer() {
+        let d = scratch("group");
+        let named = vec![
+            ("w".to_string(), Tensor::from_f32(vec![2, 2], vec![1.0, 2.0, 3.0, 4.0]).unwrap()),
+            ("b".to_string(), Tensor::from_f32(vec![2], vec![5.0, 6.0]).unwrap()),
+            ("t".to_string(), Tensor::scalar_i32(3)),
+        ];
+        write_checkpoint(&d, &named).unwrap();
+        let mut w = wanted(&named);
+        w[0].group = Some(0);
+        w[1].group = Some(0);
+        let back = read_checkpoint(&d, &w).unwrap();
+        assert_eq!(back.iter().collect::<Vec<_>>(), named.iter().map(|(_, t)| t).collect::<Vec<_>>());
+        let joined = back[0].join(&back[1]).expect("w and b are consecutive views of one buffer");
+        assert_eq!(joined.as_f32().unwrap(), &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]
@@ -792,7 +906,7 @@ mod tests {
             }],
         };
         std::fs::write(d.join(INDEX), serde_json::to_string(&index).unwrap()).unwrap();
-        let w = [Wanted { name: "w".into(), dtype: DType::F32, shape: vec![Some(4), Some(3)] }];
+        let w = [Wanted { name: "w".into(), dtype: DType::F32, shape: vec![Some(4), Some(3)], group: None }];
         assert_eq!(read_checkpoint(&d, &w).unwrap()[0], Tensor::from_f32(vec![4, 3], v).unwrap());
         index.tensors[0].shards[0].start = vec![0, 0];
         std::fs::write(d.join(INDEX), serde_json::to_string(&index).unwrap()).unwrap();

@@ -123,26 +123,38 @@ pub(crate) fn push_le_data(out: &mut Vec<u8>, t: &Tensor) {
     }
 }
 
-/// Hands the little-endian bytes of `t` to `f` in pieces of at most about 1 MiB, so that a
-/// large tensor is written without a second copy of it in memory.
+/// Elements per piece in [`for_le_chunks`]: 256 KiB of `f32`, so that a piece handed to a
+/// checksum and then to `write` is still in the cache the second time.
+const PIECE: usize = 1 << 16;
+
+/// Hands the little-endian bytes of `t` to `f` in pieces (see [`PIECE`]), so that a large
+/// tensor is written without a second copy of it in memory. On a little-endian machine the
+/// pieces are the tensor's own memory.
 pub(crate) fn for_le_chunks(t: &Tensor, mut f: impl FnMut(&[u8]) -> std::io::Result<()>) -> std::io::Result<()> {
-    const ELEMS: usize = 1 << 18;
-    let mut buf = Vec::with_capacity(ELEMS * t.dtype().size_in_bytes());
-    macro_rules! chunks {
-        ($v:expr) => {
-            for c in $v.chunks(ELEMS) {
-                buf.clear();
-                c.iter().for_each(|x| buf.extend_from_slice(&x.to_le_bytes()));
-                f(&buf)?;
+    macro_rules! pieces {
+        ($v:expr) => {{
+            #[cfg(target_endian = "little")]
+            for c in $v.chunks(PIECE) {
+                f(bytemuck::cast_slice(c))?;
             }
-        };
+            #[cfg(not(target_endian = "little"))]
+            {
+                let mut buf = Vec::with_capacity(PIECE * 8);
+                for c in $v.chunks(PIECE) {
+                    buf.clear();
+                    c.iter().for_each(|x| buf.extend_from_slice(&x.to_le_bytes()));
+                    f(&buf)?;
+                }
+            }
+        }};
     }
     match t.storage() {
-        Storage::F32(v) => chunks!(v),
-        Storage::F64(v) => chunks!(v),
-        Storage::I32(v) => chunks!(v),
+        Storage::F32(v) => pieces!(v),
+        Storage::F64(v) => pieces!(v),
+        Storage::I32(v) => pieces!(v),
         Storage::Bool(v) => {
-            for c in v.chunks(ELEMS) {
+            let mut buf = Vec::with_capacity(PIECE);
+            for c in v.chunks(PIECE) {
                 buf.clear();
                 buf.extend(c.iter().map(|&b| u8::from(b)));
                 f(&buf)?;

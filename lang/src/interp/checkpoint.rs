@@ -86,7 +86,7 @@ impl Interp<'_> {
                     let v = usize::try_from(v).map_err(|_| rt(Code::E0602, format!("negative dimension {v}"), span))?;
                     ds.push(Some(v));
                 }
-                wanted.push(Wanted { name: leaf_name(path), dtype: dtype_of(*et), shape: ds });
+                wanted.push(Wanted { name: leaf_name(path), dtype: dtype_of(*et), shape: ds, group: None });
                 Ok(Node::Tensor)
             }
             Type::Tuple(ts) => {
@@ -140,6 +140,39 @@ impl Interp<'_> {
                 span,
             )),
         }
+    }
+}
+
+/// Marks the tensors that will be held in one buffer ([`ModelValue::packed`]) as one read
+/// group, so that they are read into it and never copied: those of each outermost model whose
+/// tensors all have rank ≥ 1 and one element type. `at` counts the tensors walked so far,
+/// `next` the groups.
+pub(crate) fn mark_groups(node: &Node, wanted: &mut [Wanted], at: &mut usize, next: &mut usize) {
+    match node {
+        Node::Tensor => *at += 1,
+        Node::Tuple(items) => items.iter().for_each(|n| mark_groups(n, wanted, at, next)),
+        Node::Model { fields, .. } => {
+            let n = leaves(node);
+            let own = wanted.get(*at..*at + n).unwrap_or(&[]);
+            let dense = !own.is_empty() && own.iter().all(|w| !w.shape.is_empty() && w.dtype == own[0].dtype);
+            if dense {
+                for w in wanted.iter_mut().skip(*at).take(n) {
+                    w.group = Some(*next);
+                }
+                *next += 1;
+                *at += n;
+            } else {
+                fields.iter().for_each(|f| mark_groups(f, wanted, at, next));
+            }
+        }
+    }
+}
+
+/// The number of tensors in a value of structure `node`.
+fn leaves(node: &Node) -> usize {
+    match node {
+        Node::Tensor => 1,
+        Node::Tuple(items) | Node::Model { fields: items, .. } => items.iter().map(leaves).sum(),
     }
 }
 

@@ -1,6 +1,6 @@
 //! Data in and out of the interpreter: `load`, `save`, `exists` and `for … in batches(…)`.
 
-use super::checkpoint::{assemble, named_tensors, pack};
+use super::checkpoint::{assemble, mark_groups, named_tensors, pack};
 use super::value::Value;
 use super::{dtype_of, kerr, rt, Frame, Interp, R};
 use crate::diag::Code;
@@ -85,6 +85,7 @@ impl Interp<'_> {
         if is_checkpoint(p) {
             let mut wanted = Vec::new();
             let node = self.plan(ty, "", &frame.dims, &HashMap::new(), span, &mut wanted)?;
+            mark_groups(&node, &mut wanted, &mut 0, &mut 0);
             let tensors = io::checkpoint::read_checkpoint(&full, &wanted).map_err(kerr)?;
             return Ok(pack(assemble(&node, &mut tensors.into_iter(), span)?));
         }
