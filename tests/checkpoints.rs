@@ -2,7 +2,7 @@
 //! the same state gives the same bytes in every process and engine; `kill -9` at random moments
 //! of many saves over a good checkpoint always leaves one that loads and is complete; a training
 //! run stopped after any epoch and started again prints exactly the lines of the uninterrupted
-//! run; and Python's `safetensors` reads what msl writes, with the names, shapes, types and
+//! run; a damaged checkpoint is a run-time error, never a crash; and Python's `safetensors` reads what msl writes, with the names, shapes, types and
 //! values msl has (in a venv under `target/`, skipped with the reason printed when Python,
 //! venv or pip is not there).
 
@@ -189,6 +189,58 @@ fn kill_9_during_saves_never_damages_the_checkpoint() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+#[test]
+fn a_damaged_checkpoint_is_an_error_never_a_crash() {
+    let prog = format!(
+        "{STATE}
+fn main() {{
+    let m = init(Mlp, seed: 3)
+    save(\"good/\", (m, adam.init(m), 4))
+}}
+"
+    );
+    let load = format!(
+        "{STATE}
+fn main() {{
+    let s: (Mlp, adam.AdamState[Mlp], i32) = load(\"ckpt/\")
+    print(\"loaded\")
+}}
+"
+    );
+    let dir = scratch("damaged", &[("save.msl", &prog), ("load.msl", &load)]);
+    ok(&dir, &["run", "save.msl"]);
+    let good = files(&dir.join("good"));
+    let mut rng = Lcg(7);
+    for round in 0..40 {
+        let ck = dir.join("ckpt");
+        let _ = std::fs::remove_dir_all(&ck);
+        std::fs::create_dir_all(&ck).unwrap();
+        // Damage one file: cut it short or change a byte (of the index, mostly its numbers).
+        let victim = rng.below(good.len() as u64) as usize;
+        for (i, (name, bytes)) in good.iter().enumerate() {
+            let mut b = bytes.clone();
+            if i == victim {
+                let at = rng.below(b.len() as u64) as usize;
+                if round % 3 == 0 {
+                    b.truncate(at);
+                } else {
+                    b[at] = b"0123456789-[]{},\"x \xff"[rng.below(18) as usize];
+                }
+            }
+            std::fs::write(ck.join(name), b).unwrap();
+        }
+        let o = msl(&dir, &["run", "load.msl"]);
+        let (out, err) = (text(&o.stdout), text(&o.stderr));
+        assert!(!err.contains("panicked") && !err.contains("internal error"), "round {round}: {err}");
+        match o.status.code() {
+            Some(0) => assert_eq!(out, "loaded\n", "round {round}"),
+            Some(2) => assert!(err.contains("E0601") && err.contains("ckpt/"), "round {round}: {err}"),
+            c => panic!("round {round}: exit {c:?}\n{out}{err}"),
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 const TRAIN: &str = "
 use nn.{linear, relu, cross_entropy}
 
@@ -274,6 +326,7 @@ assert len(raw) == f["size"], (len(raw), f["size"])
 n = struct.unpack("<Q", raw[:8])[0]
 header = json.loads(raw[8:8 + n])
 assert header["__metadata__"] == {"format": "pt"}, header["__metadata__"]
+assert zlib.crc32(raw[:8 + n]) == f["header_crc32"]
 state = safetensors.numpy.load_file(path)
 ref = dict(np.load("ref.npz"))
 names = [t["name"] for t in index["tensors"]]

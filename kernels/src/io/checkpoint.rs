@@ -73,6 +73,9 @@ pub struct FileEntry {
     pub rank: usize,
     /// Its length in bytes.
     pub size: u64,
+    /// The CRC-32 of its safetensors header (the 8-byte length and the JSON after it), which
+    /// msl does not read but Python does.
+    pub header_crc32: u32,
 }
 
 /// One tensor of a checkpoint.
@@ -193,7 +196,7 @@ pub fn write_checkpoint(dir: &Path, named: &[(String, Tensor)]) -> Result<(), Ke
         format: FORMAT.to_string(),
         version: VERSION,
         mesh: None,
-        files: vec![FileEntry { name: data_name, rank: 0, size: at }],
+        files: vec![FileEntry { name: data_name, rank: 0, size: at, header_crc32: crc32fast::hash(&head) }],
         tensors,
     };
     let json = index_text(&index).map_err(|e| fail(io::Error::other(e)))?;
@@ -540,6 +543,12 @@ impl Files<'_> {
                     entry.size
                 )));
             }
+            let mut f = f;
+            if header_crc(&mut f, len).ok() != Some(entry.header_crc32) {
+                return Err(
+                    self.damaged(format!("the safetensors header of {} is not the one saved", super::shown(name)))
+                );
+            }
             self.open.insert(i, f);
         }
         self.open.get_mut(&i).ok_or_else(|| KernelError::io(self.dir, format!("file {i} could not be opened")))
@@ -660,6 +669,19 @@ impl Files<'_> {
         })();
         read.map_err(|m| self.bad(e, m))
     }
+}
+
+/// The CRC-32 of the safetensors header at the start of `f` (`len` bytes long).
+fn header_crc(f: &mut File, len: u64) -> io::Result<u32> {
+    let mut n = [0u8; 8];
+    f.read_exact(&mut n)?;
+    let size = u64::from_le_bytes(n);
+    if size > len.saturating_sub(8) {
+        return Err(io::Error::other("the header is longer than the file"));
+    }
+    let mut head = n.to_vec();
+    (&mut *f).take(size).read_to_end(&mut head)?;
+    Ok(crc32fast::hash(&head))
 }
 
 /// Checks that `shards` tile a tensor of `shape` (each inside it, none overlapping, together
@@ -866,6 +888,11 @@ mod tests {
         std::fs::write(&data, &bytes).unwrap();
         let e = read_checkpoint(&d, &wanted(&sample())).unwrap_err().to_string();
         assert!(e.contains("tensor `0.w`: its data does not match its checksum"), "{e}");
+        bytes[at] ^= 1;
+        bytes[20] = b'X';
+        std::fs::write(&data, &bytes).unwrap();
+        let e = read_checkpoint(&d, &wanted(&sample())).unwrap_err().to_string();
+        assert!(e.contains("the safetensors header of rank0."), "{e}");
         bytes.pop();
         std::fs::write(&data, &bytes).unwrap();
         let e = read_checkpoint(&d, &wanted(&sample())).unwrap_err().to_string();
@@ -882,7 +909,8 @@ mod tests {
         let d = scratch("shards");
         std::fs::create_dir_all(&d).unwrap();
         let v: Vec<f32> = (0..12).map(|i| i as f32).collect();
-        let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+        // An empty header (length 0), then the data.
+        let bytes: Vec<u8> = [0u8; 8].into_iter().chain(v.iter().flat_map(|x| x.to_le_bytes())).collect();
         std::fs::write(d.join("rank0.00000000.safetensors"), &bytes).unwrap();
         let crc = |b: &[u8]| crc32fast::hash(b);
         let shard = |start: usize, lo: usize, hi: usize| Shard {
@@ -896,13 +924,18 @@ mod tests {
             format: FORMAT.into(),
             version: VERSION,
             mesh: Some(vec![MeshAxis { name: "dp".into(), size: 2 }]),
-            files: vec![FileEntry { name: "rank0.00000000.safetensors".into(), rank: 0, size: 48 }],
+            files: vec![FileEntry {
+                name: "rank0.00000000.safetensors".into(),
+                rank: 0,
+                size: 56,
+                header_crc32: crc(&[0; 8]),
+            }],
             tensors: vec![TensorEntry {
                 name: "w".into(),
                 dtype: "F32".into(),
                 shape: vec![4, 3],
                 layout: vec![vec!["dp".into()], vec![]],
-                shards: vec![shard(2, 24, 48), shard(0, 0, 24)],
+                shards: vec![shard(2, 32, 56), shard(0, 8, 32)],
             }],
         };
         std::fs::write(d.join(INDEX), serde_json::to_string(&index).unwrap()).unwrap();
@@ -916,11 +949,11 @@ mod tests {
         std::fs::write(d.join(INDEX), serde_json::to_string(&index).unwrap()).unwrap();
         let e = read_checkpoint(&d, &w).unwrap_err().to_string();
         assert!(e.contains("do not cover it"), "{e}");
-        index.tensors[0].shards = vec![shard(0, 0, 24), shard(2, 0, 24)];
+        index.tensors[0].shards = vec![shard(0, 8, 32), shard(2, 8, 32)];
         std::fs::write(d.join(INDEX), serde_json::to_string(&index).unwrap()).unwrap();
         let e = read_checkpoint(&d, &w).unwrap_err().to_string();
         assert!(e.contains("two of its shards share bytes"), "{e}");
-        index.tensors[0].shards = vec![shard(0, 0, 24), shard(2, 24, 48)];
+        index.tensors[0].shards = vec![shard(0, 8, 32), shard(2, 32, 56)];
         index.files[0].name = "../x".into();
         std::fs::write(d.join(INDEX), serde_json::to_string(&index).unwrap()).unwrap();
         let e = read_checkpoint(&d, &w).unwrap_err().to_string();
