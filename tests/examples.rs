@@ -1,7 +1,7 @@
-//! Smoke tests of the examples: each checks, the MLP trains to its accuracy target, the PINN and
-//! MD examples reach theirs, and each of them prints exactly the same under `--mode jit -O2`
-//! as in the interpreter and logs its curves with `log_scalar`. (The transformer, about 45 s in
-//! a release build, is run by hand.)
+//! Smoke tests of the examples: each checks, the MLP trains to its accuracy target (and a rerun
+//! resumes from its checkpoint after the last epoch), the PINN and MD examples reach theirs, and
+//! each of them prints exactly the same under `--mode jit -O2` as in the interpreter and logs its
+//! curves with `log_scalar`. (The transformer, about 45 s in a release build, is run by hand.)
 
 use std::process::Command;
 
@@ -33,6 +33,11 @@ fn mlp_example_reaches_96_percent() {
     let out = msl().arg("run").arg(&file).current_dir(&dir).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(dir.join("mlp.ckpt/index.json").exists(), "the training state is saved every epoch");
+    // A rerun resumes after the last epoch: it trains no more and prints the last line again.
+    let again = msl().arg("run").arg(&file).current_dir(&dir).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&again.stdout), stdout.lines().last().unwrap().to_string() + "\n");
+    std::fs::remove_dir_all(dir.join("mlp.ckpt")).unwrap();
     let jit = msl().args(["run", "--mode", "jit", "-O2"]).arg(&file).current_dir(&dir).output().unwrap();
     assert_eq!(String::from_utf8_lossy(&jit.stdout), stdout, "{}", String::from_utf8_lossy(&jit.stderr));
     let last = stdout.lines().rev().find(|l| l.contains("test_acc")).expect("an epoch line");

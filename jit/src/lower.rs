@@ -421,6 +421,7 @@ impl<'a, 'f> Lower<'a, 'f> {
             | Prim::Load
             | Prim::Save
             | Prim::LogScalar
+            | Prim::Exists
             | Prim::Assert
             | Prim::AssertClose
             | lang::collective_prims!() => {

@@ -116,11 +116,13 @@ pub fn run_block_prepared(
         return Outcome::Rejected(out);
     }
     prepare(&mut c.program);
+    let scratch = Scratch::new();
     let mut buf: Vec<u8> = Vec::new();
     let mut failure = None;
     {
         let mut it = Interp::new(&c.program, Box::new(&mut buf));
         it.source_dir = Some(dir.to_path_buf());
+        it.work_dir = scratch.as_ref().map(|s| s.0.clone());
         setup(&mut it);
         let mut funcs: Vec<crate::types::FuncId> = c.program.main.into_iter().collect();
         funcs.extend(c.program.tests.iter().map(|t| t.func));
@@ -136,4 +138,25 @@ pub fn run_block_prepared(
         out.push_str(&format!("error[{}] {}: {}\n", e.code, pos(e.span), e.message));
     }
     Outcome::Ran(out)
+}
+
+/// A fresh, empty working folder for one run of a block, removed afterwards: what an example
+/// saves lands there, and no run sees the files of another.
+struct Scratch(std::path::PathBuf);
+
+impl Scratch {
+    fn new() -> Option<Scratch> {
+        static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("msl-spec-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).ok()?;
+        Some(Scratch(dir))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }

@@ -112,6 +112,58 @@ fn temp_path(path: &Path) -> PathBuf {
     path.with_file_name(format!(".{name}.{}.{n}.tmp", std::process::id()))
 }
 
+/// A temporary file being written beside its target: removed when dropped unless
+/// [`TempFile::commit`] renamed it into place.
+pub(crate) struct TempFile {
+    file: File,
+    /// Where the file is while it is temporary; `None` once committed.
+    path: Option<PathBuf>,
+}
+
+impl TempFile {
+    /// A fresh temporary file in the folder of `target`, named after it (`.NAME.PID.N.tmp`).
+    pub(crate) fn beside(target: &Path) -> io::Result<TempFile> {
+        if target.file_name().is_none() {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "the path names no file"));
+        }
+        let mut tmp = temp_path(target);
+        for _ in 0..16 {
+            match OpenOptions::new().write(true).create_new(true).open(&tmp) {
+                Ok(file) => return Ok(TempFile { file, path: Some(tmp) }),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => tmp = temp_path(target),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(io::Error::other("no free temporary file name"))
+    }
+
+    /// The open file.
+    pub(crate) fn file(&mut self) -> &mut File {
+        &mut self.file
+    }
+
+    /// Flushes the file to disk and renames it to `target` (in the same folder), replacing
+    /// what was there. The folder itself is not synced (see [`sync_folder`]).
+    pub(crate) fn commit(&mut self, target: &Path) -> io::Result<()> {
+        let Some(path) = &self.path else {
+            return Err(io::Error::other("the temporary file was committed already"));
+        };
+        self.file.flush()?;
+        self.file.sync_all()?;
+        std::fs::rename(path, target)?;
+        self.path = None;
+        Ok(())
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        if let Some(p) = self.path.take() {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
 /// Writes a file atomically: `write` fills a new temporary file in the same folder, which is
 /// synced, renamed over `path` and followed by a sync of the folder. On any failure the
 /// temporary file is removed and `path` is untouched. An existing `path` must be a regular
@@ -124,41 +176,17 @@ pub fn write_atomic(path: &Path, write: impl FnOnce(&mut File) -> io::Result<()>
         Err(e) if e.kind() == io::ErrorKind::NotFound => None,
         Err(e) => return Err(fail(e)),
     };
-    if path.file_name().is_none() {
-        return Err(fail(io::Error::new(io::ErrorKind::InvalidInput, "the path names no file")));
+    let mut tmp = TempFile::beside(path).map_err(fail)?;
+    if let Some(p) = existing {
+        tmp.file().set_permissions(p).map_err(fail)?;
     }
-    let mut tmp = temp_path(path);
-    let mut file = None;
-    for _ in 0..16 {
-        match OpenOptions::new().write(true).create_new(true).open(&tmp) {
-            Ok(f) => {
-                file = Some(f);
-                break;
-            }
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => tmp = temp_path(path),
-            Err(e) => return Err(fail(e)),
-        }
-    }
-    let mut file = file.ok_or_else(|| fail(io::Error::other("no free temporary file name")))?;
-    let written = (|| {
-        if let Some(p) = existing {
-            file.set_permissions(p)?;
-        }
-        write(&mut file)?;
-        file.flush()?;
-        file.sync_all()?;
-        drop(file);
-        std::fs::rename(&tmp, path)
-    })();
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(fail(e));
-    }
+    write(tmp.file()).map_err(fail)?;
+    tmp.commit(path).map_err(fail)?;
     sync_folder(path).map_err(fail)
 }
 
 /// Flushes the folder holding `path` so that the rename itself survives a power cut.
-fn sync_folder(path: &Path) -> io::Result<()> {
+pub(crate) fn sync_folder(path: &Path) -> io::Result<()> {
     #[cfg(unix)]
     {
         let dir = match path.parent() {

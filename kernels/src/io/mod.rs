@@ -4,6 +4,7 @@
 //! allocate more than the file could fill: only regular files are read (`file`), and every
 //! length a header declares is checked against the file before it is used. Saves are atomic.
 
+pub mod checkpoint;
 pub mod csv;
 pub mod file;
 pub mod npy;
@@ -113,12 +114,54 @@ pub(crate) fn shown(text: &str) -> String {
 
 /// Appends the elements of `t` as little-endian bytes (bool as one byte 0 or 1).
 pub(crate) fn push_le_data(out: &mut Vec<u8>, t: &Tensor) {
+    out.reserve(t.len() * t.dtype().size_in_bytes());
     match t.storage() {
         Storage::F32(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
         Storage::F64(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
         Storage::I32(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
         Storage::Bool(v) => out.extend(v.iter().map(|&b| u8::from(b))),
     }
+}
+
+/// Elements per piece in [`for_le_chunks`]: 256 KiB of `f32`, so that a piece handed to a
+/// checksum and then to `write` is still in the cache the second time.
+const PIECE: usize = 1 << 16;
+
+/// Hands the little-endian bytes of `t` to `f` in pieces (see [`PIECE`]), so that a large
+/// tensor is written without a second copy of it in memory. On a little-endian machine the
+/// pieces are the tensor's own memory.
+pub(crate) fn for_le_chunks(t: &Tensor, mut f: impl FnMut(&[u8]) -> std::io::Result<()>) -> std::io::Result<()> {
+    macro_rules! pieces {
+        ($v:expr) => {{
+            #[cfg(target_endian = "little")]
+            for c in $v.chunks(PIECE) {
+                f(bytemuck::cast_slice(c))?;
+            }
+            #[cfg(not(target_endian = "little"))]
+            {
+                let mut buf = Vec::with_capacity(PIECE * 8);
+                for c in $v.chunks(PIECE) {
+                    buf.clear();
+                    c.iter().for_each(|x| buf.extend_from_slice(&x.to_le_bytes()));
+                    f(&buf)?;
+                }
+            }
+        }};
+    }
+    match t.storage() {
+        Storage::F32(v) => pieces!(v),
+        Storage::F64(v) => pieces!(v),
+        Storage::I32(v) => pieces!(v),
+        Storage::Bool(v) => {
+            let mut buf = Vec::with_capacity(PIECE);
+            for c in v.chunks(PIECE) {
+                buf.clear();
+                buf.extend(c.iter().map(|&b| u8::from(b)));
+                f(&buf)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Widens an IEEE half-precision value to f32 exactly.

@@ -120,23 +120,43 @@ pub fn write_safetensors(path: &Path, named: &[(String, Tensor)]) -> Result<(), 
 
 /// The bytes of a `.safetensors` file holding `named`.
 pub fn safetensors_bytes(named: &[(String, Tensor)]) -> Result<Vec<u8>, String> {
+    let head = header(named)?;
+    let data: usize = named.iter().map(|(_, t)| t.len() * t.dtype().size_in_bytes()).sum();
+    let mut out = Vec::with_capacity(head.len() + data);
+    out.extend_from_slice(&head);
+    for (_, t) in named {
+        super::push_le_data(&mut out, t);
+    }
+    Ok(out)
+}
+
+/// The safetensors element type name of `d`.
+pub(crate) fn dtype_name(d: DType) -> &'static str {
+    match d {
+        DType::F32 => "F32",
+        DType::F64 => "F64",
+        DType::I32 => "I32",
+        DType::Bool => "BOOL",
+    }
+}
+
+/// The start of a `.safetensors` file holding `named`: the header's length (8 bytes, little
+/// endian) and the header, padded with spaces to a multiple of 8 bytes. The tensors' data
+/// follows it in the given order, each one's bytes right after the previous one's.
+pub(crate) fn header(named: &[(String, Tensor)]) -> Result<Vec<u8>, String> {
     let mut header = String::from("{\"__metadata__\":{\"format\":\"pt\"}");
     let mut offset = 0usize;
-    for (i, (name, t)) in named.iter().enumerate() {
-        if name == "__metadata__" || named[..i].iter().any(|(n, _)| n == name) {
+    let mut seen = std::collections::HashSet::new();
+    for (name, t) in named {
+        if name == "__metadata__" || !seen.insert(name.as_str()) {
             return Err(format!("cannot save two tensors named '{name}'"));
         }
-        let dtype = match t.dtype() {
-            DType::F32 => "F32",
-            DType::F64 => "F64",
-            DType::I32 => "I32",
-            DType::Bool => "BOOL",
-        };
         let size = t.len() * t.dtype().size_in_bytes();
         let dims: Vec<String> = t.shape().iter().map(|d| d.to_string()).collect();
         header.push_str(&format!(
-            ",{}:{{\"dtype\":\"{dtype}\",\"shape\":[{}],\"data_offsets\":[{offset},{}]}}",
+            ",{}:{{\"dtype\":\"{}\",\"shape\":[{}],\"data_offsets\":[{offset},{}]}}",
             json_string(name),
+            dtype_name(t.dtype()),
             dims.join(","),
             offset + size
         ));
@@ -146,12 +166,9 @@ pub fn safetensors_bytes(named: &[(String, Tensor)]) -> Result<Vec<u8>, String> 
     while header.len() % 8 != 0 {
         header.push(' ');
     }
-    let mut out = Vec::with_capacity(8 + header.len() + offset);
+    let mut out = Vec::with_capacity(8 + header.len());
     out.extend_from_slice(&(header.len() as u64).to_le_bytes());
     out.extend_from_slice(header.as_bytes());
-    for (_, t) in named {
-        super::push_le_data(&mut out, t);
-    }
     Ok(out)
 }
 

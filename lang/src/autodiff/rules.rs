@@ -821,6 +821,7 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
         | Prim::Load
         | Prim::Save
         | Prim::LogScalar
+        | Prim::Exists
         | Prim::Assert
         | Prim::AssertClose
         | Prim::AllReduceMax

@@ -315,6 +315,7 @@ impl Gen<'_> {
             | Prim::Load
             | Prim::Save
             | Prim::LogScalar
+            | Prim::Exists
             | Prim::Assert
             | Prim::AssertClose
             | Prim::AllReduceMax

@@ -613,6 +613,7 @@ impl Checker {
             Prim::Load => self.check_load(cx, p, a, span, expected),
             Prim::Save => self.check_save(cx, p, a, span),
             Prim::LogScalar => self.check_log_scalar(cx, p, a, span),
+            Prim::Exists => self.check_exists(cx, p, a, span),
             Prim::Assert => self.check_assert(cx, p, a, span),
             Prim::AssertClose => self.check_assert_close(cx, p, a, span),
             // Unary, binary and reduction primitives are checked by class in `check_builtin`;

@@ -72,8 +72,21 @@ const TABLE: &[(&str, &str, &str)] = &[
     ("vmap", "vmap(f, in_axes: (…))", "Maps a function over a new leading dimension."),
     ("stop_gradient", "stop_gradient(x) -> x", "The value of `x`, treated as a constant by differentiation."),
     ("print", "print(a, b, …)", "Writes its arguments separated by one space and ends the line."),
-    ("load", "load(path)", "Loads `.npy`, `.npz` (`\"file.npz:name\"`), `.safetensors` or `.csv`."),
-    ("save", "save(path, value)", "Saves a tensor or a model (safetensors with dotted field names)."),
+    (
+        "load",
+        "load(path)",
+        "Loads `.npy`, `.npz` (`\"file.npz:name\"`), `.safetensors`, `.csv`, or a checkpoint folder (`\"ckpt/\"`).",
+    ),
+    (
+        "save",
+        "save(path, value)",
+        "Saves a tensor, a model or a tuple: one file, or a checkpoint folder when the path ends in `/`.",
+    ),
+    (
+        "exists",
+        "exists(path) -> bool",
+        "Whether a file or folder is there; for a path ending in `/`, whether a complete checkpoint is.",
+    ),
     (
         "log_scalar",
         "log_scalar(\"name\", step: i32, value: f32)",

@@ -1,26 +1,59 @@
-//! Data in and out of the interpreter: `load`, `save`, `log_scalar` and `for … in batches(…)`.
+//! Data in and out of the interpreter: `load`, `save`, `exists`, `log_scalar` and `for … in batches(…)`.
 
-use super::value::{scalar_i64, ModelValue, Value};
+use super::checkpoint::{assemble, mark_groups, named_tensors, pack};
+use super::value::{scalar_i64, Value};
 use super::{dtype_of, kerr, rt, Frame, Interp, R};
 use crate::diag::Code;
 use crate::ir::Expr;
 use crate::source::Span;
 use crate::types::TensorTy;
-use crate::types::{Elem, ShapeItem, Type, TypeArg};
+use crate::types::{Elem, ShapeItem, Type};
 use kernels::{io, Tensor};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::rc::Rc;
+
+/// The lower-case extension of a path.
+fn extension(p: &Path) -> Option<String> {
+    p.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase)
+}
+
+/// A kernel error as a run-time error whose message names the path as the program wrote it
+/// (`shown`), not where it was found (`full`).
+fn shown_as(e: kernels::KernelError, full: &Path, shown: &str, span: Span) -> super::Ctrl {
+    let full = full.display().to_string();
+    match kerr(e, span) {
+        super::Ctrl::Error(mut r) => {
+            r.message = r.message.replace(&full, shown);
+            super::Ctrl::Error(r)
+        }
+        c => c,
+    }
+}
+
+/// Whether a path names a checkpoint folder: it ends in `/`.
+pub(crate) fn is_checkpoint(p: &str) -> bool {
+    p.ends_with('/')
+}
 
 impl Interp<'_> {
+    /// A relative path in the working directory ([`Interp::work_dir`], else the process's).
+    fn in_work_dir(&self, path: &Path) -> PathBuf {
+        match &self.work_dir {
+            Some(d) if path.is_relative() => d.join(path),
+            _ => path.to_path_buf(),
+        }
+    }
+
     /// A relative path is tried against the working directory, then the program's directory.
     fn resolve(&self, p: &str) -> PathBuf {
         let path = Path::new(p);
-        if path.is_absolute() || path.exists() {
-            return path.to_path_buf();
+        let here = self.in_work_dir(path);
+        if path.is_absolute() || here.exists() {
+            return here;
         }
         match &self.source_dir {
             Some(d) if d.join(path).exists() => d.join(path),
-            _ => path.to_path_buf(),
+            _ => here,
         }
     }
 
@@ -35,19 +68,27 @@ impl Interp<'_> {
         (p, None)
     }
 
+    /// `exists(path)`: whether the path names a file or folder (resolved as `load` resolves
+    /// it); for a checkpoint path (ending in `/`), whether a complete checkpoint is there.
+    pub(crate) fn exists(&mut self, path: &Value, span: Span) -> R<Value> {
+        let Value::Str(p) = path else { return Err(rt(Code::E0605, "`exists` needs a path", span)) };
+        let full = self.resolve(p);
+        let found = if is_checkpoint(p) { io::checkpoint::is_complete(&full) } else { full.exists() };
+        Ok(Value::Tensor(Tensor::scalar_bool(found)))
+    }
+
     pub(crate) fn load(&mut self, path: &Value, ty: &Type, span: Span, frame: &mut Frame) -> R<Value> {
         let Value::Str(p) = path else { return Err(rt(Code::E0605, "`load` needs a path", span)) };
-        let (file, entry) = Self::split_entry(p);
+        let (file, entry) = if is_checkpoint(p) { (&**p, None) } else { Self::split_entry(p) };
         let full = self.resolve(file);
-        // Messages name the file as the program wrote it, not where it was found.
-        let shown = full.display().to_string();
-        let kerr = |e: kernels::KernelError, span: Span| match kerr(e, span) {
-            super::Ctrl::Error(mut r) => {
-                r.message = r.message.replace(&shown, file);
-                super::Ctrl::Error(r)
-            }
-            c => c,
-        };
+        let kerr = |e: kernels::KernelError| shown_as(e, &full, file, span);
+        if is_checkpoint(p) {
+            let mut wanted = Vec::new();
+            let node = self.plan(ty, "", &frame.dims, &HashMap::new(), span, &mut wanted)?;
+            mark_groups(&node, &mut wanted, &mut 0, &mut 0);
+            let tensors = io::checkpoint::read_checkpoint(&full, &wanted).map_err(kerr)?;
+            return Ok(pack(assemble(&node, &mut tensors.into_iter(), span)?));
+        }
         match ty {
             Type::Tensor(TensorTy { elem: Elem::T(et), shape, .. }) => {
                 let want = dtype_of(*et);
@@ -55,14 +96,14 @@ impl Interp<'_> {
                 // cannot hold is an error naming its row and column. Other formats must already
                 // hold that type.
                 let t = if entry.is_none() && full.extension().is_some_and(|e| e.eq_ignore_ascii_case("csv")) {
-                    let t = io::load_csv(&full, want).map_err(|e| kerr(e, span))?;
+                    let t = io::load_csv(&full, want).map_err(kerr)?;
                     if shape.len() == 1 && t.rank() == 2 && t.shape()[1] == 1 {
-                        t.with_shape(vec![t.shape()[0]]).map_err(|e| kerr(e, span))?
+                        t.with_shape(vec![t.shape()[0]]).map_err(kerr)?
                     } else {
                         t
                     }
                 } else {
-                    io::load(&full, entry).map_err(|e| kerr(e, span))?
+                    io::load(&full, entry).map_err(kerr)?
                 };
                 // Fixed dims are checked here; dims bound at run time are checked by BindDims.
                 let fixed: Option<Vec<usize>> = shape
@@ -90,72 +131,62 @@ impl Interp<'_> {
                 }
                 Ok(Value::Tensor(t))
             }
-            Type::Model(id, args) => {
-                let named = io::load_all_safetensors(&full).map_err(|e| kerr(e, span))?;
-                let dims = self.type_arg_dims(args, frame, span)?;
-                self.model_from_named(*id, dims, args, "", &named, &full, span, frame).map(Value::packed)
+            Type::Model(..) | Type::Tuple(_) if entry.is_none() => {
+                let named = match extension(&full).as_deref() {
+                    Some("safetensors") => io::load_all_safetensors(&full).map_err(kerr)?,
+                    Some("npz") => io::load_all_npz(&full).map_err(kerr)?,
+                    _ => {
+                        return Err(rt(
+                            Code::E0601,
+                            format!(
+                                "{file}: a model or a tuple is loaded from a .safetensors or .npz file, or from a checkpoint folder (a path ending in `/`)"
+                            ),
+                            span,
+                        ))
+                    }
+                };
+                let mut wanted = Vec::new();
+                let node = self.plan(ty, "", &frame.dims, &HashMap::new(), span, &mut wanted)?;
+                let mut tensors = Vec::with_capacity(wanted.len());
+                for w in &wanted {
+                    let Some((_, t)) = named.iter().find(|(n, _)| *n == w.name) else {
+                        return Err(rt(Code::E0601, format!("{file}: has no tensor named `{}`", w.name), span));
+                    };
+                    // A dim of any size (none of a checked program) takes the file's.
+                    let shape: Vec<usize> = if w.shape.len() == t.rank() {
+                        w.shape.iter().zip(t.shape()).map(|(w, d)| w.unwrap_or(*d)).collect()
+                    } else {
+                        w.shape.iter().map(|d| d.unwrap_or(0)).collect()
+                    };
+                    io::check_loaded(&full, t, Some(w.dtype), Some(&shape)).map_err(kerr)?;
+                    tensors.push(t.clone());
+                }
+                Ok(pack(assemble(&node, &mut tensors.into_iter(), span)?))
             }
             _ => Err(rt(Code::E0605, "`load` of this type is not supported", span)),
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn model_from_named(
-        &mut self,
-        id: crate::types::ModelId,
-        dims: Vec<i64>,
-        _args: &[TypeArg],
-        prefix: &str,
-        named: &[(String, Tensor)],
-        file: &Path,
-        span: Span,
-        frame: &mut Frame,
-    ) -> R<Value> {
-        let def = self.prog.model(id);
-        let mut env = frame.dims.clone();
-        for (s, v) in def.dims.iter().zip(&dims) {
-            env.insert(*s, *v);
-        }
-        let sub = Frame { locals: vec![], dims: env, rests: Default::default() };
-        let mut fields = Vec::new();
-        for f in &def.fields {
-            let name = self.prog.names.get(f.name);
-            let path = if prefix.is_empty() { name.to_string() } else { format!("{prefix}.{name}") };
-            match &f.ty {
-                Type::Model(mid, margs) => {
-                    let mdims = self.type_arg_dims(margs, &sub, span)?;
-                    let mut sub2 = Frame { locals: vec![], dims: sub.dims.clone(), rests: Default::default() };
-                    fields.push(self.model_from_named(*mid, mdims, margs, &path, named, file, span, &mut sub2)?);
-                }
-                Type::Tensor(TensorTy { elem: Elem::T(et), shape, .. }) => {
-                    let Some((_, t)) = named.iter().find(|(n, _)| *n == path) else {
-                        return Err(rt(Code::E0601, format!("{}: has no tensor named `{path}`", file.display()), span));
-                    };
-                    let want: Vec<usize> = shape
-                        .iter()
-                        .filter_map(|i| match i {
-                            ShapeItem::Dim(d) => self.dim(&sub, d, span).ok().map(|x| x as usize),
-                            ShapeItem::Rest(_) => None,
-                        })
-                        .collect();
-                    io::check_loaded(file, t, Some(dtype_of(*et)), Some(&want)).map_err(|e| kerr(e, span))?;
-                    fields.push(Value::Tensor(t.clone()));
-                }
-                _ => return Err(rt(Code::E0601, format!("field `{path}` cannot be loaded"), span)),
-            }
-        }
-        Ok(Value::Model(Rc::new(ModelValue { model: id, dims, fields })))
-    }
-
     pub(crate) fn save(&mut self, path: &Value, v: &Value, span: Span) -> R<Value> {
         let Value::Str(p) = path else { return Err(rt(Code::E0605, "`save` needs a path", span)) };
-        let full = PathBuf::from(&**p);
-        match v {
-            Value::Tensor(t) => io::save(&full, t).map_err(|e| kerr(e, span))?,
-            other => {
-                let mut named = Vec::new();
-                other.named_leaves(self.prog, "", &mut named);
-                io::save_safetensors(&full, &named).map_err(|e| kerr(e, span))?;
+        let full = self.in_work_dir(Path::new(&**p));
+        let kerr = |e: kernels::KernelError| shown_as(e, &full, p, span);
+        if is_checkpoint(p) {
+            io::checkpoint::write_checkpoint(&full, &named_tensors(v, self.prog)).map_err(kerr)?;
+            return Ok(Value::unit());
+        }
+        match (v, extension(&full).as_deref()) {
+            (Value::Tensor(t), _) => io::save(&full, t).map_err(kerr)?,
+            (other, Some("safetensors")) => io::save_safetensors(&full, &named_tensors(other, self.prog)).map_err(kerr)?,
+            (other, Some("npz")) => io::save_npz(&full, &named_tensors(other, self.prog)).map_err(kerr)?,
+            _ => {
+                return Err(rt(
+                    Code::E0601,
+                    format!(
+                        "{p}: a model or a tuple is saved as a .safetensors or .npz file, or as a checkpoint folder (a path ending in `/`)"
+                    ),
+                    span,
+                ))
             }
         }
         Ok(Value::unit())

@@ -5,6 +5,7 @@
 
 use crate::types::TensorTy;
 pub mod accel;
+mod checkpoint;
 mod data;
 pub mod host;
 mod prims;
@@ -135,6 +136,10 @@ pub struct Interp<'p> {
     pub(crate) init_keys: Vec<(i64, String)>,
     /// Directory of the program's source, where relative `load` paths are tried second.
     pub source_dir: Option<PathBuf>,
+    /// The folder relative paths of `save`, `load` and `exists` start from (tried first, for
+    /// `load`); `None` is the process's working directory. The spec runner gives each block
+    /// a fresh one, so that examples can write files.
+    pub work_dir: Option<PathBuf>,
     pub interrupt: Arc<AtomicBool>,
     pub observer: Box<dyn Observer + 'p>,
     /// The destination of `log_scalar` ([`NoLog`] unless the embedder installs one).
@@ -165,6 +170,7 @@ impl<'p> Interp<'p> {
             consts: vec![None; prog.consts.len()],
             init_keys: Vec::new(),
             source_dir: None,
+            work_dir: None,
             interrupt: Arc::new(AtomicBool::new(false)),
             observer: Box::new(NoObserver),
             scalars: Box::new(NoLog),

@@ -236,6 +236,7 @@ impl Interp<'_> {
             Prim::Save if self.spmd.as_ref().is_some_and(|s| s.rank() != 0) => Ok(Value::unit()),
             Prim::Save => self.save(&args[0], &args[1], span),
             Prim::LogScalar => self.log_scalar(&args, span),
+            Prim::Exists => self.exists(&args[0], span),
             Prim::Assert => {
                 let ok = t(&args[0], span)?.as_bool().is_some_and(|b| b.first().copied().unwrap_or(false));
                 if ok {

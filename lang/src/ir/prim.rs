@@ -129,6 +129,9 @@ prims! {
     /// `log_scalar(name, step, value)`: records a scalar for TensorBoard through the
     /// interpreter's `ScalarLog` (`msl run` writes event files; elsewhere it is discarded).
     LogScalar: "log_scalar" callable,
+    /// `exists(path)`: whether a file or folder is there (a complete checkpoint for a path
+    /// ending in `/`).
+    Exists: "exists" callable,
     Assert: "assert" callable,
     AssertClose: "assert_close" callable,
     // Collectives: inserted by the sharding pass (`crate::shard`), never written by hand.
@@ -249,7 +252,7 @@ impl Prim {
             MatMul | Where | Cast | Cumsum | Softmax | LogSoftmax | Reshape | Transpose | Permute | Concat | Stack
             | ExpandDims | Squeeze | BroadcastTo | Gather | OneHot | Einsum | Slice | ScatterAdd | Zeros | Ones
             | Full | Arange | Eye | Normal | Uniform | HeNormal | GlorotUniform | Params | Map | StopGradient
-            | Print | Load | Save | LogScalar | Assert | AssertClose => Class::Other,
+            | Print | Load | Save | LogScalar | Exists | Assert | AssertClose => Class::Other,
             crate::collective_prims!() => Class::Other,
         }
     }
@@ -269,7 +272,10 @@ impl Prim {
 
     /// Primitives with effects; never removed or reordered by later passes.
     pub fn has_effect(self) -> bool {
-        matches!(self, Prim::Print | Prim::Load | Prim::Save | Prim::LogScalar | Prim::Assert | Prim::AssertClose)
+        matches!(
+            self,
+            Prim::Print | Prim::Load | Prim::Save | Prim::LogScalar | Prim::Exists | Prim::Assert | Prim::AssertClose
+        )
     }
 
     /// Every builtin name callable as a function (for "did you mean" suggestions and completion):

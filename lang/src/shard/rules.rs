@@ -147,7 +147,8 @@ pub(super) fn prim(cx: &mut Fcx, e: &mut Expr) {
         | Prim::HeNormal
         | Prim::GlorotUniform
         | Prim::Map
-        | Prim::Load => {
+        | Prim::Load
+        | Prim::Exists => {
             whole(cx, args, false);
             e.ty = strip(&e.ty);
             return;

@@ -1,7 +1,8 @@
-//! Shape rules of the I/O and testing builtins: `print`, `load`, `save`, `log_scalar`, `assert`,
+//! Shape rules of the I/O and testing builtins: `print`, `load`, `save`, `exists`, `log_scalar`, `assert`,
 //! `assert_close`.
 
 use super::*;
+use crate::types::TypeArg;
 
 impl Checker {
     pub(super) fn check_print(&mut self, cx: &mut FnCx, p: Prim, a: &Args, span: Span) -> ir::Expr {
@@ -41,7 +42,31 @@ impl Checker {
             {
                 t.clone()
             }
-            Some(t @ (Type::Model(..) | Type::ModelVar(_))) => t.clone(),
+            Some(t @ (Type::Model(..) | Type::Tuple(_))) => match Self::unloadable(t) {
+                None => t.clone(),
+                Some(why) => {
+                    let ts = self.ty_str(t);
+                    self.error(
+                        Diagnostic::error(Code::E0323, span, format!("`load` cannot load {ts}: {why}"))
+                            .label("loaded here"),
+                    );
+                    Type::Error
+                }
+            },
+            Some(t @ Type::ModelVar(_)) => {
+                let ts = self.ty_str(t);
+                self.error(
+                    Diagnostic::error(
+                        Code::E0323,
+                        span,
+                        format!("`load` cannot load the generic model type {ts}: what it holds is known only where the function is called"),
+                    )
+                    .label("loaded here")
+                    .with_help("load it where the model type is known and pass it in"),
+                );
+                Type::Error
+            }
+            Some(Type::Error) => Type::Error,
             _ => {
                 self.error(
                     Diagnostic::error(Code::E0323, span, "`load` needs a type annotation saying what it loads")
@@ -66,7 +91,7 @@ impl Checker {
         }
         let v = self.check_expr(cx, a.pos[1].0, None);
         let v = self.materialise(v);
-        if !matches!(v.ty, Type::Tensor(..) | Type::Model(..) | Type::ModelVar(_) | Type::Error) {
+        if !Self::savable(&v.ty) {
             self.error(Diagnostic::error(Code::E0304, a.pos[1].1, format!("cannot save {}", self.ty_str(&v.ty))));
         }
         self.prim(p, vec![path, v], Attrs::default(), Type::unit(), span)
@@ -137,6 +162,47 @@ impl Checker {
             }
         }
         self.prim(p, vec![tag, step, value], Attrs::default(), Type::unit(), span)
+    }
+
+    /// Whether `save` can write a value of type `ty`: tensors, models and tuples of them.
+    fn savable(ty: &Type) -> bool {
+        match ty {
+            Type::Tensor(..) | Type::Model(..) | Type::ModelVar(_) | Type::Error => true,
+            Type::Tuple(ts) => ts.iter().all(Self::savable),
+            _ => false,
+        }
+    }
+
+    /// Why `load` cannot produce a value of the model or tuple type `ty`, if it cannot: every
+    /// tensor in it needs a fixed rank. (Its dims need values before the load runs, which
+    /// `let` checks: `annotated_value`.)
+    fn unloadable(ty: &Type) -> Option<&'static str> {
+        match ty {
+            Type::Tensor(TensorTy { shape, .. }) => {
+                shape.iter().any(|i| matches!(i, ShapeItem::Rest(_))).then_some("a tensor in it has no fixed rank")
+            }
+            Type::Tuple(ts) => ts.iter().find_map(Self::unloadable),
+            Type::Model(_, args) => args.iter().find_map(|a| match a {
+                TypeArg::Dim(_) => None,
+                TypeArg::Type(t) => Self::unloadable(t),
+            }),
+            Type::ModelVar(_) => Some("a generic model type is known only where the function is called"),
+            Type::Error => None,
+            _ => Some("it holds something that is not a tensor or a model"),
+        }
+    }
+
+    pub(super) fn check_exists(&mut self, cx: &mut FnCx, p: Prim, a: &Args, span: Span) -> ir::Expr {
+        let name = p.name();
+        self.check_named(name, a, &[]);
+        if !self.arity(name, a, 1, 1, span) {
+            return self.error_expr(span);
+        }
+        let path = self.check_expr(cx, a.pos[0].0, None);
+        if path.ty != Type::Str && !path.ty.has_error() {
+            self.error(Diagnostic::error(Code::E0304, a.pos[0].1, "`exists` needs a path string"));
+        }
+        self.prim(p, vec![path], Attrs::default(), Type::scalar(ElemTy::Bool), span)
     }
 
     pub(super) fn check_assert(&mut self, cx: &mut FnCx, p: Prim, a: &Args, span: Span) -> ir::Expr {
