@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs the system packages msl's tests need: the Rust toolchain's rustfmt/clippy components
-# and Debian's neovim for the editor test. New packages go here, never installed by hand.
+# Installs the system packages msl needs: Open MPI and libclang (the build links the `mpi` crate),
+# the Rust toolchain's rustfmt/clippy components and Debian's neovim for the editor test. New
+# packages go here, never installed by hand.
 set -euo pipefail
 if ! command -v cargo >/dev/null; then
     echo "error: cargo is required (install Rust 1.95 with rustup)" >&2
@@ -20,8 +21,7 @@ if ! command -v nvim >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/de
 fi
 
 # Open MPI for the multi-rank runtime (`dist/`, `msl run --ranks N`, the sharded spec blocks), and
-# libclang for the `mpi` crate's bindings. Without them the build still works (the MPI backend is
-# a run-time choice) but multi-rank tests are skipped with a printed reason.
+# libclang for the `mpi` crate's bindings: the build needs both.
 if ! command -v mpirun >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     if apt-get update -qq >/dev/null 2>&1 &&
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
@@ -30,4 +30,7 @@ if ! command -v mpirun >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/
     else
         echo "note: could not install Open MPI; multi-rank tests will be skipped" >&2
     fi
+fi
+if ! command -v mpicc >/dev/null; then
+    echo "note: building msl needs Open MPI and libclang: install libopenmpi-dev openmpi-bin libclang-dev" >&2
 fi
