@@ -7,8 +7,13 @@ use std::alloc::System;
 #[global_allocator]
 static ALLOC: Pool<System> = Pool(System);
 
+/// The pool is one per process and the tests count its blocks: they take turns (run in
+/// parallel, a block the other test freed made `release`'s count flaky).
+static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn large_blocks_are_reused_and_zeroed_requests_see_zeros() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
     // A size no other test uses (tests run in parallel in this process).
     let n = (3 * MIN_BLOCK + 4096) / 4;
     let mut a: Vec<f32> = vec![0.0; n];
@@ -38,6 +43,7 @@ fn large_blocks_are_reused_and_zeroed_requests_see_zeros() {
 
 #[test]
 fn growing_a_large_vector_keeps_its_contents() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
     let mut v: Vec<u32> = (0..MIN_BLOCK as u32).collect();
     v.reserve(3 * MIN_BLOCK);
     v.push(7);
