@@ -325,8 +325,6 @@ struct Fcx<'a> {
     st: &'a State,
     func: &'a Func,
     locals: Vec<LocalInfo>,
-    /// The body being rewritten (taken out of `func`'s clone).
-    body: Option<Expr>,
     ret: Option<Type>,
     emit: bool,
     obs: Vec<(crate::types::FuncId, Vec<Type>)>,
@@ -358,7 +356,6 @@ impl<'a> Fcx<'a> {
             st,
             func,
             locals,
-            body: Some(func.body.clone()),
             ret: None,
             emit,
             obs: Vec::new(),
@@ -389,17 +386,14 @@ impl<'a> Fcx<'a> {
 
     /// Processes the body; returns the result type (with layouts).
     fn body(&mut self) -> Type {
-        let _ = self.take_body_inner();
+        let _ = self.take_body();
         self.ret.clone().unwrap_or(Type::Error)
     }
 
+    /// The body rewritten for the parameters' layouts (`self.ret` is its result type then).
     fn take_body(&mut self) -> Expr {
-        self.take_body_inner()
-    }
-
-    fn take_body_inner(&mut self) -> Expr {
         self.setup_params();
-        let mut body = self.body.take().unwrap_or_else(|| self.func.body.clone());
+        let mut body = self.func.body.clone();
         self.expr(&mut body);
         let declared = &self.func.ret;
         let target = if has_layout(declared) {
@@ -665,11 +659,7 @@ impl<'a> Fcx<'a> {
                     // A pullback receives the primals its `vjp` kept before these arguments.
                     Some(g) if pullback => {
                         let offset = self.prog.func(g).params.len().saturating_sub(args.len());
-                        for (i, a) in args.iter_mut().enumerate() {
-                            let want = self.param_ty(g, offset + i, &a.ty);
-                            let x = std::mem::replace(a, dummy());
-                            *a = self.convert(x, &want, false);
-                        }
+                        self.to_params(g, offset, args.iter_mut());
                         e.ty = self.ret_of(g, &e.ty);
                     }
                     Some(g) => {
@@ -692,24 +682,16 @@ impl<'a> Fcx<'a> {
                 }
                 let jf = crate::ir::derived::target_func(self.prog, target)
                     .and_then(|f| self.prog.derived.funcs.get(&(f, crate::ir::derived::Mode::Jvp)).copied());
-                let mut all: Vec<&mut Expr> = primals.iter_mut().chain(tangents.iter_mut()).collect();
                 match jf {
                     Some(g) => {
-                        let tys: Vec<Type> = all.iter().map(|a| a.ty.clone()).collect();
+                        let tys: Vec<Type> = primals.iter().chain(tangents.iter()).map(|a| a.ty.clone()).collect();
                         self.obs.push((g, tys));
-                        for (i, a) in all.iter_mut().enumerate() {
-                            let want = self.param_ty(g, i, &a.ty);
-                            let x = std::mem::replace(&mut **a, dummy());
-                            **a = self.convert(x, &want, false);
-                        }
+                        self.to_params(g, 0, primals.iter_mut().chain(tangents.iter_mut()));
                         e.ty = self.ret_of(g, &e.ty);
                     }
                     None => {
-                        for a in all.iter_mut() {
-                            let x = std::mem::replace(&mut **a, dummy());
-                            let t = strip(&x.ty);
-                            **a = self.convert(x, &t, false);
-                        }
+                        self.replicate_all(primals);
+                        self.replicate_all(tangents);
                         e.ty = strip(&e.ty);
                     }
                 }
@@ -723,11 +705,7 @@ impl<'a> Fcx<'a> {
                 // pullback gets them as they are.
                 match crate::ir::derived::target_func(self.prog, target) {
                     Some(g) => {
-                        for (i, a) in primals.iter_mut().enumerate() {
-                            let want = self.param_ty(g, i, &a.ty);
-                            let x = std::mem::replace(a, dummy());
-                            *a = self.convert(x, &want, false);
-                        }
+                        self.to_params(g, 0, primals.iter_mut());
                         if let Type::Tuple(ts) = &e.ty {
                             let mut ts = ts.clone();
                             if let Some(v) = ts.first_mut() {
@@ -934,12 +912,20 @@ impl<'a> Fcx<'a> {
 
     fn call_args(&mut self, g: crate::types::FuncId, args: &mut [Expr]) {
         self.obs.push((g, args.iter().map(|a| a.ty.clone()).collect()));
-        for (i, a) in args.iter_mut().enumerate() {
-            let want = self.param_ty(g, i, &a.ty);
-            let fixed =
-                matches!(self.st.params.get(g.0 as usize).and_then(|p| p.get(i)), Some(Lat::Fixed(t)) if has_layout(t));
+        self.to_params(g, 0, args.iter_mut());
+    }
+
+    /// Redistributes arguments to the layouts of `g`'s parameters from `offset` on (a written
+    /// layout asks for its redistribution: no warning).
+    fn to_params<'x>(&mut self, g: crate::types::FuncId, offset: usize, args: impl Iterator<Item = &'x mut Expr>) {
+        for (i, a) in args.enumerate() {
+            let want = self.param_ty(g, offset + i, &a.ty);
+            let written = matches!(
+                self.st.params.get(g.0 as usize).and_then(|p| p.get(offset + i)),
+                Some(Lat::Fixed(t)) if has_layout(t)
+            );
             let x = std::mem::replace(a, dummy());
-            *a = self.convert(x, &want, fixed);
+            *a = self.convert(x, &want, written);
         }
     }
 
