@@ -659,7 +659,7 @@ impl<'a> Fcx<'a> {
                     // A pullback receives the primals its `vjp` kept before these arguments.
                     Some(g) if pullback => {
                         let offset = self.prog.func(g).params.len().saturating_sub(args.len());
-                        self.to_params(g, offset, args.iter_mut());
+                        self.fit_params(g, offset, args.iter_mut());
                         e.ty = self.ret_of(g, &e.ty);
                     }
                     Some(g) => {
@@ -686,7 +686,7 @@ impl<'a> Fcx<'a> {
                     Some(g) => {
                         let tys: Vec<Type> = primals.iter().chain(tangents.iter()).map(|a| a.ty.clone()).collect();
                         self.obs.push((g, tys));
-                        self.to_params(g, 0, primals.iter_mut().chain(tangents.iter_mut()));
+                        self.fit_params(g, 0, primals.iter_mut().chain(tangents.iter_mut()));
                         e.ty = self.ret_of(g, &e.ty);
                     }
                     None => {
@@ -705,7 +705,7 @@ impl<'a> Fcx<'a> {
                 // pullback gets them as they are.
                 match crate::ir::derived::target_func(self.prog, target) {
                     Some(g) => {
-                        self.to_params(g, 0, primals.iter_mut());
+                        self.fit_params(g, 0, primals.iter_mut());
                         if let Type::Tuple(ts) = &e.ty {
                             let mut ts = ts.clone();
                             if let Some(v) = ts.first_mut() {
@@ -912,7 +912,7 @@ impl<'a> Fcx<'a> {
 
     fn call_args(&mut self, g: crate::types::FuncId, args: &mut [Expr]) {
         self.obs.push((g, args.iter().map(|a| a.ty.clone()).collect()));
-        self.to_params(g, 0, args.iter_mut());
+        self.fit_params(g, 0, args.iter_mut());
     }
 
     /// Redistributes arguments to the layouts of `g`'s parameters from `offset` on (a written
