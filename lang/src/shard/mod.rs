@@ -917,7 +917,7 @@ impl<'a> Fcx<'a> {
 
     /// Redistributes arguments to the layouts of `g`'s parameters from `offset` on (a written
     /// layout asks for its redistribution: no warning).
-    fn to_params<'x>(&mut self, g: crate::types::FuncId, offset: usize, args: impl Iterator<Item = &'x mut Expr>) {
+    fn fit_params<'x>(&mut self, g: crate::types::FuncId, offset: usize, args: impl Iterator<Item = &'x mut Expr>) {
         for (i, a) in args.enumerate() {
             let want = self.param_ty(g, offset + i, &a.ty);
             let written = matches!(
