@@ -5,6 +5,8 @@
 
 use std::process::Command;
 
+mod common;
+
 fn msl() -> Command {
     Command::new(env!("CARGO_BIN_EXE_msl"))
 }
@@ -112,13 +114,5 @@ fn parallel_example_on_four_ranks_prints_what_one_process_prints() {
     let out = msl().args(["run", "--ranks", "4"]).arg(&file).output().unwrap();
     let four = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{four}\n{}", String::from_utf8_lossy(&out.stderr));
-    let words = |s: &str| s.split_whitespace().map(str::to_string).collect::<Vec<_>>();
-    let (a, b) = (words(&one), words(&four));
-    assert_eq!(a.len(), b.len(), "{one}\n{four}");
-    for (x, y) in a.iter().zip(&b) {
-        match (x.parse::<f64>(), y.parse::<f64>()) {
-            (Ok(p), Ok(q)) => assert!((p - q).abs() <= 1e-5 * p.abs().max(1.0), "{one}\n{four}"),
-            _ => assert_eq!(x, y),
-        }
-    }
+    assert!(common::same_up_to_rounding(&one, &four), "one process:\n{one}\nfour ranks:\n{four}");
 }

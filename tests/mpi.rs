@@ -8,6 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+mod common;
+use common::same_up_to_rounding;
+
 const MLP: &str = r#"use nn
 
 mesh M[dp = 2, mp = 2]
@@ -84,22 +87,6 @@ fn text(o: &Output) -> (String, String) {
     (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
 }
 
-/// Same lines, numbers within 1e-5 relative.
-fn close(a: &str, b: &str) -> bool {
-    let words = |s: &str| -> Vec<String> {
-        s.split(|c: char| c.is_whitespace() || "[](),".contains(c))
-            .filter(|w| !w.is_empty())
-            .map(String::from)
-            .collect()
-    };
-    let (x, y) = (words(a), words(b));
-    x.len() == y.len()
-        && x.iter().zip(&y).all(|(p, q)| match (p.parse::<f64>(), q.parse::<f64>()) {
-            (Ok(u), Ok(v)) => (u - v).abs() <= 1e-5 * u.abs().max(v.abs()) + 1e-6,
-            _ => p == q,
-        })
-}
-
 #[test]
 fn four_ranks_print_what_one_process_prints_in_every_engine() {
     if !have_mpirun("four_ranks_print_what_one_process_prints_in_every_engine") {
@@ -115,12 +102,12 @@ fn four_ranks_print_what_one_process_prints_in_every_engine() {
         let four = msl(&dir, engine);
         let (got, err) = text(&four);
         assert!(four.status.success(), "{engine:?}: {err}");
-        assert!(close(&got, &want), "{engine:?}\none process:\n{want}\nfour ranks:\n{got}");
+        assert!(same_up_to_rounding(&got, &want), "{engine:?}\none process:\n{want}\nfour ranks:\n{got}");
         assert!(!err.contains("W0510"), "the contract's MLP needs no unrequested redistribution: {err}");
     }
     // `mpirun` started by hand gives the same.
     let (got, err) = text(&mpirun(&dir, 4, &["run", "mlp.msl"]));
-    assert!(close(&got, &want), "{got}\n{err}");
+    assert!(same_up_to_rounding(&got, &want), "{got}\n{err}");
 }
 
 #[test]
@@ -139,7 +126,7 @@ fn a_job_whose_size_differs_from_the_mesh_stops_before_any_work() {
     let (got, err) = text(&two);
     assert!(two.status.success(), "{err}");
     let (want, _) = text(&msl(&dir, &["run", "mlp.msl"]));
-    assert!(close(&got, &want), "{got}\n{want}");
+    assert!(same_up_to_rounding(&got, &want), "{got}\n{want}");
 }
 
 #[test]

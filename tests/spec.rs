@@ -17,6 +17,9 @@ use std::path::{Path, PathBuf};
 
 use lang::spec::{parse_blocks, run_block};
 
+mod common;
+use common::same_up_to_rounding;
+
 fn spec_files(root: &Path) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(root)
         .map(|d| d.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "md")).collect())
@@ -186,21 +189,4 @@ fn mpi_outcome(code: &str, root: &Path, n: usize, label: &str) -> Result<Option<
         ));
     }
     Ok(Some(String::from_utf8_lossy(&out.stdout).into_owned()))
-}
-
-/// Equal outputs up to float rounding: the same words, and numbers within 1e-5 relative (a
-/// sharded sum adds in another order).
-fn same_up_to_rounding(a: &str, b: &str) -> bool {
-    let split = |s: &str| -> Vec<String> {
-        s.split(|c: char| c.is_whitespace() || "[](),".contains(c))
-            .filter(|w| !w.is_empty())
-            .map(str::to_string)
-            .collect()
-    };
-    let (wa, wb) = (split(a), split(b));
-    wa.len() == wb.len()
-        && wa.iter().zip(&wb).all(|(x, y)| match (x.parse::<f64>(), y.parse::<f64>()) {
-            (Ok(p), Ok(q)) => (p - q).abs() <= 1e-5 * p.abs().max(q.abs()) + 1e-6,
-            _ => x == y,
-        })
 }
