@@ -6,23 +6,13 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::Duration;
 
-/// A fresh directory holding `files` (name, text).
+mod common;
+
 fn scratch(name: &str, files: &[(&str, &str)]) -> PathBuf {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
-        "cli-{}-{name}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::create_dir_all(&dir).expect("create scratch dir");
-    for (f, text) in files {
-        std::fs::write(dir.join(f), text).expect("write test file");
-    }
-    dir
+    common::scratch("cli", name, files)
 }
 
 fn msl(dir: &Path, args: &[&str]) -> Output {

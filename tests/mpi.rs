@@ -41,12 +41,7 @@ fn main() {
 "#;
 
 fn scratch(name: &str, files: &[(&str, &str)]) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("mpi-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("create scratch dir");
-    for (f, text) in files {
-        std::fs::write(dir.join(f), text).expect("write test file");
-    }
-    dir
+    common::scratch("mpi", name, files)
 }
 
 fn have_mpirun(test: &str) -> bool {
