@@ -74,6 +74,10 @@ enum Cmd {
         /// Make warnings (such as W0510, an unrequested redistribution) errors.
         #[arg(long)]
         deny_warnings: bool,
+        /// In a sharded run: after the run, list the bytes each collective sent from rank 0, as
+        /// the communicator counted them (compare `msl check --emit collectives`).
+        #[arg(long)]
+        comm_report: bool,
         /// The folder `log_scalar` writes TensorBoard event files into (default: `runs/<file
         /// stem>` in the working directory).
         #[arg(long, value_name = "DIR")]
@@ -181,6 +185,7 @@ pub fn main() -> u8 {
             ranks,
             mesh,
             deny_warnings,
+            comm_report,
         } => {
             if let Some(n) = ranks {
                 if n == 0 {
@@ -195,6 +200,7 @@ pub fn main() -> u8 {
             crate::run::DENY_WARNINGS.store(deny_warnings, std::sync::atomic::Ordering::Relaxed);
             let logdir = logdir.unwrap_or_else(|| crate::metrics::default_logdir(&file));
             crate::run::NAN_CHECK.store(nan_check, std::sync::atomic::Ordering::Relaxed);
+            crate::spmd::COMM_REPORT.store(comm_report, std::sync::atomic::Ordering::Relaxed);
             if device == DeviceKind::Cuda {
                 eprintln!("error: no CUDA device: this build of msl has no CUDA support; run with `--device cpu`");
                 return 2;
@@ -309,7 +315,8 @@ fn collectives_text(c: &mut lang::check::Checked, f: &std::path::Path) -> String
         let (line, col) = c.sources.line_col(k.span.file, k.span.start);
         let why = if k.requested { "" } else { "  (W0510: not asked for by an annotation)" };
         out.push_str(&format!(
-            "  {line}:{col}  {}  over {}  {}{}  {} bytes per rank{why}\n",
+            "  #{}  {line}:{col}  {}  over {}  {}{}  {} bytes per rank{why}\n",
+            k.site,
             k.prim.name(),
             k.axes.join(", "),
             k.elem,

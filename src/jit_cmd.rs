@@ -55,7 +55,10 @@ pub fn run(file: &Path, logdir: &Path, level: u8, explain: bool, json: bool) -> 
         eprint!("{s}");
     }
     match result {
-        Ok(_) => 0,
+        Ok(_) => {
+            crate::spmd::comm_report(&c);
+            0
+        }
         Err(e) => crate::run::run_failed(&e, &c, json),
     }
 }

@@ -107,7 +107,10 @@ pub fn run_cmd(file: &Path, logdir: &Path, json: bool) -> u8 {
     };
     let mut it = interpreter(&c.program, file, logdir);
     match crate::alloc::with_sources(&c.sources, || it.run_main(main)) {
-        Ok(_) => 0,
+        Ok(_) => {
+            crate::spmd::comm_report(&c);
+            0
+        }
         Err(e) => {
             drop(it);
             run_failed(&e, &c, json)

@@ -83,9 +83,39 @@ pub(crate) fn prepare(c: &mut Checked, json: bool, deny: bool) -> Result<(), u8>
     if deny && !warnings.is_empty() {
         return Err(1);
     }
-    let spmd = Rc::new(Spmd { mesh, comm: Box::new(mpi) });
+    let spmd = Rc::new(Spmd::new(mesh, Box::new(mpi)));
     JOB.with(|j| *j.borrow_mut() = Some(spmd));
     Ok(())
+}
+
+/// `msl run --comm-report`.
+pub(crate) static COMM_REPORT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// With `--comm-report`, rank 0 lists on stderr what each collective site sent from it: its
+/// location, kind, calls and bytes, as counted by the communicator during the run.
+pub(crate) fn comm_report(c: &Checked) {
+    if !COMM_REPORT.load(std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
+    let Some(j) = job() else {
+        eprintln!(
+            "note: `--comm-report`: not a sharded run (start it with `--ranks N` or `mpirun`), so nothing was sent"
+        );
+        return;
+    };
+    if j.rank() != 0 {
+        return;
+    }
+    let traffic = j.traffic.borrow();
+    let (calls, bytes) = traffic.values().fold((0, 0), |(c, b), &(_, _, n, x)| (c + n, b + x));
+    let mut s = format!("collectives run by rank 0: {calls} calls, {bytes} bytes sent\n");
+    for (site, &(span, kind, n, total)) in traffic.iter() {
+        let (line, col) = c.sources.line_col(span.file, span.start);
+        let per = if n > 0 { total / n } else { 0 };
+        let calls = if n == 1 { "call" } else { "calls" };
+        s.push_str(&format!("  #{site}  {line}:{col}  {kind}  {n} {calls}  {per} bytes per call  {total} bytes\n"));
+    }
+    eprint!("{s}");
 }
 
 /// Ends every rank of the job after a run-time error on this one (the others would wait for it

@@ -217,3 +217,93 @@ fn mesh_flags_and_the_collectives_listing() {
     let o = msl(&dir, &["run", "mlp.msl"]);
     assert!(o.status.success());
 }
+
+/// A training step with every dim static, so that `--emit collectives` predicts each site's
+/// bytes as a number: a column-parallel product, a row-parallel one whose partial sums are
+/// reduce-scattered, an all-to-all, and the data-parallel gradient all-reduces.
+const STATIC_STEP: &str = r#"mesh M[dp = 2, mp = 2]
+
+model Mlp {
+    w1: f32[4, 8 @mp] = he_normal(4, 8)
+    w2: f32[8 @mp, 6] = he_normal(8, 6)
+}
+
+fn loss(m: Mlp, x: f32[16 @dp, 4]) -> f32 {
+    let h = relu(x @ m.w1)
+    let s: f32[16 @dp, 6 @mp] = h @ m.w2
+    let t: f32[16 @mp, 6] = s
+    mean(tanh(s)) + 0.01 * mean(t * t)
+}
+
+fn main() {
+    var m = init(Mlp, seed: 1)
+    let x = normal(16, 4, seed: 2)
+    for step in 0..2 {
+        let (l, g) = value_and_grad(loss)(m, x)
+        m = m - 0.5 * g
+        print(step, l)
+    }
+}
+"#;
+
+/// Collective number → bytes per rank per call, from `--emit collectives` (numeric sizes only).
+fn predicted(out: &str) -> std::collections::HashMap<String, (String, u64)> {
+    let mut m = std::collections::HashMap::new();
+    for line in out.lines().filter(|l| l.starts_with("  #")) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let Some(i) = f.iter().position(|w| *w == "bytes") else { continue };
+        if let Ok(b) = f[i - 1].parse::<u64>() {
+            m.insert(f[0].to_string(), (f[2].to_string(), b));
+        }
+    }
+    m
+}
+
+/// Collective number → (kind, calls, bytes per call), from `msl run --comm-report` on stderr.
+fn measured(err: &str) -> std::collections::HashMap<String, (String, u64, u64)> {
+    let mut m = std::collections::HashMap::new();
+    for line in err.lines().filter(|l| l.starts_with("  #") && l.contains("bytes per call")) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let calls = f[3].parse().unwrap_or(0);
+        let per = f[5].parse().unwrap_or(u64::MAX);
+        m.insert(f[0].to_string(), (f[2].to_string(), calls, per));
+    }
+    m
+}
+
+#[test]
+fn bytes_counted_at_run_time_equal_the_predicted_bytes() {
+    if !have_mpirun("bytes_counted_at_run_time_equal_the_predicted_bytes") {
+        return;
+    }
+    let dir = scratch("bytes", &[("step.msl", STATIC_STEP)]);
+    let o = msl(&dir, &["check", "--emit", "collectives", "step.msl"]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    let want = predicted(&out);
+    for kind in ["reduce_scatter", "all_to_all", "all_reduce_sum", "all_reduce_mean"] {
+        assert!(want.values().any(|(k, _)| k == kind), "a {kind} is predicted: {out}");
+    }
+    let one = msl(&dir, &["run", "step.msl"]);
+    for args in
+        [&["run", "--comm-report", "step.msl"][..], &["run", "--mode", "jit", "-O2", "--comm-report", "step.msl"]]
+    {
+        let o = mpirun(&dir, 4, args);
+        let (got_out, err) = text(&o);
+        assert!(o.status.success(), "{args:?}: {err}");
+        assert!(same_up_to_rounding(&text(&one).0, &got_out), "{args:?}: {got_out}");
+        let got = measured(&err);
+        assert!(got.len() >= 6, "{args:?}: {err}");
+        for (site, (kind, calls, per)) in &got {
+            let Some((k, p)) = want.get(site) else {
+                panic!("{args:?}: {site} ran but was not predicted:\n{out}\n{err}")
+            };
+            assert_eq!(kind, k, "{args:?}: {site}");
+            assert_eq!(per, p, "{args:?}: {site} sent {per} bytes per call, predicted {p}:\n{out}\n{err}");
+            assert_eq!(*calls, 2, "{args:?}: {site} runs once per step: {err}");
+        }
+        for kind in ["reduce_scatter", "all_to_all"] {
+            assert!(got.values().any(|(k, _, _)| k == kind), "{args:?}: a {kind} ran: {err}");
+        }
+    }
+}

@@ -88,6 +88,23 @@ impl Mpi {
     }
 }
 
+impl Mpi {
+    fn reduce_scatter<T: Equivalence + Clone + Default>(&self, axes: &[AxisId], data: &[T]) -> Result<Vec<T>, String> {
+        self.sent.set(self.sent.get() + std::mem::size_of_val(data) as u64);
+        let k = self.mesh.parts(axes).max(1) as usize;
+        let mut out = vec![T::default(); data.len() / k];
+        self.with_group(axes, |c| c.reduce_scatter_block_into(data, &mut out[..], SystemOperation::sum()))?;
+        Ok(out)
+    }
+
+    fn all_to_all<T: Equivalence + Clone + Default>(&self, axes: &[AxisId], data: &[T]) -> Result<Vec<T>, String> {
+        self.sent.set(self.sent.get() + std::mem::size_of_val(data) as u64);
+        let mut out = vec![T::default(); data.len()];
+        self.with_group(axes, |c| c.all_to_all_into(data, &mut out[..]))?;
+        Ok(out)
+    }
+}
+
 impl Collectives for Mpi {
     fn rank(&self) -> usize {
         self.world.rank() as usize
@@ -112,6 +129,24 @@ impl Collectives for Mpi {
     }
     fn all_gather_i32(&self, axes: &[AxisId], block: &[i32]) -> Result<Vec<i32>, String> {
         self.gather(axes, block)
+    }
+    fn reduce_scatter_f32(&self, axes: &[AxisId], data: &[f32]) -> Result<Vec<f32>, String> {
+        self.reduce_scatter(axes, data)
+    }
+    fn reduce_scatter_f64(&self, axes: &[AxisId], data: &[f64]) -> Result<Vec<f64>, String> {
+        self.reduce_scatter(axes, data)
+    }
+    fn reduce_scatter_i32(&self, axes: &[AxisId], data: &[i32]) -> Result<Vec<i32>, String> {
+        self.reduce_scatter(axes, data)
+    }
+    fn all_to_all_f32(&self, axes: &[AxisId], data: &[f32]) -> Result<Vec<f32>, String> {
+        self.all_to_all(axes, data)
+    }
+    fn all_to_all_f64(&self, axes: &[AxisId], data: &[f64]) -> Result<Vec<f64>, String> {
+        self.all_to_all(axes, data)
+    }
+    fn all_to_all_i32(&self, axes: &[AxisId], data: &[i32]) -> Result<Vec<i32>, String> {
+        self.all_to_all(axes, data)
     }
     fn bytes_sent(&self) -> u64 {
         self.sent.get()

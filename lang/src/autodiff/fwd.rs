@@ -37,6 +37,9 @@ pub(super) enum Op {
     TupleGet(usize),
     Field(usize),
     ModelBuild,
+    /// `let y: f32[N @mp] = x`: the same value under the layout its annotation writes (the
+    /// sharding pass redistributes it); its derivative is the cotangent back in `x`'s layout.
+    Relayout,
 }
 
 pub(super) enum Node {
@@ -755,7 +758,30 @@ impl Gen<'_> {
     fn stmt(&mut self, s: &Stmt, tape: &mut Vec<Node>) -> Res<()> {
         match s {
             Stmt::Let { pat, value } | Stmt::Assign { pat, value } => {
+                let fresh = self.locals.len();
                 let v = self.fwd(value, tape)?;
+                if let (Stmt::Let { .. }, Pat::Local(l)) = (s, pat) {
+                    // An annotated layout is kept, so that the derived program is sharded as its
+                    // source is: on the value's own local when this statement made it (then a
+                    // partial sum can still be reduce-scattered), on a copy otherwise.
+                    let declared = self.locals[(self.frame().base + l.0) as usize].ty.clone();
+                    if crate::shard::has_layout(&declared)
+                        && crate::shard::layout(&declared) != crate::shard::layout(&self.ty_of(v))
+                    {
+                        if v.0 as usize >= fresh {
+                            self.locals[v.0 as usize].ty = declared;
+                            self.bind(*l, v);
+                            return Ok(());
+                        }
+                        let out = self.emit(mk(ExprKind::Local(v), declared.clone(), self.sid), declared, "relayout");
+                        if self.is_active(v) {
+                            self.active.insert(out);
+                            tape.push(Node::Op { out, op: Op::Relayout, args: vec![v], span: self.sid });
+                        }
+                        self.bind(*l, out);
+                        return Ok(());
+                    }
+                }
                 self.bind_pat(pat, v, tape);
                 Ok(())
             }

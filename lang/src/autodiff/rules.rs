@@ -217,6 +217,10 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
             }
             return Ok(v);
         }
+        Op::Relayout => {
+            let back = g.emit(g.local(bar), tys[0].clone(), "rl");
+            return Ok(vec![(0, back)]);
+        }
         Op::TupleGet(k) => {
             let Type::Tuple(parts) = tys[0].clone() else { return Ok(vec![]) };
             let mut items = Vec::new();
@@ -635,6 +639,16 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
         Prim::AllGather => v.push((0, g.p(Prim::ReduceScatter, &[bar], attrs.clone(), tys[0].clone()))),
         Prim::ReduceScatter | Prim::LocalSlice => {
             v.push((0, g.p(Prim::AllGather, &[bar], attrs.clone(), tys[0].clone())))
+        }
+        // all-to-all ↔ the all-to-all that moves the split back.
+        Prim::AllToAll => {
+            let back = Attrs {
+                axis: attrs.perm.first().copied(),
+                perm: attrs.axis.into_iter().collect(),
+                mesh_axes: attrs.mesh_axes.clone(),
+                ..Attrs::default()
+            };
+            v.push((0, g.p(Prim::AllToAll, &[bar], back, tys[0].clone())))
         }
         Prim::Concat | Prim::Stack => {
             let axis = attrs.axis.unwrap_or(0);

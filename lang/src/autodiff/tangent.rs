@@ -64,6 +64,10 @@ impl Gen<'_> {
                     "tm",
                 ));
             }
+            Op::Relayout => {
+                let t = self.tan_or_zero(ts[0], args[0])?;
+                return Ok(self.emit(mk(ExprKind::Local(t), ot.clone(), self.sid), ot, "trl"));
+            }
             Op::TupleGet(i) => {
                 let t = ts[0].unwrap_or(args[0]);
                 return Ok(self.emit(
@@ -212,7 +216,8 @@ impl Gen<'_> {
             | Prim::AllReduceMean
             | Prim::AllGather
             | Prim::ReduceScatter
-            | Prim::LocalSlice => {
+            | Prim::LocalSlice
+            | Prim::AllToAll => {
                 let mut a = args.to_vec();
                 a[0] = t0.unwrap_or(args[0]);
                 self.p(p, &a, attrs, ot.clone())

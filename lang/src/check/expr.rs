@@ -205,7 +205,9 @@ impl Checker {
                         cx.bind(name, Binding::Dim(Dim::var(*s)));
                     }
                 }
-                let p = self.bind_pattern(cx, pat, &v.ty, false);
+                // The variable has the annotation's layout; the sharding pass converts the value.
+                let lty = annotated_layout(&v.ty, ann.as_ref());
+                let p = self.bind_pattern(cx, pat, &lty, false);
                 let rank = match &v.ty {
                     Type::Tensor(TensorTy { shape: s, .. }) => s.len(),
                     _ => 0,
@@ -230,8 +232,9 @@ impl Checker {
                     Some(t) => self.coerce(v, t, value.span, "initial value"),
                     None => self.materialise(v),
                 };
-                let l = cx.new_local(self, &name.name, v.ty.clone(), true);
-                self.record_binding(name.span, &name.name, &v.ty);
+                let lty = annotated_layout(&v.ty, ann.as_ref());
+                let l = cx.new_local(self, &name.name, lty.clone(), true);
+                self.record_binding(name.span, &name.name, &lty);
                 vec![Stmt::Let { pat: Pat::Local(l), value: v }]
             }
             ast::StmtKind::Assign { target, op, value } => {
@@ -569,7 +572,7 @@ impl Checker {
                         None => Ok(e),
                     };
                 }
-                if &v.ty == t {
+                if self.types_equal(&v.ty, t) {
                     Ok(v)
                 } else {
                     let why = format!("expected {}, found {}", self.ty_str(t), self.ty_str(&v.ty));
@@ -1136,5 +1139,15 @@ fn type_syms(t: &Type, out: &mut Vec<crate::types::Sym>) {
             }
         }
         _ => {}
+    }
+}
+
+/// `ty` with the layouts an annotation writes (`let y: f32[N @dp] = …`); `ty` itself without one.
+fn annotated_layout(ty: &Type, ann: Option<&Type>) -> Type {
+    match ann {
+        Some(a) if crate::shard::has_layout(a) && crate::shard::layout(a).len() == crate::shard::layout(ty).len() => {
+            crate::shard::with_layout(ty, crate::shard::layout(a))
+        }
+        _ => ty.clone(),
     }
 }

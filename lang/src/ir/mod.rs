@@ -91,6 +91,9 @@ pub struct Attrs {
     pub dtype: Option<crate::types::ElemTy>,
     /// The mesh axes a collective runs over, outer first (`crate::shard`).
     pub mesh_axes: Vec<crate::types::AxisId>,
+    /// A collective's number in `msl check --emit collectives` (0 for none), under which the
+    /// run counts what it sends (`msl run --comm-report`).
+    pub site: u32,
 }
 
 /// The identity of one expression node, the key of every side table over the IR (last uses,

@@ -150,6 +150,9 @@ prims! {
     ReduceScatter: "reduce_scatter" internal,
     /// Keeps this rank's block of dim `attrs.axis` of a replicated value (no communication).
     LocalSlice: "local_slice" internal,
+    /// Moves a split over the group from dim `attrs.axis` (gathered) to dim `attrs.perm[0]`
+    /// (split): every rank exchanges one block with every other.
+    AllToAll: "all_to_all" internal,
 }
 
 /// The collectives (see [`unary_prims!`]).
@@ -163,6 +166,7 @@ macro_rules! collective_prims {
             | $crate::ir::Prim::AllGather
             | $crate::ir::Prim::ReduceScatter
             | $crate::ir::Prim::LocalSlice
+            | $crate::ir::Prim::AllToAll
     };
 }
 

@@ -18,6 +18,8 @@ use std::collections::HashMap;
 /// One collective the pass inserted.
 #[derive(Clone, Debug)]
 pub struct Inserted {
+    /// Its number (`Attrs::site`), from 1 in the order the pass inserted them.
+    pub site: u32,
     pub span: crate::source::Span,
     pub prim: Prim,
     pub axes: Vec<String>,
@@ -185,6 +187,7 @@ pub fn run(prog: &mut Program) -> Report {
         }
     }
     let mut report = Report::default();
+    let mut site = 0;
     let mut out = Vec::with_capacity(pristine.len() + st.specs.len());
     for i in 0..pristine.len() + st.specs.len() {
         let (base, params) = match i.checked_sub(pristine.len()) {
@@ -193,8 +196,10 @@ pub fn run(prog: &mut Program) -> Report {
         };
         let f = &pristine[base];
         let mut cx = Fcx::new(prog, &mesh, &st, f, base, params, true);
+        cx.site = site;
         let mut func = f.clone();
         func.body = cx.take_body();
+        site = cx.site;
         func.ret = cx.ret.clone().unwrap_or_else(|| func.ret.clone());
         func.locals = std::mem::take(&mut cx.locals);
         report.collectives.append(&mut cx.inserted);
@@ -330,6 +335,8 @@ struct Fcx<'a> {
     obs: Vec<(crate::types::FuncId, Vec<Type>)>,
     inserted: Vec<Inserted>,
     warnings: Vec<Diagnostic>,
+    /// The number of the last collective inserted (in the whole program, for the last pass).
+    site: u32,
 }
 
 impl<'a> Fcx<'a> {
@@ -361,6 +368,7 @@ impl<'a> Fcx<'a> {
             obs: Vec::new(),
             inserted: Vec::new(),
             warnings: Vec::new(),
+            site: 0,
         }
     }
 
@@ -446,12 +454,27 @@ impl<'a> Fcx<'a> {
                     e.ty = with_layout(&e.ty, want);
                     return e;
                 }
-                let mut e = e;
+                let mut e = self.reduce_scatter(e, &want);
+                let from = layout(&e.ty);
                 let mut cur = from.clone();
                 for d in 0..from.len() {
                     if !from[d].is_empty() && want.get(d) != Some(&from[d]) {
-                        e = self.collective(Prim::AllGather, e, Some(d), from[d].clone(), requested);
-                        cur[d].clear();
+                        // The split moves to another dim that wants exactly these axes and is
+                        // whole so far: one all-to-all instead of a gather and a slice.
+                        let to = (0..want.len()).find(|&t| t != d && want[t] == from[d] && cur[t].is_empty());
+                        match to {
+                            Some(t) if want[d].is_empty() => {
+                                e = self.collective(Prim::AllToAll, e, Some(d), from[d].clone(), requested);
+                                if let ExprKind::Prim { attrs, .. } = &mut e.kind {
+                                    attrs.perm = vec![t];
+                                }
+                                cur[t] = std::mem::take(&mut cur[d]);
+                            }
+                            _ => {
+                                e = self.collective(Prim::AllGather, e, Some(d), from[d].clone(), requested);
+                                cur[d].clear();
+                            }
+                        }
                         e.ty = with_layout(&e.ty, cur.clone());
                     }
                 }
@@ -509,6 +532,29 @@ impl<'a> Fcx<'a> {
         }
     }
 
+    /// A partial sum that is all-reduced and then wanted split along a dim over the same axes
+    /// becomes one reduce-scatter (each rank receives only its block of the sum).
+    fn reduce_scatter(&mut self, e: Expr, want: &[Vec<AxisId>]) -> Expr {
+        let ExprKind::Prim { prim: Prim::AllReduceSum, attrs, .. } = &e.kind else { return e };
+        let from = layout(&e.ty);
+        let axes = attrs.mesh_axes.clone();
+        let site = attrs.site;
+        let Some(d) = (0..want.len()).find(|&d| want[d] == axes && from.get(d).is_some_and(Vec::is_empty)) else {
+            return e;
+        };
+        let ExprKind::Prim { args, .. } = e.kind else { return e };
+        let Some(inner) = args.into_iter().next() else { return dummy() };
+        // The all-reduce recorded for this partial sum is replaced by the reduce-scatter.
+        if let Some(i) = self.inserted.iter().rposition(|k| k.site == site) {
+            self.inserted.remove(i);
+        }
+        let mut out = from;
+        out[d].clone_from(&axes);
+        let mut r = self.collective(Prim::ReduceScatter, inner, Some(d), axes, true);
+        r.ty = with_layout(&r.ty, out);
+        r
+    }
+
     /// A model value with every field whole (for `print`, `save`, `params`): built field by
     /// field from gathered fields. Models of a type parameter stay as they are.
     fn replicate_model(&mut self, e: Expr) -> Expr {
@@ -554,14 +600,19 @@ impl<'a> Fcx<'a> {
     fn collective(&mut self, p: Prim, e: Expr, dim: Option<usize>, axes: Vec<AxisId>, requested: bool) -> Expr {
         let span = e.span;
         let ty = e.ty.clone();
-        if self.emit && p != Prim::LocalSlice {
-            self.record(p, &ty, &axes, span, requested);
+        let mut site = 0;
+        if p != Prim::LocalSlice {
+            self.site += 1;
+            site = self.site;
+            if self.emit {
+                self.record(site, p, &ty, &axes, span, requested);
+            }
         }
-        let attrs = Attrs { axis: dim, mesh_axes: axes, ..Attrs::default() };
+        let attrs = Attrs { axis: dim, mesh_axes: axes, site, ..Attrs::default() };
         Expr::new(ExprKind::Prim { prim: p, args: vec![e], attrs: Box::new(attrs) }, ty, span)
     }
 
-    fn record(&mut self, p: Prim, ty: &Type, axes: &[AxisId], span: SpanId, requested: bool) {
+    fn record(&mut self, site: u32, p: Prim, ty: &Type, axes: &[AxisId], span: SpanId, requested: bool) {
         let Type::Tensor(tt) = ty else { return };
         let elem = tt.elem.materialise();
         // This rank's block: the global size over the parts of every split dim.
@@ -584,6 +635,7 @@ impl<'a> Fcx<'a> {
                 Prim::AllGather => "all-gather",
                 Prim::AllReduceSum | Prim::AllReduceMean | Prim::AllReduceMax | Prim::AllReduceMin => "all-reduce",
                 Prim::ReduceScatter => "reduce-scatter",
+                Prim::AllToAll => "all-to-all",
                 _ => "collective",
             };
             self.warnings.push(
@@ -601,6 +653,7 @@ impl<'a> Fcx<'a> {
             );
         }
         self.inserted.push(Inserted {
+            site,
             span: span_v,
             prim: p,
             axes: names,
@@ -1009,11 +1062,11 @@ fn model_has_layout(prog: &Program, id: crate::types::ModelId) -> bool {
     })
 }
 
+/// Bytes per element on the wire: booleans travel as `i32`, and `bf16`/`f16` values are held
+/// (and sent) as `f32` until those storage types exist.
 fn elem_bytes(e: Elem) -> i64 {
     match e.materialise() {
         crate::types::ElemTy::F64 => 8,
-        crate::types::ElemTy::Bool => 1,
-        crate::types::ElemTy::Bf16 | crate::types::ElemTy::F16 => 2,
         _ => 4,
     }
 }
