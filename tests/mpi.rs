@@ -138,6 +138,18 @@ fn a_failing_rank_names_itself_and_ends_the_job() {
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("does not split evenly over `dp` (2 parts)") && err.contains("rank "), "{err}");
     assert!(t.elapsed() < Duration::from_secs(30));
+    // A reshape into heads whose count, known only at run time, does not split over `mp`.
+    let prog = "mesh M[mp = 2]\nfn split[B, D, H](a: f32[B, D @mp], k: f32[H]) -> f32 {\n    \
+                sum(reshape(a, [B, H, D / H]) * 2.0)\n}\nfn main() {\n    print(split(ones(2, 12), ones(3)))\n}\n";
+    let dir = scratch("fail-reshape", &[("bad.msl", prog)]);
+    assert_eq!(text(&msl(&dir, &["run", "bad.msl"])).0.trim(), "48.0", "one process");
+    let o = msl(&dir, &["run", "--ranks", "2", "bad.msl"]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("reshape: dim 1 of the result, of size 3, does not split evenly over `mp` (2 parts)"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -143,7 +143,23 @@ impl Interp<'_> {
                 }
             }
             Prim::Reshape => {
-                let shape = self.dims_usize(frame, &attrs.shape, span)?;
+                // A sharded result (`shard::rules`): this rank reshapes its block.
+                let global = self.dims_usize(frame, &attrs.shape, span)?;
+                let shape = self.local_shape(&e.ty, global.clone());
+                if let (Some(s), Type::Tensor(TensorTy { layout, .. })) = (self.spmd.as_deref(), &e.ty) {
+                    for (d, axes) in layout.0.iter().enumerate() {
+                        let parts = s.mesh.parts(axes).max(1) as usize;
+                        if global.get(d).is_some_and(|n| n % parts != 0) {
+                            let names: Vec<&str> = axes.iter().map(|a| s.mesh.names[a.0 as usize].as_str()).collect();
+                            let msg = format!(
+                                "reshape: dim {d} of the result, of size {}, does not split evenly over `{}` ({parts} parts)",
+                                global[d],
+                                names.join(", ")
+                            );
+                            return Err(rt(Code::E0602, msg, span));
+                        }
+                    }
+                }
                 k(ops::reshape(t(&args[0], span)?, &shape))
             }
             Prim::BroadcastTo => {

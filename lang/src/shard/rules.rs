@@ -128,9 +128,19 @@ pub(super) fn prim(cx: &mut Fcx, e: &mut Expr) {
             e.ty = strip(&e.ty);
             return;
         }
+        Prim::Reshape => {
+            let lx = layout(&args[0].ty);
+            match reshaped(cx, &shape_items(&args[0].ty), &shape_items(&e.ty), &lx) {
+                Some(out) => e.ty = with_layout(&e.ty, out),
+                None => {
+                    whole(cx, args, false);
+                    e.ty = strip(&e.ty);
+                }
+            }
+            return;
+        }
         // Whole operands, whole result.
-        Prim::Reshape
-        | Prim::Concat
+        Prim::Concat
         | Prim::Stack
         | Prim::Squeeze
         | Prim::Gather
@@ -194,6 +204,48 @@ fn reduced(lx: &L, axis: Option<usize>, keepdims: bool) -> (L, Vec<AxisId>) {
             (out, axes)
         }
     }
+}
+
+/// The layout of `reshape` from dims `ins` (layout `lx`) to `outs`, when every split dim is the
+/// outermost of its group: a dim split into several (`[B, D @mp] → [B, H @mp, D / H]`) gives
+/// its split to the first of them, a run of dims merged into one (`[B, H @mp, K] → [B, H * K]`)
+/// gives the first one's split to the merged dim; each rank reshapes its block. `None` when a
+/// split dim is not outermost (its blocks would not be contiguous), or a static size does not
+/// divide: the operand is then gathered.
+fn reshaped(cx: &Fcx, ins: &[ShapeItem], outs: &[ShapeItem], lx: &L) -> Option<L> {
+    let dims = |s: &[ShapeItem]| -> Option<Vec<crate::types::Dim>> {
+        s.iter()
+            .map(|i| match i {
+                ShapeItem::Dim(d) => Some(d.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    let (ins, outs) = (dims(ins)?, dims(outs)?);
+    let prod = |ds: &[crate::types::Dim]| ds.iter().fold(crate::types::Dim::constant(1), |a, d| a.mul(d));
+    let mut out: L = vec![Vec::new(); outs.len()];
+    for d in 0..ins.len() {
+        let Some(axes) = lx.get(d).filter(|a| !a.is_empty()) else { continue };
+        let pre = prod(&ins[..d]);
+        // The group of `ins[d]`: the dims before it and the dims after its group have equal
+        // products on both sides.
+        let group = (0..outs.len()).rev().filter(|&k| prod(&outs[..k]) == pre).find_map(|k| {
+            (d + 1..=ins.len())
+                .find_map(|e| (k + 1..=outs.len()).find(|&j| prod(&ins[e..]) == prod(&outs[j..])).map(|j| (k, e, j)))
+        });
+        let (k, e, j) = group?;
+        let splits = e == d + 1 && j > k + 1;
+        let merges = j == k + 1 && lx[d + 1..e].iter().all(Vec::is_empty);
+        if !(e == d + 1 && j == k + 1 || splits || merges) {
+            return None;
+        }
+        let parts = cx.mesh.parts(axes);
+        if outs[k].as_const().is_some_and(|n| n % parts != 0) {
+            return None;
+        }
+        out[k].clone_from(axes);
+    }
+    Some(out)
 }
 
 fn convert_to(cx: &mut Fcx, a: &mut Expr, want: L, requested: bool) {
