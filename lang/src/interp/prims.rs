@@ -197,7 +197,8 @@ impl Interp<'_> {
                 k(ops::slice(x, &specs))
             }
             Prim::ScatterAdd => {
-                let shape = self.dims_usize(frame, &attrs.shape, span)?;
+                // A split result (`shard::rules`) is this rank's block.
+                let shape = self.local_shape(&e.ty, self.dims_usize(frame, &attrs.shape, span)?);
                 k(ops::scatter_add(&shape, t(&args[1], span)?, t(&args[0], span)?, attrs.axis.unwrap_or(0)))
             }
             Prim::Zeros | Prim::Ones | Prim::Full | Prim::Arange | Prim::Eye => {

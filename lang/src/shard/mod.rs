@@ -426,11 +426,12 @@ impl<'a> Fcx<'a> {
     fn convert(&mut self, e: Expr, to: &Type, requested: bool) -> Expr {
         match (&e.ty, to) {
             (Type::Tensor(_), Type::Tensor(_)) => {
-                if has_rest(&e.ty) || has_rest(to) {
+                if has_rest(&e.ty) {
                     return e;
                 }
                 let from = layout(&e.ty);
-                let want = layout(to);
+                // A `..S` shape is whole on every rank: a split value passed to one is gathered.
+                let want = if has_rest(to) { vec![Vec::new(); from.len()] } else { layout(to) };
                 if from == want {
                     return e;
                 }
@@ -991,7 +992,14 @@ impl<'a> Fcx<'a> {
         for (i, a) in args.iter_mut().enumerate() {
             let declared = callee.params.get(i).map(|p| callee.locals[p.0 as usize].ty.clone()).unwrap_or(Type::Error);
             let written = has_layout(&declared);
-            let want = if written { with_shape_of(&a.ty, &declared) } else { a.ty.clone() };
+            let want = if written {
+                with_shape_of(&a.ty, &declared)
+            } else if has_rest(&declared) {
+                // A `..S` parameter is whole on every rank (its dims are not tracked one by one).
+                strip(&a.ty)
+            } else {
+                a.ty.clone()
+            };
             let x = std::mem::replace(a, dummy());
             *a = self.convert(x, &want, written);
             params.push(with_shape_of(&strip(&declared), &want));

@@ -139,13 +139,88 @@ pub(super) fn prim(cx: &mut Fcx, e: &mut Expr) {
             }
             return;
         }
+        Prim::Slice => {
+            // `x[i, a:b, :]`: dims taken whole (`:`) keep their splits; an indexed or ranged dim
+            // is gathered first if it is split (attrs.perm: 0 index, 1 range, 2 whole).
+            let lx = layout(&args[0].ty);
+            let mut want = lx.clone();
+            let mut out = Vec::new();
+            for (d, l) in lx.iter().enumerate() {
+                match attrs.perm.get(d).copied().unwrap_or(2) {
+                    0 => want[d].clear(),
+                    1 => {
+                        want[d].clear();
+                        out.push(Vec::new());
+                    }
+                    _ => out.push(l.clone()),
+                }
+            }
+            convert_to(cx, &mut args[0], want, false);
+            e.ty = with_layout(&e.ty, out);
+            return;
+        }
+        Prim::Gather if args.len() == 2 && rank(&args[0].ty) > 0 => {
+            // `gather(x, idx, axis: k)` (an embedding lookup): dim `k` of `x` is taken whole; the
+            // result's dims are x's before `k`, idx's, then x's after `k`, with their splits.
+            let k = attrs.axis.unwrap_or(0);
+            let mut lx = layout(&args[0].ty);
+            if k >= lx.len() {
+                whole(cx, args, false);
+                e.ty = strip(&e.ty);
+                return;
+            }
+            lx[k].clear();
+            convert_to(cx, &mut args[0], lx.clone(), false);
+            let li = layout(&args[1].ty);
+            let mut out: L = lx[..k].to_vec();
+            out.extend(li.iter().cloned());
+            out.extend(lx[k + 1..].iter().cloned());
+            if out.len() != rank(&e.ty) {
+                whole(cx, args, false);
+                e.ty = strip(&e.ty);
+                return;
+            }
+            let mut fixed = out.clone();
+            unique(&mut fixed);
+            if fixed != out {
+                // An axis on both x and idx: idx is made whole.
+                let x = std::mem::replace(&mut args[1], dummy());
+                let t = strip(&x.ty);
+                args[1] = cx.convert(x, &t, false);
+                out = lx[..k].to_vec();
+                out.extend(std::iter::repeat_n(Vec::new(), li.len()));
+                out.extend(lx[k + 1..].iter().cloned());
+            }
+            e.ty = with_layout(&e.ty, out);
+            return;
+        }
+        Prim::ScatterAdd if args.len() == 2 => {
+            // `scatter_add(upd, idx, shape, axis: k)`, the adjoint of `gather`: upd's dims before
+            // and after idx's keep their splits on the result; idx's dims split over axes leave
+            // partial sums (an embedding gradient from `dp`-split ids), all-reduced.
+            let k = attrs.axis.unwrap_or(0);
+            let lu = layout(&args[0].ty);
+            let ri = rank(&args[1].ty);
+            let r = rank(&e.ty);
+            if k + ri > lu.len() || lu.len() + 1 != r + ri {
+                whole(cx, args, false);
+                e.ty = strip(&e.ty);
+                return;
+            }
+            convert_to(cx, &mut args[1], lu[k..k + ri].to_vec(), false);
+            let mut out: L = lu[..k].to_vec();
+            out.push(Vec::new());
+            out.extend(lu[k + ri..].iter().cloned());
+            e.ty = with_layout(&e.ty, out);
+            let axes: Vec<AxisId> = lu[k..k + ri].iter().flatten().copied().collect();
+            partial = (!axes.is_empty()).then_some((Prim::AllReduceSum, axes));
+        }
         // Whole operands, whole result.
         Prim::Concat
         | Prim::Stack
         | Prim::Squeeze
         | Prim::Gather
         | Prim::Einsum
-        | Prim::Slice
         | Prim::ScatterAdd
         | Prim::Zeros
         | Prim::Ones
