@@ -49,10 +49,18 @@ pub fn run(file: &Path, logdir: &Path, level: u8, explain: bool, json: bool) -> 
                 n_moves,
                 report.borrow().sites.iter().map(|s| s.reused).sum::<u64>()
             ));
+            if let Some(j) = crate::spmd::job() {
+                let axes: Vec<String> =
+                    j.mesh.names.iter().zip(&j.mesh.sizes).map(|(n, k)| format!("{n} = {k}")).collect();
+                s.push_str(&format!("memory plans per rank (each holds its blocks on mesh [{}]):\n", axes.join(", ")));
+            }
             s.push_str(&plan_text(&c.program, main));
         }
         s.push_str(&format!("memory: peak heap during the run {}\n", mib(peak.saturating_sub(live0))));
-        eprint!("{s}");
+        // In a sharded run every rank runs the same plan: rank 0 reports it.
+        if crate::spmd::rank() == 0 {
+            eprint!("{s}");
+        }
     }
     match result {
         Ok(_) => {

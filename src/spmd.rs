@@ -111,7 +111,7 @@ pub(crate) fn comm_report(c: &Checked) {
     let mut s = format!("collectives run by rank 0: {calls} calls, {bytes} bytes sent\n");
     for (site, &(span, kind, n, total)) in traffic.iter() {
         let (line, col) = c.sources.line_col(span.file, span.start);
-        let per = if n > 0 { total / n } else { 0 };
+        let per = total.checked_div(n).unwrap_or(0);
         let calls = if n == 1 { "call" } else { "calls" };
         s.push_str(&format!("  #{site}  {line}:{col}  {kind}  {n} {calls}  {per} bytes per call  {total} bytes\n"));
     }

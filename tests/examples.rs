@@ -99,20 +99,32 @@ fn md_example_conserves_energy_to_1e_3() {
     assert!(drift < 1e-3, "drift {drift}:\n{out}");
 }
 
-/// The sharded digits MLP (`examples/parallel`): on one process it reaches the accuracy of the
-/// plain one, and on four ranks (`dp = 2, mp = 2`) it prints the same lines (skipped with a
-/// message where `mpirun` is absent).
+/// The sharded examples (`examples/parallel`): on one process they learn, and on four ranks
+/// (`dp = 2, mp = 2`) they print the same lines (skipped with a message where `mpirun` is absent).
+fn same_on_four_ranks(example: &str, one: &str) {
+    if Command::new("mpirun").arg("--version").output().is_err() {
+        println!("skipping the four-rank run of {example}: `mpirun` is not installed");
+        return;
+    }
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(example);
+    let out = msl().args(["run", "--ranks", "4"]).arg(&file).output().unwrap();
+    let four = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{four}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(common::same_up_to_rounding(one, &four), "one process:\n{one}\nfour ranks:\n{four}");
+}
+
+/// The digits MLP over `dp` and `mp` reaches the accuracy of the plain one.
 #[test]
 fn parallel_example_on_four_ranks_prints_what_one_process_prints() {
     let one = run_example("examples/parallel/train.msl");
     assert!(figure(&one, "test_acc") >= 0.96, "{one}");
-    if Command::new("mpirun").arg("--version").output().is_err() {
-        println!("skipping the four-rank run of examples/parallel: `mpirun` is not installed");
-        return;
-    }
-    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/parallel/train.msl");
-    let out = msl().args(["run", "--ranks", "4"]).arg(&file).output().unwrap();
-    let four = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{four}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert!(common::same_up_to_rounding(&one, &four), "one process:\n{one}\nfour ranks:\n{four}");
+    same_on_four_ranks("examples/parallel/train.msl", &one);
+}
+
+/// The sorting transformer with its heads and feed-forward layer over `mp`, the batch over `dp`.
+#[test]
+fn parallel_transformer_on_four_ranks_prints_what_one_process_prints() {
+    let one = run_example("examples/parallel/transformer.msl");
+    assert!(figure(&one, "test_acc") >= 0.85, "{one}");
+    same_on_four_ranks("examples/parallel/transformer.msl", &one);
 }

@@ -318,4 +318,12 @@ fn bytes_counted_at_run_time_equal_the_predicted_bytes() {
             assert!(got.values().any(|(k, _, _)| k == kind), "{args:?}: a {kind} ran: {err}");
         }
     }
+    // `--explain`'s memory plans are per rank, printed once: `w1` (4 × 8 f32, split over `mp`)
+    // is 64 bytes per rank against 128 on one process.
+    let w1 = "memory plan of `Mlp.w1`: 1 tensor value in 1 buffer (0 reuse a dead value's buffer); peak 1 buffer =";
+    let (_, err) = text(&msl(&dir, &["run", "--mode", "jit", "-O2", "--explain", "step.msl"]));
+    assert!(err.contains(&format!("{w1} 128 bytes")), "{err}");
+    let (_, err) = text(&mpirun(&dir, 4, &["run", "--mode", "jit", "-O2", "--explain", "step.msl"]));
+    assert_eq!(err.matches("memory plans per rank").count(), 1, "{err}");
+    assert!(err.contains(&format!("{w1} 64 bytes")), "{err}");
 }

@@ -447,7 +447,7 @@ impl Planner<'_> {
 
     fn fresh_held(&mut self, ty: &Type) -> Res {
         match ty {
-            Type::Tensor(TensorTy { elem: e, shape, .. }) => {
+            Type::Tensor(TensorTy { elem: e, shape, layout }) => {
                 if shape.is_empty() {
                     return Res::none();
                 }
@@ -459,6 +459,13 @@ impl Planner<'_> {
                             self.unknown += 1;
                             return Res::none();
                         }
+                    }
+                }
+                // A sharded program (under a launcher) holds this rank's block: the plan is per rank.
+                if let Some(mesh) = crate::dist::Mesh::of(self.prog) {
+                    let parts: i64 = layout.0.iter().map(|axes| mesh.parts(axes)).product();
+                    if parts > 1 {
+                        size = size.div(&Dim::constant(parts)).unwrap_or(size);
                     }
                 }
                 let id = self.alloc(size, None);

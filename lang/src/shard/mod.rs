@@ -7,6 +7,7 @@
 //! fixpoint; callers that disagree make it replicated). Derivative code is an ordinary function
 //! by now, so the data-parallel gradient all-reduce comes out of the rule for `@`.
 
+mod mono;
 mod rules;
 
 use crate::diag::{Code, Diagnostic};
@@ -69,6 +70,7 @@ struct Spec {
 /// Partitions every function of `prog` for its mesh. Does nothing without a mesh.
 pub fn run(prog: &mut Program) -> Report {
     let Some(mesh) = Mesh::of(prog) else { return Report::default() };
+    mono::run(prog);
     let pristine: Vec<Func> = prog.funcs.clone();
     let dynamic = pristine.iter().any(|f| has_dynamic_call(&f.body));
     let mut st = State {

@@ -6,6 +6,7 @@
 use super::{dummy, has_rest, layout, strip, with_layout, Fcx};
 use crate::ir::{Expr, ExprKind, Prim};
 use crate::types::{AxisId, ShapeItem, Type};
+use std::collections::HashMap;
 
 type L = Vec<Vec<AxisId>>;
 
@@ -215,12 +216,22 @@ pub(super) fn prim(cx: &mut Fcx, e: &mut Expr) {
             let axes: Vec<AxisId> = lu[k..k + ri].iter().flatten().copied().collect();
             partial = (!axes.is_empty()).then_some((Prim::AllReduceSum, axes));
         }
+        Prim::Einsum => match einsum(cx, args, attrs.spec.as_deref(), &e.ty) {
+            Some((out, k)) => {
+                e.ty = with_layout(&e.ty, out);
+                partial = (!k.is_empty()).then_some((Prim::AllReduceSum, k));
+            }
+            None => {
+                whole(cx, args, false);
+                e.ty = strip(&e.ty);
+                return;
+            }
+        },
         // Whole operands, whole result.
         Prim::Concat
         | Prim::Stack
         | Prim::Squeeze
         | Prim::Gather
-        | Prim::Einsum
         | Prim::ScatterAdd
         | Prim::Zeros
         | Prim::Ones
@@ -321,6 +332,47 @@ fn reshaped(cx: &Fcx, ins: &[ShapeItem], outs: &[ShapeItem], lx: &L) -> Option<L
         out[k].clone_from(axes);
     }
     Some(out)
+}
+
+/// `einsum(spec, …)`: each letter takes the first split an operand gives it (an axis at most
+/// once over all letters); operands are redistributed to their letters' splits; the result's
+/// letters keep theirs, and a contracted letter that is split leaves partial sums over its axes
+/// (`bhqd,bhkd->bhqk` over heads split on `mp` needs nothing; `nd,dk->nk` over a split `d` is
+/// all-reduced). `None` for specs the rule does not read (it then takes whole operands).
+fn einsum(cx: &mut Fcx, args: &mut [Expr], spec: Option<&str>, out_ty: &Type) -> Option<(L, Vec<AxisId>)> {
+    let (ins, out) = spec?.split_once("->")?;
+    let ins: Vec<&str> = ins.split(',').collect();
+    let letters_ok = |s: &str| s.chars().all(|c| c.is_ascii_alphabetic());
+    if ins.len() != args.len() || !ins.iter().all(|s| letters_ok(s)) || !letters_ok(out) || out.len() != rank(out_ty) {
+        return None;
+    }
+    let mut split: HashMap<char, Vec<AxisId>> = HashMap::new();
+    let mut used: Vec<AxisId> = Vec::new();
+    for (s, a) in ins.iter().zip(args.iter()) {
+        let la = layout(&a.ty);
+        if la.len() != s.len() {
+            return None;
+        }
+        for (c, l) in s.chars().zip(la) {
+            if !split.contains_key(&c) && !l.is_empty() && !l.iter().any(|x| used.contains(x)) {
+                used.extend(l.iter().copied());
+                split.insert(c, l);
+            }
+        }
+    }
+    let of = |c: char| split.get(&c).cloned().unwrap_or_default();
+    for (s, a) in ins.iter().zip(args.iter_mut()) {
+        convert_to(cx, a, s.chars().map(of).collect(), false);
+    }
+    let contracted: Vec<AxisId> = ins
+        .iter()
+        .flat_map(|s| s.chars())
+        .filter(|c| !out.contains(*c))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .flat_map(of)
+        .collect();
+    Some((out.chars().map(of).collect(), contracted))
 }
 
 fn convert_to(cx: &mut Fcx, a: &mut Expr, want: L, requested: bool) {
