@@ -6,7 +6,11 @@
 # step's time is the difference of a long and a short run over the difference of their steps,
 # so start-up (MPI, checking) cancels. Needs a release build and Open MPI.
 #
-#     cargo build --release && bash bench/scaling.sh [rounds]
+# With TORCH_PY set to a Python that has PyTorch (a throwaway venv: `pip install torch`), each
+# data-parallel round also runs the same step under PyTorch DDP (bench/ddp.py: gloo, 2 processes
+# of 1 thread, the same model and batch), in the same round, and the ratio is printed.
+#
+#     cargo build --release && [TORCH_PY=/tmp/venv/bin/python] bash bench/scaling.sh [rounds]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MSL=${MSL:-target/release/msl}
@@ -63,14 +67,24 @@ echo "CPU: $(lscpu | sed -n 's/^Model name:[[:space:]]*//p'), $(nproc) cores; lo
 for kind in dp mp; do
     program "$kind" "$SHORT" > "$tmp/short.msl"
     program "$kind" "$LONG" > "$tmp/long.msl"
-    one=(); two=()
+    one=(); two=(); ddp=()
     for r in $(seq "$ROUNDS"); do
         one+=("$(step_ms env RAYON_NUM_THREADS=1 "$MSL" run)")
         two+=("$(step_ms env RAYON_NUM_THREADS=1 mpirun -n 2 -x RAYON_NUM_THREADS "$MSL" run)")
+        if [ "$kind" = dp ] && [ -n "${TORCH_PY:-}" ]; then
+            ddp+=("$("$TORCH_PY" bench/ddp.py "$SHORT" "$((LONG - SHORT))" $((29500 + r)))")
+        fi
     done
     printf '%s\n' "${one[@]}" | sort -g > "$tmp/one"; printf '%s\n' "${two[@]}" | sort -g > "$tmp/two"
     m1=$(sed -n "$(( (ROUNDS + 1) / 2 ))p" "$tmp/one"); m2=$(sed -n "$(( (ROUNDS + 1) / 2 ))p" "$tmp/two")
     printf '%s: step 1 rank x 1 thread %.2f ms (%.2f-%.2f), 2 ranks x 1 thread %.2f ms (%.2f-%.2f): throughput %.2fx\n' \
         "$kind" "$m1" "$(head -1 "$tmp/one")" "$(tail -1 "$tmp/one")" "$m2" "$(head -1 "$tmp/two")" "$(tail -1 "$tmp/two")" \
         "$(echo "$m1 / $m2" | bc -l)"
+    if [ "${#ddp[@]}" -gt 0 ]; then
+        printf '%s\n' "${ddp[@]}" | sort -g > "$tmp/ddp"
+        m3=$(sed -n "$(( (ROUNDS + 1) / 2 ))p" "$tmp/ddp")
+        printf '%s: PyTorch %s DDP (gloo) 2 processes x 1 thread %.2f ms (%.2f-%.2f): msl / PyTorch %.2f\n' \
+            "$kind" "$("$TORCH_PY" -c 'import torch; print(torch.__version__)')" "$m3" "$(head -1 "$tmp/ddp")" \
+            "$(tail -1 "$tmp/ddp")" "$(echo "$m2 / $m3" | bc -l)"
+    fi
 done

@@ -327,3 +327,32 @@ fn bytes_counted_at_run_time_equal_the_predicted_bytes() {
     assert_eq!(err.matches("memory plans per rank").count(), 1, "{err}");
     assert!(err.contains(&format!("{w1} 64 bytes")), "{err}");
 }
+
+#[path = "common/shardgen.rs"]
+mod shardgen;
+
+/// Random sharded programs (`common/shardgen.rs`: random layouts on parameters and `let`s over
+/// every propagation rule) print on four ranks what they print on one, values and gradients, in
+/// the interpreter and at `-O2`.
+#[test]
+fn random_sharded_programs_print_what_one_process_prints() {
+    if !have_mpirun("random_sharded_programs_print_what_one_process_prints") {
+        return;
+    }
+    for (seed, engine) in [(1u64, &["run"][..]), (2, &["run", "--mode", "jit", "-O2"][..])] {
+        let src = shardgen::program(seed, 24);
+        let dir = scratch(&format!("gen{seed}"), &[("gen.msl", &src)]);
+        let mut args = engine.to_vec();
+        args.push("gen.msl");
+        let one = msl(&dir, &args);
+        let (one_out, err) = text(&one);
+        assert!(one.status.success(), "seed {seed} on one process:\n{src}\n{err}");
+        let four = mpirun(&dir, 4, &args);
+        let (four_out, err) = text(&four);
+        assert!(four.status.success(), "seed {seed} on four ranks:\n{src}\n{err}");
+        for (a, b) in one_out.lines().zip(four_out.lines()) {
+            assert!(same_up_to_rounding(a, b), "seed {seed}: one process printed\n{a}\nfour ranks\n{b}\nin\n{src}");
+        }
+        assert_eq!(one_out.lines().count(), four_out.lines().count(), "seed {seed}");
+    }
+}
