@@ -58,7 +58,7 @@ fn function(r: &mut Rng, name: &str) -> (String, (usize, usize), (usize, usize))
         let y = r.pick(&same).clone();
         let mut op = r.below(13);
         // Ops whose shapes need room: fall back to `tanh` where they do not fit.
-        if (op == 7 && (x.cols < 2 || x.cols % 2 != 0))
+        if (op == 7 && (x.cols < 2 || !x.cols.is_multiple_of(2)))
             || (op == 8 && x.cols < 4)
             || (op == 9 && x.cols < 2)
             || (op == 10 && x.rows < 4)
