@@ -235,6 +235,9 @@ impl Checker {
                 let lty = annotated_layout(&v.ty, ann.as_ref());
                 let l = cx.new_local(self, &name.name, lty.clone(), true);
                 self.record_binding(name.span, &name.name, &lty);
+                if let Some(f) = cx.func {
+                    self.index.locals.push((name.span, f, l));
+                }
                 vec![Stmt::Let { pat: Pat::Local(l), value: v }]
             }
             ast::StmtKind::Assign { target, op, value } => {
@@ -336,6 +339,9 @@ impl Checker {
                     last.2 = n.span;
                 }
                 self.record_binding(n.span, &n.name, ty);
+                if let Some(f) = cx.func {
+                    self.index.locals.push((n.span, f, l));
+                }
                 Pat::Local(l)
             }
             ast::Pattern::Wild(_) => Pat::Ignore,

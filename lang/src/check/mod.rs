@@ -94,6 +94,8 @@ pub struct Index {
     pub types: Vec<(Span, String, Option<Span>)>,
     /// Item definitions: (name, kind, span of the name, doc).
     pub items: Vec<(String, &'static str, Span, Option<String>)>,
+    /// The local each binding's name defines (the editor shows its inferred layout).
+    pub locals: Vec<(Span, crate::types::FuncId, crate::ir::Local)>,
 }
 
 pub struct Checker {

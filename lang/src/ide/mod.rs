@@ -80,6 +80,9 @@ pub fn hover(c: &Checked, file: FileId, offset: usize) -> Option<Hover> {
             });
         }
         let mut h = Hover { span: *span, signature: s.clone(), instance: None, doc: None };
+        if let Some(t) = inferred_layouts(c).and_then(|l| layout_at(c, &l, *span)) {
+            h.signature = format!("{}: {t}", s.split_once(": ").map_or(s.as_str(), |(n, _)| n));
+        }
         if s.starts_with("fn ") {
             h.doc = def.and_then(|d| c.fn_sigs.iter().find(|f| f.span == d)).and_then(|f| f.doc.clone());
             h.instance = instantiation(c, *span);
@@ -271,13 +274,17 @@ pub struct InlayHint {
 /// The inferred type after every `let`/`var` name and closure parameter written without one.
 pub fn inlay_hints(c: &Checked, file: FileId) -> Vec<InlayHint> {
     let parsed = crate::syntax::parse(file, c.sources.text(file)).0;
+    let layouts = inferred_layouts(c);
     let mut out = Vec::new();
     for (span, site) in hint_sites(&parsed) {
-        let mut tys: Vec<&str> = Vec::new();
+        let mut tys: Vec<String> = Vec::new();
+        if let Some(t) = layouts.as_ref().and_then(|l| layout_at(c, l, span)) {
+            tys.push(t);
+        }
         for e in c.index.types.iter().filter(|e| e.0 == span) {
             let t = binding_type(&e.1);
-            if !t.contains("{error}") && !tys.contains(&t) {
-                tys.push(t);
+            if tys.is_empty() && !t.contains("{error}") && !tys.iter().any(|x| x == t) {
+                tys.push(t.to_string());
             }
         }
         if !tys.is_empty() {
@@ -285,6 +292,21 @@ pub fn inlay_hints(c: &Checked, file: FileId) -> Vec<InlayHint> {
         }
     }
     out
+}
+
+/// The inferred types of the program's locals when it declares a mesh (`shard::inferred_locals`).
+fn inferred_layouts(c: &Checked) -> Option<Vec<Vec<crate::types::Type>>> {
+    if c.program.meshes.is_empty() || c.has_errors() {
+        return None;
+    }
+    crate::shard::inferred_locals(&c.program)
+}
+
+/// The inferred type of the binding named at `span`, when sharding gives it a layout.
+fn layout_at(c: &Checked, layouts: &[Vec<crate::types::Type>], span: Span) -> Option<String> {
+    let (_, f, l) = c.index.locals.iter().find(|(s, _, _)| *s == span)?;
+    let t = layouts.get(f.0 as usize)?.get(l.0 as usize)?;
+    crate::shard::has_layout(t).then(|| crate::types::type_str(t, &c.program))
 }
 
 /// `f32[N]` from an index entry `x: f32[N]`.

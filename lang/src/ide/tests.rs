@@ -184,3 +184,34 @@ fn every_prefix_of_an_example_is_answered() {
         let _ = symbols(&crate::syntax::parse(FileId(0), text).0, text);
     }
 }
+
+/// Hover and inlay hints show the layouts sharding infers (LANGUAGE.md §8 *Propagation*).
+#[test]
+fn hover_and_hints_show_inferred_layouts() {
+    let text = r#"mesh M[dp = 2, mp = 2]
+model Mlp[I, H, O] {
+    w1: f32[I, H @mp] = he_normal(I, H)
+    w2: f32[H @mp, O] = he_normal(H, O)
+}
+fn loss[N, I, H, O](m: Mlp[I, H, O], x: f32[N @dp, I]) -> f32 {
+    let h = relu(x @ m.w1)
+    let z: f32[N @dp, O] = h @ m.w2
+    mean(z)
+}
+fn main() {
+    print(loss(init(Mlp[4, 8, 2], seed: 0), ones(4, 4)))
+}
+"#;
+    let c = check(text);
+    assert!(!c.has_errors(), "{:?}", c.diagnostics);
+    let h = hover(&c, FileId(0), at(text, "h = relu", 0)).expect("hover on h");
+    assert_eq!(h.signature, "h: f32[N @dp, H @mp]");
+    let h = hover(&c, FileId(0), at(text, "z: f32", 0)).expect("hover on z");
+    assert_eq!(h.signature, "z: f32[N @dp, O]");
+    let hints = inlay_hints(&c, FileId(0));
+    assert!(
+        hints.iter().any(|h| h.label == ": f32[N @dp, H @mp]"),
+        "{:?}",
+        hints.iter().map(|h| &h.label).collect::<Vec<_>>()
+    );
+}

@@ -67,6 +67,16 @@ struct Spec {
     ret: Option<Type>,
 }
 
+/// The type of every local of every function of `prog` as the pass infers it (layouts
+/// included), for the editor's hover and inlay hints; `None` without a mesh.
+pub fn inferred_locals(prog: &Program) -> Option<Vec<Vec<Type>>> {
+    Mesh::of(prog)?;
+    let n = prog.funcs.len();
+    let mut p = prog.clone();
+    run(&mut p);
+    Some(p.funcs[..n].iter().map(|f| f.locals.iter().map(|l| l.ty.clone()).collect()).collect())
+}
+
 /// Partitions every function of `prog` for its mesh. Does nothing without a mesh.
 pub fn run(prog: &mut Program) -> Report {
     let Some(mesh) = Mesh::of(prog) else { return Report::default() };
