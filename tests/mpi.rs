@@ -9,7 +9,11 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::same_up_to_rounding;
+use common::{have_mpirun, mpirun, same_up_to_rounding, text};
+
+fn msl(dir: &Path, args: &[&str]) -> Output {
+    common::msl_in(dir, args)
+}
 
 const MLP: &str = r#"use nn
 
@@ -42,44 +46,6 @@ fn main() {
 
 fn scratch(name: &str, files: &[(&str, &str)]) -> PathBuf {
     common::scratch("mpi", name, files)
-}
-
-fn have_mpirun(test: &str) -> bool {
-    let ok = Command::new("mpirun").arg("--version").output().is_ok_and(|o| o.status.success());
-    if !ok {
-        println!("skipping {test}: `mpirun` is not installed (scripts/setup.sh installs Open MPI)");
-    }
-    ok
-}
-
-fn msl(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_msl"))
-        .args(args)
-        .current_dir(dir)
-        .env("NO_COLOR", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run msl")
-}
-
-fn mpirun(dir: &Path, n: usize, args: &[&str]) -> Output {
-    Command::new("mpirun")
-        .args(["-n", &n.to_string(), "--oversubscribe"])
-        .arg(env!("CARGO_BIN_EXE_msl"))
-        .args(args)
-        .current_dir(dir)
-        .env("NO_COLOR", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run mpirun")
-}
-
-fn text(o: &Output) -> (String, String) {
-    (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
 }
 
 #[test]

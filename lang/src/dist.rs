@@ -43,6 +43,11 @@ impl Mesh {
     }
 
     /// The number of blocks a dim split over `axes` has.
+    /// Every axis, in declaration order (the group of the whole job, in rank order).
+    pub fn all_axes(&self) -> Vec<AxisId> {
+        (0..self.names.len() as u32).map(AxisId).collect()
+    }
+
     pub fn parts(&self, axes: &[AxisId]) -> i64 {
         axes.iter().map(|a| self.size(*a)).product()
     }
@@ -242,6 +247,35 @@ impl Spmd {
         }
         .map_err(err)?;
         merge_blocks(&all, dim, shape)
+    }
+
+    /// Every rank's `bytes`, in rank order (each rank passes its own; lengths may differ).
+    pub fn exchange(&self, bytes: &[u8]) -> Result<Vec<Vec<u8>>, String> {
+        let all = self.mesh.all_axes();
+        let mut n = [i32::try_from(bytes.len()).map_err(|_| "a message over 2 GiB".to_string())?];
+        self.comm.all_reduce_i32(&all, ReduceKind::Max, &mut n)?;
+        let words = (n[0] as usize).div_ceil(4) + 1;
+        let mut block = vec![0i32; words];
+        block[0] = bytes.len() as i32;
+        for (i, c) in bytes.chunks(4).enumerate() {
+            let mut w = [0u8; 4];
+            w[..c.len()].copy_from_slice(c);
+            block[i + 1] = i32::from_le_bytes(w);
+        }
+        let got = self.comm.all_gather_i32(&all, &block)?;
+        Ok(got
+            .chunks(words)
+            .map(|b| {
+                let len = (b[0].max(0) as usize).min((words - 1) * 4);
+                b[1..].iter().flat_map(|w| w.to_le_bytes()).take(len).collect()
+            })
+            .collect())
+    }
+
+    /// Returns once every rank has called it.
+    pub fn barrier(&self) -> Result<(), String> {
+        let mut x = [0i32];
+        self.comm.all_reduce_i32(&self.mesh.all_axes(), ReduceKind::Sum, &mut x)
     }
 
     /// `x` summed over the group, keeping this rank's block of dim `dim` (one message of the

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// A fresh directory under the test target's temporary folder, named by `prefix`, the process
@@ -37,4 +38,46 @@ pub fn same_up_to_rounding(a: &str, b: &str) -> bool {
             (Ok(p), Ok(q)) => (p - q).abs() <= 1e-5 * p.abs().max(q.abs()) + 1e-6,
             _ => x == y,
         })
+}
+
+/// Whether Open MPI's `mpirun` is here; prints why `test` is skipped where it is not.
+pub fn have_mpirun(test: &str) -> bool {
+    let ok = Command::new("mpirun").arg("--version").output().is_ok_and(|o| o.status.success());
+    if !ok {
+        println!("skipping {test}: `mpirun` is not installed (scripts/setup.sh installs Open MPI)");
+    }
+    ok
+}
+
+/// `msl ARGS` in `dir` (colours off, `mpirun` allowed as root for `--ranks`).
+pub fn msl_in(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_msl"))
+        .args(args)
+        .current_dir(dir)
+        .env("NO_COLOR", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run msl")
+}
+
+/// `mpirun -n N msl ARGS` in `dir`.
+pub fn mpirun(dir: &Path, n: usize, args: &[&str]) -> Output {
+    Command::new("mpirun")
+        .args(["-n", &n.to_string(), "--oversubscribe"])
+        .arg(env!("CARGO_BIN_EXE_msl"))
+        .args(args)
+        .current_dir(dir)
+        .env("NO_COLOR", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run mpirun")
+}
+
+/// A command's stdout and stderr as text.
+pub fn text(o: &Output) -> (String, String) {
+    (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
 }

@@ -144,15 +144,45 @@ pub fn is_complete(dir: &Path) -> bool {
 pub fn write_checkpoint(dir: &Path, named: &[(String, Tensor)]) -> Result<(), KernelError> {
     let fail = |e: io::Error| KernelError::io(dir, format!("cannot write the checkpoint: {e}"));
     prepare_folder(dir).map_err(fail)?;
+    let (file, shards) = write_data_file(dir, 0, named)?;
+    let tensors = named
+        .iter()
+        .zip(shards)
+        .map(|((name, t), shard)| TensorEntry {
+            name: name.clone(),
+            dtype: super::safetensors::dtype_name(t.dtype()).to_string(),
+            shape: t.shape().to_vec(),
+            layout: vec![vec![]; t.rank()],
+            shards: vec![shard],
+        })
+        .collect();
+    write_index(dir, &Index { format: FORMAT.to_string(), version: VERSION, mesh: None, files: vec![file], tensors })
+}
+
+/// Creates the checkpoint folder `dir` if it is not one yet (every rank of a sharded save may).
+pub fn prepare_checkpoint(dir: &Path) -> Result<(), KernelError> {
+    prepare_folder(dir).map_err(|e| KernelError::io(dir, format!("cannot write the checkpoint: {e}")))
+}
+
+/// Writes rank `rank`'s data file of a checkpoint in `dir` (which exists): the tensors `named`
+/// one after another, named `rank<rank>.<crc>.safetensors` after their CRC-32, atomically.
+/// Returns its index entry and, for each tensor, a shard of file 0 that starts at the origin
+/// and is the tensor's shape (the caller places shards of a sharded save).
+pub fn write_data_file(
+    dir: &Path,
+    rank: usize,
+    named: &[(String, Tensor)],
+) -> Result<(FileEntry, Vec<Shard>), KernelError> {
+    let fail = |e: io::Error| KernelError::io(dir, format!("cannot write the checkpoint: {e}"));
     let head = super::safetensors::header(named).map_err(|m| KernelError::io(dir, m))?;
-    let mut tmp = TempFile::beside(&dir.join("rank0.safetensors")).map_err(fail)?;
+    let mut tmp = TempFile::beside(&dir.join(format!("rank{rank}.safetensors"))).map_err(fail)?;
     let mut whole = crc32fast::Hasher::new();
     let mut at = head.len() as u64;
     tmp.file().write_all(&head).map_err(fail)?;
     whole.update(&head);
     let mut tensors = Vec::with_capacity(named.len());
     let mut flushed = 0u64;
-    for (name, t) in named {
+    for (_, t) in named {
         let mut crc = crc32fast::Hasher::new();
         let file = tmp.file();
         let mut end = at;
@@ -170,38 +200,33 @@ pub fn write_checkpoint(dir: &Path, named: &[(String, Tensor)]) -> Result<(), Ke
         whole.combine(&crc);
         let size = (t.len() * t.dtype().size_in_bytes()) as u64;
         let shape = t.shape().to_vec();
-        tensors.push(TensorEntry {
-            name: name.clone(),
-            dtype: super::safetensors::dtype_name(t.dtype()).to_string(),
-            layout: vec![vec![]; shape.len()],
-            shards: vec![Shard {
-                file: 0,
-                start: vec![0; shape.len()],
-                shape: shape.clone(),
-                bytes: [at, at + size],
-                crc32: crc.finalize(),
-            }],
+        tensors.push(Shard {
+            file: 0,
+            start: vec![0; shape.len()],
             shape,
+            bytes: [at, at + size],
+            crc32: crc.finalize(),
         });
         at += size;
     }
-    let data_name = format!("rank0.{:08x}.safetensors", whole.finalize());
+    let data_name = format!("rank{rank}.{:08x}.safetensors", whole.finalize());
     let data_path = dir.join(&data_name);
     if std::fs::symlink_metadata(&data_path).is_ok_and(|m| m.is_dir()) {
         return Err(fail(io::Error::other(format!("{data_name} is a directory"))));
     }
     tmp.commit(&data_path).map_err(fail)?;
     sync_folder(&data_path).map_err(fail)?;
-    let index = Index {
-        format: FORMAT.to_string(),
-        version: VERSION,
-        mesh: None,
-        files: vec![FileEntry { name: data_name, rank: 0, size: at, header_crc32: crc32fast::hash(&head) }],
-        tensors,
-    };
-    let json = index_text(&index).map_err(|e| fail(io::Error::other(e)))?;
+    Ok((FileEntry { name: data_name, rank, size: at, header_crc32: crc32fast::hash(&head) }, tensors))
+}
+
+/// Writes `index` as the index of the checkpoint in `dir`, atomically and last (its data files
+/// are all written), then removes data files it does not name and dead processes' temporary
+/// files.
+pub fn write_index(dir: &Path, index: &Index) -> Result<(), KernelError> {
+    let fail = |e: io::Error| KernelError::io(dir, format!("cannot write the checkpoint: {e}"));
+    let json = index_text(index).map_err(|e| fail(io::Error::other(e)))?;
     write_atomic(&dir.join(INDEX), |f| f.write_all(json.as_bytes()))?;
-    remove_leftovers(dir, &index);
+    remove_leftovers(dir, index);
     Ok(())
 }
 

@@ -131,7 +131,7 @@ pub fn safetensors_bytes(named: &[(String, Tensor)]) -> Result<Vec<u8>, String> 
 }
 
 /// The safetensors element type name of `d`.
-pub(crate) fn dtype_name(d: DType) -> &'static str {
+pub fn dtype_name(d: DType) -> &'static str {
     match d {
         DType::F32 => "F32",
         DType::F64 => "F64",

@@ -37,7 +37,7 @@ pub(crate) fn is_checkpoint(p: &str) -> bool {
 
 impl Interp<'_> {
     /// A relative path in the working directory ([`Interp::work_dir`], else the process's).
-    fn in_work_dir(&self, path: &Path) -> PathBuf {
+    pub(crate) fn in_work_dir(&self, path: &Path) -> PathBuf {
         match &self.work_dir {
             Some(d) if path.is_relative() => d.join(path),
             _ => path.to_path_buf(),

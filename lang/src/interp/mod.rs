@@ -9,6 +9,7 @@ mod checkpoint;
 mod data;
 pub mod host;
 mod prims;
+mod shards;
 mod transforms;
 pub mod value;
 

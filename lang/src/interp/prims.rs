@@ -253,8 +253,28 @@ impl Interp<'_> {
                 let _ = writeln!(self.out, "{line}");
                 Ok(Value::unit())
             }
-            Prim::Load => self.load(&args[0], &e.ty, span, frame),
+            Prim::Load => {
+                let v = self.load(&args[0], &e.ty, span, frame)?;
+                match self.spmd.clone() {
+                    Some(s) => self.localize(&s, v, span),
+                    None => Ok(v),
+                }
+            }
             // In a sharded run every rank holds the whole value here (the pass gathered it); one writes.
+            Prim::Save
+                if self.spmd.is_some()
+                    && matches!(&e.kind, crate::ir::ExprKind::Prim { args, .. } if crate::shard::sharded_save(args)) =>
+            {
+                let (Some(s), Value::Str(p)) = (self.spmd.clone(), &args[0]) else {
+                    return Err(rt(Code::E0605, "`save` needs a path", span));
+                };
+                let ty = match &e.kind {
+                    crate::ir::ExprKind::Prim { args, .. } => args.get(1).map_or(Type::Error, |a| a.ty.clone()),
+                    _ => Type::Error,
+                };
+                let full = self.in_work_dir(std::path::Path::new(&**p));
+                self.save_sharded(&s, &full, p, &args[1], &ty, span).map(|_| Value::unit())
+            }
             Prim::Save if self.spmd.as_ref().is_some_and(|s| s.rank() != 0) => Ok(Value::unit()),
             Prim::Save => self.save(&args[0], &args[1], span),
             Prim::LogScalar => self.log_scalar(&args, span),

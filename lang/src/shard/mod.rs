@@ -283,6 +283,12 @@ fn target_of(t: &FnTarget) -> Option<crate::types::FuncId> {
     }
 }
 
+/// Whether `save(args…)` writes a checkpoint folder named by a literal (`save("ckpt/", s)`):
+/// then each rank writes its own blocks (`interp::shards`) and the pass gathers nothing.
+pub fn sharded_save(args: &[Expr]) -> bool {
+    matches!(args.first().map(|a| &a.kind), Some(ExprKind::Lit(crate::ir::Lit::Str(p))) if p.ends_with('/'))
+}
+
 /// The layout of a tensor type, one entry per shape item (replicated where not written).
 pub fn layout(t: &Type) -> Vec<Vec<AxisId>> {
     match t {

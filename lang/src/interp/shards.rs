@@ -1,0 +1,172 @@
+//! Sharded checkpoints (LANGUAGE.md §9): under a launcher, `save("dir/", v)` has every rank
+//! write the blocks it holds into its own data file (`rank<r>.<crc>.safetensors`; of the ranks
+//! holding the same block, the one at index 0 of every axis the block is replicated over), then
+//! rank 0 writes the index, naming the mesh, each tensor's global shape and layout, and where
+//! each block lies, once every rank's file is complete. Nothing is gathered. `load("dir/")`
+//! reads a checkpoint saved from any mesh: `kernels::io::checkpoint` assembles each tensor
+//! from the shards that tile it, and the program then keeps its own blocks.
+
+use super::checkpoint::named_tensors;
+use super::value::Value;
+use super::{rt, Interp, R};
+use crate::diag::Code;
+use crate::dist::Spmd;
+use crate::source::Span;
+use crate::types::{AxisId, Type};
+use kernels::io::checkpoint::{self as ck, FileEntry, Index, MeshAxis, Shard, TensorEntry};
+use std::path::Path;
+
+/// The layout of each tensor of `v` (of type `ty`), in the order of `named_tensors`: a model's
+/// fields have their declared layouts, other tensors the layout of their type.
+fn leaf_layouts(v: &Value, ty: &Type, prog: &crate::ir::Program, out: &mut Vec<Vec<Vec<AxisId>>>) {
+    match v {
+        Value::Tensor(_) => out.push(crate::shard::layout(ty)),
+        Value::Model(m) => {
+            for (f, fv) in prog.model(m.model).fields.iter().zip(&m.fields) {
+                leaf_layouts(fv, &f.ty, prog, out);
+            }
+        }
+        Value::Tuple(vs) => {
+            for (i, x) in vs.iter().enumerate() {
+                let t = match ty {
+                    Type::Tuple(ts) => ts.get(i).cloned().unwrap_or(Type::Error),
+                    _ => Type::Error,
+                };
+                leaf_layouts(x, &t, prog, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+impl Interp<'_> {
+    /// A loaded value with each model field cut to this rank's block of its declared layout
+    /// (models hold blocks in a sharded run; a loaded tensor's own annotation is applied by the
+    /// sharding pass).
+    pub(crate) fn localize(&self, s: &Spmd, v: Value, span: Span) -> R<Value> {
+        match v {
+            Value::Model(m) => {
+                let def = self.prog.model(m.model);
+                let mut fields = Vec::with_capacity(m.fields.len());
+                for (f, fv) in def.fields.iter().zip(&m.fields) {
+                    fields.push(match fv {
+                        Value::Tensor(t) => {
+                            let mut t = t.clone();
+                            for (d, axes) in crate::shard::layout(&f.ty).iter().enumerate() {
+                                if !axes.is_empty() {
+                                    t = s.local_slice(axes, d, &t).map_err(|m| rt(Code::E0602, m, span))?;
+                                }
+                            }
+                            Value::Tensor(t)
+                        }
+                        other => self.localize(s, other.clone(), span)?,
+                    });
+                }
+                Ok(Value::Model(std::rc::Rc::new(super::value::ModelValue {
+                    model: m.model,
+                    dims: m.dims.clone(),
+                    fields,
+                })))
+            }
+            Value::Tuple(vs) => {
+                let items = vs.iter().map(|x| self.localize(s, x.clone(), span)).collect::<R<Vec<_>>>()?;
+                Ok(Value::Tuple(items.into()))
+            }
+            other => Ok(other),
+        }
+    }
+
+    /// `save("dir/", v)` on every rank of a sharded run (see the module documentation).
+    pub(crate) fn save_sharded(
+        &mut self,
+        s: &Spmd,
+        dir: &Path,
+        shown: &str,
+        v: &Value,
+        ty: &Type,
+        span: Span,
+    ) -> R<()> {
+        let fail = |m: String| rt(Code::E0601, format!("{shown}: {m}"), span);
+        let named = named_tensors(v, self.prog);
+        let mut layouts = Vec::new();
+        leaf_layouts(v, ty, self.prog, &mut layouts);
+        layouts.resize(named.len(), Vec::new());
+        let rank = s.rank();
+        let coords = s.mesh.coords(rank);
+        let mut entries = Vec::with_capacity(named.len());
+        let mut mine = Vec::new();
+        let mut starts = Vec::new();
+        for (i, ((name, t), l)) in named.iter().zip(&layouts).enumerate() {
+            let mut global = t.shape().to_vec();
+            let mut start = vec![0; global.len()];
+            for (d, axes) in l.iter().enumerate().take(global.len()) {
+                let k = s.mesh.parts(axes).max(1) as usize;
+                start[d] = s.mesh.group_index(rank, axes) as usize * global[d];
+                global[d] *= k;
+            }
+            let replicated_over = (0..s.mesh.names.len()).filter(|a| !l.iter().flatten().any(|x| x.0 as usize == *a));
+            let owner = replicated_over.into_iter().all(|a| coords[a] == 0);
+            let layout = (0..global.len())
+                .map(|d| {
+                    l.get(d)
+                        .map_or(Vec::new(), |axes| axes.iter().map(|a| s.mesh.names[a.0 as usize].clone()).collect())
+                })
+                .collect();
+            entries.push(TensorEntry {
+                name: name.clone(),
+                dtype: kernels::io::safetensors::dtype_name(t.dtype()).to_string(),
+                shape: global,
+                layout,
+                shards: Vec::new(),
+            });
+            if owner {
+                mine.push((name.clone(), t.clone()));
+                starts.push((i, start));
+            }
+        }
+        let kerr = |e: kernels::KernelError| fail(e.to_string());
+        ck::prepare_checkpoint(dir).map_err(kerr)?;
+        let written = if mine.is_empty() { None } else { Some(ck::write_data_file(dir, rank, &mine).map_err(kerr)?) };
+        // What this rank wrote: its file and, for each block, the tensor it belongs to.
+        let meta: Option<(FileEntry, Vec<(usize, Shard)>)> = written.map(|(file, shards)| {
+            let placed = shards
+                .into_iter()
+                .zip(&starts)
+                .map(|(mut sh, (i, start))| {
+                    sh.start.clone_from(start);
+                    (*i, sh)
+                })
+                .collect();
+            (file, placed)
+        });
+        let bytes = serde_json::to_vec(&meta).map_err(|e| fail(e.to_string()))?;
+        let all = s.exchange(&bytes).map_err(fail)?;
+        if rank == 0 {
+            let mut files = Vec::new();
+            for b in &all {
+                let got: Option<(FileEntry, Vec<(usize, Shard)>)> =
+                    serde_json::from_slice(b).map_err(|e| fail(format!("a rank's shard list: {e}")))?;
+                let Some((file, placed)) = got else { continue };
+                for (i, mut sh) in placed {
+                    sh.file = files.len();
+                    if let Some(e) = entries.get_mut(i) {
+                        e.shards.push(sh);
+                    }
+                }
+                files.push(file);
+            }
+            let mesh =
+                s.mesh.names.iter().zip(&s.mesh.sizes).map(|(n, k)| MeshAxis { name: n.clone(), size: *k as usize });
+            let index = Index {
+                format: ck::FORMAT.to_string(),
+                version: ck::VERSION,
+                mesh: Some(mesh.collect()),
+                files,
+                tensors: entries,
+            };
+            ck::write_index(dir, &index).map_err(kerr)?;
+        }
+        // No rank goes on (to a `load` of this folder, say) before the index is there.
+        s.barrier().map_err(fail)
+    }
+}
