@@ -118,6 +118,10 @@ pub struct Wanted {
     pub dtype: DType,
     pub shape: Vec<Option<usize>>,
     pub group: Option<usize>,
+    /// Only this block of the global tensor (its first element per dim, and its shape): a rank
+    /// of a sharded run reads the shards that overlap its block and keeps the overlap. `None`
+    /// reads the whole tensor.
+    pub region: Option<(Vec<usize>, Vec<usize>)>,
 }
 
 impl Wanted {
@@ -466,7 +470,8 @@ pub fn read_checkpoint(dir: &Path, wanted: &[Wanted]) -> Result<Vec<Tensor>, Ker
             Some(g) => wanted[i..].iter().take_while(|v| v.group == Some(g) && v.dtype == w.dtype).count(),
             None => 1,
         };
-        let entries: Vec<&TensorEntry> = wanted[i..i + run].iter().map(|v| by_name[v.name.as_str()]).collect();
+        let entries: Vec<(&TensorEntry, Option<&(Vec<usize>, Vec<usize>)>)> =
+            wanted[i..i + run].iter().map(|v| (by_name[v.name.as_str()], v.region.as_ref())).collect();
         out.extend(files.tensors(&entries, w.dtype)?);
         i += run;
     }
@@ -581,7 +586,7 @@ impl Files<'_> {
 
     /// The tensors `entries` (whose dtype the caller checked is `dtype`), each assembled from
     /// its shards, all in one buffer (in order, each a view of it).
-    fn tensors(&mut self, entries: &[&TensorEntry], dtype: DType) -> Result<Vec<Tensor>, KernelError> {
+    fn tensors(&mut self, entries: &[Part], dtype: DType) -> Result<Vec<Tensor>, KernelError> {
         match dtype {
             DType::F32 => self.typed::<f32>(entries),
             DType::F64 => self.typed::<f64>(entries),
@@ -590,49 +595,79 @@ impl Files<'_> {
         }
     }
 
-    fn typed<T: Le>(&mut self, entries: &[&TensorEntry]) -> Result<Vec<Tensor>, KernelError> {
+    fn typed<T: Le>(&mut self, entries: &[Part]) -> Result<Vec<Tensor>, KernelError> {
         let mut blocks = Vec::with_capacity(entries.len());
+        let mut shapes = Vec::with_capacity(entries.len());
         let mut total = 0usize;
-        for e in entries {
-            let n = checked_numel(&e.shape)?;
-            total = total.checked_add(n).ok_or_else(|| self.bad(e, "the sizes overflow"))?;
+        for (e, region) in entries {
             let b = check_tiling(&e.shape, &e.shards).map_err(|m| self.bad(e, m))?;
             self.check_ranges::<T>(e, &b)?;
+            let shape = match region {
+                Some((start, shape)) => {
+                    let inside = start.len() == e.shape.len()
+                        && shape.len() == e.shape.len()
+                        && (0..shape.len())
+                            .all(|d| start[d].checked_add(shape[d]).is_some_and(|end| end <= e.shape[d]));
+                    if !inside {
+                        return Err(self
+                            .bad(e, format!("the block asked for lies outside its shape {}", shape_string(&e.shape))));
+                    }
+                    shape.clone()
+                }
+                None => e.shape.clone(),
+            };
+            total = total.checked_add(checked_numel(&shape)?).ok_or_else(|| self.bad(e, "the sizes overflow"))?;
             blocks.push(b);
+            shapes.push(shape);
         }
         // Every shard's bytes lie in a file that is there, and no two share bytes, so `total`
         // elements are no more than those files hold: an index cannot make this allocate more.
         let mut buf: Vec<T> = vec![T::default(); total];
         let mut at = 0;
-        for (e, b) in entries.iter().zip(&blocks) {
-            let n: usize = b.iter().sum();
-            self.fill(e, b, &mut buf[at..at + n])?;
+        for (((e, region), b), shape) in entries.iter().zip(&blocks).zip(&shapes) {
+            let n: usize = shape.iter().product();
+            let start = region.map_or_else(|| vec![0; shape.len()], |r| r.0.clone());
+            self.fill(e, b, &start, shape, &mut buf[at..at + n])?;
             at += n;
         }
-        if let [e] = entries {
-            return Ok(vec![Tensor::from_vec(e.shape.clone(), buf)?]);
+        if let [_] = entries {
+            return Ok(vec![Tensor::from_vec(shapes.swap_remove(0), buf)?]);
         }
         let flat = Tensor::from_vec(vec![total], buf)?;
         let mut at = 0;
         let mut out = Vec::with_capacity(entries.len());
-        for (e, b) in entries.iter().zip(&blocks) {
-            out.push(flat.view(at, e.shape.clone())?);
-            at += b.iter().sum::<usize>();
+        for shape in shapes {
+            let n: usize = shape.iter().product();
+            out.push(flat.view(at, shape)?);
+            at += n;
         }
         Ok(out)
     }
 
-    /// Fills `out` (row-major, `e`'s shape) from the shards of `e` (`blocks[i]` elements each).
-    fn fill<T: Le>(&mut self, e: &TensorEntry, blocks: &[usize], out: &mut [T]) -> Result<(), KernelError> {
+    /// Fills `out` (row-major, the block of `e` at `start` of shape `shape`) from the shards of
+    /// `e` that overlap it (`blocks[i]` elements each); the others are not read.
+    fn fill<T: Le>(
+        &mut self,
+        e: &TensorEntry,
+        blocks: &[usize],
+        start: &[usize],
+        shape: &[usize],
+        out: &mut [T],
+    ) -> Result<(), KernelError> {
         if let ([s], [n]) = (&e.shards[..], blocks) {
             if *n == out.len() {
                 return self.shard(e, s, out);
             }
         }
         for (s, &n) in e.shards.iter().zip(blocks) {
+            let overlaps =
+                (0..shape.len()).all(|d| s.start[d] < start[d] + shape[d] && start[d] < s.start[d] + s.shape[d]);
+            if n == 0 || !overlaps {
+                continue;
+            }
             let mut data = vec![T::default(); n];
             self.shard(e, s, &mut data)?;
-            place(out, &e.shape, s, &data);
+            copy_overlap(out, start, shape, &data, &s.start, &s.shape);
         }
         Ok(())
     }
@@ -754,30 +789,49 @@ fn overlap(a: &Shard, b: &Shard) -> bool {
         && (0..a.start.len()).all(|d| a.start[d] < b.start[d] + b.shape[d] && b.start[d] < a.start[d] + a.shape[d])
 }
 
-/// Copies the block `data` (shard `s`, row-major) into its place in `out` (row-major, `shape`).
-fn place<T: Copy>(out: &mut [T], shape: &[usize], s: &Shard, data: &[T]) {
-    let rank = shape.len();
-    if rank == 0 || data.is_empty() {
-        if let (Some(o), Some(&d)) = (out.first_mut(), data.first()) {
+/// A tensor to read and the block of it wanted (`None`: all of it).
+type Part<'a> = (&'a TensorEntry, Option<&'a (Vec<usize>, Vec<usize>)>);
+
+/// Copies the part of the block `src` (row-major, at `src_start` of the global tensor, shape
+/// `src_shape`) that lies inside the block `dst` (at `dst_start`, shape `dst_shape`).
+fn copy_overlap<T: Copy>(
+    dst: &mut [T],
+    dst_start: &[usize],
+    dst_shape: &[usize],
+    src: &[T],
+    src_start: &[usize],
+    src_shape: &[usize],
+) {
+    let rank = dst_shape.len();
+    if rank == 0 {
+        if let (Some(o), Some(&d)) = (dst.first_mut(), src.first()) {
             *o = d;
         }
         return;
     }
-    let row = s.shape[rank - 1];
-    let mut idx = vec![0usize; rank - 1];
-    for chunk in data.chunks_exact(row) {
-        let mut at = 0usize;
-        for d in 0..rank {
-            let i = if d + 1 < rank { idx[d] } else { 0 };
-            at = at * shape[d] + s.start[d] + i;
-        }
-        out[at..at + row].copy_from_slice(chunk);
-        for d in (0..rank - 1).rev() {
+    let lo: Vec<usize> = (0..rank).map(|d| dst_start[d].max(src_start[d])).collect();
+    let hi: Vec<usize> = (0..rank).map(|d| (dst_start[d] + dst_shape[d]).min(src_start[d] + src_shape[d])).collect();
+    if (0..rank).any(|d| lo[d] >= hi[d]) {
+        return;
+    }
+    let row = hi[rank - 1] - lo[rank - 1];
+    let mut idx = lo.clone();
+    loop {
+        let offset = |start: &[usize], shape: &[usize]| (0..rank).fold(0, |a, d| a * shape[d] + idx[d] - start[d]);
+        let (from, to) = (offset(src_start, src_shape), offset(dst_start, dst_shape));
+        dst[to..to + row].copy_from_slice(&src[from..from + row]);
+        // The next row: the dims before the last, last-but-one fastest.
+        let mut d = rank - 1;
+        loop {
+            if d == 0 {
+                return;
+            }
+            d -= 1;
             idx[d] += 1;
-            if idx[d] < s.shape[d] {
+            if idx[d] < hi[d] {
                 break;
             }
-            idx[d] = 0;
+            idx[d] = lo[d];
         }
     }
 }
@@ -809,6 +863,7 @@ mod tests {
                 dtype: t.dtype(),
                 shape: t.shape().iter().map(|&d| Some(d)).collect(),
                 group: None,
+                region: None,
             })
             .collect()
     }
@@ -964,7 +1019,8 @@ mod tests {
             }],
         };
         std::fs::write(d.join(INDEX), serde_json::to_string(&index).unwrap()).unwrap();
-        let w = [Wanted { name: "w".into(), dtype: DType::F32, shape: vec![Some(4), Some(3)], group: None }];
+        let w =
+            [Wanted { name: "w".into(), dtype: DType::F32, shape: vec![Some(4), Some(3)], group: None, region: None }];
         assert_eq!(read_checkpoint(&d, &w).unwrap()[0], Tensor::from_f32(vec![4, 3], v).unwrap());
         index.tensors[0].shards[0].start = vec![0, 0];
         std::fs::write(d.join(INDEX), serde_json::to_string(&index).unwrap()).unwrap();
@@ -1009,5 +1065,46 @@ mod tests {
         assert_eq!(temp_owner(".index.json.77.0.tmp"), Some(77));
         assert_eq!(temp_owner(".notes.txt.77.0.tmp"), None);
         assert!(alive(std::process::id()));
+    }
+
+    /// A tensor saved as two row blocks by two ranks reads back whole, and any block of it
+    /// reads back as that block of the whole (from the shards that overlap it only).
+    #[test]
+    fn a_sharded_checkpoint_reads_whole_or_by_block() {
+        let dir = scratch("blocks");
+        prepare_checkpoint(&dir).unwrap();
+        let whole: Vec<f32> = (0..24).map(|i| i as f32).collect();
+        let top = Tensor::from_f32(vec![2, 6], whole[..12].to_vec()).unwrap();
+        let bottom = Tensor::from_f32(vec![2, 6], whole[12..].to_vec()).unwrap();
+        let (f0, mut s0) = write_data_file(&dir, 0, &[("w".into(), top)]).unwrap();
+        let (f1, mut s1) = write_data_file(&dir, 1, &[("w".into(), bottom)]).unwrap();
+        let (a, mut b) = (s0.remove(0), s1.remove(0));
+        b.file = 1;
+        b.start = vec![2, 0];
+        let index = Index {
+            format: FORMAT.into(),
+            version: VERSION,
+            mesh: Some(vec![MeshAxis { name: "dp".into(), size: 2 }]),
+            files: vec![f0, f1],
+            tensors: vec![TensorEntry {
+                name: "w".into(),
+                dtype: "F32".into(),
+                shape: vec![4, 6],
+                layout: vec![vec!["dp".into()], vec![]],
+                shards: vec![a, b],
+            }],
+        };
+        write_index(&dir, &index).unwrap();
+        let want =
+            |region| Wanted { name: "w".into(), dtype: DType::F32, shape: vec![Some(4), Some(6)], group: None, region };
+        let t = read_checkpoint(&dir, &[want(None)]).unwrap();
+        assert_eq!(t[0].as_f32().unwrap(), &whole[..]);
+        let t = read_checkpoint(&dir, &[want(Some((vec![1, 2], vec![2, 3])))]).unwrap();
+        assert_eq!(t[0].shape(), &[2, 3]);
+        assert_eq!(t[0].as_f32().unwrap(), &[8.0, 9.0, 10.0, 14.0, 15.0, 16.0]);
+        let t = read_checkpoint(&dir, &[want(Some((vec![2, 0], vec![2, 6])))]).unwrap();
+        assert_eq!(t[0].as_f32().unwrap(), &whole[12..]);
+        assert!(read_checkpoint(&dir, &[want(Some((vec![3, 0], vec![2, 6])))]).is_err(), "a block past the end");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

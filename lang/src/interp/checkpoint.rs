@@ -86,7 +86,13 @@ impl Interp<'_> {
                     let v = usize::try_from(v).map_err(|_| rt(Code::E0602, format!("negative dimension {v}"), span))?;
                     ds.push(Some(v));
                 }
-                wanted.push(Wanted { name: leaf_name(path), dtype: dtype_of(*et), shape: ds, group: None });
+                wanted.push(Wanted {
+                    name: leaf_name(path),
+                    dtype: dtype_of(*et),
+                    shape: ds,
+                    group: None,
+                    region: None,
+                });
                 Ok(Node::Tensor)
             }
             Type::Tuple(ts) => {

@@ -86,8 +86,15 @@ impl Interp<'_> {
             let mut wanted = Vec::new();
             let node = self.plan(ty, "", &frame.dims, &HashMap::new(), span, &mut wanted)?;
             mark_groups(&node, &mut wanted, &mut 0, &mut 0);
+            // In a sharded run each rank reads only the blocks of its model fields.
+            let sharded = self.spmd.clone();
+            let by_block = sharded.as_deref().is_some_and(|s| self.set_regions(s, &node, &mut wanted));
             let tensors = io::checkpoint::read_checkpoint(&full, &wanted).map_err(kerr)?;
-            return Ok(pack(assemble(&node, &mut tensors.into_iter(), span)?));
+            let v = pack(assemble(&node, &mut tensors.into_iter(), span)?);
+            return match sharded {
+                Some(s) if !by_block => self.localize(&s, v, span),
+                _ => Ok(v),
+            };
         }
         match ty {
             Type::Tensor(TensorTy { elem: Elem::T(et), shape, .. }) => {

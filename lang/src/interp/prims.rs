@@ -255,9 +255,12 @@ impl Interp<'_> {
             }
             Prim::Load => {
                 let v = self.load(&args[0], &e.ty, span, frame)?;
+                // A checkpoint folder is read by blocks (`load` does it); other files hold whole
+                // models, cut to this rank's blocks here.
+                let folder = matches!(&args[0], Value::Str(p) if p.ends_with('/'));
                 match self.spmd.clone() {
-                    Some(s) => self.localize(&s, v, span),
-                    None => Ok(v),
+                    Some(s) if !folder => self.localize(&s, v, span),
+                    _ => Ok(v),
                 }
             }
             // In a sharded run every rank holds the whole value here (the pass gathered it); one writes.

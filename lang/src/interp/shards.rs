@@ -6,13 +6,14 @@
 //! reads a checkpoint saved from any mesh: `kernels::io::checkpoint` assembles each tensor
 //! from the shards that tile it, and the program then keeps its own blocks.
 
-use super::checkpoint::named_tensors;
+use super::checkpoint::{named_tensors, Node};
 use super::value::Value;
 use super::{rt, Interp, R};
 use crate::diag::Code;
 use crate::dist::Spmd;
 use crate::source::Span;
 use crate::types::{AxisId, Type};
+use kernels::io::checkpoint::Wanted;
 use kernels::io::checkpoint::{self as ck, FileEntry, Index, MeshAxis, Shard, TensorEntry};
 use std::path::Path;
 
@@ -40,6 +41,67 @@ fn leaf_layouts(v: &Value, ty: &Type, prog: &crate::ir::Program, out: &mut Vec<V
 }
 
 impl Interp<'_> {
+    /// Sets, for every model field of a load planned as `node`, the block of it this rank
+    /// holds (`Wanted::region`). False, with no region set, when a split field's size is known
+    /// only once read or does not split: the value is then read whole and cut (`localize`).
+    pub(crate) fn set_regions(&self, s: &Spmd, node: &Node, wanted: &mut [Wanted]) -> bool {
+        let ok = self.regions(s, node, None, wanted, &mut 0);
+        if !ok {
+            for w in wanted.iter_mut() {
+                w.region = None;
+            }
+        }
+        ok
+    }
+
+    fn regions(
+        &self,
+        s: &Spmd,
+        node: &Node,
+        layout: Option<&[Vec<AxisId>]>,
+        wanted: &mut [Wanted],
+        at: &mut usize,
+    ) -> bool {
+        match node {
+            Node::Tensor => {
+                let i = *at;
+                *at += 1;
+                let (Some(l), Some(w)) = (layout, wanted.get_mut(i)) else { return true };
+                if l.iter().all(Vec::is_empty) {
+                    return true;
+                }
+                let Some(shape) = w.shape.iter().copied().collect::<Option<Vec<usize>>>() else { return false };
+                let mut start = vec![0; shape.len()];
+                let mut len = shape.clone();
+                for (d, axes) in l.iter().enumerate().take(shape.len()) {
+                    let k = s.mesh.parts(axes).max(1) as usize;
+                    if shape[d] % k != 0 {
+                        return false;
+                    }
+                    len[d] = shape[d] / k;
+                    start[d] = s.mesh.group_index(s.rank(), axes) as usize * len[d];
+                }
+                w.region = Some((start, len));
+                true
+            }
+            Node::Model { id, fields, .. } => {
+                let def = self.prog.model(*id);
+                let mut ok = true;
+                for (f, n) in def.fields.iter().zip(fields) {
+                    ok &= self.regions(s, n, Some(&crate::shard::layout(&f.ty)), wanted, at);
+                }
+                ok
+            }
+            Node::Tuple(ns) => {
+                let mut ok = true;
+                for n in ns {
+                    ok &= self.regions(s, n, None, wanted, at);
+                }
+                ok
+            }
+        }
+    }
+
     /// A loaded value with each model field cut to this rank's block of its declared layout
     /// (models hold blocks in a sharded run; a loaded tensor's own annotation is applied by the
     /// sharding pass).
