@@ -470,7 +470,7 @@ pub fn read_checkpoint(dir: &Path, wanted: &[Wanted]) -> Result<Vec<Tensor>, Ker
             Some(g) => wanted[i..].iter().take_while(|v| v.group == Some(g) && v.dtype == w.dtype).count(),
             None => 1,
         };
-        let entries: Vec<(&TensorEntry, Option<&(Vec<usize>, Vec<usize>)>)> =
+        let entries: Vec<Part> =
             wanted[i..i + run].iter().map(|v| (by_name[v.name.as_str()], v.region.as_ref())).collect();
         out.extend(files.tensors(&entries, w.dtype)?);
         i += run;
