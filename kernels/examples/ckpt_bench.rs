@@ -31,6 +31,7 @@ fn main() {
             dtype: t.dtype(),
             shape: t.shape().iter().map(|&d| Some(d)).collect(),
             group: Some(0),
+            region: None,
         })
         .collect();
     let dir = std::path::Path::new(&dir);
