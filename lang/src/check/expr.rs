@@ -10,6 +10,7 @@ use crate::types::TensorTy;
 use crate::types::{ClosureId, Dim, Elem, ElemTy, FnTy, RestSym, ShapeItem, TyVar, Type};
 use std::collections::HashMap;
 
+mod jumps;
 mod loops;
 mod ops;
 
@@ -40,6 +41,8 @@ pub struct FnCx {
     pub in_init: bool,
     pub func: Option<crate::types::FuncId>,
     pub depth: usize,
+    /// The flags of the enclosing loops whose bodies `break` or `continue`, innermost last.
+    pub loops: Vec<jumps::LoopFlags>,
 }
 
 impl FnCx {
@@ -54,6 +57,7 @@ impl FnCx {
             in_init: false,
             func: None,
             depth: 0,
+            loops: vec![],
         }
     }
 
@@ -94,6 +98,13 @@ impl FnCx {
         l
     }
 
+    /// A mutable local that no name refers to (the flags of a loop that jumps).
+    pub fn new_hidden_local(&mut self, c: &mut Checker, name: &str, ty: Type) -> Local {
+        let n = c.prog.names.intern(name);
+        self.locals.push(ir::LocalInfo { name: n, ty, mutable: true });
+        Local(self.locals.len() as u32 - 1)
+    }
+
     /// Every local visible now (captured by a closure created here).
     pub fn visible_locals(&self) -> Vec<Local> {
         let mut v: Vec<Local> = self
@@ -132,11 +143,31 @@ impl Checker {
     }
 
     pub(crate) fn check_block(&mut self, cx: &mut FnCx, b: &ast::Block, expected: Option<&Type>) -> ir::Expr {
+        self.check_block_as(cx, b, expected, false)
+    }
+
+    /// A block; `loop_body` when it is the body of a loop (whose jumps are checked here).
+    pub(crate) fn check_block_as(
+        &mut self,
+        cx: &mut FnCx,
+        b: &ast::Block,
+        expected: Option<&Type>,
+        loop_body: bool,
+    ) -> ir::Expr {
         cx.scopes.push(vec![]);
+        if loop_body {
+            b.stmts.iter().for_each(|s| self.check_jump_positions(s));
+        }
+        let e = self.check_stmts(cx, &b.stmts, b.span, expected);
+        cx.scopes.pop();
+        e
+    }
+
+    fn check_stmts(&mut self, cx: &mut FnCx, list: &[ast::Stmt], span: Span, expected: Option<&Type>) -> ir::Expr {
         let mut stmts = Vec::new();
         let mut result = None;
-        let n = b.stmts.len();
-        for (i, s) in b.stmts.iter().enumerate() {
+        let n = list.len();
+        for (i, s) in list.iter().enumerate() {
             let last = i + 1 == n;
             match &s.kind {
                 ast::StmtKind::Expr(e) if last => {
@@ -144,16 +175,29 @@ impl Checker {
                 }
                 _ => {
                     stmts.extend(self.check_stmt(cx, s));
+                    // The rest of the block runs only if this statement did not jump.
+                    if !last && !cx.loops.is_empty() && jumps::exits(s).is_some() {
+                        let rest = &list[i + 1..];
+                        let rspan = match (rest.first(), rest.last()) {
+                            (Some(a), Some(b)) if a.span.file == b.span.file => {
+                                Span::new(a.span.file, a.span.start as usize, b.span.end as usize)
+                            }
+                            _ => span,
+                        };
+                        let r = self.check_stmts(cx, rest, rspan, expected);
+                        let g = self.guard_rest(cx, r);
+                        stmts.push(Stmt::Expr(g));
+                        break;
+                    }
                 }
             }
         }
-        cx.scopes.pop();
         let result = match result {
             Some(r) => r,
             None => {
                 // A block ending in `return` has no value of its own.
-                let ends_in_return = matches!(b.stmts.last().map(|s| &s.kind), Some(ast::StmtKind::Return(_)));
-                let mut u = self.unit(b.span);
+                let ends_in_return = matches!(list.last().map(|s| &s.kind), Some(ast::StmtKind::Return(_)));
+                let mut u = self.unit(span);
                 if ends_in_return {
                     u.ty = Type::Error;
                 }
@@ -164,13 +208,14 @@ impl Checker {
             return result;
         }
         let ty = result.ty.clone();
-        let s = self.span_id(b.span);
+        let s = self.span_id(span);
         mk(ExprKind::Block { stmts, result: Box::new(result) }, ty, s)
     }
 
     fn check_stmt(&mut self, cx: &mut FnCx, s: &ast::Stmt) -> Vec<Stmt> {
         match &s.kind {
             ast::StmtKind::Error => vec![],
+            ast::StmtKind::Break | ast::StmtKind::Continue => self.check_jump(cx, s),
             ast::StmtKind::Expr(e) => vec![Stmt::Expr(self.check_expr(cx, e, None))],
             ast::StmtKind::Return(e) => {
                 let ret = cx.ret.clone();
@@ -748,6 +793,21 @@ impl Checker {
                 let c = self.check_expr(cx, cond, Some(&Type::scalar(ElemTy::Bool)));
                 self.expect_bool(&c, cond.span, "`if` condition");
                 let t = self.check_block(cx, then, expected);
+                if jumps::ends_in_jump(then) || els.as_deref().is_some_and(jumps::expr_ends_in_jump) {
+                    // A branch leaves the iteration, so the `if` is a statement: its branches'
+                    // values are dropped (one whose value is used is E0327).
+                    let f = match els {
+                        Some(els) => self.check_expr(cx, els, None),
+                        None => self.unit(span),
+                    };
+                    let (t, f) = (self.discard(t), self.discard(f));
+                    let s = self.span_id(span);
+                    return mk(
+                        ExprKind::If { cond: Box::new(c), then: Box::new(t), els: Box::new(f) },
+                        Type::unit(),
+                        s,
+                    );
+                }
                 let (t, f) = match els {
                     Some(els) => {
                         let exp = expected.cloned().or_else(|| (!t.ty.is_error()).then(|| t.ty.clone()));
@@ -772,7 +832,18 @@ impl Checker {
             K::While { cond, body } => {
                 let c = self.check_expr(cx, cond, Some(&Type::scalar(ElemTy::Bool)));
                 self.expect_bool(&c, cond.span, "`while` condition");
-                let b = self.check_block(cx, body, None);
+                if jumps::body_jumps(body) {
+                    let (flags, init) = self.begin_jump_loop(cx, span);
+                    cx.loops.push(flags);
+                    let b = self.check_block_as(cx, body, None, true);
+                    cx.loops.pop();
+                    let c = self.unless_broken(flags, c, cond.span);
+                    let b = self.running_body(flags, vec![], b);
+                    let s = self.span_id(span);
+                    let lp = mk(ExprKind::While { cond: Box::new(c), body: Box::new(b) }, Type::unit(), s);
+                    return self.with_init(init, lp);
+                }
+                let b = self.check_block_as(cx, body, None, true);
                 let s = self.span_id(span);
                 mk(ExprKind::While { cond: Box::new(c), body: Box::new(b) }, Type::unit(), s)
             }

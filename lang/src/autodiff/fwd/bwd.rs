@@ -352,8 +352,10 @@ impl Gen<'_> {
         let mut state = Vec::new();
         for (c, t) in l.carried.iter().zip(&tslots) {
             let ty = self.ty_of(*t);
-            let v = self.emit(self.local(*t), ty, "st");
-            if self.active.contains(&l.init[state.len()]) || l.outs.iter().any(|o| self.active.contains(o)) {
+            let v = self.emit(self.local(*t), ty.clone(), "st");
+            // Only float state carries a cotangent (a `bool` or `i32` slot never does).
+            let act = self.active.contains(&l.init[state.len()]) || l.outs.iter().any(|o| self.active.contains(o));
+            if act && is_float_type(&ty) {
                 self.active.insert(v);
             }
             self.bind(*c, v);
