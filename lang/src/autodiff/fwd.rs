@@ -28,6 +28,8 @@ pub(super) struct FrameCx {
     /// Where the function's own locals live in the generated function (for copied code).
     base: u32,
     returned: Option<Local>,
+    /// Inside a `@recompute` function: its loops keep no tape of states.
+    recompute: bool,
 }
 
 #[derive(Clone)]
@@ -79,6 +81,9 @@ pub(super) struct LoopNode {
     pub init: Vec<Local>,
     pub outs: Vec<Local>,
     pub free: Vec<Local>,
+    /// The tape of the states at the start of each iteration (a tuple of the carried values),
+    /// or `None` when the backward pass recomputes them from `init` (`@recompute`).
+    pub tape: Option<Local>,
     pub span: SpanId,
 }
 
@@ -107,6 +112,10 @@ pub(super) struct Gen<'p> {
     field_contribs: HashMap<Local, HashMap<usize, Vec<Local>>>,
     /// Forward mode differentiates through `@custom_vjp` functions by inlining them.
     no_custom: bool,
+    /// Reverse mode keeps a tape of each active loop's states (O(n) backward for n
+    /// iterations); without it the backward recomputes every state from the initial one
+    /// (O(n²) work, O(1) memory), as inside `@recompute` functions.
+    tape_loops: bool,
     pub span: Span,
     pub sid: SpanId,
 }
@@ -136,7 +145,13 @@ fn residuals(stmts: &[Stmt], split: usize) -> Vec<Local> {
     used
 }
 
-pub(super) fn generate(prog: &Program, f: FuncId, mode: Mode, span: Span) -> Res<(ir::Func, Vec<Local>)> {
+pub(super) fn generate(
+    prog: &Program,
+    f: FuncId,
+    mode: Mode,
+    span: Span,
+    tape_loops: bool,
+) -> Res<(ir::Func, Vec<Local>)> {
     let func = prog.func(f);
     let mut g = Gen {
         prog,
@@ -149,6 +164,7 @@ pub(super) fn generate(prog: &Program, f: FuncId, mode: Mode, span: Span) -> Res
         closure_envs: HashMap::new(),
         field_contribs: HashMap::new(),
         no_custom: mode == Mode::Jvp,
+        tape_loops,
         span,
         sid: func.span,
     };
@@ -161,7 +177,8 @@ pub(super) fn generate(prog: &Program, f: FuncId, mode: Mode, span: Span) -> Res
         let v = g.emit(mk(ExprKind::Local(*l), ty.clone(), g.sid), ty, "in");
         env.insert(*l, v);
     }
-    g.frames.push(FrameCx { env, subst: Subst::default(), base: 0, returned: None });
+    let recompute = is_recompute(prog, f);
+    g.frames.push(FrameCx { env, subst: Subst::default(), base: 0, returned: None, recompute });
     let wrt: Vec<usize> = match mode {
         Mode::Grad { wrt } | Mode::ValueAndGrad { wrt } => vec![wrt],
         Mode::Pullback | Mode::Jvp | Mode::Vmap { .. } => (0..func.params.len()).collect(),
@@ -272,6 +289,11 @@ pub(super) fn generate(prog: &Program, f: FuncId, mode: Mode, span: Span) -> Res
         },
         residuals,
     ))
+}
+
+/// Whether `f` is annotated `@recompute`.
+fn is_recompute(prog: &Program, f: FuncId) -> bool {
+    prog.func(f).annotations.iter().any(|a| prog.names.get(*a) == "recompute")
 }
 
 pub(super) fn mk(kind: ExprKind, ty: Type, span: SpanId) -> Expr {
@@ -554,6 +576,7 @@ impl Gen<'_> {
                 let func = super::target_func(self.prog, target);
                 match func {
                     Some(f) => {
+                        let f = self.prog.derived.transformable(f);
                         let closure = self.closure_of(callee, target);
                         let subst = self.infer_subst(f, &vs);
                         self.inline(f, vs, subst, closure, tape)
@@ -701,6 +724,8 @@ impl Gen<'_> {
         if self.frames.len() > 200 {
             return Err(err(self.span, "calls nested too deeply to differentiate"));
         }
+        // A derived function that keeps tapes is transformed again through its recomputing twin.
+        let f = self.prog.derived.transformable(f);
         let func = self.prog.func(f);
         let base = self.locals.len() as u32;
         for l in &func.locals {
@@ -745,7 +770,8 @@ impl Gen<'_> {
                 flat.dims.entry(*s).or_insert_with(|| d.clone());
             }
         }
-        self.frames.push(FrameCx { env, subst: flat, base, returned: None });
+        let recompute = self.frame().recompute || is_recompute(self.prog, f);
+        self.frames.push(FrameCx { env, subst: flat, base, returned: None, recompute });
         let r = self.fwd(&func.body, tape);
         let fr = self.frames.pop().unwrap();
         let r = r?;
@@ -938,8 +964,10 @@ impl Gen<'_> {
         tape: &mut Vec<Node>,
     ) -> Res<Local> {
         let LoopState { carried, init, free, active, ctx, slots } = self.loop_state(body, ivar);
+        let tp = self.new_tape(active, &slots);
         let iv = self.new_local(Type::scalar(ElemTy::I32), "i", false);
         let body_e = self.loop_body(body, &carried, &slots, ivar, iv)?;
+        let body_e = self.push_state(tp, &slots, body_e);
         let loop_e = match start {
             Some(s) => mk(
                 ExprKind::ForRange {
@@ -975,6 +1003,7 @@ impl Gen<'_> {
                 init,
                 outs,
                 free,
+                tape: self.tape_value(tp),
                 span: e.span,
             })));
         }
@@ -1043,10 +1072,56 @@ impl Gen<'_> {
         ))
     }
 
+    /// The type of a loop's state: the tuple of its carried slots.
+    pub(super) fn state_type(&self, slots: &[Local]) -> Type {
+        Type::Tuple(slots.iter().map(|s| self.ty_of(*s)).collect())
+    }
+
+    /// A tape slot for an active loop's states (`None` when the backward recomputes them).
+    fn new_tape(&mut self, active: bool, slots: &[Local]) -> Option<Local> {
+        if !active || !self.tape_loops || self.frame().recompute {
+            return None;
+        }
+        let ty = Type::List(vec![self.state_type(slots)]);
+        let t = self.new_local(ty.clone(), "tape", true);
+        let new = mk(ExprKind::Prim { prim: Prim::TapeNew, args: vec![], attrs: Box::default() }, ty, self.sid);
+        self.push_stmt(Stmt::Let { pat: Pat::Local(t), value: new });
+        Some(t)
+    }
+
+    /// `tape = tape_push(tape, (slots…)); body`: the state at the start of the iteration is kept.
+    fn push_state(&mut self, tp: Option<Local>, slots: &[Local], body: Expr) -> Expr {
+        let Some(tp) = tp else { return body };
+        let st = self.state_type(slots);
+        let state = mk(ExprKind::Tuple(slots.iter().map(|s| self.local(*s)).collect()), st, self.sid);
+        let ty = self.ty_of(tp);
+        let push = mk(
+            ExprKind::Prim { prim: Prim::TapePush, args: vec![self.local(tp), state], attrs: Box::default() },
+            ty,
+            self.sid,
+        );
+        mk(
+            ExprKind::Block {
+                stmts: vec![Stmt::Assign { pat: Pat::Local(tp), value: push }, Stmt::Expr(body)],
+                result: Box::new(mk(ExprKind::Tuple(vec![]), Type::unit(), self.sid)),
+            },
+            Type::unit(),
+            self.sid,
+        )
+    }
+
+    /// The tape's value after the loop (read by the backward pass).
+    fn tape_value(&mut self, tp: Option<Local>) -> Option<Local> {
+        let tp = tp?;
+        let ty = self.ty_of(tp);
+        Some(self.emit(self.local(tp), ty, "tp"))
+    }
+
     fn fwd_while(&mut self, e: &Expr, cond: &Expr, body: &Expr, tape: &mut Vec<Node>) -> Res<Local> {
         // `while` runs as a counted loop: the forward pass counts iterations, and the backward
         // pass (like a `for`) recomputes the state of each iteration from the initial state.
         let LoopState { carried, init, free, active, ctx, slots } = self.loop_state(body, None);
+        let tp = self.new_tape(active, &slots);
         let i32t = Type::scalar(ElemTy::I32);
         let count = self.new_local(i32t.clone(), "n", true);
         self.push_stmt(Stmt::Let {
@@ -1072,6 +1147,7 @@ impl Gen<'_> {
         );
         let iv = self.new_local(i32t.clone(), "i", false);
         let body_e = self.loop_body(body, &carried, &slots, None, iv)?;
+        let body_e = self.push_state(tp, &slots, body_e);
         let one = mk(ExprKind::Lit(Lit::Int(1)), i32t.clone(), self.sid);
         let inc = mk(
             ExprKind::Prim { prim: Prim::Add, args: vec![self.local(count), one], attrs: Box::default() },
@@ -1113,6 +1189,7 @@ impl Gen<'_> {
                 init,
                 outs,
                 free,
+                tape: self.tape_value(tp),
                 span: e.span,
             })));
         }

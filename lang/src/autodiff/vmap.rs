@@ -345,6 +345,7 @@ impl V<'_> {
                         .position(|c| c.instances.iter().any(|(_, h)| *h == g))
                         .map(|i| crate::types::ClosureId(i as u32))
                 });
+                let f = self.prog.derived.transformable(f);
                 let callee = self.prog.func(f);
                 let generic: HashSet<_> = callee.dims.iter().copied().collect();
                 let mut u = Unifier::new(&generic);
@@ -532,6 +533,7 @@ impl V<'_> {
         if self.frames.len() > 200 {
             return Err(err(self.span, "calls nested too deeply to batch"));
         }
+        let f = self.prog.derived.transformable(f);
         let func = self.prog.func(f);
         let mut env = base.unwrap_or_default();
         // Captured values of closures made outside read their own slots (shared by the batch).
