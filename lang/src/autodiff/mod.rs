@@ -93,10 +93,19 @@ pub fn derive(prog: &mut Program, f: FuncId, mode: Mode, span: Span) -> Result<F
     }
     // Derived functions that `f` (or anything it calls) uses must exist first: they are inlined.
     let mut deps = Vec::new();
-    collect_targets(prog, f, &mut deps, &mut vec![]);
+    let mut jvps = Vec::new();
+    collect_targets(prog, f, &mut deps, &mut jvps, &mut vec![]);
     for t in deps {
         if let FnTarget::Grad { .. } | FnTarget::Vmap { .. } = t {
             ensure_target(prog, &t, span)?;
+        }
+    }
+    // `jvp`s inside a function that is batched are inlined as calls of their functions.
+    if let Mode::Vmap { .. } = mode {
+        for t in jvps {
+            if let Some(g) = ensure_target(prog, &t, span)? {
+                derive(prog, g, Mode::Jvp, span)?;
+            }
         }
     }
     let (func, residuals) = match mode {
@@ -150,7 +159,13 @@ fn add_derived(prog: &mut Program, func: crate::ir::Func, residuals: Vec<crate::
 }
 
 /// Grad targets used by `f` and by the functions it calls.
-fn collect_targets(prog: &Program, f: FuncId, out: &mut Vec<FnTarget>, seen: &mut Vec<FuncId>) {
+fn collect_targets(
+    prog: &Program,
+    f: FuncId,
+    out: &mut Vec<FnTarget>,
+    jvps: &mut Vec<FnTarget>,
+    seen: &mut Vec<FuncId>,
+) {
     if seen.contains(&f) {
         return;
     }
@@ -164,10 +179,16 @@ fn collect_targets(prog: &Program, f: FuncId, out: &mut Vec<FnTarget>, seen: &mu
             }
             out.push(target.clone());
         }
+        ExprKind::Jvp { target, .. } => {
+            if let FnTarget::Func(g) = target {
+                calls.push(*g);
+            }
+            jvps.push(target.clone());
+        }
         _ => {}
     });
     for g in calls {
-        collect_targets(prog, g, out, seen);
+        collect_targets(prog, g, out, jvps, seen);
     }
 }
 
