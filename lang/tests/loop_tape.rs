@@ -87,6 +87,10 @@ fn a_loop_derivative_reads_its_states_from_a_tape() {
     let gg = p.func(grad_of(p, "h", 2));
     assert!(uses(&gg.body, Prim::TapePush));
     assert_eq!(loop_depth(&gg.body), primal + 1);
+    // A derivative of a `@recompute` function recomputes again when differentiated again.
+    let gg_lean = p.func(grad_of(p, "g", 2));
+    assert!(!uses(&gg_lean.body, Prim::TapeNew));
+    assert!(loop_depth(&gg_lean.body) > primal + 1);
 }
 
 #[test]

@@ -226,7 +226,7 @@ pub(super) fn generate(
             ret,
             locals: g.locals,
             body,
-            annotations: vec![],
+            annotations: kept_annotations(prog, f),
             span: func.span,
         };
         return Ok((out, vec![]));
@@ -285,11 +285,17 @@ pub(super) fn generate(
             ret,
             locals: g.locals,
             body,
-            annotations: vec![],
+            annotations: kept_annotations(prog, f),
             span: func.span,
         },
         residuals,
     ))
+}
+
+/// The annotations a derived function keeps from its function: `@recompute`, so that a
+/// derivative of a recomputing function recomputes its loops again when differentiated again.
+fn kept_annotations(prog: &Program, f: FuncId) -> Vec<ir::Name> {
+    prog.func(f).annotations.iter().copied().filter(|a| prog.names.get(*a) == "recompute").collect()
 }
 
 /// Whether `f` is annotated `@recompute`.
