@@ -549,6 +549,8 @@ const WORDS: &[&str] = &[
     "in",
     "while",
     "return",
+    "break",
+    "continue",
     "true",
     "false",
     "_",

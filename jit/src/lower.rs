@@ -424,6 +424,9 @@ impl<'a, 'f> Lower<'a, 'f> {
             | Prim::Exists
             | Prim::Assert
             | Prim::AssertClose
+            | Prim::TapeNew
+            | Prim::TapePush
+            | Prim::TapeGet
             | lang::collective_prims!() => {
                 unreachable!("`{}` is not a unary elementwise primitive", prim.name())
             }

@@ -104,6 +104,10 @@ pub enum Code {
     E0324,
     /// Something that the checker cannot type for another reason.
     E0325,
+    /// `break` or `continue` outside a loop.
+    E0326,
+    /// `break` or `continue` where a value is needed.
+    E0327,
     /// `grad` of a function whose result is not a float scalar.
     E0401,
     /// `grad` with respect to an integer or boolean parameter.

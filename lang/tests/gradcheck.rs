@@ -722,6 +722,50 @@ fn control_flow() {
     run_all("control_flow", cases);
 }
 
+/// `break` and `continue` (lowered to flags and guarded statements): the gradient follows the
+/// iterations that ran, for `for` and `while`, with the exit taken at different iterations.
+#[test]
+fn loops_with_jumps() {
+    let mut cases = Vec::new();
+    for n in [0, 2, 5] {
+        cases.push(
+            Case::new(
+                format!("for with break after n={n}"),
+                "var acc = x\n    for i in 0..8 {\n        if i >= n { break }\n        acc = sin(acc) * w + acc * x\n    }\n    sum(acc * w)",
+            )
+            .param("x", f64d(&[3], Dist::Range(-0.8, 0.8)))
+            .param("n", Arg::I32Values(vec![], vec![n]))
+            .weight(&[3]),
+        );
+        cases.push(
+            Case::new(
+                format!("while with continue and break, n={n}"),
+                "var k = 0\n    var y = x\n    while true {\n        k = k + 1\n        if k > n + 3 { break }\n        if k % 2 == 0 { continue }\n        y = y * x + sin(y)\n    }\n    sum(w * y)",
+            )
+            .param("x", f64d(&[2], Dist::Range(-0.8, 0.8)))
+            .param("n", Arg::I32Values(vec![], vec![n]))
+            .weight(&[2]),
+        );
+    }
+    cases.push(
+        Case::new(
+            "break on a float condition",
+            "var acc: f64 = 0.0\n    for i in 0..20 {\n        acc = acc + sum(w * exp(x * f64(i) * 0.1))\n        if acc > 4.0 { break } else { acc = acc * 1.01 }\n    }\n    acc",
+        )
+        .param("x", f64d(&[3], Dist::Range(0.1, 0.5)))
+        .weight(&[3]),
+    );
+    cases.push(
+        Case::new(
+            "continue in an inner loop, break in the outer",
+            "var acc = x\n    for i in 0..4 {\n        for j in 0..3 {\n            if j == i { continue }\n            acc = acc * 0.5 + cos(acc) * x\n        }\n        if i == 2 { break }\n    }\n    sum(acc * w)",
+        )
+        .param("x", f64d(&[2], Dist::Range(-0.8, 0.8)))
+        .weight(&[2]),
+    );
+    run_all("loops_with_jumps", cases);
+}
+
 #[test]
 fn calls_and_closures() {
     let cases = vec![

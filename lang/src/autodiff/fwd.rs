@@ -12,6 +12,7 @@ use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
 mod bwd;
+mod loops;
 mod rewrite;
 
 use rewrite::{join_early_return, remap};
@@ -28,6 +29,8 @@ pub(super) struct FrameCx {
     /// Where the function's own locals live in the generated function (for copied code).
     base: u32,
     returned: Option<Local>,
+    /// Inside a `@recompute` function: its loops keep no tape of states.
+    recompute: bool,
 }
 
 #[derive(Clone)]
@@ -82,6 +85,9 @@ pub(super) struct LoopNode {
     pub init: Vec<Local>,
     pub outs: Vec<Local>,
     pub free: Vec<Local>,
+    /// The tape of the states at the start of each iteration (a tuple of the carried values),
+    /// or `None` when the backward pass recomputes them from `init` (`@recompute`).
+    pub tape: Option<Local>,
     pub span: SpanId,
 }
 
@@ -110,6 +116,10 @@ pub(super) struct Gen<'p> {
     field_contribs: HashMap<Local, HashMap<usize, Vec<Local>>>,
     /// Forward mode differentiates through `@custom_vjp` functions by inlining them.
     no_custom: bool,
+    /// Reverse mode keeps a tape of each active loop's states (O(n) backward for n
+    /// iterations); without it the backward recomputes every state from the initial one
+    /// (O(n²) work, O(1) memory), as inside `@recompute` functions.
+    tape_loops: bool,
     pub span: Span,
     pub sid: SpanId,
 }
@@ -139,7 +149,13 @@ fn residuals(stmts: &[Stmt], split: usize) -> Vec<Local> {
     used
 }
 
-pub(super) fn generate(prog: &Program, f: FuncId, mode: Mode, span: Span) -> Res<(ir::Func, Vec<Local>)> {
+pub(super) fn generate(
+    prog: &Program,
+    f: FuncId,
+    mode: Mode,
+    span: Span,
+    tape_loops: bool,
+) -> Res<(ir::Func, Vec<Local>)> {
     let func = prog.func(f);
     let mut g = Gen {
         prog,
@@ -152,6 +168,7 @@ pub(super) fn generate(prog: &Program, f: FuncId, mode: Mode, span: Span) -> Res
         closure_envs: HashMap::new(),
         field_contribs: HashMap::new(),
         no_custom: mode == Mode::Jvp,
+        tape_loops,
         span,
         sid: func.span,
     };
@@ -164,7 +181,8 @@ pub(super) fn generate(prog: &Program, f: FuncId, mode: Mode, span: Span) -> Res
         let v = g.emit(mk(ExprKind::Local(*l), ty.clone(), g.sid), ty, "in");
         env.insert(*l, v);
     }
-    g.frames.push(FrameCx { env, subst: Subst::default(), base: 0, returned: None });
+    let recompute = is_recompute(prog, f);
+    g.frames.push(FrameCx { env, subst: Subst::default(), base: 0, returned: None, recompute });
     let wrt: Vec<usize> = match mode {
         Mode::Grad { wrt } | Mode::ValueAndGrad { wrt } => vec![wrt],
         Mode::Pullback | Mode::Jvp | Mode::Vmap { .. } => (0..func.params.len()).collect(),
@@ -211,7 +229,7 @@ pub(super) fn generate(prog: &Program, f: FuncId, mode: Mode, span: Span) -> Res
             ret,
             locals: g.locals,
             body,
-            annotations: vec![],
+            annotations: kept_annotations(prog, f),
             span: func.span,
         };
         return Ok((out, vec![]));
@@ -270,11 +288,22 @@ pub(super) fn generate(prog: &Program, f: FuncId, mode: Mode, span: Span) -> Res
             ret,
             locals: g.locals,
             body,
-            annotations: vec![],
+            annotations: kept_annotations(prog, f),
             span: func.span,
         },
         residuals,
     ))
+}
+
+/// The annotations a derived function keeps from its function: `@recompute`, so that a
+/// derivative of a recomputing function recomputes its loops again when differentiated again.
+fn kept_annotations(prog: &Program, f: FuncId) -> Vec<ir::Name> {
+    prog.func(f).annotations.iter().copied().filter(|a| prog.names.get(*a) == "recompute").collect()
+}
+
+/// Whether `f` is annotated `@recompute`.
+fn is_recompute(prog: &Program, f: FuncId) -> bool {
+    prog.func(f).annotations.iter().any(|a| prog.names.get(*a) == "recompute")
 }
 
 pub(super) fn mk(kind: ExprKind, ty: Type, span: SpanId) -> Expr {
@@ -557,6 +586,7 @@ impl Gen<'_> {
                 let func = super::target_func(self.prog, target);
                 match func {
                     Some(f) => {
+                        let f = self.prog.derived.transformable(f);
                         let closure = self.closure_of(callee, target);
                         let subst = self.infer_subst(f, &vs);
                         self.inline(f, vs, subst, closure, tape)
@@ -704,6 +734,8 @@ impl Gen<'_> {
         if self.frames.len() > 200 {
             return Err(err(self.span, "calls nested too deeply to differentiate"));
         }
+        // A derived function that keeps tapes is transformed again through its recomputing twin.
+        let f = self.prog.derived.transformable(f);
         let func = self.prog.func(f);
         let base = self.locals.len() as u32;
         for l in &func.locals {
@@ -748,7 +780,8 @@ impl Gen<'_> {
                 flat.dims.entry(*s).or_insert_with(|| d.clone());
             }
         }
-        self.frames.push(FrameCx { env, subst: flat, base, returned: None });
+        let recompute = self.frame().recompute || is_recompute(self.prog, f);
+        self.frames.push(FrameCx { env, subst: flat, base, returned: None, recompute });
         let r = self.fwd(&func.body, tape);
         let fr = self.frames.pop().unwrap();
         let r = r?;
@@ -950,198 +983,5 @@ impl Gen<'_> {
             });
         }
         Ok(outs[0])
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn fwd_loop(
-        &mut self,
-        e: &Expr,
-        start: Option<Local>,
-        end: Local,
-        ivar: Option<Local>,
-        _cond: Option<&Expr>,
-        body: &Expr,
-        tape: &mut Vec<Node>,
-    ) -> Res<Local> {
-        let LoopState { carried, init, free, active, ctx, slots } = self.loop_state(body, ivar);
-        let iv = self.new_local(Type::scalar(ElemTy::I32), "i", false);
-        let body_e = self.loop_body(body, &carried, &slots, ivar, iv)?;
-        let loop_e = match start {
-            Some(s) => mk(
-                ExprKind::ForRange {
-                    var: iv,
-                    start: Box::new(self.local(s)),
-                    end: Box::new(self.local(end)),
-                    body: Box::new(body_e),
-                },
-                Type::unit(),
-                e.span,
-            ),
-            None => unreachable!(),
-        };
-        self.push_stmt(Stmt::Expr(loop_e));
-        let mut outs = Vec::new();
-        for (l, s) in carried.iter().zip(&slots) {
-            let ty = self.ty_of(*s);
-            let o = self.emit(self.local(*s), ty.clone(), "out");
-            if active && is_float_type(&ty) {
-                self.active.insert(o);
-            }
-            self.bind(*l, o);
-            outs.push(o);
-        }
-        if active {
-            tape.push(Node::Loop(Box::new(LoopNode {
-                start,
-                end,
-                ivar,
-                body: Rc::new(body.clone()),
-                ctx,
-                carried,
-                init,
-                outs,
-                free,
-                span: e.span,
-            })));
-        }
-        Ok(self.emit(mk(ExprKind::Tuple(vec![]), Type::unit(), self.sid), Type::unit(), "u"))
-    }
-
-    /// What a loop carries: the outer locals its body assigns (their values before the loop and
-    /// mutable slots initialised with them), the outer values it reads, and whether any is active.
-    fn loop_state(&mut self, body: &Expr, ivar: Option<Local>) -> LoopState {
-        let carried: Vec<Local> =
-            assigned_locals(body).into_iter().filter(|l| self.frame().env.contains_key(l)).collect();
-        let init: Vec<Local> = carried.iter().map(|l| self.frame().env[l]).collect();
-        let free: Vec<Local> = free_locals(body)
-            .into_iter()
-            .filter(|l| !carried.contains(l) && Some(*l) != ivar)
-            .filter_map(|l| self.frame().env.get(&l).copied())
-            .collect();
-        let active = init.iter().chain(&free).any(|v| self.is_active(*v));
-        let ctx = self.frames.clone();
-        let slots = init
-            .iter()
-            .map(|v| {
-                let ty = self.ty_of(*v);
-                let s = self.new_local(ty, "s", true);
-                self.push_stmt(Stmt::Let { pat: Pat::Local(s), value: self.local(*v) });
-                s
-            })
-            .collect();
-        LoopState { carried, init, free, active, ctx, slots }
-    }
-
-    /// One iteration of a loop body as a block: reads the state slots, writes them back.
-    fn loop_body(
-        &mut self,
-        body: &Expr,
-        carried: &[Local],
-        slots: &[Local],
-        ivar: Option<Local>,
-        iv: Local,
-    ) -> Res<Expr> {
-        let saved = self.frames.clone();
-        self.blocks.push(vec![]);
-        for (l, s) in carried.iter().zip(slots) {
-            let ty = self.ty_of(*s);
-            let v = self.emit(self.local(*s), ty, "st");
-            self.bind(*l, v);
-        }
-        if let Some(iv0) = ivar {
-            self.bind(iv0, iv);
-        }
-        let mut throwaway = Vec::new();
-        self.fwd(body, &mut throwaway)?;
-        if self.frame().returned.is_some() {
-            return Err(err(self.prog.span(body.span), "cannot differentiate a `return` inside a loop"));
-        }
-        for (l, s) in carried.iter().zip(slots) {
-            let v = self.frame().env[l];
-            self.push_stmt(Stmt::Assign { pat: Pat::Local(*s), value: self.local(v) });
-        }
-        let stmts = self.blocks.pop().unwrap_or_default();
-        self.frames = saved;
-        Ok(mk(
-            ExprKind::Block { stmts, result: Box::new(mk(ExprKind::Tuple(vec![]), Type::unit(), self.sid)) },
-            Type::unit(),
-            self.sid,
-        ))
-    }
-
-    fn fwd_while(&mut self, e: &Expr, cond: &Expr, body: &Expr, tape: &mut Vec<Node>) -> Res<Local> {
-        // `while` runs as a counted loop: the forward pass counts iterations, and the backward
-        // pass (like a `for`) recomputes the state of each iteration from the initial state.
-        let LoopState { carried, init, free, active, ctx, slots } = self.loop_state(body, None);
-        let i32t = Type::scalar(ElemTy::I32);
-        let count = self.new_local(i32t.clone(), "n", true);
-        self.push_stmt(Stmt::Let {
-            pat: Pat::Local(count),
-            value: mk(ExprKind::Lit(Lit::Int(0)), i32t.clone(), self.sid),
-        });
-        // Condition block over the slots.
-        let saved = self.frames.clone();
-        self.blocks.push(vec![]);
-        for (l, s) in carried.iter().zip(&slots) {
-            let ty = self.ty_of(*s);
-            let v = self.emit(self.local(*s), ty, "st");
-            self.bind(*l, v);
-        }
-        let mut throwaway = Vec::new();
-        let c = self.fwd(cond, &mut throwaway)?;
-        let cstmts = self.blocks.pop().unwrap_or_default();
-        self.frames = saved;
-        let cexpr = mk(
-            ExprKind::Block { stmts: cstmts, result: Box::new(self.local(c)) },
-            Type::scalar(ElemTy::Bool),
-            self.sid,
-        );
-        let iv = self.new_local(i32t.clone(), "i", false);
-        let body_e = self.loop_body(body, &carried, &slots, None, iv)?;
-        let one = mk(ExprKind::Lit(Lit::Int(1)), i32t.clone(), self.sid);
-        let inc = mk(
-            ExprKind::Prim { prim: Prim::Add, args: vec![self.local(count), one], attrs: Box::default() },
-            i32t.clone(),
-            self.sid,
-        );
-        let body_e = mk(
-            ExprKind::Block {
-                stmts: vec![Stmt::Expr(body_e), Stmt::Assign { pat: Pat::Local(count), value: inc }],
-                result: Box::new(mk(ExprKind::Tuple(vec![]), Type::unit(), self.sid)),
-            },
-            Type::unit(),
-            self.sid,
-        );
-        self.push_stmt(Stmt::Expr(mk(
-            ExprKind::While { cond: Box::new(cexpr), body: Box::new(body_e) },
-            Type::unit(),
-            e.span,
-        )));
-        let n = self.emit(self.local(count), i32t, "cnt");
-        let mut outs = Vec::new();
-        for (l, s) in carried.iter().zip(&slots) {
-            let ty = self.ty_of(*s);
-            let o = self.emit(self.local(*s), ty.clone(), "out");
-            if active && is_float_type(&ty) {
-                self.active.insert(o);
-            }
-            self.bind(*l, o);
-            outs.push(o);
-        }
-        if active {
-            tape.push(Node::Loop(Box::new(LoopNode {
-                start: None,
-                end: n,
-                ivar: None,
-                body: Rc::new(body.clone()),
-                ctx,
-                carried,
-                init,
-                outs,
-                free,
-                span: e.span,
-            })));
-        }
-        Ok(self.emit(mk(ExprKind::Tuple(vec![]), Type::unit(), self.sid), Type::unit(), "u"))
     }
 }

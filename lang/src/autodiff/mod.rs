@@ -4,8 +4,11 @@
 //! function: the forward computation (callees and closures inlined, `var`s turned into SSA
 //! values) followed by the backward computation, one rule per primitive (`rules.rs`).
 //! Control flow differentiates: an `if` recomputes its taken branch in the backward pass, and a
-//! loop recomputes the state at the start of each iteration from the state before the loop,
-//! so the backward pass keeps only the loop's initial state instead of a tape.
+//! loop keeps a tape of its state at the start of every iteration, which the backward pass
+//! reads last first (O(n) for n iterations, like JAX's `scan`); inside a `@recompute`
+//! function it keeps only its initial state and recomputes each iteration's state from it
+//! (O(n²) work, O(1) extra memory). A derivative holding tapes has a recomputing twin
+//! (`Derived::twins`) that further transforms use, since tapes have no derivative rules.
 //! Generated functions are ordinary IR: they are differentiated again for higher order.
 
 mod fwd;
@@ -82,15 +85,27 @@ pub fn ensure_target(prog: &mut Program, t: &FnTarget, span: Span) -> Result<Opt
 
 /// Generates (once) the derived function of `f` in `mode`.
 pub fn derive(prog: &mut Program, f: FuncId, mode: Mode, span: Span) -> Result<FuncId, Diagnostic> {
+    let orig = f;
+    let f = prog.derived.transformable(f);
     if let Some(&d) = prog.derived.funcs.get(&(f, mode)) {
+        prog.derived.funcs.insert((orig, mode), d);
         return Ok(d);
     }
     // Derived functions that `f` (or anything it calls) uses must exist first: they are inlined.
     let mut deps = Vec::new();
-    collect_targets(prog, f, &mut deps, &mut vec![]);
+    let mut jvps = Vec::new();
+    collect_targets(prog, f, &mut deps, &mut jvps, &mut vec![]);
     for t in deps {
         if let FnTarget::Grad { .. } | FnTarget::Vmap { .. } = t {
             ensure_target(prog, &t, span)?;
+        }
+    }
+    // `jvp`s inside a function that is batched are inlined as calls of their functions.
+    if let Mode::Vmap { .. } = mode {
+        for t in jvps {
+            if let Some(g) = ensure_target(prog, &t, span)? {
+                derive(prog, g, Mode::Jvp, span)?;
+            }
         }
     }
     let (func, residuals) = match mode {
@@ -99,8 +114,34 @@ pub fn derive(prog: &mut Program, f: FuncId, mode: Mode, span: Span) -> Result<F
             let b = crate::types::Sym(prog.sym_names.len() as u32 - 1);
             (vmap::generate(prog, f, code, b, span)?, vec![])
         }
-        _ => fwd::generate(prog, f, mode, span)?,
+        Mode::Jvp => fwd::generate(prog, f, mode, span, false)?,
+        _ => fwd::generate(prog, f, mode, span, true)?,
     };
+    let id = add_derived(prog, func, residuals);
+    if uses_tape(prog.func(id)) {
+        let (twin, res) = fwd::generate(prog, f, mode, span, false)?;
+        let t = add_derived(prog, twin, res);
+        prog.derived.twins.insert(id, t);
+    }
+    prog.derived.funcs.insert((f, mode), id);
+    // Targets name the function as written (the tape version), so it finds the result too.
+    prog.derived.funcs.insert((orig, mode), id);
+    Ok(id)
+}
+
+/// Whether a generated function keeps a tape of loop states.
+fn uses_tape(f: &crate::ir::Func) -> bool {
+    let mut found = false;
+    walk(&f.body, &mut |e| {
+        if let ExprKind::Prim { prim: crate::ir::Prim::TapeNew, .. } = &e.kind {
+            found = true;
+        }
+    });
+    found
+}
+
+/// Simplifies a generated function and adds it to the program.
+fn add_derived(prog: &mut Program, func: crate::ir::Func, residuals: Vec<crate::ir::Local>) -> FuncId {
     let mut func = func;
     crate::ir::simplify::simplify(&mut func);
     // Residuals that simplification removed (shared or dead) are no longer kept.
@@ -114,12 +155,17 @@ pub fn derive(prog: &mut Program, f: FuncId, mode: Mode, span: Span) -> Result<F
     let id = FuncId(prog.funcs.len() as u32);
     prog.funcs.push(func);
     prog.derived.residuals.insert(id, residuals);
-    prog.derived.funcs.insert((f, mode), id);
-    Ok(id)
+    id
 }
 
 /// Grad targets used by `f` and by the functions it calls.
-fn collect_targets(prog: &Program, f: FuncId, out: &mut Vec<FnTarget>, seen: &mut Vec<FuncId>) {
+fn collect_targets(
+    prog: &Program,
+    f: FuncId,
+    out: &mut Vec<FnTarget>,
+    jvps: &mut Vec<FnTarget>,
+    seen: &mut Vec<FuncId>,
+) {
     if seen.contains(&f) {
         return;
     }
@@ -133,10 +179,16 @@ fn collect_targets(prog: &Program, f: FuncId, out: &mut Vec<FnTarget>, seen: &mu
             }
             out.push(target.clone());
         }
+        ExprKind::Jvp { target, .. } => {
+            if let FnTarget::Func(g) = target {
+                calls.push(*g);
+            }
+            jvps.push(target.clone());
+        }
         _ => {}
     });
     for g in calls {
-        collect_targets(prog, g, out, seen);
+        collect_targets(prog, g, out, jvps, seen);
     }
 }
 

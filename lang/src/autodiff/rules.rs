@@ -842,6 +842,10 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
         | Prim::AllReduceMin => {
             return Err(err(g.span, format!("cannot differentiate through `{}`: it has no derivative", p.name())));
         }
+        // A derived function holding a tape is differentiated through its recomputing twin.
+        Prim::TapeNew | Prim::TapePush | Prim::TapeGet => {
+            return Err(err(g.span, format!("internal: `{}` reached reverse mode", p.name())));
+        }
     }
     Ok(v)
 }

@@ -324,7 +324,10 @@ impl Gen<'_> {
             | Prim::Assert
             | Prim::AssertClose
             | Prim::AllReduceMax
-            | Prim::AllReduceMin => return Err(err(self.span, format!("no forward-mode rule for `{}`", p.name()))),
+            | Prim::AllReduceMin
+            | Prim::TapeNew
+            | Prim::TapePush
+            | Prim::TapeGet => return Err(err(self.span, format!("no forward-mode rule for `{}`", p.name()))),
         };
         Ok(r)
     }

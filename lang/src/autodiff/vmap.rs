@@ -338,29 +338,24 @@ impl V<'_> {
                         "`vmap` cannot batch a call of a function value known only at run time",
                     ));
                 };
-                let closure = super::innermost(target).and_then(|g| {
-                    self.prog
-                        .closures
-                        .iter()
-                        .position(|c| c.instances.iter().any(|(_, h)| *h == g))
-                        .map(|i| crate::types::ClosureId(i as u32))
-                });
-                let callee = self.prog.func(f);
-                let generic: HashSet<_> = callee.dims.iter().copied().collect();
-                let mut u = Unifier::new(&generic);
-                for (p, (a, b)) in callee.params.iter().zip(&vs) {
-                    let at = self.ty_of(*a);
-                    let at = if *b == Bat::Yes { with_shape(&at, shape(&at)[1..].to_vec()) } else { at };
-                    let _ = u.ty(&callee.locals[p.0 as usize].ty, &at);
+                self.call_target(f, target, vs)
+            }
+            // `jvp(f, primals, tangents)`: a call of `f`'s forward-mode function with the primals
+            // and the tangents, so per-sample tangents (the columns of a Jacobian) batch.
+            ExprKind::Jvp { target, primals, tangents, .. } => {
+                let mut vs = Vec::new();
+                for a in primals.iter().chain(tangents) {
+                    vs.push(self.walk(a)?);
                 }
-                let _ = u.finish();
-                let mut s = u.subst;
-                let base = closure.and_then(|c| self.closure_envs.get(&c).cloned());
-                let outer = base.as_ref().map(|(_, s)| s.clone()).unwrap_or_else(|| self.frame().subst.clone());
-                for (sym, d) in &outer.dims {
-                    s.dims.entry(*sym).or_insert_with(|| d.clone());
-                }
-                self.inline_with(f, vs, s, base.map(|(env, _)| env))
+                let f = target_func(self.prog, target).map(|f| self.prog.derived.transformable(f));
+                let jf = f.and_then(|f| self.prog.derived.funcs.get(&(f, crate::ir::derived::Mode::Jvp)).copied());
+                let Some(jf) = jf else {
+                    return Err(err(
+                        self.prog.span(e.span),
+                        "`vmap` cannot batch a `jvp` of a function value known only at run time",
+                    ));
+                };
+                self.call_target(jf, target, vs)
             }
             ExprKind::Tuple(items) => {
                 let mut vs = Vec::new();
@@ -470,6 +465,35 @@ impl V<'_> {
         }
     }
 
+    /// A call of the function implementing a static target (`f`), inlined with the batched
+    /// arguments; a closure's captures come from where it was made.
+    fn call_target(&mut self, f: FuncId, target: &FnTarget, vs: Vec<(Local, Bat)>) -> Res<(Local, Bat)> {
+        let closure = super::innermost(target).and_then(|g| {
+            self.prog
+                .closures
+                .iter()
+                .position(|c| c.instances.iter().any(|(_, h)| *h == g))
+                .map(|i| crate::types::ClosureId(i as u32))
+        });
+        let f = self.prog.derived.transformable(f);
+        let callee = self.prog.func(f);
+        let generic: HashSet<_> = callee.dims.iter().copied().collect();
+        let mut u = Unifier::new(&generic);
+        for (p, (a, b)) in callee.params.iter().zip(&vs) {
+            let at = self.ty_of(*a);
+            let at = if *b == Bat::Yes { with_shape(&at, shape(&at)[1..].to_vec()) } else { at };
+            let _ = u.ty(&callee.locals[p.0 as usize].ty, &at);
+        }
+        let _ = u.finish();
+        let mut s = u.subst;
+        let base = closure.and_then(|c| self.closure_envs.get(&c).cloned());
+        let outer = base.as_ref().map(|(_, s)| s.clone()).unwrap_or_else(|| self.frame().subst.clone());
+        for (sym, d) in &outer.dims {
+            s.dims.entry(*sym).or_insert_with(|| d.clone());
+        }
+        self.inline_with(f, vs, s, base.map(|(env, _)| env))
+    }
+
     fn sub_block(&mut self, e: &Expr) -> Res<((Local, Vec<Stmt>), Bat)> {
         self.blocks.push(vec![]);
         let r = self.walk(e);
@@ -532,6 +556,7 @@ impl V<'_> {
         if self.frames.len() > 200 {
             return Err(err(self.span, "calls nested too deeply to batch"));
         }
+        let f = self.prog.derived.transformable(f);
         let func = self.prog.func(f);
         let mut env = base.unwrap_or_default();
         // Captured values of closures made outside read their own slots (shared by the batch).

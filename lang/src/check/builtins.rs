@@ -624,6 +624,9 @@ impl Checker {
             | Prim::MatMul
             | Prim::Cast
             | Prim::Slice
+            | Prim::TapeNew
+            | Prim::TapePush
+            | Prim::TapeGet
             | crate::collective_prims!() => {
                 self.error(Diagnostic::error(Code::E0325, span, format!("`{name}` cannot be called directly")));
                 self.error_expr(span)

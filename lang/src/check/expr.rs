@@ -10,6 +10,8 @@ use crate::types::TensorTy;
 use crate::types::{ClosureId, Dim, Elem, ElemTy, FnTy, RestSym, ShapeItem, TyVar, Type};
 use std::collections::HashMap;
 
+mod blocks;
+mod jumps;
 mod loops;
 mod ops;
 
@@ -40,6 +42,8 @@ pub struct FnCx {
     pub in_init: bool,
     pub func: Option<crate::types::FuncId>,
     pub depth: usize,
+    /// The flags of the enclosing loops whose bodies `break` or `continue`, innermost last.
+    pub loops: Vec<jumps::LoopFlags>,
 }
 
 impl FnCx {
@@ -54,6 +58,7 @@ impl FnCx {
             in_init: false,
             func: None,
             depth: 0,
+            loops: vec![],
         }
     }
 
@@ -94,6 +99,13 @@ impl FnCx {
         l
     }
 
+    /// A mutable local that no name refers to (the flags of a loop that jumps).
+    pub fn new_hidden_local(&mut self, c: &mut Checker, name: &str, ty: Type) -> Local {
+        let n = c.prog.names.intern(name);
+        self.locals.push(ir::LocalInfo { name: n, ty, mutable: true });
+        Local(self.locals.len() as u32 - 1)
+    }
+
     /// Every local visible now (captured by a closure created here).
     pub fn visible_locals(&self) -> Vec<Local> {
         let mut v: Vec<Local> = self
@@ -131,46 +143,10 @@ impl Checker {
         mk(ExprKind::Prim { prim, args, attrs: Box::new(attrs) }, ty, s)
     }
 
-    pub(crate) fn check_block(&mut self, cx: &mut FnCx, b: &ast::Block, expected: Option<&Type>) -> ir::Expr {
-        cx.scopes.push(vec![]);
-        let mut stmts = Vec::new();
-        let mut result = None;
-        let n = b.stmts.len();
-        for (i, s) in b.stmts.iter().enumerate() {
-            let last = i + 1 == n;
-            match &s.kind {
-                ast::StmtKind::Expr(e) if last => {
-                    result = Some(self.check_expr(cx, e, expected));
-                }
-                _ => {
-                    stmts.extend(self.check_stmt(cx, s));
-                }
-            }
-        }
-        cx.scopes.pop();
-        let result = match result {
-            Some(r) => r,
-            None => {
-                // A block ending in `return` has no value of its own.
-                let ends_in_return = matches!(b.stmts.last().map(|s| &s.kind), Some(ast::StmtKind::Return(_)));
-                let mut u = self.unit(b.span);
-                if ends_in_return {
-                    u.ty = Type::Error;
-                }
-                u
-            }
-        };
-        if stmts.is_empty() {
-            return result;
-        }
-        let ty = result.ty.clone();
-        let s = self.span_id(b.span);
-        mk(ExprKind::Block { stmts, result: Box::new(result) }, ty, s)
-    }
-
-    fn check_stmt(&mut self, cx: &mut FnCx, s: &ast::Stmt) -> Vec<Stmt> {
+    pub(super) fn check_stmt(&mut self, cx: &mut FnCx, s: &ast::Stmt) -> Vec<Stmt> {
         match &s.kind {
             ast::StmtKind::Error => vec![],
+            ast::StmtKind::Break | ast::StmtKind::Continue => self.check_jump(cx, s),
             ast::StmtKind::Expr(e) => vec![Stmt::Expr(self.check_expr(cx, e, None))],
             ast::StmtKind::Return(e) => {
                 let ret = cx.ret.clone();
@@ -757,6 +733,21 @@ impl Checker {
                 let c = self.check_expr(cx, cond, Some(&Type::scalar(ElemTy::Bool)));
                 self.expect_bool(&c, cond.span, "`if` condition");
                 let t = self.check_block(cx, then, expected);
+                if jumps::ends_in_jump(then) || els.as_deref().is_some_and(jumps::expr_ends_in_jump) {
+                    // A branch leaves the iteration, so the `if` is a statement: its branches'
+                    // values are dropped (one whose value is used is E0327).
+                    let f = match els {
+                        Some(els) => self.check_expr(cx, els, None),
+                        None => self.unit(span),
+                    };
+                    let (t, f) = (self.discard(t), self.discard(f));
+                    let s = self.span_id(span);
+                    return mk(
+                        ExprKind::If { cond: Box::new(c), then: Box::new(t), els: Box::new(f) },
+                        Type::unit(),
+                        s,
+                    );
+                }
                 let (t, f) = match els {
                     Some(els) => {
                         let exp = expected.cloned().or_else(|| (!t.ty.is_error()).then(|| t.ty.clone()));
@@ -781,7 +772,18 @@ impl Checker {
             K::While { cond, body } => {
                 let c = self.check_expr(cx, cond, Some(&Type::scalar(ElemTy::Bool)));
                 self.expect_bool(&c, cond.span, "`while` condition");
-                let b = self.check_block(cx, body, None);
+                if jumps::body_jumps(body) {
+                    let (flags, init) = self.begin_jump_loop(cx, span);
+                    cx.loops.push(flags);
+                    let b = self.check_block_as(cx, body, None, true);
+                    cx.loops.pop();
+                    let c = self.unless_broken(flags, c, cond.span);
+                    let b = self.running_body(flags, vec![], b);
+                    let s = self.span_id(span);
+                    let lp = mk(ExprKind::While { cond: Box::new(c), body: Box::new(b) }, Type::unit(), s);
+                    return self.with_init(init, lp);
+                }
+                let b = self.check_block_as(cx, body, None, true);
                 let s = self.span_id(span);
                 mk(ExprKind::While { cond: Box::new(c), body: Box::new(b) }, Type::unit(), s)
             }

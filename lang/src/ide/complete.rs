@@ -25,7 +25,7 @@ impl Completion {
 /// The keywords of msl, offered everywhere.
 pub const KEYWORDS: &[&str] = &[
     "fn", "let", "var", "model", "dim", "const", "use", "mesh", "test", "if", "else", "for", "in", "while", "return",
-    "true", "false",
+    "break", "continue", "true", "false",
 ];
 
 /// Candidates at `offset` of `file`. After `name.` these are the fields of a model value or the

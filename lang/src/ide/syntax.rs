@@ -163,7 +163,7 @@ fn hints_block(b: &ast::Block, out: &mut Vec<(Span, HintSite)>) {
                 hints_expr(value, out);
             }
             StmtKind::Return(Some(e)) | StmtKind::Expr(e) => hints_expr(e, out),
-            StmtKind::Return(None) | StmtKind::Error => {}
+            StmtKind::Return(None) | StmtKind::Break | StmtKind::Continue | StmtKind::Error => {}
         }
     }
 }
@@ -326,7 +326,7 @@ fn scope_block(b: &ast::Block, offset: usize, out: &mut Vec<ScopeName>) {
             }
             StmtKind::Assign { value, .. } => scope_expr(value, offset, out),
             StmtKind::Return(Some(e)) | StmtKind::Expr(e) => scope_expr(e, offset, out),
-            StmtKind::Return(None) | StmtKind::Error => {}
+            StmtKind::Return(None) | StmtKind::Break | StmtKind::Continue | StmtKind::Error => {}
         }
     }
 }

@@ -1,7 +1,7 @@
 //! Evaluation of each primitive through the CPU kernels: the interpreter's column of the
 //! primitive table.
 
-use super::value::{scalar_i64, ModelValue, Value};
+use super::value::{self, scalar_i64, ModelValue, Value};
 use super::{kerr, rt, Frame, Interp, R};
 use crate::diag::Code;
 use crate::ir::eval::{binary_op, dtype_of, elementwise, reduce_op, unary_op, unify_dtypes};
@@ -246,6 +246,23 @@ impl Interp<'_> {
                 Ok(Value::Tensor(Tensor::scalar_i32(n as i32)))
             }
             Prim::StopGradient => Ok(args.into_iter().next().unwrap_or_else(Value::unit)),
+            Prim::TapeNew => Ok(Value::Tape(value::Tape::default())),
+            Prim::TapePush => {
+                let mut it = args.into_iter();
+                match (it.next(), it.next()) {
+                    (Some(Value::Tape(t)), Some(v)) => Ok(Value::Tape(t.push(v))),
+                    _ => Err(rt(Code::E0605, "tape_push: expected a tape and a value", span)),
+                }
+            }
+            Prim::TapeGet => {
+                let i = args.get(1).and_then(|v| v.tensor()).and_then(scalar_i64);
+                match (args.first(), i) {
+                    (Some(Value::Tape(t)), Some(i)) => t.get(i).ok_or_else(|| {
+                        rt(Code::E0605, format!("tape_get: no entry {i} in a tape of {}", t.len()), span)
+                    }),
+                    _ => Err(rt(Code::E0605, "tape_get: expected a tape and an index", span)),
+                }
+            }
             crate::collective_prims!() => self.collective(p, t(&args[0], span)?, attrs, span),
             Prim::Print => {
                 let parts: Vec<String> = args.iter().map(|v| v.display(self.prog)).collect();

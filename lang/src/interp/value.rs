@@ -15,6 +15,47 @@ pub enum Value {
     Fn(Rc<FnValue>),
     /// A model type used as a value (the argument of `init`); carries nothing at run time.
     Type,
+    /// Reverse mode's stored loop states (`tape_push`, `tape_get`).
+    Tape(Tape),
+}
+
+/// An append-only sequence shared by all its versions: each version sees its first `len`
+/// entries, and pushing onto the newest version appends in place (O(1)), so a loop that pushes
+/// its state every iteration stores n states in O(n) time and memory. Pushing onto an older
+/// version copies its entries first, so every version keeps the value it had: tapes are
+/// values like any other.
+#[derive(Clone, Debug, Default)]
+pub struct Tape {
+    buf: Rc<std::cell::RefCell<Vec<Value>>>,
+    len: usize,
+}
+
+impl Tape {
+    /// This tape with `v` appended.
+    pub fn push(&self, v: Value) -> Tape {
+        let mut b = self.buf.borrow_mut();
+        if b.len() == self.len {
+            b.push(v);
+            return Tape { buf: self.buf.clone(), len: self.len + 1 };
+        }
+        let mut copy: Vec<Value> = b[..self.len].to_vec();
+        copy.push(v);
+        Tape { buf: Rc::new(std::cell::RefCell::new(copy)), len: self.len + 1 }
+    }
+
+    /// Entry `i`, if the tape has one.
+    pub fn get(&self, i: i64) -> Option<Value> {
+        let i = usize::try_from(i).ok().filter(|&i| i < self.len)?;
+        self.buf.borrow().get(i).cloned()
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
 }
 
 /// A model instance: its type's dim arguments (for binding generic dims) and its fields.
@@ -185,6 +226,7 @@ impl Value {
             }
             Value::Fn(_) => "<function>".to_string(),
             Value::Type => "<type>".to_string(),
+            Value::Tape(t) => format!("<tape of {}>", t.len()),
         }
     }
 }

@@ -28,6 +28,17 @@ pub struct Derived {
     pub funcs: HashMap<(FuncId, Mode), FuncId>,
     /// For each derived function, the forward values its backward pass reads.
     pub residuals: HashMap<FuncId, Vec<crate::ir::Local>>,
+    /// A reverse-mode function whose loops keep tapes (`tape_push`, `tape_get`, which have no
+    /// derivative or batching rules) → the same derivative recomputing its loops' states
+    /// instead: what a further `grad`, `jvp` or `vmap` of it, or a function inlining it, uses.
+    pub twins: HashMap<FuncId, FuncId>,
+}
+
+impl Derived {
+    /// The function to transform (differentiate, batch, inline) in place of `f`.
+    pub fn transformable(&self, f: FuncId) -> FuncId {
+        self.twins.get(&f).copied().unwrap_or(f)
+    }
 }
 
 /// The function that implements a static target: a named function, a closure instance, or a

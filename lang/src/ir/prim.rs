@@ -122,6 +122,13 @@ prims! {
     Map: "map" callable,
     // Differentiation.
     StopGradient: "stop_gradient" callable,
+    /// Reverse mode's tape of a loop's states (generated, never written by users): `tape_new()`
+    /// is an empty tape (type `[T]`), `tape_push(t, s)` the tape with `s` appended, and
+    /// `tape_get(t, i)` its entry `i`. Derived functions holding them are differentiated and
+    /// batched through their recomputing twins (`ir::derived::Derived::twins`).
+    TapeNew: "tape_new" internal,
+    TapePush: "tape_push" internal,
+    TapeGet: "tape_get" internal,
     // I/O and testing.
     Print: "print" callable,
     Load: "load" callable,
@@ -256,7 +263,9 @@ impl Prim {
             MatMul | Where | Cast | Cumsum | Softmax | LogSoftmax | Reshape | Transpose | Permute | Concat | Stack
             | ExpandDims | Squeeze | BroadcastTo | Gather | OneHot | Einsum | Slice | ScatterAdd | Zeros | Ones
             | Full | Arange | Eye | Normal | Uniform | HeNormal | GlorotUniform | Params | Map | StopGradient
-            | Print | Load | Save | LogScalar | Exists | Assert | AssertClose => Class::Other,
+            | Print | Load | Save | LogScalar | Exists | Assert | AssertClose | TapeNew | TapePush | TapeGet => {
+                Class::Other
+            }
             crate::collective_prims!() => Class::Other,
         }
     }

@@ -248,7 +248,10 @@ pub(super) fn prim(cx: &mut Fcx, e: &mut Expr) {
         | Prim::GlorotUniform
         | Prim::Map
         | Prim::Load
-        | Prim::Exists => {
+        | Prim::Exists
+        | Prim::TapeNew
+        | Prim::TapePush
+        | Prim::TapeGet => {
             whole(cx, args, false);
             e.ty = strip(&e.ty);
             return;

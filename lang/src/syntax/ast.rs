@@ -183,6 +183,9 @@ pub enum StmtKind {
         value: Expr,
     },
     Return(Option<Expr>),
+    /// `break` and `continue` leave the innermost enclosing loop or its current iteration.
+    Break,
+    Continue,
     Expr(Expr),
     Error,
 }

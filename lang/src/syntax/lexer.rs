@@ -63,6 +63,10 @@ pub enum Tok<'a> {
     While,
     #[token("return")]
     Return,
+    #[token("break")]
+    Break,
+    #[token("continue")]
+    Continue,
     #[token("true")]
     True,
     #[token("false")]

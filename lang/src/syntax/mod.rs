@@ -89,6 +89,8 @@ fn token_text(tok: &Tok) -> Option<&'static str> {
         In => "in",
         While => "while",
         Return => "return",
+        Break => "break",
+        Continue => "continue",
         True => "true",
         False => "false",
         LParen => "(",
@@ -235,7 +237,7 @@ fn block_deep(b: &ast::Block, d: usize) -> bool {
         Expr(value) => expr_deep(value, d + 1),
         Assign { target, value, .. } => expr_deep(target, d + 1) || expr_deep(value, d + 1),
         Return(Some(e)) => expr_deep(e, d + 1),
-        Return(None) | Error => false,
+        Return(None) | Break | Continue | Error => false,
     })
 }
 

@@ -1,6 +1,6 @@
 //! The backward sweep of reverse mode: cotangent sums, zeros of any type, and the backward
-//! of operations, `if`s (recomputing the taken branch) and loops (recomputing each iteration's
-//! state from the state before the loop).
+//! of operations, `if`s (recomputing the taken branch) and loops (each iteration's state read
+//! from the loop's tape, or recomputed from the state before the loop under `@recompute`).
 
 use super::*;
 use crate::types::TensorTy;
@@ -285,8 +285,8 @@ impl Gen<'_> {
         Ok(mk(ExprKind::Block { stmts, result: Box::new(mk(ExprKind::Tuple(outs), t.clone(), self.sid)) }, t, self.sid))
     }
 
-    /// Backward of a loop: for each iteration, last first, recompute the state at its start from
-    /// the state before the loop, then run the body's backward.
+    /// Backward of a loop: for each iteration, last first, take the state at its start (from the
+    /// tape, or recomputed from the state before the loop), then run the body's backward.
     pub(in crate::autodiff) fn loop_bwd(&mut self, l: &LoopNode, contribs: &mut HashMap<Local, Vec<Local>>) -> Res<()> {
         if !l.outs.iter().any(|o| self.has(o, contribs)) {
             return Ok(());
@@ -324,36 +324,54 @@ impl Gen<'_> {
         let one = self.emit(mk(ExprKind::Lit(Lit::Int(1)), i32t.clone(), self.sid), i32t.clone(), "one");
         let last = self.p(Prim::Sub, &[l.end, one], Attrs::default(), i32t.clone());
         let it = self.p(Prim::Sub, &[last, r], Attrs::default(), i32t.clone());
-        // Recompute the state at the start of iteration `it`.
         let saved = std::mem::replace(&mut self.frames, l.ctx.clone());
-        let tslots: Vec<Local> = l
-            .init
-            .iter()
-            .map(|v| {
-                let ty = self.ty_of(*v);
-                let s = self.new_local(ty, "t", true);
-                self.push_stmt(Stmt::Let { pat: Pat::Local(s), value: self.local(*v) });
-                s
-            })
-            .collect();
-        let j = self.new_local(i32t.clone(), "j", false);
-        let rec_body = self.loop_body(&l.body, &l.carried, &tslots, l.ivar, j)?;
-        self.push_stmt(Stmt::Expr(mk(
-            ExprKind::ForRange {
-                var: j,
-                start: Box::new(self.local(start)),
-                end: Box::new(self.local(it)),
-                body: Box::new(rec_body),
-            },
-            Type::unit(),
-            self.sid,
-        )));
+        let srcs: Vec<Expr> = match l.tape {
+            // The state at the start of iteration `it`, read from the tape.
+            Some(tp) => {
+                let idx = self.p(Prim::Sub, &[it, start], Attrs::default(), i32t.clone());
+                let tys: Vec<Type> = l.init.iter().map(|v| self.ty_of(*v)).collect();
+                let st = Type::Tuple(tys.clone());
+                let s = self.p(Prim::TapeGet, &[tp, idx], Attrs::default(), st);
+                tys.into_iter()
+                    .enumerate()
+                    .map(|(i, t)| mk(ExprKind::TupleGet(Box::new(self.local(s)), i), t, self.sid))
+                    .collect()
+            }
+            // Recompute the state at the start of iteration `it` from the state before the loop.
+            None => {
+                let tslots: Vec<Local> = l
+                    .init
+                    .iter()
+                    .map(|v| {
+                        let ty = self.ty_of(*v);
+                        let s = self.new_local(ty, "t", true);
+                        self.push_stmt(Stmt::Let { pat: Pat::Local(s), value: self.local(*v) });
+                        s
+                    })
+                    .collect();
+                let j = self.new_local(i32t.clone(), "j", false);
+                let rec_body = self.loop_body(&l.body, &l.carried, &tslots, l.ivar, j)?;
+                self.push_stmt(Stmt::Expr(mk(
+                    ExprKind::ForRange {
+                        var: j,
+                        start: Box::new(self.local(start)),
+                        end: Box::new(self.local(it)),
+                        body: Box::new(rec_body),
+                    },
+                    Type::unit(),
+                    self.sid,
+                )));
+                tslots.iter().map(|t| self.local(*t)).collect()
+            }
+        };
         // One taped iteration at `it` from that state.
         let mut state = Vec::new();
-        for (c, t) in l.carried.iter().zip(&tslots) {
-            let ty = self.ty_of(*t);
-            let v = self.emit(self.local(*t), ty, "st");
-            if self.active.contains(&l.init[state.len()]) || l.outs.iter().any(|o| self.active.contains(o)) {
+        for (c, src) in l.carried.iter().zip(srcs) {
+            let ty = src.ty.clone();
+            let v = self.emit(src, ty.clone(), "st");
+            // Only float state carries a cotangent (a `bool` or `i32` slot never does).
+            let act = self.active.contains(&l.init[state.len()]) || l.outs.iter().any(|o| self.active.contains(o));
+            if act && is_float_type(&ty) {
                 self.active.insert(v);
             }
             self.bind(*c, v);

@@ -44,7 +44,12 @@ impl Checker {
                         cx.new_local(self, "_", i32t.clone(), false)
                     }
                 };
-                let body = self.check_block(cx, body, None);
+                if jumps::body_jumps(body) {
+                    let r = self.range_with_jumps(cx, var, a, b, body, span);
+                    cx.scopes.pop();
+                    return r;
+                }
+                let body = self.check_block_as(cx, body, None, true);
                 cx.scopes.pop();
                 let s = self.span_id(span);
                 mk(
@@ -178,9 +183,63 @@ impl Checker {
                 .collect(),
             Pat::Ignore => vec![],
         };
-        let body = self.check_block(cx, body, None);
+        if jumps::body_jumps(body) {
+            // The remaining batches are still counted off, but their bodies do not run.
+            let (flags, init) = self.begin_jump_loop(cx, span);
+            cx.loops.push(flags);
+            let b = self.check_block_as(cx, body, None, true);
+            cx.loops.pop();
+            cx.scopes.pop();
+            let b = self.running_body(flags, vec![], b);
+            let unit = self.unit(span);
+            let sid = self.span_id(span);
+            let brk = mk(ExprKind::Local(flags.brk), Type::scalar(ElemTy::Bool), sid);
+            let b = mk(ExprKind::If { cond: Box::new(brk), then: Box::new(unit), els: Box::new(b) }, Type::unit(), sid);
+            let lp = mk(
+                ExprKind::ForBatches { vars, data, size: Box::new(sv), shuffle, body: Box::new(b) },
+                Type::unit(),
+                sid,
+            );
+            return self.with_init(init, lp);
+        }
+        let body = self.check_block_as(cx, body, None, true);
         cx.scopes.pop();
         let s = self.span_id(span);
         mk(ExprKind::ForBatches { vars, data, size: Box::new(sv), shuffle, body: Box::new(body) }, Type::unit(), s)
+    }
+
+    /// `for var in a..b` whose body jumps, as a `while` over a counter so that `break` stops it:
+    /// `{ var ix = a; let end = b; while !brk && ix < end { let var = ix; ix += 1; go = true; body } }`.
+    fn range_with_jumps(
+        &mut self,
+        cx: &mut FnCx,
+        var: Local,
+        a: ir::Expr,
+        b: ir::Expr,
+        body: &ast::Block,
+        span: Span,
+    ) -> ir::Expr {
+        let i32t = Type::scalar(ElemTy::I32);
+        let ix = cx.new_hidden_local(self, "ix", i32t.clone());
+        let end = cx.new_hidden_local(self, "end", i32t.clone());
+        let (flags, mut init) = self.begin_jump_loop(cx, span);
+        cx.loops.push(flags);
+        let body = self.check_block_as(cx, body, None, true);
+        cx.loops.pop();
+        let sid = self.span_id(span);
+        let local = |l: Local| mk(ExprKind::Local(l), i32t.clone(), sid);
+        init.insert(0, Stmt::Let { pat: Pat::Local(end), value: b });
+        init.insert(0, Stmt::Let { pat: Pat::Local(ix), value: a });
+        let lt = self.prim(Prim::Lt, vec![local(ix), local(end)], Attrs::default(), Type::scalar(ElemTy::Bool), span);
+        let cond = self.unless_broken(flags, lt, span);
+        let one = mk(ExprKind::Lit(Lit::Int(1)), i32t.clone(), sid);
+        let next = self.prim(Prim::Add, vec![local(ix), one], Attrs::default(), i32t.clone(), span);
+        let pre = vec![
+            Stmt::Let { pat: Pat::Local(var), value: local(ix) },
+            Stmt::Assign { pat: Pat::Local(ix), value: next },
+        ];
+        let body = self.running_body(flags, pre, body);
+        let lp = mk(ExprKind::While { cond: Box::new(cond), body: Box::new(body) }, Type::unit(), sid);
+        self.with_init(init, lp)
     }
 }
