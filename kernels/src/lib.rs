@@ -22,6 +22,7 @@ pub use tensor::{DType, Element, Storage, Tensor};
 /// Every CPU kernel, as pure functions over [`Tensor`].
 pub mod ops {
     pub use crate::cpu::broadcast_shapes;
+    pub use crate::cpu::conv::{conv2d, conv2d_input_grad, conv2d_weight_grad, Conv2dGeometry};
     pub use crate::cpu::einsum::einsum;
     pub use crate::cpu::elementwise::{binary, unary, where_, BinaryOp, UnaryOp};
     pub use crate::cpu::index::{gather, one_hot, scatter_add, slice, slice_update_add, SliceSpec};

@@ -1,0 +1,368 @@
+//! 2-D convolution (cross-correlation, NCHW, as `torch.nn.functional.conv2d`) and its two
+//! gradients, lowered to the GEMM: each image is unfolded into columns (im2col), multiplied by
+//! the weight matrix with the `gemm` crate, and the input gradient folds columns back (col2im).
+//!
+//! Work is split over images (one column buffer per rayon task), so the sums of one image never
+//! depend on the thread count; the weight gradient adds the images of fixed groups of
+//! [`WGRAD_GROUP`] first and then the groups in order, so it is the same on every machine too.
+
+use rayon::prelude::*;
+
+use crate::cpu::matmul::GemmElement;
+use crate::error::KernelError;
+use crate::tensor::{checked_numel, Element, Storage, Tensor};
+
+/// Images per partial sum of the weight gradient (a fixed number, for reproducible sums).
+const WGRAD_GROUP: usize = 4;
+
+/// Multiply-adds from which one product uses all rayon threads inside `gemm`.
+const GEMM_PAR_MIN: usize = 64 * 64 * 64;
+
+/// The sizes of one convolution: input `[n, c, h, w]`, weights `[o, c, kh, kw]`, output
+/// `[n, o, oh, ow]` with `oh = (h + 2·pad - kh) / stride + 1` (floor division, as PyTorch).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Conv2dGeometry {
+    pub n: usize,
+    pub c: usize,
+    pub h: usize,
+    pub w: usize,
+    pub o: usize,
+    pub kh: usize,
+    pub kw: usize,
+    pub stride: usize,
+    pub pad: usize,
+    pub oh: usize,
+    pub ow: usize,
+}
+
+impl Conv2dGeometry {
+    /// Checks the sizes and computes the output size; a zero stride or a kernel larger than
+    /// the padded input is an error (as in PyTorch), never a panic.
+    pub fn new(
+        op: &'static str,
+        x: [usize; 4],
+        wt: [usize; 4],
+        stride: usize,
+        pad: usize,
+    ) -> Result<Conv2dGeometry, KernelError> {
+        let [n, c, h, w] = x;
+        let [o, c2, kh, kw] = wt;
+        if c != c2 {
+            return Err(KernelError::Invalid(format!(
+                "{op}: the input has {c} channels but the weights expect {c2} (input {:?}, weights {:?})",
+                x, wt
+            )));
+        }
+        if stride == 0 {
+            return Err(KernelError::Invalid(format!("{op}: the stride must be at least 1")));
+        }
+        let (ph, pw) = (h.saturating_add(2 * pad), w.saturating_add(2 * pad));
+        if kh == 0 || kw == 0 || kh > ph || kw > pw {
+            return Err(KernelError::Invalid(format!(
+                "{op}: the kernel {kh}×{kw} does not fit the input {h}×{w} padded by {pad} ({ph}×{pw})"
+            )));
+        }
+        let (oh, ow) = ((ph - kh) / stride + 1, (pw - kw) / stride + 1);
+        checked_numel(&[n, o, oh, ow])?;
+        checked_numel(&[c, kh, kw, oh, ow])?;
+        Ok(Conv2dGeometry { n, c, h, w, o, kh, kw, stride, pad, oh, ow })
+    }
+
+    /// Rows of the unfolded image: one per (channel, kernel row, kernel column).
+    fn ck(&self) -> usize {
+        self.c * self.kh * self.kw
+    }
+
+    /// Output positions per image (the columns of the unfolded image).
+    fn p(&self) -> usize {
+        self.oh * self.ow
+    }
+
+    /// Floating-point operations of the forward product (2 per multiply-add).
+    pub fn flops(&self) -> f64 {
+        2.0 * (self.n * self.o * self.p()) as f64 * self.ck() as f64
+    }
+
+    /// For output column `o0..` along one axis, the valid range of outputs whose input index
+    /// `out·stride + k - pad` lies in `0..len`.
+    fn valid(&self, k: usize, len: usize, outs: usize) -> (usize, usize) {
+        let s = self.stride;
+        // out·s + k ≥ pad  ⇔  out ≥ ceil((pad - k) / s)
+        let lo = if k >= self.pad { 0 } else { (self.pad - k).div_ceil(s) };
+        // out·s + k - pad ≤ len - 1  ⇔  out ≤ (len - 1 + pad - k) / s
+        let hi = if len + self.pad > k { ((len - 1 + self.pad - k) / s + 1).min(outs) } else { 0 };
+        (lo.min(hi), hi)
+    }
+}
+
+fn rank4(op: &'static str, t: &Tensor, what: &str) -> Result<[usize; 4], KernelError> {
+    match t.shape() {
+        &[a, b, c, d] => Ok([a, b, c, d]),
+        s => Err(KernelError::Invalid(format!("{op}: {what} must have rank 4, found shape {s:?}"))),
+    }
+}
+
+fn same_float(op: &'static str, a: &Tensor, b: &Tensor) -> Result<(), KernelError> {
+    if a.dtype() != b.dtype() {
+        return Err(KernelError::DTypeMismatch {
+            op,
+            expected: format!("operands of one element type ({})", a.dtype()),
+            found: b.dtype().to_string(),
+        });
+    }
+    if !a.dtype().is_float() {
+        return Err(KernelError::dtype(op, "a float tensor", a.dtype()));
+    }
+    Ok(())
+}
+
+/// `conv2d(x, w, stride, padding)`: `x[n, c, h, w]` correlated with `w[o, c, kh, kw]`, giving
+/// `[n, o, oh, ow]`. No bias: the caller adds it.
+pub fn conv2d(x: &Tensor, w: &Tensor, stride: usize, padding: usize) -> Result<Tensor, KernelError> {
+    let op = "conv2d";
+    same_float(op, x, w)?;
+    let g = Conv2dGeometry::new(op, rank4(op, x, "the input")?, rank4(op, w, "the weights")?, stride, padding)?;
+    let shape = vec![g.n, g.o, g.oh, g.ow];
+    Ok(match (x.storage(), w.storage()) {
+        (Storage::F32(a), Storage::F32(b)) => Tensor::from_parts(shape, forward(a, b, &g)),
+        (Storage::F64(a), Storage::F64(b)) => Tensor::from_parts(shape, forward(a, b, &g)),
+        _ => return Err(KernelError::dtype(op, "a float tensor", x.dtype())),
+    })
+}
+
+/// The gradient of `conv2d` with respect to its input: `g[n, o, oh, ow]` and `w[o, c, kh, kw]`
+/// give `[n, c, h, w]` (the transposed convolution); `h` and `w` are the input's size, which
+/// floor division does not determine from the output's.
+pub fn conv2d_input_grad(
+    g: &Tensor,
+    w: &Tensor,
+    size: [usize; 2],
+    stride: usize,
+    padding: usize,
+) -> Result<Tensor, KernelError> {
+    let op = "conv2d_input_grad";
+    same_float(op, g, w)?;
+    let [n, o, oh, ow] = rank4(op, g, "the output gradient")?;
+    let ws = rank4(op, w, "the weights")?;
+    let geo = Conv2dGeometry::new(op, [n, ws[1], size[0], size[1]], ws, stride, padding)?;
+    if o != geo.o || oh != geo.oh || ow != geo.ow {
+        return Err(KernelError::ShapeMismatch { op, lhs: g.shape().to_vec(), rhs: vec![n, geo.o, geo.oh, geo.ow] });
+    }
+    let shape = vec![n, geo.c, geo.h, geo.w];
+    Ok(match (g.storage(), w.storage()) {
+        (Storage::F32(a), Storage::F32(b)) => Tensor::from_parts(shape, input_grad(a, b, &geo)),
+        (Storage::F64(a), Storage::F64(b)) => Tensor::from_parts(shape, input_grad(a, b, &geo)),
+        _ => return Err(KernelError::dtype(op, "a float tensor", g.dtype())),
+    })
+}
+
+/// The gradient of `conv2d` with respect to its weights: `x[n, c, h, w]` and `g[n, o, oh, ow]`
+/// give `[o, c, kh, kw]`; `kh` and `kw` are the kernel's size.
+pub fn conv2d_weight_grad(
+    x: &Tensor,
+    g: &Tensor,
+    kernel: [usize; 2],
+    stride: usize,
+    padding: usize,
+) -> Result<Tensor, KernelError> {
+    let op = "conv2d_weight_grad";
+    same_float(op, x, g)?;
+    let xs = rank4(op, x, "the input")?;
+    let [n, o, oh, ow] = rank4(op, g, "the output gradient")?;
+    let geo = Conv2dGeometry::new(op, xs, [o, xs[1], kernel[0], kernel[1]], stride, padding)?;
+    if n != geo.n || oh != geo.oh || ow != geo.ow {
+        return Err(KernelError::ShapeMismatch { op, lhs: g.shape().to_vec(), rhs: vec![geo.n, o, geo.oh, geo.ow] });
+    }
+    let shape = vec![o, geo.c, geo.kh, geo.kw];
+    Ok(match (x.storage(), g.storage()) {
+        (Storage::F32(a), Storage::F32(b)) => Tensor::from_parts(shape, weight_grad(a, b, &geo)),
+        (Storage::F64(a), Storage::F64(b)) => Tensor::from_parts(shape, weight_grad(a, b, &geo)),
+        _ => return Err(KernelError::dtype(op, "a float tensor", x.dtype())),
+    })
+}
+
+/// The element types the convolutions run on.
+trait ConvElement: GemmElement + Element + std::ops::AddAssign {}
+impl ConvElement for f32 {}
+impl ConvElement for f64 {}
+
+/// Unfolds one image `x[c, h, w]` into `col[c·kh·kw, oh·ow]`; padding reads as zero.
+fn im2col<T: ConvElement>(x: &[T], g: &Conv2dGeometry, col: &mut [T]) {
+    let p = g.p();
+    for c in 0..g.c {
+        let plane = &x[c * g.h * g.w..(c + 1) * g.h * g.w];
+        for ki in 0..g.kh {
+            let (ylo, yhi) = g.valid(ki, g.h, g.oh);
+            for kj in 0..g.kw {
+                let (xlo, xhi) = g.valid(kj, g.w, g.ow);
+                let r = (c * g.kh + ki) * g.kw + kj;
+                let row = &mut col[r * p..(r + 1) * p];
+                row[..ylo * g.ow].fill(T::default());
+                row[yhi * g.ow..].fill(T::default());
+                for oy in ylo..yhi {
+                    let iy = oy * g.stride + ki - g.pad;
+                    let src = &plane[iy * g.w..(iy + 1) * g.w];
+                    let dst = &mut row[oy * g.ow..(oy + 1) * g.ow];
+                    dst[..xlo].fill(T::default());
+                    dst[xhi..].fill(T::default());
+                    if g.stride == 1 {
+                        let start = xlo + kj - g.pad;
+                        dst[xlo..xhi].copy_from_slice(&src[start..start + (xhi - xlo)]);
+                    } else {
+                        for (ox, d) in dst.iter_mut().enumerate().take(xhi).skip(xlo) {
+                            *d = src[ox * g.stride + kj - g.pad];
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Folds `col[c·kh·kw, oh·ow]` back into one image `x[c, h, w]`, adding overlaps; `x` is
+/// overwritten.
+fn col2im<T: ConvElement>(col: &[T], g: &Conv2dGeometry, x: &mut [T]) {
+    x.fill(T::default());
+    let p = g.p();
+    for c in 0..g.c {
+        let plane = &mut x[c * g.h * g.w..(c + 1) * g.h * g.w];
+        for ki in 0..g.kh {
+            let (ylo, yhi) = g.valid(ki, g.h, g.oh);
+            for kj in 0..g.kw {
+                let (xlo, xhi) = g.valid(kj, g.w, g.ow);
+                let r = (c * g.kh + ki) * g.kw + kj;
+                let row = &col[r * p..(r + 1) * p];
+                for oy in ylo..yhi {
+                    let iy = oy * g.stride + ki - g.pad;
+                    let dst = &mut plane[iy * g.w..(iy + 1) * g.w];
+                    let src = &row[oy * g.ow..(oy + 1) * g.ow];
+                    for ox in xlo..xhi {
+                        dst[ox * g.stride + kj - g.pad] += src[ox];
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `dst[m×n] (+)= a @ b` with `a`, `b` given by (row, column) strides; `dst` is row-major.
+#[allow(clippy::too_many_arguments)]
+fn gemm_into<T: ConvElement>(
+    dst: &mut [T],
+    (m, n, k): (usize, usize, usize),
+    a: &[T],
+    (a_rs, a_cs): (usize, usize),
+    b: &[T],
+    (b_rs, b_cs): (usize, usize),
+    accumulate: bool,
+    threaded: bool,
+) {
+    if m == 0 || n == 0 || k == 0 {
+        if !accumulate {
+            dst[..m * n].fill(T::default());
+        }
+        return;
+    }
+    let last_a = (m - 1) * a_rs + (k - 1) * a_cs;
+    let last_b = (k - 1) * b_rs + (n - 1) * b_cs;
+    assert!(dst.len() >= m * n && a.len() > last_a && b.len() > last_b);
+    let par = if threaded && m.saturating_mul(n).saturating_mul(k) >= GEMM_PAR_MIN {
+        gemm::Parallelism::Rayon(0)
+    } else {
+        gemm::Parallelism::None
+    };
+    // SAFETY: the assertion shows that every element read or written (rows and columns within
+    // m, n, k at the given strides) lies inside the slices, and `dst` is exclusively borrowed,
+    // so it aliases neither input.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            n as isize,
+            accumulate,
+            a.as_ptr(),
+            a_cs as isize,
+            a_rs as isize,
+            b.as_ptr(),
+            b_cs as isize,
+            b_rs as isize,
+            <T as GemmElement>::one(),
+            <T as GemmElement>::one(),
+            false,
+            false,
+            false,
+            par,
+        );
+    }
+}
+
+/// Output `[n, o, p]` = weights `[o, ck]` @ columns `[ck, p]`, image by image.
+fn forward<T: ConvElement>(x: &[T], w: &[T], g: &Conv2dGeometry) -> Vec<T> {
+    let (ck, p, chw) = (g.ck(), g.p(), g.c * g.h * g.w);
+    let mut out = vec![T::default(); g.n * g.o * p];
+    if out.is_empty() {
+        return out;
+    }
+    let one = |col: &mut Vec<T>, (dst, xi): (&mut [T], &[T])| {
+        im2col(xi, g, col);
+        gemm_into(dst, (g.o, p, ck), w, (ck, 1), col, (p, 1), false, g.n == 1);
+    };
+    if chw == 0 {
+        return out;
+    }
+    out.par_chunks_mut(g.o * p).zip(x.par_chunks(chw)).for_each_init(|| vec![T::default(); ck * p], one);
+    out
+}
+
+/// Input gradient `[n, c, h, w]`: columns `[ck, p]` = weightsᵀ `[ck, o]` @ g `[o, p]`, folded.
+fn input_grad<T: ConvElement>(gr: &[T], w: &[T], g: &Conv2dGeometry) -> Vec<T> {
+    let (ck, p, chw) = (g.ck(), g.p(), g.c * g.h * g.w);
+    let mut out = vec![T::default(); g.n * chw];
+    if out.is_empty() || g.o * p == 0 {
+        return out;
+    }
+    out.par_chunks_mut(chw).zip(gr.par_chunks(g.o * p)).for_each_init(
+        || vec![T::default(); ck * p],
+        |col, (dst, gi)| {
+            gemm_into(col, (ck, p, g.o), w, (1, ck), gi, (p, 1), false, g.n == 1);
+            col2im(col, g, dst);
+        },
+    );
+    out
+}
+
+/// Weight gradient `[o, ck]` = Σₙ g[n] `[o, p]` @ columns[n]ᵀ `[p, ck]`.
+fn weight_grad<T: ConvElement>(x: &[T], gr: &[T], g: &Conv2dGeometry) -> Vec<T> {
+    let (ck, p, chw) = (g.ck(), g.p(), g.c * g.h * g.w);
+    let len = g.o * ck;
+    if len == 0 || g.n == 0 || p == 0 || chw == 0 {
+        return vec![T::default(); len];
+    }
+    let groups = g.n.div_ceil(WGRAD_GROUP);
+    let partials: Vec<Vec<T>> = (0..groups)
+        .into_par_iter()
+        .map_init(
+            || vec![T::default(); ck * p],
+            |col, gi| {
+                let mut acc = vec![T::default(); len];
+                for i in gi * WGRAD_GROUP..((gi + 1) * WGRAD_GROUP).min(g.n) {
+                    im2col(&x[i * chw..(i + 1) * chw], g, col);
+                    let go = &gr[i * g.o * p..(i + 1) * g.o * p];
+                    gemm_into(&mut acc, (g.o, ck, p), go, (p, 1), col, (1, p), true, groups == 1);
+                }
+                acc
+            },
+        )
+        .collect();
+    let mut it = partials.into_iter();
+    let mut total = it.next().unwrap_or_else(|| vec![T::default(); len]);
+    for part in it {
+        for (t, v) in total.iter_mut().zip(part) {
+            *t += v;
+        }
+    }
+    total
+}
