@@ -104,6 +104,9 @@ pub enum Code {
     E0324,
     /// Something that the checker cannot type for another reason.
     E0325,
+    /// A convolution or pooling window that does not fit its (padded) input, or a stride,
+    /// padding or window size out of range.
+    E0326,
     /// `grad` of a function whose result is not a float scalar.
     E0401,
     /// `grad` with respect to an integer or boolean parameter.

@@ -11,6 +11,7 @@ pub mod einsum;
 pub mod elementwise;
 pub mod index;
 pub mod matmul;
+pub mod pool2d;
 pub(crate) mod num;
 pub mod reduce;
 pub mod shape;
