@@ -32,6 +32,16 @@ impl Interp<'_> {
         shape
     }
 
+    /// The global shape of a value of type `ty` whose block on this rank has shape `shape`.
+    fn global_shape(&self, ty: &Type, mut shape: Vec<usize>) -> Vec<usize> {
+        if let (Some(s), Type::Tensor(TensorTy { layout, .. })) = (self.spmd.as_deref(), ty) {
+            for (d, axes) in shape.iter_mut().zip(&layout.0) {
+                *d *= s.mesh.parts(axes).max(1) as usize;
+            }
+        }
+        shape
+    }
+
     /// The block of a value of type `ty` (global shape `shape`) that this rank holds.
     fn region(&self, ty: &Type, shape: &[usize]) -> rng::Region {
         let mut r = rng::Region::whole(shape);
@@ -203,7 +213,11 @@ impl Interp<'_> {
                 })
             }
             Prim::Normal | Prim::Uniform | Prim::HeNormal | Prim::GlorotUniform => {
-                let shape = self.dims_usize(frame, &attrs.shape, span)?;
+                // `uniform(like: x, seed: s)` takes the (global) shape of its second operand.
+                let shape = match args.get(1) {
+                    Some(like) => self.global_shape(&e.ty, t(like, span)?.shape().to_vec()),
+                    None => self.dims_usize(frame, &attrs.shape, span)?,
+                };
                 // Element `i` draws counter `i`: a rank's block holds what the whole tensor has there.
                 let region = self.region(&e.ty, &shape);
                 let dt = dtype_of(attrs.dtype.unwrap_or(ElemTy::F32));

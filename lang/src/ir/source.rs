@@ -233,7 +233,9 @@ impl Printer<'_> {
                             dims.truncate(1);
                         }
                         let mut all = dims;
-                        all.extend(a.iter().map(|s| format!("seed: {s}")));
+                        all.extend(a.iter().take(1).map(|s| format!("seed: {s}")));
+                        // `uniform(like: x, seed: s)`: the second operand is `stop_gradient(x)`.
+                        all.extend(a.iter().skip(1).map(|s| format!("like: {s}")));
                         let call = format!("{}({})", prim.name(), all.join(", "));
                         match attrs.dtype {
                             Some(t) if t != crate::types::ElemTy::F32 && *prim != Prim::Arange => {
