@@ -11,8 +11,8 @@ pub mod einsum;
 pub mod elementwise;
 pub mod index;
 pub mod matmul;
-pub mod pool2d;
 pub(crate) mod num;
+pub mod pool2d;
 pub mod reduce;
 pub mod shape;
 

@@ -320,13 +320,14 @@ impl Interp<'_> {
                     let v = d.subst(&|s| frame.dims.get(&s).map(|&x| crate::types::Dim::constant(x)));
                     let got = out.shape().get(i).map(|&n| n as i64);
                     if v.is_fractional_const() || v.as_const().is_some_and(|c| Some(c) != got) {
-                        let name = p.name();
+                        let (name, ds) = (p.name(), crate::types::dim_str(d, self.prog));
                         return Err(rt(
                             Code::E0602,
                             format!(
-                                "`{name}` gives spatial size {} here, which its type's exact division does not give \
-                                 (the stride must divide the padded size minus the kernel when the size is symbolic)",
-                                out.shape().get(i).copied().unwrap_or(0)
+                                "`{name}` gives spatial size {} here, but its type's size {ds} is {}: over a symbolic \
+                                 size the stride must divide the padded size minus the window",
+                                got.unwrap_or(0),
+                                crate::types::dim_str(&v, self.prog),
                             ),
                             span,
                         ));

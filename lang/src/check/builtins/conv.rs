@@ -164,7 +164,8 @@ impl Checker {
             return self.error_expr(span);
         }
         if let Some((_, be, bd)) = &b {
-            if !self.same_elem(name, xe, (*be, a.pos[2].1)) || !self.dims_agree(name, "output channels", (&wd[0], &bd[0]), a.pos[2].1)
+            if !self.same_elem(name, xe, (*be, a.pos[2].1))
+                || !self.dims_agree(name, "output channels", (&wd[0], &bd[0]), a.pos[2].1)
             {
                 return self.error_expr(span);
             }
@@ -199,7 +200,9 @@ impl Checker {
         if !self.arity(name, a, 2, 2, span) {
             return self.error_expr(span);
         }
-        let (w0, w1) = if input { ("a gradient `[N, O, OH, OW]`", "weights `[O, C, KH, KW]`") } else {
+        let (w0, w1) = if input {
+            ("a gradient `[N, O, OH, OW]`", "weights `[O, C, KH, KW]`")
+        } else {
             ("an input `[N, C, H, W]`", "a gradient `[N, O, OH, OW]`")
         };
         let u = self.window_operand(cx, name, a.pos[0], 4, w0);
@@ -249,7 +252,8 @@ impl Checker {
     /// defaults to the window, as in PyTorch.
     pub(super) fn check_pool2d(&mut self, cx: &mut FnCx, q: Prim, a: &Args, span: Span) -> ir::Expr {
         let name = q.name();
-        let named: &[&str] = if q == Prim::AvgPool2dGrad { &["size", "kernel", "stride"] } else { &["kernel", "stride"] };
+        let named: &[&str] =
+            if q == Prim::AvgPool2dGrad { &["size", "kernel", "stride"] } else { &["kernel", "stride"] };
         self.check_named(name, a, named);
         let (lo, hi) = match q {
             Prim::MaxPool2d => (1, 2),
@@ -301,8 +305,9 @@ impl Checker {
             }
             args.push(v);
         }
-        if q == Prim::AvgPool2dGrad && (!self.dims_agree(name, "gradient heights", (&oh, &xd[2]), a.pos[0].1)
-            || !self.dims_agree(name, "gradient widths", (&ow, &xd[3]), a.pos[0].1))
+        if q == Prim::AvgPool2dGrad
+            && (!self.dims_agree(name, "gradient heights", (&oh, &xd[2]), a.pos[0].1)
+                || !self.dims_agree(name, "gradient widths", (&ow, &xd[3]), a.pos[0].1))
         {
             return self.error_expr(span);
         }

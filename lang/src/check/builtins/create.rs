@@ -116,7 +116,8 @@ impl Checker {
         let shape = shape.clone();
         let Some(seed) = self.named(a, "seed") else {
             self.error(
-                Diagnostic::error(Code::E0212, span, format!("`{name}(like: …)` needs `seed: s`")).label("missing seed"),
+                Diagnostic::error(Code::E0212, span, format!("`{name}(like: …)` needs `seed: s`"))
+                    .label("missing seed"),
             );
             return self.error_expr(span);
         };
