@@ -30,7 +30,10 @@ pub struct Conv2dGeometry {
     pub kh: usize,
     pub kw: usize,
     pub stride: usize,
-    pub pad: usize,
+    /// Zero padding above and below (`pad_h`) and left and right (`pad_w`); the public
+    /// operations pad both alike, the transposed convolution of the input gradient not.
+    pub pad_h: usize,
+    pub pad_w: usize,
     pub oh: usize,
     pub ow: usize,
 }
@@ -65,7 +68,7 @@ impl Conv2dGeometry {
         let (oh, ow) = ((ph - kh) / stride + 1, (pw - kw) / stride + 1);
         checked_numel(&[n, o, oh, ow])?;
         checked_numel(&[c, kh, kw, oh, ow])?;
-        Ok(Conv2dGeometry { n, c, h, w, o, kh, kw, stride, pad, oh, ow })
+        Ok(Conv2dGeometry { n, c, h, w, o, kh, kw, stride, pad_h: pad, pad_w: pad, oh, ow })
     }
 
     /// Rows of the unfolded image: one per (channel, kernel row, kernel column).
@@ -85,12 +88,12 @@ impl Conv2dGeometry {
 
     /// For output column `o0..` along one axis, the valid range of outputs whose input index
     /// `out·stride + k - pad` lies in `0..len`.
-    fn valid(&self, k: usize, len: usize, outs: usize) -> (usize, usize) {
+    fn valid(&self, k: usize, len: usize, outs: usize, pad: usize) -> (usize, usize) {
         let s = self.stride;
         // out·s + k ≥ pad  ⇔  out ≥ ceil((pad - k) / s)
-        let lo = if k >= self.pad { 0 } else { (self.pad - k).div_ceil(s) };
+        let lo = if k >= pad { 0 } else { (pad - k).div_ceil(s) };
         // out·s + k - pad ≤ len - 1  ⇔  out ≤ (len - 1 + pad - k) / s
-        let hi = if len + self.pad > k { ((len - 1 + self.pad - k) / s + 1).min(outs) } else { 0 };
+        let hi = if len + pad > k { ((len - 1 + pad - k) / s + 1).min(outs) } else { 0 };
         (lo.min(hi), hi)
     }
 }
@@ -192,25 +195,25 @@ fn im2col<T: ConvElement>(x: &[T], g: &Conv2dGeometry, col: &mut [T]) {
     for c in 0..g.c {
         let plane = &x[c * g.h * g.w..(c + 1) * g.h * g.w];
         for ki in 0..g.kh {
-            let (ylo, yhi) = g.valid(ki, g.h, g.oh);
+            let (ylo, yhi) = g.valid(ki, g.h, g.oh, g.pad_h);
             for kj in 0..g.kw {
-                let (xlo, xhi) = g.valid(kj, g.w, g.ow);
+                let (xlo, xhi) = g.valid(kj, g.w, g.ow, g.pad_w);
                 let r = (c * g.kh + ki) * g.kw + kj;
                 let row = &mut col[r * p..(r + 1) * p];
                 row[..ylo * g.ow].fill(T::default());
                 row[yhi * g.ow..].fill(T::default());
                 for oy in ylo..yhi {
-                    let iy = oy * g.stride + ki - g.pad;
+                    let iy = oy * g.stride + ki - g.pad_h;
                     let src = &plane[iy * g.w..(iy + 1) * g.w];
                     let dst = &mut row[oy * g.ow..(oy + 1) * g.ow];
                     dst[..xlo].fill(T::default());
                     dst[xhi..].fill(T::default());
                     if g.stride == 1 {
-                        let start = xlo + kj - g.pad;
+                        let start = xlo + kj - g.pad_w;
                         dst[xlo..xhi].copy_from_slice(&src[start..start + (xhi - xlo)]);
                     } else {
                         for (ox, d) in dst.iter_mut().enumerate().take(xhi).skip(xlo) {
-                            *d = src[ox * g.stride + kj - g.pad];
+                            *d = src[ox * g.stride + kj - g.pad_w];
                         }
                     }
                 }
@@ -227,17 +230,17 @@ fn col2im<T: ConvElement>(col: &[T], g: &Conv2dGeometry, x: &mut [T]) {
     for c in 0..g.c {
         let plane = &mut x[c * g.h * g.w..(c + 1) * g.h * g.w];
         for ki in 0..g.kh {
-            let (ylo, yhi) = g.valid(ki, g.h, g.oh);
+            let (ylo, yhi) = g.valid(ki, g.h, g.oh, g.pad_h);
             for kj in 0..g.kw {
-                let (xlo, xhi) = g.valid(kj, g.w, g.ow);
+                let (xlo, xhi) = g.valid(kj, g.w, g.ow, g.pad_w);
                 let r = (c * g.kh + ki) * g.kw + kj;
                 let row = &col[r * p..(r + 1) * p];
                 for oy in ylo..yhi {
-                    let iy = oy * g.stride + ki - g.pad;
+                    let iy = oy * g.stride + ki - g.pad_h;
                     let dst = &mut plane[iy * g.w..(iy + 1) * g.w];
                     let src = &row[oy * g.ow..(oy + 1) * g.ow];
                     for ox in xlo..xhi {
-                        dst[ox * g.stride + kj - g.pad] += src[ox];
+                        dst[ox * g.stride + kj - g.pad_w] += src[ox];
                     }
                 }
             }
@@ -299,42 +302,97 @@ fn gemm_into<T: ConvElement>(
     }
 }
 
-/// Output `[n, o, p]` = weights `[o, ck]` @ columns `[ck, p]`, image by image.
+/// `t` (`rows × cols`, row-major) transposed into `dst` (`cols × rows`).
+fn transpose_into<T: ConvElement>(t: &[T], rows: usize, cols: usize, dst: &mut [T]) {
+    const B: usize = 32;
+    for r0 in (0..rows).step_by(B) {
+        for c0 in (0..cols).step_by(B) {
+            for r in r0..(r0 + B).min(rows) {
+                for c in c0..(c0 + B).min(cols) {
+                    dst[c * rows + r] = t[r * cols + c];
+                }
+            }
+        }
+    }
+}
+
+/// Output `[n, o, p]`, image by image: `gemm` is two to three times faster on the tall
+/// product `colsᵀ [p, ck] @ wᵀ [ck, o]` than on the wide `w [o, ck] @ cols [ck, p]` (it
+/// packs the 32-row left operand into half-empty 64-row panels), so the product is computed
+/// transposed and copied into place.
 fn forward<T: ConvElement>(x: &[T], w: &[T], g: &Conv2dGeometry) -> Vec<T> {
     let (ck, p, chw) = (g.ck(), g.p(), g.c * g.h * g.w);
     let mut out = vec![T::default(); g.n * g.o * p];
-    if out.is_empty() {
+    if out.is_empty() || chw == 0 {
         return out;
     }
-    let one = |col: &mut Vec<T>, (dst, xi): (&mut [T], &[T])| {
-        im2col(xi, g, col);
-        gemm_into(dst, (g.o, p, ck), w, (ck, 1), col, (p, 1), false, g.n == 1);
-    };
-    if chw == 0 {
-        return out;
-    }
-    out.par_chunks_mut(g.o * p).zip(x.par_chunks(chw)).for_each_init(|| vec![T::default(); ck * p], one);
+    let mut wt = vec![T::default(); ck * g.o];
+    transpose_into(w, g.o, ck, &mut wt);
+    out.par_chunks_mut(g.o * p).zip(x.par_chunks(chw)).for_each_init(
+        || (vec![T::default(); ck * p], vec![T::default(); p * g.o]),
+        |(col, tmp), (dst, xi)| {
+            im2col(xi, g, col);
+            gemm_into(tmp, (p, g.o, ck), col, (1, p), &wt, (g.o, 1), false, g.n == 1);
+            transpose_into(tmp, p, g.o, dst);
+        },
+    );
     out
 }
 
-/// Input gradient `[n, c, h, w]`: columns `[ck, p]` = weightsᵀ `[ck, o]` @ g `[o, p]`, folded.
+/// Input gradient `[n, c, h, w]`: columns `[ck, p]` = wᵀ `[ck, o]` @ g `[o, p]`, folded back.
+///
+/// At stride 1 with a padding below the kernel size it is instead the forward convolution of
+/// `g` with the flipped, transposed kernel `w'[c, o, i, j] = w[o, c, KH-1-i, KW-1-j]` padded by
+/// `K - 1 - p`: the same sums, as the tall product [`forward`] runs fast, where the folding
+/// path multiplies with an inner size of only `o`.
 fn input_grad<T: ConvElement>(gr: &[T], w: &[T], g: &Conv2dGeometry) -> Vec<T> {
+    if g.stride == 1 && g.pad_h < g.kh && g.pad_w < g.kw {
+        let mut flipped = vec![T::default(); w.len()];
+        for o in 0..g.o {
+            for c in 0..g.c {
+                for i in 0..g.kh {
+                    for j in 0..g.kw {
+                        flipped[((c * g.o + o) * g.kh + g.kh - 1 - i) * g.kw + g.kw - 1 - j] =
+                            w[((o * g.c + c) * g.kh + i) * g.kw + j];
+                    }
+                }
+            }
+        }
+        let t = Conv2dGeometry {
+            n: g.n,
+            c: g.o,
+            h: g.oh,
+            w: g.ow,
+            o: g.c,
+            kh: g.kh,
+            kw: g.kw,
+            stride: 1,
+            pad_h: g.kh - 1 - g.pad_h,
+            pad_w: g.kw - 1 - g.pad_w,
+            oh: g.h,
+            ow: g.w,
+        };
+        return forward(gr, &flipped, &t);
+    }
     let (ck, p, chw) = (g.ck(), g.p(), g.c * g.h * g.w);
     let mut out = vec![T::default(); g.n * chw];
     if out.is_empty() || g.o * p == 0 {
         return out;
     }
+    let mut wt = vec![T::default(); ck * g.o];
+    transpose_into(w, g.o, ck, &mut wt);
     out.par_chunks_mut(chw).zip(gr.par_chunks(g.o * p)).for_each_init(
         || vec![T::default(); ck * p],
         |col, (dst, gi)| {
-            gemm_into(col, (ck, p, g.o), w, (1, ck), gi, (p, 1), false, g.n == 1);
+            gemm_into(col, (ck, p, g.o), &wt, (g.o, 1), gi, (p, 1), false, g.n == 1);
             col2im(col, g, dst);
         },
     );
     out
 }
 
-/// Weight gradient `[o, ck]` = Σₙ g[n] `[o, p]` @ columns[n]ᵀ `[p, ck]`.
+/// Weight gradient `[o, ck]` = Σₙ (cols[n] `[ck, p]` @ g[n]ᵀ `[p, o]`)ᵀ: the transposed sum is
+/// the shape `gemm` runs fastest (see [`forward`]), and it is transposed once at the end.
 fn weight_grad<T: ConvElement>(x: &[T], gr: &[T], g: &Conv2dGeometry) -> Vec<T> {
     let (ck, p, chw) = (g.ck(), g.p(), g.c * g.h * g.w);
     let len = g.o * ck;
@@ -351,7 +409,7 @@ fn weight_grad<T: ConvElement>(x: &[T], gr: &[T], g: &Conv2dGeometry) -> Vec<T> 
                 for i in gi * WGRAD_GROUP..((gi + 1) * WGRAD_GROUP).min(g.n) {
                     im2col(&x[i * chw..(i + 1) * chw], g, col);
                     let go = &gr[i * g.o * p..(i + 1) * g.o * p];
-                    gemm_into(&mut acc, (g.o, ck, p), go, (p, 1), col, (1, p), true, groups == 1);
+                    gemm_into(&mut acc, (ck, g.o, p), col, (p, 1), go, (1, p), true, groups == 1);
                 }
                 acc
             },
@@ -364,5 +422,7 @@ fn weight_grad<T: ConvElement>(x: &[T], gr: &[T], g: &Conv2dGeometry) -> Vec<T> 
             *t += v;
         }
     }
-    total
+    let mut out = vec![T::default(); len];
+    transpose_into(&total, ck, g.o, &mut out);
+    out
 }
