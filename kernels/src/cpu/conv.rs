@@ -188,9 +188,41 @@ pub fn conv2d_weight_grad(
 }
 
 /// The element types the convolutions run on.
-trait ConvElement: GemmElement + Element + std::ops::AddAssign {}
-impl ConvElement for f32 {}
-impl ConvElement for f64 {}
+trait ConvElement: GemmElement + Element + std::ops::AddAssign {
+    /// Calls `f` with two scratch buffers of `a` and `b` elements (contents unspecified: every
+    /// user overwrites them). They are kept per thread between calls, because allocating and
+    /// clearing them for every task was 5 % of a training step; a nested call on the same
+    /// thread (rayon may run another task while one waits) gets fresh buffers.
+    fn with_scratch<R>(a: usize, b: usize, f: impl FnOnce(&mut [Self], &mut [Self]) -> R) -> R;
+}
+
+macro_rules! scratch_impl {
+    ($t:ty) => {
+        impl ConvElement for $t {
+            fn with_scratch<R>(a: usize, b: usize, f: impl FnOnce(&mut [Self], &mut [Self]) -> R) -> R {
+                thread_local! {
+                    static SCRATCH: std::cell::RefCell<Vec<$t>> = const { std::cell::RefCell::new(Vec::new()) };
+                }
+                SCRATCH.with(|cell| match cell.try_borrow_mut() {
+                    Ok(mut buf) => {
+                        if buf.len() < a + b {
+                            buf.resize(a + b, 0.0);
+                        }
+                        let (x, y) = buf[..a + b].split_at_mut(a);
+                        f(x, y)
+                    }
+                    Err(_) => {
+                        let mut buf = vec![0.0; a + b];
+                        let (x, y) = buf.split_at_mut(a);
+                        f(x, y)
+                    }
+                })
+            }
+        }
+    };
+}
+scratch_impl!(f32);
+scratch_impl!(f64);
 
 /// Unfolds one image `x[c, h, w]` into `col[c·kh·kw, oh·ow]`; padding reads as zero.
 fn im2col<T: ConvElement>(x: &[T], g: &Conv2dGeometry, col: &mut [T]) {
@@ -334,12 +366,13 @@ fn forward<T: ConvElement>(x: &[T], w: &[T], g: &Conv2dGeometry) -> Vec<T> {
     // A few images per task, with one pair of buffers per task (rayon may call a
     // `for_each_init` initialiser once per image, and clearing the buffers cost 5 %).
     out.par_chunks_mut(IMAGES_PER_TASK * g.o * p).zip(x.par_chunks(IMAGES_PER_TASK * chw)).for_each(|(dst, xs)| {
-        let (mut col, mut tmp) = (vec![T::default(); ck * p], vec![T::default(); p * g.o]);
-        for (dst, xi) in dst.chunks_mut(g.o * p).zip(xs.chunks(chw)) {
-            im2col(xi, g, &mut col);
-            gemm_into(&mut tmp, (p, g.o, ck), &col, (1, p), &wt, (g.o, 1), false, g.n == 1);
-            transpose_into(&tmp, p, g.o, dst);
-        }
+        T::with_scratch(ck * p, p * g.o, |col, tmp| {
+            for (dst, xi) in dst.chunks_mut(g.o * p).zip(xs.chunks(chw)) {
+                im2col(xi, g, col);
+                gemm_into(tmp, (p, g.o, ck), col, (1, p), &wt, (g.o, 1), false, g.n == 1);
+                transpose_into(tmp, p, g.o, dst);
+            }
+        })
     });
     out
 }
@@ -387,11 +420,12 @@ fn input_grad<T: ConvElement>(gr: &[T], w: &[T], g: &Conv2dGeometry) -> Vec<T> {
     let mut wt = vec![T::default(); ck * g.o];
     transpose_into(w, g.o, ck, &mut wt);
     out.par_chunks_mut(IMAGES_PER_TASK * chw).zip(gr.par_chunks(IMAGES_PER_TASK * g.o * p)).for_each(|(dst, gs)| {
-        let mut col = vec![T::default(); ck * p];
-        for (dst, gi) in dst.chunks_mut(chw).zip(gs.chunks(g.o * p)) {
-            gemm_into(&mut col, (ck, p, g.o), &wt, (g.o, 1), gi, (p, 1), false, g.n == 1);
-            col2im(&col, g, dst);
-        }
+        T::with_scratch(ck * p, 0, |col, _| {
+            for (dst, gi) in dst.chunks_mut(chw).zip(gs.chunks(g.o * p)) {
+                gemm_into(col, (ck, p, g.o), &wt, (g.o, 1), gi, (p, 1), false, g.n == 1);
+                col2im(col, g, dst);
+            }
+        })
     });
     out
 }
@@ -408,12 +442,14 @@ fn weight_grad<T: ConvElement>(x: &[T], gr: &[T], g: &Conv2dGeometry) -> Vec<T> 
     let partials: Vec<Vec<T>> = (0..groups)
         .into_par_iter()
         .map(|gi| {
-            let (mut col, mut acc) = (vec![T::default(); ck * p], vec![T::default(); len]);
-            for i in gi * WGRAD_GROUP..((gi + 1) * WGRAD_GROUP).min(g.n) {
-                im2col(&x[i * chw..(i + 1) * chw], g, &mut col);
-                let go = &gr[i * g.o * p..(i + 1) * g.o * p];
-                gemm_into(&mut acc, (ck, g.o, p), &col, (p, 1), go, (1, p), true, groups == 1);
-            }
+            let mut acc = vec![T::default(); len];
+            T::with_scratch(ck * p, 0, |col, _| {
+                for i in gi * WGRAD_GROUP..((gi + 1) * WGRAD_GROUP).min(g.n) {
+                    im2col(&x[i * chw..(i + 1) * chw], g, col);
+                    let go = &gr[i * g.o * p..(i + 1) * g.o * p];
+                    gemm_into(&mut acc, (ck, g.o, p), col, (p, 1), go, (1, p), true, groups == 1);
+                }
+            });
             acc
         })
         .collect();
