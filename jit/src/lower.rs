@@ -405,6 +405,13 @@ impl<'a, 'f> Lower<'a, 'f> {
             | Prim::Einsum
             | Prim::Slice
             | Prim::ScatterAdd
+            | Prim::Conv2d
+            | Prim::Conv2dInputGrad
+            | Prim::Conv2dWeightGrad
+            | Prim::MaxPool2d
+            | Prim::MaxPool2dGrad
+            | Prim::AvgPool2d
+            | Prim::AvgPool2dGrad
             | Prim::Zeros
             | Prim::Ones
             | Prim::Full

@@ -108,6 +108,9 @@ pub enum Code {
     E0326,
     /// `break` or `continue` where a value is needed.
     E0327,
+    /// A convolution or pooling window that does not fit its (padded) input, or a stride,
+    /// padding or window size out of range.
+    E0328,
     /// `grad` of a function whose result is not a float scalar.
     E0401,
     /// `grad` with respect to an integer or boolean parameter.

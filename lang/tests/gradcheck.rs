@@ -865,17 +865,21 @@ fn nn_f64_prelude() -> String {
     let mut out = src
         .replace("f32", "f64")
         .replace("one_hot(y, C)", "f64(one_hot(y, C))")
-        .replace("var out = zeros(", "var out: f64[N, O, H - KH + 1, W - KW + 1] = zeros(")
-        .replace("uniform(N, D, seed: seed)", "f64(uniform(N, D, seed: seed))");
+        .replace("uniform(like: x, seed: seed)", "f64(uniform(like: x, seed: seed))");
     // The builtins nn re-exports keep their names; `nn_relu` is the builtin `relu`.
     for name in ["relu", "gelu", "sigmoid"] {
         out.push_str(&format!("\nfn nn_{name}[..S](x: f64[..S]) -> f64[..S] {{\n    {name}(x)\n}}\n"));
     }
+    // `conv2d` is a builtin too; the wrapper also checks it over symbolic sizes.
+    out.push_str(
+        "\nfn nn_conv2d[N, C, H, W, O, KH, KW](x: f64[N, C, H, W], k: f64[O, C, KH, KW], b: f64[O]) \
+         -> f64[N, O, H - KH + 1, W - KW + 1] {\n    conv2d(x, k, b)\n}\n",
+    );
     for name in ["softmax", "log_softmax"] {
         out.push_str(&format!("\nfn nn_{name}[C, ..S](x: f64[..S, C]) -> f64[..S, C] {{\n    {name}(x)\n}}\n"));
     }
     for name in
-        ["linear", "cross_entropy", "mse", "accuracy", "layer_norm", "embedding", "attention", "conv2d", "dropout"]
+        ["linear", "cross_entropy", "mse", "accuracy", "layer_norm", "embedding", "attention", "batch_norm", "dropout"]
     {
         out = out.replace(&format!("fn {name}["), &format!("fn nn_{name}["));
     }
@@ -972,6 +976,12 @@ fn nn_cases(elem: &str) -> Vec<Case> {
             .param("b", t(&[2]))
             .param("w", w(&[2, 2, 1, 3])),
         mk("dropout", "sum(w * nn.dropout(x, 0.25, 3))").param("x", t(&[4, 5])).param("w", w(&[4, 5])),
+        mk("dropout 3d", "sum(w * nn.dropout(x, 0.5, 4))").param("x", t(&[2, 3, 2])).param("w", w(&[2, 3, 2])),
+        mk("batch_norm", "sum(w * nn.batch_norm(x, gamma, beta))")
+            .param("x", t(&[2, 3, 2, 2]))
+            .param("gamma", t(&[3]))
+            .param("beta", t(&[3]))
+            .param("w", w(&[2, 3, 2, 2])),
         mk(
             "mlp loss",
             "mean(nn.cross_entropy(nn.linear(nn.gelu(nn.layer_norm(nn.linear(x, a, b), g, be)), a2, b2), y))",

@@ -134,7 +134,7 @@ struct Geometry {
 }
 
 /// Element types `gemm` multiplies.
-trait GemmElement: Copy + Default + Send + Sync + 'static {
+pub(crate) trait GemmElement: Copy + Default + Send + Sync + 'static {
     fn zero() -> Self;
     fn one() -> Self;
 }

@@ -6,11 +6,13 @@
 //! closure, in parallel when the output is large. The kernels then specialise the row loop for
 //! strides 0 and 1 so that the common cases compile to straight vector loops.
 
+pub mod conv;
 pub mod einsum;
 pub mod elementwise;
 pub mod index;
 pub mod matmul;
 pub(crate) mod num;
+pub mod pool2d;
 pub mod reduce;
 pub mod shape;
 

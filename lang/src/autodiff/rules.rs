@@ -804,6 +804,52 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
                 v.push((i, x));
             }
         }
+        // The convolutions are bilinear, and each one's adjoints are the other two
+        // (`kernels::ops::conv2d*`): ⟨conv(x, w), g⟩ = ⟨x, input_grad(g, w)⟩ = ⟨w, weight_grad(x, g)⟩.
+        Prim::Conv2d | Prim::Conv2dInputGrad | Prim::Conv2dWeightGrad => {
+            let (a, b) = (args[0], args[1]);
+            let spatial = |t: &Type| fixed(&shape(t)).map(|d| d[2..].to_vec()).unwrap_or_default();
+            let with = |shape: Vec<Dim>| Attrs { perm: attrs.perm.clone(), shape, ..Attrs::default() };
+            let conv = Attrs { perm: attrs.perm.clone(), ..Attrs::default() };
+            // (operand, primitive, its operands, attributes)
+            let plan: [(Prim, [Local; 2], Attrs); 2] = match p {
+                Prim::Conv2d => [
+                    (Prim::Conv2dInputGrad, [bar, b], with(spatial(&tys[0]))),
+                    (Prim::Conv2dWeightGrad, [a, bar], with(spatial(&tys[1]))),
+                ],
+                Prim::Conv2dInputGrad => {
+                    [(Prim::Conv2d, [bar, b], conv), (Prim::Conv2dWeightGrad, [bar, a], with(spatial(&tys[1])))]
+                }
+                _ => [(Prim::Conv2dInputGrad, [b, bar], with(spatial(&tys[0]))), (Prim::Conv2d, [a, bar], conv)],
+            };
+            for (i, (q, ops, at)) in plan.into_iter().enumerate() {
+                if act[i] {
+                    v.push((i, g.p(q, &ops, at, tys[i].clone())));
+                }
+            }
+        }
+        // Max pooling selects: the cotangent goes to each window's first maximum, and the
+        // positions (the first operand, when a second one is picked from) get none.
+        Prim::MaxPool2d => {
+            let i = args.len() - 1;
+            if act[i] {
+                v.push((i, g.p(Prim::MaxPool2dGrad, &[args[0], bar], attrs.clone(), tys[i].clone())));
+            }
+        }
+        Prim::MaxPool2dGrad => {
+            if act[1] {
+                v.push((1, g.p(Prim::MaxPool2d, &[args[0], bar], attrs.clone(), tys[1].clone())));
+            }
+        }
+        Prim::AvgPool2d => {
+            let Some(d) = fixed(&shape(&tys[0])) else { return Err(err(g.span, "avg_pool2d of a rest")) };
+            let at = Attrs { perm: attrs.perm.clone(), shape: d[2..].to_vec(), ..Attrs::default() };
+            v.push((0, g.p(Prim::AvgPool2dGrad, &[bar], at, tys[0].clone())));
+        }
+        Prim::AvgPool2dGrad => {
+            let at = Attrs { perm: attrs.perm.clone(), ..Attrs::default() };
+            v.push((0, g.p(Prim::AvgPool2d, &[bar], at, tys[0].clone())));
+        }
         // No derivative: comparisons, logic, rounding, indices, creation, counts, `map` (expanded
         // before differentiation) and effects. Listed, not caught by a wildcard, so that a new
         // primitive cannot compile without a decision here.

@@ -191,6 +191,31 @@ impl Gen<'_> {
                 }
                 self.sum(&parts)
             }
+            // Bilinear, like `@`: one term per operand with a tangent.
+            Prim::Conv2d | Prim::Conv2dInputGrad | Prim::Conv2dWeightGrad => {
+                let mut parts = Vec::new();
+                for (i, t) in ts.iter().enumerate() {
+                    if let Some(t) = t {
+                        let mut a = args.to_vec();
+                        a[i] = *t;
+                        parts.push(self.p(p, &a, attrs.clone(), ot.clone()));
+                    }
+                }
+                self.sum(&parts)
+            }
+            // Max pooling is locally a selection: the tangent is picked where the primal has its
+            // maxima (`max_pool2d(x, ẋ)`); the positions themselves carry no tangent.
+            Prim::MaxPool2d => {
+                let picked = if args.len() == 1 { t0 } else { t1 };
+                match picked {
+                    Some(t) => self.p(p, &[args[0], t], attrs, ot.clone()),
+                    None => self.zeros_like(out)?,
+                }
+            }
+            Prim::MaxPool2dGrad => match t1 {
+                Some(t) => self.p(p, &[args[0], t], attrs, ot.clone()),
+                None => self.zeros_like(out)?,
+            },
             Prim::Concat | Prim::Stack => {
                 let mut a = Vec::new();
                 for (x, t) in args.iter().zip(ts) {
@@ -211,6 +236,8 @@ impl Gen<'_> {
             | Prim::Gather
             | Prim::ScatterAdd
             | Prim::Slice
+            | Prim::AvgPool2d
+            | Prim::AvgPool2dGrad
             // The linear collectives: a tangent is communicated like its primal.
             | Prim::AllReduceSum
             | Prim::AllReduceMean

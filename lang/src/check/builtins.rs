@@ -12,6 +12,7 @@ use crate::types::unify::broadcast;
 use crate::types::TensorTy;
 use crate::types::{Dim, Elem, ElemTy, FnTy, ShapeItem, Type};
 
+mod conv;
 mod create;
 mod index;
 mod io;
@@ -576,6 +577,11 @@ impl Checker {
             Prim::OneHot => self.check_one_hot(cx, p, a, span, expected),
             Prim::Einsum => self.check_einsum(cx, a, span),
             Prim::Cumsum => self.check_cumsum(cx, p, a, span),
+            Prim::Conv2d => self.check_conv2d(cx, a, span),
+            Prim::Conv2dInputGrad | Prim::Conv2dWeightGrad => self.check_conv2d_grad(cx, p, a, span),
+            Prim::MaxPool2d | Prim::MaxPool2dGrad | Prim::AvgPool2d | Prim::AvgPool2dGrad => {
+                self.check_pool2d(cx, p, a, span)
+            }
             Prim::Softmax | Prim::LogSoftmax => self.check_softmax(cx, p, a, span),
             Prim::Zeros | Prim::Ones | Prim::Full | Prim::Arange | Prim::Eye => {
                 self.check_zeros(cx, p, a, span, expected)

@@ -806,7 +806,16 @@ type SearchFrame = (ModelId, Vec<(usize, ModelId)>, usize);
 pub(crate) fn builtin_exports(module: &str) -> &'static [crate::ir::Prim] {
     use crate::ir::Prim;
     match module {
-        "nn" => &[Prim::Relu, Prim::Gelu, Prim::Sigmoid, Prim::Softmax, Prim::LogSoftmax],
+        "nn" => &[
+            Prim::Relu,
+            Prim::Gelu,
+            Prim::Sigmoid,
+            Prim::Softmax,
+            Prim::LogSoftmax,
+            Prim::Conv2d,
+            Prim::MaxPool2d,
+            Prim::AvgPool2d,
+        ],
         _ => &[],
     }
 }

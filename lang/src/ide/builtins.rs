@@ -58,6 +58,37 @@ const TABLE: &[(&str, &str, &str)] = &[
     ),
     ("one_hot", "one_hot(y: i32[..S], n) -> f32[..S, n]", "One-hot encoding of integer labels."),
     ("einsum", "einsum(\"spec\", a, b, …)", "Einstein summation, e.g. `einsum(\"bij,bjk->bik\", a, b)`."),
+    (
+        "conv2d",
+        "conv2d(x: f[N, C, H, W], w: f[O, C, KH, KW], b: f[O], stride: s, padding: p) -> f[N, O, OH, OW]",
+        "2-D cross-correlation (NCHW, as PyTorch); `OH = (H + 2p - KH) / s + 1`, floor division; the bias is optional.",
+    ),
+    (
+        "conv2d_input_grad",
+        "conv2d_input_grad(g: f[N, O, OH, OW], w: f[O, C, KH, KW], size: [H, W], stride: s, padding: p) -> f[N, C, H, W]",
+        "The gradient of `conv2d` with respect to its input (the transposed convolution).",
+    ),
+    (
+        "conv2d_weight_grad",
+        "conv2d_weight_grad(x: f[N, C, H, W], g: f[N, O, OH, OW], kernel: [KH, KW], stride: s, padding: p) -> f[O, C, KH, KW]",
+        "The gradient of `conv2d` with respect to its weights.",
+    ),
+    (
+        "max_pool2d",
+        "max_pool2d(x: f[N, C, H, W], kernel: k, stride: s) -> f[N, C, OH, OW]",
+        "The maximum of each `k × k` window (stride defaults to `k`); `max_pool2d(x, v, …)` picks `v` at those maxima.",
+    ),
+    (
+        "max_pool2d_grad",
+        "max_pool2d_grad(x: f[N, C, H, W], g: f[N, C, OH, OW], kernel: k, stride: s) -> f[N, C, H, W]",
+        "The gradient of `max_pool2d`: `g` sent to the first maximum of each window.",
+    ),
+    ("avg_pool2d", "avg_pool2d(x: f[N, C, H, W], kernel: k, stride: s) -> f[N, C, OH, OW]", "The mean of each `k × k` window."),
+    (
+        "avg_pool2d_grad",
+        "avg_pool2d_grad(g: f[N, C, OH, OW], size: [H, W], kernel: k, stride: s) -> f[N, C, H, W]",
+        "The gradient of `avg_pool2d`: each window's cotangent spread evenly over it.",
+    ),
     ("params", "params(m) -> i32", "The number of parameters of a model."),
     ("map", "map(f, m, …)", "Applies a rank-polymorphic function to every tensor of one or more models."),
     ("init", "init(Model[…], seed: s)", "A model with every field initialised from its initialiser."),

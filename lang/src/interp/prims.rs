@@ -32,6 +32,16 @@ impl Interp<'_> {
         shape
     }
 
+    /// The global shape of a value of type `ty` whose block on this rank has shape `shape`.
+    fn global_shape(&self, ty: &Type, mut shape: Vec<usize>) -> Vec<usize> {
+        if let (Some(s), Type::Tensor(TensorTy { layout, .. })) = (self.spmd.as_deref(), ty) {
+            for (d, axes) in shape.iter_mut().zip(&layout.0) {
+                *d *= s.mesh.parts(axes).max(1) as usize;
+            }
+        }
+        shape
+    }
+
     /// The block of a value of type `ty` (global shape `shape`) that this rank holds.
     fn region(&self, ty: &Type, shape: &[usize]) -> rng::Region {
         let mut r = rng::Region::whole(shape);
@@ -191,6 +201,13 @@ impl Interp<'_> {
                 let ts: Vec<Tensor> = args.iter().map(|a| t(a, span).cloned()).collect::<R<_>>()?;
                 k(ops::einsum(attrs.spec.as_deref().unwrap_or(""), &ts))
             }
+            Prim::Conv2d
+            | Prim::Conv2dInputGrad
+            | Prim::Conv2dWeightGrad
+            | Prim::MaxPool2d
+            | Prim::MaxPool2dGrad
+            | Prim::AvgPool2d
+            | Prim::AvgPool2dGrad => self.conv_pool(p, &args, attrs, e, frame),
             Prim::Slice => {
                 let x = t(&args[0], span)?;
                 let specs = self.slice_specs(&attrs.perm, &args[1..], span)?;
@@ -218,7 +235,11 @@ impl Interp<'_> {
                 })
             }
             Prim::Normal | Prim::Uniform | Prim::HeNormal | Prim::GlorotUniform => {
-                let shape = self.dims_usize(frame, &attrs.shape, span)?;
+                // `uniform(like: x, seed: s)` takes the (global) shape of its second operand.
+                let shape = match args.get(1) {
+                    Some(like) => self.global_shape(&e.ty, t(like, span)?.shape().to_vec()),
+                    None => self.dims_usize(frame, &attrs.shape, span)?,
+                };
                 // Element `i` draws counter `i`: a rank's block holds what the whole tensor has there.
                 let region = self.region(&e.ty, &shape);
                 let dt = dtype_of(attrs.dtype.unwrap_or(ElemTy::F32));
@@ -318,6 +339,65 @@ impl Interp<'_> {
                 Err(rt(Code::E0605, format!("`{}` cannot be evaluated here", p.name()), span))
             }
         }
+    }
+
+    /// The convolution and pooling primitives (`attrs.perm` holds their two integers). A
+    /// symbolic output size with a stride above 1 is an exact division in the type
+    /// (`check::builtins::conv`); a run whose sizes make it inexact stops here (exit 2).
+    fn conv_pool(&mut self, p: Prim, args: &[Value], attrs: &Attrs, e: &Expr, frame: &Frame) -> R<Value> {
+        let span = self.span(e);
+        let k = |r: Result<Tensor, kernels::KernelError>| r.map_err(|e| kerr(e, span));
+        let (a, b) = (attrs.perm.first().copied().unwrap_or(1), attrs.perm.get(1).copied().unwrap_or(0));
+        let pair = |s: &[usize]| [s.first().copied().unwrap_or(0), s.get(1).copied().unwrap_or(0)];
+        let x = t(&args[0], span)?;
+        let out = match p {
+            Prim::Conv2d => k(ops::conv2d(x, t(&args[1], span)?, a, b))?,
+            Prim::Conv2dInputGrad => {
+                let size = pair(&self.dims_usize(frame, &attrs.shape, span)?);
+                k(ops::conv2d_input_grad(x, t(&args[1], span)?, size, a, b))?
+            }
+            Prim::Conv2dWeightGrad => {
+                let size = pair(&self.dims_usize(frame, &attrs.shape, span)?);
+                k(ops::conv2d_weight_grad(x, t(&args[1], span)?, size, a, b))?
+            }
+            Prim::MaxPool2d => {
+                let v = match args.get(1) {
+                    Some(v) => Some(t(v, span)?),
+                    None => None,
+                };
+                k(ops::max_pool2d(x, v, a, b))?
+            }
+            Prim::MaxPool2dGrad => k(ops::max_pool2d_grad(x, t(&args[1], span)?, a, b))?,
+            Prim::AvgPool2d => k(ops::avg_pool2d(x, a, b))?,
+            _ => {
+                let size = pair(&self.dims_usize(frame, &attrs.shape, span)?);
+                k(ops::avg_pool2d_grad(x, size, a, b))?
+            }
+        };
+        // The type's spatial sizes: a symbolic one may be an exact division that the sizes of
+        // this run do not divide.
+        if let Type::Tensor(TensorTy { shape: s, .. }) = &e.ty {
+            for (i, item) in s.iter().enumerate().skip(2) {
+                if let crate::types::ShapeItem::Dim(d) = item {
+                    let v = d.subst(&|s| frame.dims.get(&s).map(|&x| crate::types::Dim::constant(x)));
+                    let got = out.shape().get(i).map(|&n| n as i64);
+                    if v.is_fractional_const() || v.as_const().is_some_and(|c| Some(c) != got) {
+                        let (name, ds) = (p.name(), crate::types::dim_str(d, self.prog));
+                        return Err(rt(
+                            Code::E0602,
+                            format!(
+                                "`{name}` gives spatial size {} here, but its type's size {ds} is {}: over a symbolic \
+                                 size the stride must divide the padded size minus the window",
+                                got.unwrap_or(0),
+                                crate::types::dim_str(&v, self.prog),
+                            ),
+                            span,
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(Value::Tensor(out))
     }
 
     fn slice_specs(&self, kinds: &[usize], bounds: &[Value], span: Span) -> R<Vec<SliceSpec>> {

@@ -101,6 +101,29 @@ prims! {
     Gather: "gather" callable,
     OneHot: "one_hot" callable,
     Einsum: "einsum" callable,
+    // Convolution and pooling over NCHW tensors (`spec/cnn.md`); `attrs.perm` holds the two
+    // integers of each: `[stride, padding]` for the convolutions, `[kernel, stride]` for pooling.
+    /// `conv2d(x, w, stride: s, padding: p)`: `x[N, C, H, W]` cross-correlated with
+    /// `w[O, C, KH, KW]` (the bias of `conv2d(x, w, b, …)` is a separate addition).
+    Conv2d: "conv2d" callable,
+    /// `conv2d_input_grad(g, w, size: [H, W], …)`: the adjoint of `conv2d` in `x` (the transposed
+    /// convolution); `attrs.shape` is the input's `[H, W]`, which floor division does not determine.
+    Conv2dInputGrad: "conv2d_input_grad" callable,
+    /// `conv2d_weight_grad(x, g, kernel: [KH, KW], …)`: the adjoint of `conv2d` in `w`
+    /// (`attrs.shape` is `[KH, KW]`).
+    Conv2dWeightGrad: "conv2d_weight_grad" callable,
+    /// `max_pool2d(x, kernel: k, stride: s)`: the maximum of each window. With a second operand,
+    /// `max_pool2d(x, v, …)` picks `v` where `x` has its first maximum in each window (the
+    /// tangent of max pooling).
+    MaxPool2d: "max_pool2d" callable,
+    /// `max_pool2d_grad(x, g, kernel: k, stride: s)`: `g` sent to the first maximum of each
+    /// window of `x` (summed where windows overlap), the adjoint of `max_pool2d`.
+    MaxPool2dGrad: "max_pool2d_grad" callable,
+    /// `avg_pool2d(x, kernel: k, stride: s)`: the mean of each window.
+    AvgPool2d: "avg_pool2d" callable,
+    /// `avg_pool2d_grad(g, size: [H, W], kernel: k, stride: s)`: the adjoint of `avg_pool2d`
+    /// (`attrs.shape` is the input's `[H, W]`).
+    AvgPool2dGrad: "avg_pool2d_grad" callable,
     /// `x[i, a:b, :]`: attrs.perm encodes each entry (0 index, 1 range, 2 full); the
     /// arguments after `x` are the index values and range bounds in order.
     Slice: "slice" internal,
@@ -262,6 +285,7 @@ impl Prim {
             crate::reduce_prims!() => Class::Reduce,
             MatMul | Where | Cast | Cumsum | Softmax | LogSoftmax | Reshape | Transpose | Permute | Concat | Stack
             | ExpandDims | Squeeze | BroadcastTo | Gather | OneHot | Einsum | Slice | ScatterAdd | Zeros | Ones
+            | Conv2d | Conv2dInputGrad | Conv2dWeightGrad | MaxPool2d | MaxPool2dGrad | AvgPool2d | AvgPool2dGrad
             | Full | Arange | Eye | Normal | Uniform | HeNormal | GlorotUniform | Params | Map | StopGradient
             | Print | Load | Save | LogScalar | Exists | Assert | AssertClose | TapeNew | TapePush | TapeGet => {
                 Class::Other

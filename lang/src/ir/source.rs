@@ -233,7 +233,9 @@ impl Printer<'_> {
                             dims.truncate(1);
                         }
                         let mut all = dims;
-                        all.extend(a.iter().map(|s| format!("seed: {s}")));
+                        all.extend(a.iter().take(1).map(|s| format!("seed: {s}")));
+                        // `uniform(like: x, seed: s)`: the second operand is `stop_gradient(x)`.
+                        all.extend(a.iter().skip(1).map(|s| format!("like: {s}")));
                         let call = format!("{}({})", prim.name(), all.join(", "));
                         match attrs.dtype {
                             Some(t) if t != crate::types::ElemTy::F32 && *prim != Prim::Arange => {
@@ -256,6 +258,27 @@ impl Printer<'_> {
                         let k = attrs.axis.unwrap_or(0);
                         let n = attrs.shape.get(k).map(|d| dim_str(d, self.p)).unwrap_or_default();
                         format!("scatter_add({}, {}, {n}, axis: {k})", a[0], a[1])
+                    }
+                    Prim::Conv2d | Prim::Conv2dInputGrad | Prim::Conv2dWeightGrad => {
+                        let at = |i: usize| attrs.perm.get(i).copied().unwrap_or(0);
+                        let mut all = a.clone();
+                        if !attrs.shape.is_empty() {
+                            let d: Vec<String> = attrs.shape.iter().map(|d| dim_str(d, self.p)).collect();
+                            let key = if *prim == Prim::Conv2dInputGrad { "size" } else { "kernel" };
+                            all.push(format!("{key}: [{}]", d.join(", ")));
+                        }
+                        all.push(format!("stride: {}, padding: {}", at(0), at(1)));
+                        format!("{}({})", prim.name(), all.join(", "))
+                    }
+                    Prim::MaxPool2d | Prim::MaxPool2dGrad | Prim::AvgPool2d | Prim::AvgPool2dGrad => {
+                        let at = |i: usize| attrs.perm.get(i).copied().unwrap_or(0);
+                        let mut all = a.clone();
+                        if !attrs.shape.is_empty() {
+                            let d: Vec<String> = attrs.shape.iter().map(|d| dim_str(d, self.p)).collect();
+                            all.push(format!("size: [{}]", d.join(", ")));
+                        }
+                        all.push(format!("kernel: {}, stride: {}", at(0), at(1)));
+                        format!("{}({})", prim.name(), all.join(", "))
                     }
                     Prim::Slice => {
                         let mut it = a[1..].iter();

@@ -251,7 +251,14 @@ pub(super) fn prim(cx: &mut Fcx, e: &mut Expr) {
         | Prim::Exists
         | Prim::TapeNew
         | Prim::TapePush
-        | Prim::TapeGet => {
+        | Prim::TapeGet
+        | Prim::Conv2d
+        | Prim::Conv2dInputGrad
+        | Prim::Conv2dWeightGrad
+        | Prim::MaxPool2d
+        | Prim::MaxPool2dGrad
+        | Prim::AvgPool2d
+        | Prim::AvgPool2dGrad => {
             whole(cx, args, false);
             e.ty = strip(&e.ty);
             return;

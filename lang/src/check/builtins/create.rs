@@ -77,9 +77,13 @@ impl Checker {
         expected: Option<&Type>,
     ) -> ir::Expr {
         let name = p.name();
-        self.check_named(name, a, &["seed"]);
+        let likeable = matches!(p, Prim::Normal | Prim::Uniform);
+        self.check_named(name, a, if likeable { &["seed", "like"] } else { &["seed"] });
         if matches!(p, Prim::HeNormal | Prim::GlorotUniform) && !self.arity(name, a, 2, 2, span) {
             return self.error_expr(span);
+        }
+        if let (true, Some(like)) = (likeable, self.named(a, "like")) {
+            return self.check_random_like(cx, p, a, like, span, expected);
         }
         let Some(dims) = self.dim_args(cx, &a.pos, name) else { return self.error_expr(span) };
         let seed = self.seed_arg(cx, a, name, span);
@@ -88,5 +92,43 @@ impl Checker {
         let shape = dims.iter().cloned().map(ShapeItem::Dim).collect();
         let attrs = Attrs { shape: dims, dtype: Some(et), ..Attrs::default() };
         self.prim(p, seed.into_iter().collect(), attrs, Type::Tensor(TensorTy::new(Elem::T(et), shape)), span)
+    }
+
+    /// `uniform(like: x, seed: s)` / `normal(like: x, seed: s)`: random numbers of the shape of
+    /// `x`, which may have a `..` rest (known at run time). The operand passes through
+    /// `stop_gradient`, so only its shape is used and no derivative flows through it.
+    fn check_random_like(
+        &mut self,
+        cx: &mut FnCx,
+        p: Prim,
+        a: &Args,
+        like: &ast::Expr,
+        span: Span,
+        expected: Option<&Type>,
+    ) -> ir::Expr {
+        let name = p.name();
+        if !self.arity(name, a, 0, 0, span) {
+            return self.error_expr(span);
+        }
+        let v = self.check_expr(cx, like, None);
+        let v = self.materialise(v);
+        let Some((_, shape)) = self.tensor_of(&v, like.span, name) else { return self.error_expr(span) };
+        let shape = shape.clone();
+        let Some(seed) = self.named(a, "seed") else {
+            self.error(
+                Diagnostic::error(Code::E0212, span, format!("`{name}(like: …)` needs `seed: s`"))
+                    .label("missing seed"),
+            );
+            return self.error_expr(span);
+        };
+        let i32t = Type::scalar(ElemTy::I32);
+        let sv = self.check_expr(cx, seed, Some(&i32t));
+        let sv = self.coerce_with(sv, &i32t, seed.span, Code::E0303, "seed");
+        let et = Self::elem_from_expected(expected, ElemTy::F32);
+        let et = if et.is_float() { et } else { ElemTy::F32 };
+        let vt = v.ty.clone();
+        let quiet = self.prim(Prim::StopGradient, vec![v], Attrs::default(), vt, span);
+        let attrs = Attrs { dtype: Some(et), ..Attrs::default() };
+        self.prim(p, vec![sv, quiet], attrs, Type::Tensor(TensorTy::new(Elem::T(et), shape)), span)
     }
 }
