@@ -2,7 +2,8 @@
 //! filters of 16×3×3): the median of 10 runs of each, in ms and GFLOP/s.
 //!
 //! Run with `cargo run -p kernels --example conv_bench` (the dev profile builds `kernels` and
-//! `gemm` at opt-level 3) or `--release`.
+//! `gemm` at opt-level 3) or `--release`; `GEMM_SHAPES=1` times `ops::matmul` on the same
+//! products instead.
 
 use std::time::Instant;
 
@@ -50,7 +51,7 @@ fn main() {
     );
 }
 
-#[allow(dead_code)]
+/// With `GEMM_SHAPES=1`: `ops::matmul` on the products of one image, for comparison.
 fn gemm_shapes() {
     for (m, k, n) in [(32usize, 144usize, 676usize), (144, 32, 676), (32, 676, 144), (32, 144, 43264)] {
         let a = rng::uniform(DType::F32, &[m, k], rng::stream_key(1, "a"), -1.0, 1.0).unwrap();
