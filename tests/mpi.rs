@@ -139,11 +139,14 @@ fn a_killed_rank_ends_the_job_within_seconds() {
         let out = Command::new("pgrep").args(["-f", "long.msl"]).output().expect("pgrep");
         let pids: Vec<u32> =
             String::from_utf8_lossy(&out.stdout).split_whitespace().filter_map(|p| p.parse().ok()).collect();
+        // Only this test's ranks: another test (or another checkout's) may run a `long.msl` too.
+        let here = dir.canonicalize().expect("scratch dir");
         let ranks: Vec<u32> = pids
             .into_iter()
             .filter(|p| {
                 let stat = std::fs::read_to_string(format!("/proc/{p}/cmdline")).unwrap_or_default();
-                !stat.contains("--ranks") && !stat.starts_with("mpirun")
+                let cwd = std::fs::read_link(format!("/proc/{p}/cwd")).ok();
+                !stat.contains("--ranks") && !stat.starts_with("mpirun") && cwd.as_deref() == Some(here.as_path())
             })
             .collect();
         if ranks.len() >= 2 {
