@@ -1,0 +1,263 @@
+//! Redistributions: a value converted to the layouts another type wants (gathers, all-to-alls,
+//! local slices, a partial sum reduce-scattered), models made whole field by field, and the
+//! record of every collective inserted (`msl check --emit collectives`, `W0510`).
+
+use super::{
+    dummy, elem_bytes, has_rest, layout, model_has_layout, strip, strip_eq_differs, with_layout, Fcx, Inserted,
+    LocalInfo,
+};
+use crate::diag::{Code, Diagnostic};
+use crate::ir::{Attrs, Expr, ExprKind, Local, Pat, Prim, SpanId, Stmt};
+use crate::types::{AxisId, Dim, ShapeItem, Type};
+
+impl Fcx<'_> {
+    /// `e` redistributed to the layouts of `to`. `requested`: an annotation asks for it.
+    pub(super) fn convert(&mut self, e: Expr, to: &Type, requested: bool) -> Expr {
+        match (&e.ty, to) {
+            (Type::Tensor(_), Type::Tensor(_)) => {
+                if has_rest(&e.ty) {
+                    return e;
+                }
+                let from = layout(&e.ty);
+                // A `..S` shape is whole on every rank: a split value passed to one is gathered.
+                let want = if has_rest(to) { vec![Vec::new(); from.len()] } else { layout(to) };
+                if from == want {
+                    return e;
+                }
+                // A whole creation that is only sliced is created as each rank's block instead
+                // (a sharded `init` never holds the whole tensor; the values are the same).
+                let creation = matches!(
+                    &e.kind,
+                    ExprKind::Prim {
+                        prim: Prim::Zeros
+                            | Prim::Ones
+                            | Prim::Full
+                            | Prim::Normal
+                            | Prim::Uniform
+                            | Prim::HeNormal
+                            | Prim::GlorotUniform,
+                        ..
+                    }
+                );
+                if creation && from.iter().all(Vec::is_empty) {
+                    let mut e = e;
+                    e.ty = with_layout(&e.ty, want);
+                    return e;
+                }
+                let mut e = self.reduce_scatter(e, &want);
+                let from = layout(&e.ty);
+                let mut cur = from.clone();
+                for d in 0..from.len() {
+                    if !from[d].is_empty() && want.get(d) != Some(&from[d]) {
+                        // The split moves to another dim that wants exactly these axes and is
+                        // whole so far: one all-to-all instead of a gather and a slice.
+                        let to = (0..want.len()).find(|&t| t != d && want[t] == from[d] && cur[t].is_empty());
+                        match to {
+                            Some(t) if want[d].is_empty() => {
+                                e = self.collective(Prim::AllToAll, e, Some(d), from[d].clone(), requested);
+                                if let ExprKind::Prim { attrs, .. } = &mut e.kind {
+                                    attrs.perm = vec![t];
+                                }
+                                cur[t] = std::mem::take(&mut cur[d]);
+                            }
+                            _ => {
+                                e = self.collective(Prim::AllGather, e, Some(d), from[d].clone(), requested);
+                                cur[d].clear();
+                            }
+                        }
+                        e.ty = with_layout(&e.ty, cur.clone());
+                    }
+                }
+                for (d, w) in want.iter().enumerate() {
+                    if !w.is_empty() && cur.get(d) != Some(w) {
+                        e = self.collective(Prim::LocalSlice, e, Some(d), w.clone(), true);
+                        if let Some(c) = cur.get_mut(d) {
+                            c.clone_from(w);
+                        }
+                        e.ty = with_layout(&e.ty, cur.clone());
+                    }
+                }
+                e
+            }
+            (Type::Tuple(ts), Type::Tuple(us)) if ts.len() == us.len() => {
+                if ts == us || !ts.iter().zip(us).any(|(a, b)| strip_eq_differs(a, b)) {
+                    return e;
+                }
+                let us = us.clone();
+                if let ExprKind::Tuple(items) = e.kind {
+                    let items: Vec<Expr> =
+                        items.into_iter().zip(&us).map(|(x, u)| self.convert(x, u, requested)).collect();
+                    let ty = Type::Tuple(items.iter().map(|x| x.ty.clone()).collect());
+                    return Expr::new(ExprKind::Tuple(items), ty, e.span);
+                }
+                // Bind the tuple once, then rebuild it from its converted parts.
+                let span = e.span;
+                let tmp = self.temp(e.ty.clone());
+                let parts: Vec<Expr> = ts
+                    .clone()
+                    .iter()
+                    .zip(&us)
+                    .enumerate()
+                    .map(|(i, (t, u))| {
+                        let get = Expr::new(
+                            ExprKind::TupleGet(Box::new(Expr::new(ExprKind::Local(tmp), e.ty.clone(), span)), i),
+                            t.clone(),
+                            span,
+                        );
+                        self.convert(get, u, requested)
+                    })
+                    .collect();
+                let ty = Type::Tuple(parts.iter().map(|x| x.ty.clone()).collect());
+                let result = Expr::new(ExprKind::Tuple(parts), ty.clone(), span);
+                Expr::new(
+                    ExprKind::Block {
+                        stmts: vec![Stmt::Let { pat: Pat::Local(tmp), value: e }],
+                        result: Box::new(result),
+                    },
+                    ty,
+                    span,
+                )
+            }
+            _ => e,
+        }
+    }
+
+    /// A partial sum that is all-reduced and then wanted split along a dim over the same axes
+    /// becomes one reduce-scatter (each rank receives only its block of the sum).
+    pub(super) fn reduce_scatter(&mut self, e: Expr, want: &[Vec<AxisId>]) -> Expr {
+        let ExprKind::Prim { prim: Prim::AllReduceSum, attrs, .. } = &e.kind else { return e };
+        let from = layout(&e.ty);
+        let axes = attrs.mesh_axes.clone();
+        let site = attrs.site;
+        let Some(d) = (0..want.len()).find(|&d| want[d] == axes && from.get(d).is_some_and(Vec::is_empty)) else {
+            return e;
+        };
+        let ExprKind::Prim { args, .. } = e.kind else { return e };
+        let Some(inner) = args.into_iter().next() else { return dummy() };
+        // The all-reduce recorded for this partial sum is replaced by the reduce-scatter.
+        if let Some(i) = self.inserted.iter().rposition(|k| k.site == site) {
+            self.inserted.remove(i);
+        }
+        let mut out = from;
+        out[d].clone_from(&axes);
+        let mut r = self.collective(Prim::ReduceScatter, inner, Some(d), axes, true);
+        r.ty = with_layout(&r.ty, out);
+        r
+    }
+
+    /// A model value with every field whole (for `print`, `save`, `params`): built field by
+    /// field from gathered fields. Models of a type parameter stay as they are.
+    pub(super) fn replicate_model(&mut self, e: Expr) -> Expr {
+        let Type::Model(id, args) = e.ty.clone() else { return e };
+        let model = self.prog.model(id);
+        if !model_has_layout(self.prog, id) {
+            return e;
+        }
+        let span = e.span;
+        let subst = model.arg_subst(&args);
+        let tmp = self.temp(e.ty.clone());
+        let mut fields = Vec::new();
+        for (i, f) in model.fields.iter().enumerate() {
+            let fty = subst.ty(&f.ty);
+            let fty = with_layout(&fty, layout(&f.ty));
+            let get = Expr::new(
+                ExprKind::Field(Box::new(Expr::new(ExprKind::Local(tmp), e.ty.clone(), span)), i),
+                fty.clone(),
+                span,
+            );
+            let whole = if matches!(fty, Type::Model(..)) {
+                self.replicate_model(get)
+            } else {
+                self.convert(get, &strip(&fty), true)
+            };
+            fields.push(whole);
+        }
+        let ty = e.ty.clone();
+        let build = Expr::new(ExprKind::ModelBuild { fields }, ty.clone(), span);
+        Expr::new(
+            ExprKind::Block { stmts: vec![Stmt::Let { pat: Pat::Local(tmp), value: e }], result: Box::new(build) },
+            ty,
+            span,
+        )
+    }
+
+    pub(super) fn temp(&mut self, ty: Type) -> Local {
+        self.locals.push(LocalInfo { name: crate::ir::Name(0), ty, mutable: false });
+        Local(self.locals.len() as u32 - 1)
+    }
+
+    /// Wraps `e` in a collective over `axes` (on dim `dim` for gathers and slices).
+    pub(super) fn collective(
+        &mut self,
+        p: Prim,
+        e: Expr,
+        dim: Option<usize>,
+        axes: Vec<AxisId>,
+        requested: bool,
+    ) -> Expr {
+        let span = e.span;
+        let ty = e.ty.clone();
+        let mut site = 0;
+        if p != Prim::LocalSlice {
+            self.site += 1;
+            site = self.site;
+            if self.emit {
+                self.record(site, p, &ty, &axes, span, requested);
+            }
+        }
+        let attrs = Attrs { axis: dim, mesh_axes: axes, site, ..Attrs::default() };
+        Expr::new(ExprKind::Prim { prim: p, args: vec![e], attrs: Box::new(attrs) }, ty, span)
+    }
+
+    pub(super) fn record(&mut self, site: u32, p: Prim, ty: &Type, axes: &[AxisId], span: SpanId, requested: bool) {
+        let Type::Tensor(tt) = ty else { return };
+        let elem = tt.elem.materialise();
+        // This rank's block: the global size over the parts of every split dim.
+        let l = layout(ty);
+        let mut n = Dim::constant(elem_bytes(tt.elem));
+        let mut parts = 1;
+        for (i, item) in tt.shape.iter().enumerate() {
+            if let ShapeItem::Dim(d) = item {
+                n = n.mul(d);
+            }
+            parts *= self.mesh.parts(l.get(i).map(Vec::as_slice).unwrap_or(&[]));
+        }
+        let bytes = n.div(&Dim::constant(parts)).unwrap_or(n);
+        let names: Vec<String> = axes.iter().map(|a| self.mesh.names[a.0 as usize].clone()).collect();
+        let shape = crate::types::shape_str(&tt.shape, self.prog);
+        let bytes = crate::types::dim_str(&bytes, self.prog);
+        let span_v = self.prog.span(span);
+        if !requested {
+            let what = match p {
+                Prim::AllGather => "all-gather",
+                Prim::AllReduceSum | Prim::AllReduceMean | Prim::AllReduceMax | Prim::AllReduceMin => "all-reduce",
+                Prim::ReduceScatter => "reduce-scatter",
+                Prim::AllToAll => "all-to-all",
+                _ => "collective",
+            };
+            self.warnings.push(
+                Diagnostic::warning(
+                    Code::W0510,
+                    span_v,
+                    format!(
+                        "an {what} over `{}` of {}{shape} ({bytes} bytes per rank) is inserted here",
+                        names.join(", "),
+                        elem.name()
+                    ),
+                )
+                .label("the operands' layouts disagree")
+                .with_help("annotate the layout you want (e.g. on a `let`) or shard the operands alike"),
+            );
+        }
+        self.inserted.push(Inserted {
+            site,
+            span: span_v,
+            prim: p,
+            axes: names,
+            elem: elem.name().to_string(),
+            shape,
+            bytes,
+            requested,
+        });
+    }
+}
