@@ -57,7 +57,7 @@ fn main() {
 MSL
 }
 
-secs() { local t0 t1; t0=$(date +%s.%N); "$@" > "$tmp/out" 2>&1 || { cat "$tmp/out"; exit 1; }; t1=$(date +%s.%N); echo "$t1 - $t0" | bc -l; }
+secs() { local t0 t1; t0=$(date +%s.%N); "$@" > "$tmp/out" 2>&1 || { cat "$tmp/out" >&2; echo "failed: $*" >&2; kill $$; }; t1=$(date +%s.%N); echo "$t1 - $t0" | bc -l; }
 step_ms() { # command prefix...; uses $tmp/short.msl and $tmp/long.msl
     local a b; a=$(secs "$@" "$tmp/short.msl"); b=$(secs "$@" "$tmp/long.msl")
     echo "($b - $a) * 1000 / ($LONG - $SHORT)" | bc -l
@@ -72,7 +72,9 @@ for kind in dp mp; do
         one+=("$(step_ms env RAYON_NUM_THREADS=1 "$MSL" run)")
         two+=("$(step_ms env RAYON_NUM_THREADS=1 mpirun -n 2 -x RAYON_NUM_THREADS "$MSL" run)")
         if [ "$kind" = dp ] && [ -n "${TORCH_PY:-}" ]; then
-            ddp+=("$("$TORCH_PY" bench/ddp.py "$SHORT" "$((LONG - SHORT))" $((29500 + r)))")
+            # gloo's start-up now and then aborts a process: one retry on another port.
+            ddp+=("$("$TORCH_PY" bench/ddp.py "$SHORT" "$((LONG - SHORT))" $((29500 + r)) 2>/dev/null ||
+                "$TORCH_PY" bench/ddp.py "$SHORT" "$((LONG - SHORT))" $((29600 + r)))")
         fi
     done
     printf '%s\n' "${one[@]}" | sort -g > "$tmp/one"; printf '%s\n' "${two[@]}" | sort -g > "$tmp/two"
