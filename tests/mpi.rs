@@ -325,3 +325,17 @@ fn random_sharded_programs_print_what_one_process_prints() {
         assert_eq!(one_out.lines().count(), four_out.lines().count(), "seed {seed}");
     }
 }
+
+/// The sharding pass on many random sharded programs (no launcher needed: `--emit collectives`
+/// runs it): every one is partitioned without a crash and lists its collectives.
+#[test]
+fn the_sharding_pass_partitions_random_programs() {
+    let dir = scratch("gen-many", &[]);
+    for seed in 100..160u64 {
+        std::fs::write(dir.join("gen.msl"), shardgen::program(seed, 12)).unwrap();
+        let o = msl(&dir, &["check", "--emit", "collectives", "gen.msl"]);
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "seed {seed}:\n{err}");
+        assert!(out.contains("collectives on mesh [dp = 2, mp = 2]"), "seed {seed}: {out}");
+    }
+}
