@@ -12,6 +12,8 @@
 //!   programs (spec blocks and the stdlib) and fails on the first panic or hang, printing the
 //!   mutated source. `fuzz/` has the open-ended cargo-fuzz target for the same entry point.
 
+mod common;
+use common::Rng;
 use std::io::Read;
 use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
@@ -31,28 +33,6 @@ const JSON_KEYS: [&str; 9] =
     ["code", "severity", "message", "file", "line", "column", "end_line", "end_column", "labels"];
 
 // ---------------------------------------------------------------- helpers
-
-/// A tiny deterministic PRNG (xorshift64*), so that every run tests the same inputs.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed | 1)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    /// Uniform in `0..n` (`n > 0`).
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn pick<'a, T>(&mut self, xs: &'a [T]) -> &'a T {
-        &xs[self.below(xs.len())]
-    }
-}
 
 /// A fresh directory for this test's files.
 fn scratch(name: &str) -> PathBuf {

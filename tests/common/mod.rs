@@ -51,33 +51,48 @@ pub fn have_mpirun(test: &str) -> bool {
 
 /// `msl ARGS` in `dir` (colours off, `mpirun` allowed as root for `--ranks`).
 pub fn msl_in(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_msl"))
-        .args(args)
-        .current_dir(dir)
+    quiet(Command::new(env!("CARGO_BIN_EXE_msl")).args(args), dir).output().expect("run msl")
+}
+
+/// `cmd` in `dir` with colours off, no input, and `mpirun` allowed as root.
+fn quiet<'c>(cmd: &'c mut Command, dir: &Path) -> &'c mut Command {
+    cmd.current_dir(dir)
         .env("NO_COLOR", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
         .stdin(Stdio::null())
-        .output()
-        .expect("run msl")
 }
 
 /// `mpirun -n N msl ARGS` in `dir`.
 pub fn mpirun(dir: &Path, n: usize, args: &[&str]) -> Output {
-    Command::new("mpirun")
-        .args(["-n", &n.to_string(), "--oversubscribe"])
-        .arg(env!("CARGO_BIN_EXE_msl"))
-        .args(args)
-        .current_dir(dir)
-        .env("NO_COLOR", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run mpirun")
+    let mut cmd = Command::new("mpirun");
+    cmd.args(["-n", &n.to_string(), "--oversubscribe"]).arg(env!("CARGO_BIN_EXE_msl")).args(args);
+    quiet(&mut cmd, dir).output().expect("run mpirun")
 }
 
 /// A command's stdout and stderr as text.
 pub fn text(o: &Output) -> (String, String) {
     (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+/// A tiny deterministic PRNG (xorshift64*), so that every run tests the same inputs.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed | 1)
+    }
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    /// Uniform in `0..n` (`n > 0`).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+    pub fn pick<'a, T>(&mut self, xs: &'a [T]) -> &'a T {
+        &xs[self.below(xs.len())]
+    }
 }

@@ -5,23 +5,7 @@
 //! over static shapes, and a `main` that prints every function's value and gradient. Under
 //! `mpirun` such a program must print what it prints on one process.
 
-/// xorshift64*, as `jit::proggen` uses (deterministic, no dependency).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn pick<'a, T>(&mut self, xs: &'a [T]) -> &'a T {
-        &xs[self.below(xs.len())]
-    }
-}
+use crate::common::Rng;
 
 /// A matrix value in scope: its name and static shape.
 #[derive(Clone)]
@@ -107,7 +91,7 @@ fn function(r: &mut Rng, name: &str) -> (String, (usize, usize), (usize, usize))
 /// A program of `n` random functions from `seed`, with a `main` printing each one's value and
 /// its gradient with respect to `a`.
 pub fn program(seed: u64, n: usize) -> String {
-    let mut r = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut r = Rng::new(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
     let mut src = String::from("mesh M[dp = 2, mp = 2]\n\n");
     let mut main = String::from("fn main() {\n");
     for i in 0..n {

@@ -32,9 +32,7 @@ pub(super) fn prim(cx: &mut Fcx, e: &mut Expr) {
             return;
         }
         _ if any_rest => {
-            whole(cx, args, false);
-            e.ty = strip(&e.ty);
-            return;
+            return whole_result(cx, args, &mut e.ty);
         }
         crate::binary_prims!() | Prim::Where => {
             let out = elementwise(cx, args, &e.ty);
@@ -110,23 +108,14 @@ pub(super) fn prim(cx: &mut Fcx, e: &mut Expr) {
             e.ty = with_layout(&e.ty, out);
             return;
         }
-        Prim::MatMul => {
-            let out = matmul(cx, args, &e.ty);
-            match out {
-                Some((out, k)) => {
-                    e.ty = with_layout(&e.ty, out);
-                    partial = (!k.is_empty()).then_some((Prim::AllReduceSum, k));
-                }
-                None => {
-                    whole(cx, args, false);
-                    e.ty = strip(&e.ty);
-                    return;
-                }
-            }
-        }
-        Prim::Save if super::sharded_save(args) => {
-            e.ty = strip(&e.ty);
-            return;
+        Prim::MatMul | Prim::Einsum => {
+            let out = match p {
+                Prim::MatMul => matmul(cx, args, &e.ty),
+                _ => einsum(cx, args, attrs.spec.as_deref(), &e.ty),
+            };
+            let Some((out, k)) = out else { return whole_result(cx, args, &mut e.ty) };
+            e.ty = with_layout(&e.ty, out);
+            partial = (!k.is_empty()).then_some((Prim::AllReduceSum, k));
         }
         Prim::Print | Prim::Save | Prim::LogScalar | Prim::Assert | Prim::AssertClose | Prim::Params => {
             whole(cx, args, true);
@@ -137,10 +126,7 @@ pub(super) fn prim(cx: &mut Fcx, e: &mut Expr) {
             let lx = layout(&args[0].ty);
             match reshaped(cx, &shape_items(&args[0].ty), &shape_items(&e.ty), &lx) {
                 Some(out) => e.ty = with_layout(&e.ty, out),
-                None => {
-                    whole(cx, args, false);
-                    e.ty = strip(&e.ty);
-                }
+                None => whole_result(cx, args, &mut e.ty),
             }
             return;
         }
@@ -170,9 +156,7 @@ pub(super) fn prim(cx: &mut Fcx, e: &mut Expr) {
             let k = attrs.axis.unwrap_or(0);
             let mut lx = layout(&args[0].ty);
             if k >= lx.len() {
-                whole(cx, args, false);
-                e.ty = strip(&e.ty);
-                return;
+                return whole_result(cx, args, &mut e.ty);
             }
             lx[k].clear();
             convert_to(cx, &mut args[0], lx.clone(), false);
@@ -181,9 +165,7 @@ pub(super) fn prim(cx: &mut Fcx, e: &mut Expr) {
             out.extend(li.iter().cloned());
             out.extend(lx[k + 1..].iter().cloned());
             if out.len() != rank(&e.ty) {
-                whole(cx, args, false);
-                e.ty = strip(&e.ty);
-                return;
+                return whole_result(cx, args, &mut e.ty);
             }
             let mut fixed = out.clone();
             unique(&mut fixed);
@@ -208,9 +190,7 @@ pub(super) fn prim(cx: &mut Fcx, e: &mut Expr) {
             let ri = rank(&args[1].ty);
             let r = rank(&e.ty);
             if k + ri > lu.len() || lu.len() + 1 != r + ri {
-                whole(cx, args, false);
-                e.ty = strip(&e.ty);
-                return;
+                return whole_result(cx, args, &mut e.ty);
             }
             convert_to(cx, &mut args[1], lu[k..k + ri].to_vec(), false);
             let mut out: L = lu[..k].to_vec();
@@ -220,17 +200,6 @@ pub(super) fn prim(cx: &mut Fcx, e: &mut Expr) {
             let axes: Vec<AxisId> = lu[k..k + ri].iter().flatten().copied().collect();
             partial = (!axes.is_empty()).then_some((Prim::AllReduceSum, axes));
         }
-        Prim::Einsum => match einsum(cx, args, attrs.spec.as_deref(), &e.ty) {
-            Some((out, k)) => {
-                e.ty = with_layout(&e.ty, out);
-                partial = (!k.is_empty()).then_some((Prim::AllReduceSum, k));
-            }
-            None => {
-                whole(cx, args, false);
-                e.ty = strip(&e.ty);
-                return;
-            }
-        },
         // Whole operands, whole result.
         Prim::Concat
         | Prim::Stack
@@ -259,9 +228,7 @@ pub(super) fn prim(cx: &mut Fcx, e: &mut Expr) {
         | Prim::MaxPool2dGrad
         | Prim::AvgPool2d
         | Prim::AvgPool2dGrad => {
-            whole(cx, args, false);
-            e.ty = strip(&e.ty);
-            return;
+            return whole_result(cx, args, &mut e.ty);
         }
     }
     if let Some((coll, axes)) = partial {
@@ -393,6 +360,12 @@ fn convert_to(cx: &mut Fcx, a: &mut Expr, want: L, requested: bool) {
     let x = std::mem::replace(a, dummy());
     let t = with_layout(&x.ty, want);
     *a = cx.convert(x, &t, requested);
+}
+
+/// The rule of primitives without one: whole operands, whole result.
+fn whole_result(cx: &mut Fcx, args: &mut [Expr], ty: &mut Type) {
+    whole(cx, args, false);
+    *ty = strip(ty);
 }
 
 /// Every tensor operand whole (and model operands gathered field by field).
