@@ -13,6 +13,7 @@ pub mod io;
 pub mod math;
 pub mod pool;
 pub mod rng;
+pub mod simd;
 pub mod tensor;
 
 pub use device::{CpuDevice, Device, DeviceTensor, KernelId, KernelParams};

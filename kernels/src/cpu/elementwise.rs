@@ -304,36 +304,40 @@ where
     let stx = broadcast_strides(xs, &shape);
     let sty = broadcast_strides(ys, &shape);
     let plan = Plan::new(&shape, &[&stx, &sty]);
-    let mut out = vec![U::default(); n];
+    // Not zeroed first: the plan's rows cover every element, each written below.
+    let mut out: Vec<U> = Vec::with_capacity(n);
     let (rx, ry) = (plan.row_strides[0], plan.row_strides[1]);
-    plan.run(&mut out, |row, off| {
+    plan.run(&mut out.spare_capacity_mut()[..n], |row, off| {
         let len = row.len();
         let (ox, oy) = (off[0], off[1]);
         match (rx, ry) {
             (1, 1) => {
                 for ((o, &p), &q) in row.iter_mut().zip(&x[ox..ox + len]).zip(&y[oy..oy + len]) {
-                    *o = f(p, q);
+                    o.write(f(p, q));
                 }
             }
             (1, 0) => {
                 let q = y[oy];
                 for (o, &p) in row.iter_mut().zip(&x[ox..ox + len]) {
-                    *o = f(p, q);
+                    o.write(f(p, q));
                 }
             }
             (0, 1) => {
                 let p = x[ox];
                 for (o, &q) in row.iter_mut().zip(&y[oy..oy + len]) {
-                    *o = f(p, q);
+                    o.write(f(p, q));
                 }
             }
             _ => {
                 for (j, o) in row.iter_mut().enumerate() {
-                    *o = f(x[ox + j * rx], y[oy + j * ry]);
+                    o.write(f(x[ox + j * rx], y[oy + j * ry]));
                 }
             }
         }
     });
+    // SAFETY: `Plan::run` hands every row of the `n` elements to the closure exactly once
+    // (`n > 0` here: empty shapes have `x.len() == n`), and each row is written in full.
+    unsafe { out.set_len(n) };
     Tensor::from_parts(shape, out)
 }
 

@@ -19,6 +19,7 @@ pub mod shape;
 use rayon::prelude::*;
 
 use crate::error::KernelError;
+use crate::simd::vectorized;
 use crate::tensor::{Element, Tensor};
 
 /// Outputs with at least this many elements are computed by several rayon tasks.
@@ -40,15 +41,23 @@ where
         let mut out: Vec<U> = Vec::with_capacity(x.len());
         let spare = &mut out.spare_capacity_mut()[..x.len()];
         spare.par_chunks_mut(PAR_MIN / 4).zip(x.par_chunks(PAR_MIN / 4)).for_each(|(o, i)| {
-            for (o, &v) in o.iter_mut().zip(i) {
-                o.write(f(v));
-            }
+            vectorized(
+                #[inline(always)]
+                || {
+                    for (o, &v) in o.iter_mut().zip(i) {
+                        o.write(f(v));
+                    }
+                },
+            )
         });
         // SAFETY: the chunks cover all `x.len()` spare elements, each written above.
         unsafe { out.set_len(x.len()) };
         out
     } else {
-        x.iter().map(|&v| f(v)).collect()
+        vectorized(
+            #[inline(always)]
+            || x.iter().map(|&v| f(v)).collect(),
+        )
     }
 }
 
@@ -62,9 +71,27 @@ where
 {
     debug_assert_eq!(a.len(), b.len());
     if a.len() >= PAR_MIN {
-        a.par_iter().zip(b.par_iter()).map(|(&x, &y)| f(x, y)).collect()
+        let mut out: Vec<V> = Vec::with_capacity(a.len());
+        let spare = &mut out.spare_capacity_mut()[..a.len()];
+        let chunk = PAR_MIN / 4;
+        spare.par_chunks_mut(chunk).zip(a.par_chunks(chunk).zip(b.par_chunks(chunk))).for_each(|(o, (x, y))| {
+            vectorized(
+                #[inline(always)]
+                || {
+                    for ((o, &x), &y) in o.iter_mut().zip(x).zip(y) {
+                        o.write(f(x, y));
+                    }
+                },
+            )
+        });
+        // SAFETY: the chunks cover all `a.len()` spare elements, each written above.
+        unsafe { out.set_len(a.len()) };
+        out
     } else {
-        a.iter().zip(b.iter()).map(|(&x, &y)| f(x, y)).collect()
+        vectorized(
+            #[inline(always)]
+            || a.iter().zip(b.iter()).map(|(&x, &y)| f(x, y)).collect(),
+        )
     }
 }
 
@@ -228,7 +255,10 @@ impl Plan {
                     for (k, o) in off.iter_mut().enumerate() {
                         *o += s * seg * self.row_strides[k];
                     }
-                    f(part, off);
+                    vectorized(
+                        #[inline(always)]
+                        || f(part, off),
+                    );
                 });
             });
             return;
@@ -245,7 +275,10 @@ impl Plan {
             }
             let mut off = self.offsets_of(first);
             for row_out in block.chunks_mut(self.row_len) {
-                f(row_out, off);
+                vectorized(
+                    #[inline(always)]
+                    || f(row_out, off),
+                );
                 // Advance the odometer by one row, updating offsets incrementally.
                 for d in (0..self.outer.len()).rev() {
                     idx[d] += 1;

@@ -187,6 +187,7 @@ impl_float!(f64, f64::exp, f64::tanh, libm::erf, crate::math::rem_floor_f64);
 
 /// Sum of a contiguous slice with eight accumulators in blocks and pairwise combination of
 /// blocks (the scheme NumPy uses), so that long f32 sums keep their accuracy.
+#[inline(always)]
 pub(crate) fn sum_contig<T: Num>(x: &[T]) -> T {
     const BLOCK: usize = 128;
     if x.len() <= BLOCK {

@@ -10,6 +10,7 @@ use rayon::prelude::*;
 use crate::cpu::num::{sum_contig, Float, Num};
 use crate::cpu::{check_axis, PAR_MIN};
 use crate::error::KernelError;
+use crate::simd::vectorized;
 use crate::tensor::{DType, Element, Storage, Tensor};
 
 /// The reductions `reduce` computes.
@@ -152,31 +153,57 @@ where
         if outer == 1 {
             out[0] = if v.len() >= PAR_MIN {
                 // Fixed-size blocks keep the summation order independent of the thread count.
-                let parts: Vec<T> = v.par_chunks(1 << 14).map(contig).collect();
+                let parts: Vec<T> = v
+                    .par_chunks(1 << 14)
+                    .map(|c| {
+                        vectorized(
+                            #[inline(always)]
+                            || contig(c),
+                        )
+                    })
+                    .collect();
                 contig(&parts)
             } else {
-                contig(v)
+                vectorized(
+                    #[inline(always)]
+                    || contig(v),
+                )
             };
         } else if v.len() >= PAR_MIN {
             let min_len = (PAR_MIN / n).max(1);
-            out.par_iter_mut().with_min_len(min_len).enumerate().for_each(|(o, r)| *r = contig(&v[o * n..(o + 1) * n]));
+            out.par_iter_mut().with_min_len(min_len).enumerate().for_each(|(o, r)| {
+                *r = vectorized(
+                    #[inline(always)]
+                    || contig(&v[o * n..(o + 1) * n]),
+                )
+            });
         } else {
-            for (o, r) in out.iter_mut().enumerate() {
-                *r = contig(&v[o * n..(o + 1) * n]);
-            }
+            vectorized(
+                #[inline(always)]
+                || {
+                    for (o, r) in out.iter_mut().enumerate() {
+                        *r = contig(&v[o * n..(o + 1) * n]);
+                    }
+                },
+            );
         }
         return out;
     }
     // Each lane is reduced independently, so any split of lanes gives identical results.
     let lanes = |o: usize, lo: usize, acc: &mut [T]| {
-        let base = o * n * inner + lo;
-        acc.copy_from_slice(&v[base..base + acc.len()]);
-        for j in 1..n {
-            let row = &v[base + j * inner..base + j * inner + acc.len()];
-            for (a, &b) in acc.iter_mut().zip(row) {
-                *a = combine(*a, b);
-            }
-        }
+        vectorized(
+            #[inline(always)]
+            || {
+                let base = o * n * inner + lo;
+                acc.copy_from_slice(&v[base..base + acc.len()]);
+                for j in 1..n {
+                    let row = &v[base + j * inner..base + j * inner + acc.len()];
+                    for (a, &b) in acc.iter_mut().zip(row) {
+                        *a = combine(*a, b);
+                    }
+                }
+            },
+        )
     };
     if v.len() < PAR_MIN {
         for (o, acc) in out.chunks_mut(inner).enumerate() {
@@ -206,7 +233,12 @@ where
     }
     let parallel = v.len().max(out.len()) >= PAR_MIN;
     if inner == 1 {
-        let body = |o: usize, r: &mut [U]| f(&v[o * n..(o + 1) * n], r);
+        let body = |o: usize, r: &mut [U]| {
+            vectorized(
+                #[inline(always)]
+                || f(&v[o * n..(o + 1) * n], r),
+            )
+        };
         if parallel {
             let min_len = (PAR_MIN / (n + m)).max(1);
             out.par_chunks_mut(m).with_min_len(min_len).enumerate().for_each(|(o, r)| body(o, r));
@@ -223,7 +255,10 @@ where
         for i in 0..inner {
             tin.clear();
             tin.extend((0..n).map(|j| v[(o * n + j) * inner + i]));
-            f(&tin, &mut tout);
+            vectorized(
+                #[inline(always)]
+                || f(&tin, &mut tout),
+            );
             for (j, &t) in tout.iter().enumerate() {
                 ob[j * inner + i] = t;
             }
@@ -296,8 +331,27 @@ fn float_only<'a, T: Element>(op: &'static str, x: &'a Tensor) -> Result<&'a [T]
 
 /// The shift that keeps `exp` from overflowing: the row maximum when finite, else 0 (so rows
 /// of `-inf` give `-inf` and rows holding `+inf` give `+inf`, never NaN).
+/// The largest element of `row` (NaN if it holds one), in eight lanes so that the loop
+/// vectorises; the maximum does not depend on the order.
+#[inline(always)]
+fn row_max<T: Float>(row: &[T]) -> T {
+    let mut acc = [T::NEG_INFINITY; 8];
+    let chunks = row.chunks_exact(8);
+    let mut m = chunks.remainder().iter().fold(T::NEG_INFINITY, |a, &b| a.max_p(b));
+    for c in chunks {
+        for (a, &b) in acc.iter_mut().zip(c) {
+            *a = a.max_p(b);
+        }
+    }
+    for a in acc {
+        m = m.max_p(a);
+    }
+    m
+}
+
+#[inline(always)]
 fn row_shift<T: Float>(row: &[T]) -> T {
-    let m = row.iter().fold(T::NEG_INFINITY, |a, &b| a.max_p(b));
+    let m = row_max(row);
     if m.is_finite() || m.is_nan_v() {
         m
     } else {
@@ -305,9 +359,22 @@ fn row_shift<T: Float>(row: &[T]) -> T {
     }
 }
 
+/// Elements of a row exponentiated per block before they are summed: the exponentials then
+/// vectorise as a map, and the sum is [`sum_contig`]'s (eight lanes, pairwise blocks).
+const EXP_BLOCK: usize = 64;
+
+#[inline(always)]
 fn lse_row<T: Float>(row: &[T]) -> T {
     let shift = row_shift(row);
-    let s = row.iter().fold(T::zero(), |a, &b| a + (b - shift).exp());
+    let mut buf = [T::zero(); EXP_BLOCK];
+    let mut s = T::zero();
+    for c in row.chunks(EXP_BLOCK) {
+        let b = &mut buf[..c.len()];
+        for (o, &x) in b.iter_mut().zip(c) {
+            *o = (x - shift).exp();
+        }
+        s = s + sum_contig(b);
+    }
     shift + s.ln()
 }
 
@@ -317,25 +384,35 @@ pub fn logsumexp(x: &Tensor, axis: Option<usize>, keepdims: bool) -> Result<Tens
     match x.dtype() {
         DType::F32 => {
             let v = float_only::<f32>("logsumexp", x)?;
-            let out = row_wise(v, &s, 1, |r: &[f32], o: &mut [f32]| o[0] = lse_row(r));
+            let out = row_wise(v, &s, 1, |r: &[f32], o: &mut [f32]| {
+                vectorized(
+                    #[inline(always)]
+                    || o[0] = lse_row(r),
+                )
+            });
             Ok(Tensor::from_parts(s.out_shape, out))
         }
         DType::F64 => {
             let v = float_only::<f64>("logsumexp", x)?;
-            let out = row_wise(v, &s, 1, |r: &[f64], o: &mut [f64]| o[0] = lse_row(r));
+            let out = row_wise(v, &s, 1, |r: &[f64], o: &mut [f64]| {
+                vectorized(
+                    #[inline(always)]
+                    || o[0] = lse_row(r),
+                )
+            });
             Ok(Tensor::from_parts(s.out_shape, out))
         }
         d => Err(KernelError::dtype("logsumexp", "a float tensor", d)),
     }
 }
 
+#[inline(always)]
 fn softmax_row<T: Float>(row: &[T], out: &mut [T], log: bool) {
     let shift = row_shift(row);
-    let mut sum = T::zero();
     for (o, &x) in out.iter_mut().zip(row) {
         *o = (x - shift).exp();
-        sum = sum + *o;
     }
+    let sum = sum_contig(out);
     if log {
         let ls = sum.ln();
         for (o, &x) in out.iter_mut().zip(row) {
@@ -355,12 +432,22 @@ fn softmax_impl(op: &'static str, x: &Tensor, axis: usize, log: bool) -> Result<
     match x.dtype() {
         DType::F32 => {
             let v = float_only::<f32>(op, x)?;
-            let out = row_wise(v, &s, s.n, |r: &[f32], o: &mut [f32]| softmax_row(r, o, log));
+            let out = row_wise(v, &s, s.n, |r: &[f32], o: &mut [f32]| {
+                vectorized(
+                    #[inline(always)]
+                    || softmax_row(r, o, log),
+                )
+            });
             Ok(Tensor::from_parts(shape, out))
         }
         DType::F64 => {
             let v = float_only::<f64>(op, x)?;
-            let out = row_wise(v, &s, s.n, |r: &[f64], o: &mut [f64]| softmax_row(r, o, log));
+            let out = row_wise(v, &s, s.n, |r: &[f64], o: &mut [f64]| {
+                vectorized(
+                    #[inline(always)]
+                    || softmax_row(r, o, log),
+                )
+            });
             Ok(Tensor::from_parts(shape, out))
         }
         d => Err(KernelError::dtype(op, "a float tensor", d)),

@@ -76,14 +76,39 @@ fn transpose_tiles<T: Element>(src: &[T], r: usize, c: usize) -> Vec<T> {
     let mut out: Vec<T> = Vec::with_capacity(src.len());
     // One task transposes a band of TILE source columns (= TILE output rows) of one matrix.
     let band = TILE * r;
+    // 4-byte elements move as f32 bits through 8×8 register transposes where AVX is there.
+    let blocks = std::mem::size_of::<T>() == 4 && crate::simd::avx2_enabled();
     let work = |mat: usize, col0: usize, dst: &mut [MaybeUninit<T>]| {
         let s = &src[mat * r * c..(mat + 1) * r * c];
         let cols = dst.len() / r;
         for i0 in (0..r).step_by(TILE) {
             let i1 = (i0 + TILE).min(r);
+            let (mut j0, mut i_done) = (0, i0);
+            if blocks {
+                // Whole 8×8 blocks of the tile; the rest of its rows and columns below.
+                i_done = i0 + (i1 - i0) / 8 * 8;
+                j0 = cols / 8 * 8;
+                for j in (0..j0).step_by(8) {
+                    for i in (i0..i_done).step_by(8) {
+                        // SAFETY: `blocks` implies AVX and 4-byte elements; rows i..i+8 of
+                        // columns col0+j..col0+j+8 are inside matrix `mat` of `src` (i + 8 ≤ r,
+                        // j + 8 ≤ cols), output rows j..j+8 at i..i+8 inside `dst`, and `dst`
+                        // is a separate allocation.
+                        unsafe {
+                            transpose_8x8(
+                                s.as_ptr().add(i * c + col0 + j) as *const f32,
+                                c,
+                                dst.as_mut_ptr().add(j * r + i) as *mut f32,
+                                r,
+                            )
+                        };
+                    }
+                }
+            }
             for j in 0..cols {
                 let drow = &mut dst[j * r..(j + 1) * r];
-                for i in i0..i1 {
+                let from = if j < j0 { i_done } else { i0 };
+                for i in from..i1 {
                     drow[i].write(s[i * c + col0 + j]);
                 }
             }
@@ -112,6 +137,61 @@ fn transpose_tiles<T: Element>(src: &[T], r: usize, c: usize) -> Vec<T> {
     // whole: rows `j` of the band for every `i` in `0..r`, so all `src.len()` elements are set.
     unsafe { out.set_len(src.len()) };
     out
+}
+
+/// Transposes the 8×8 block of 4-byte elements at `src` (row stride `ss`) into `dst` (row
+/// stride `ds`) in eight AVX registers: unpack pairs, shuffle quads, swap 128-bit halves.
+///
+/// # Safety
+/// The CPU has AVX; rows `0..8` of both blocks, 8 elements each, are in bounds, and the two
+/// blocks do not overlap.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx")]
+unsafe fn transpose_8x8(src: *const f32, ss: usize, dst: *mut f32, ds: usize) {
+    use std::arch::x86_64::*;
+    let r: [__m256; 8] = std::array::from_fn(|i| _mm256_loadu_ps(src.add(i * ss)));
+    let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+    let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+    let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+    let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    let t6 = _mm256_unpacklo_ps(r[6], r[7]);
+    let t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+    let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+    let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+    let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+    let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+    let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+    let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+    let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+    let o = [
+        _mm256_permute2f128_ps::<0x20>(u0, u4),
+        _mm256_permute2f128_ps::<0x20>(u1, u5),
+        _mm256_permute2f128_ps::<0x20>(u2, u6),
+        _mm256_permute2f128_ps::<0x20>(u3, u7),
+        _mm256_permute2f128_ps::<0x31>(u0, u4),
+        _mm256_permute2f128_ps::<0x31>(u1, u5),
+        _mm256_permute2f128_ps::<0x31>(u2, u6),
+        _mm256_permute2f128_ps::<0x31>(u3, u7),
+    ];
+    for (i, v) in o.into_iter().enumerate() {
+        _mm256_storeu_ps(dst.add(i * ds), v);
+    }
+}
+
+/// The same block moved element by element (`blocks` is never set off x86-64).
+///
+/// # Safety
+/// As for the x86-64 version, without the CPU requirement.
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn transpose_8x8(src: *const f32, ss: usize, dst: *mut f32, ds: usize) {
+    for i in 0..8 {
+        for j in 0..8 {
+            *dst.add(j * ds + i) = *src.add(i * ss + j);
+        }
+    }
 }
 
 /// Joins tensors of one dtype along an existing axis; the other dimensions must agree.
