@@ -233,12 +233,8 @@ where
     }
     let parallel = v.len().max(out.len()) >= PAR_MIN;
     if inner == 1 {
-        let body = |o: usize, r: &mut [U]| {
-            vectorized(
-                #[inline(always)]
-                || f(&v[o * n..(o + 1) * n], r),
-            )
-        };
+        // Callers wrap `f`'s loops in `vectorized` themselves, where they are inlined.
+        let body = |o: usize, r: &mut [U]| f(&v[o * n..(o + 1) * n], r);
         if parallel {
             let min_len = (PAR_MIN / (n + m)).max(1);
             out.par_chunks_mut(m).with_min_len(min_len).enumerate().for_each(|(o, r)| body(o, r));
@@ -255,10 +251,7 @@ where
         for i in 0..inner {
             tin.clear();
             tin.extend((0..n).map(|j| v[(o * n + j) * inner + i]));
-            vectorized(
-                #[inline(always)]
-                || f(&tin, &mut tout),
-            );
+            f(&tin, &mut tout);
             for (j, &t) in tout.iter().enumerate() {
                 ob[j * inner + i] = t;
             }
