@@ -143,6 +143,25 @@ enum Cmd {
         #[arg(long, value_name = "AXIS=SIZE,…")]
         mesh: Option<String>,
     },
+    /// Report what each of N devices would hold and send in a training step, without running
+    /// anything (no kernel runs; only the headers of loaded files are read).
+    Dryrun {
+        file: PathBuf,
+        /// The number of devices (ranks) the job would have.
+        #[arg(long, value_name = "N")]
+        devices: i64,
+        /// Mesh axis sizes replacing the file's, e.g. `--mesh dp=4,mp=1`.
+        #[arg(long, value_name = "AXIS=SIZE,…")]
+        mesh: Option<String>,
+        /// Try every assignment of mesh sizes whose product is N and propose the fastest that
+        /// fits `--memory`, as a patch to the file's `mesh` line.
+        #[arg(long)]
+        search: bool,
+        /// The memory of one device (e.g. `16GiB`): `--search` keeps what fits; otherwise a
+        /// peak above it is exit 2. Default for `--search`: 16GiB.
+        #[arg(long, value_name = "SIZE")]
+        memory: Option<String>,
+    },
     /// Start the language server (LSP over stdin/stdout) for editors.
     Lsp,
     /// Start an interactive session; `:help` inside lists its commands.
@@ -224,6 +243,13 @@ pub fn main() -> u8 {
             }
             crate::run::test_cmd(&paths, (mode == Mode::Jit).then(|| jit::Options::level(opt)), logdir.as_deref())
         }
+        Cmd::Dryrun { file, devices, mesh, search, memory } => crate::dryrun::main(&crate::dryrun::Args {
+            file: &file,
+            devices,
+            mesh: mesh.as_deref(),
+            search,
+            memory: memory.as_deref(),
+        }),
         Cmd::Lsp => lsp::run(),
         Cmd::Repl { mode, logdir } => {
             crate::repl::main(mode == Mode::Jit, logdir.unwrap_or_else(|| PathBuf::from("runs/repl")))

@@ -4,6 +4,7 @@
 
 mod alloc;
 mod cli;
+mod dryrun;
 mod jit_cmd;
 mod metrics;
 mod plot;

@@ -6,6 +6,7 @@ pub mod autodiff;
 pub mod check;
 pub mod diag;
 pub mod dist;
+pub mod dryrun;
 pub mod ide;
 pub mod interp;
 pub mod ir;

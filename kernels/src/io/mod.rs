@@ -44,6 +44,21 @@ pub fn load(path: &Path, entry: Option<&str>) -> Result<Tensor, KernelError> {
     }
 }
 
+/// The shape of the tensor [`load`] would read, from the file's header alone (`msl dryrun`):
+/// `.npy`, `.npz` (the member's header) and `.safetensors` (the JSON header); `None` for a
+/// `.csv` file, whose rows are known only by reading it.
+pub fn shape_of(path: &Path, entry: Option<&str>) -> Result<Option<Vec<usize>>, KernelError> {
+    match extension(path)?.as_str() {
+        "npy" => {
+            let (mut f, len) = file::open_file(path)?;
+            npy::header_shape(&mut f, len, &path.display().to_string()).map(Some)
+        }
+        "npz" => npz::npz_shape(path, entry).map(Some),
+        "safetensors" => safetensors::entry_shape(path, entry).map(Some),
+        _ => Ok(None),
+    }
+}
+
 /// Loads a `.csv` file as a `[rows, cols]` tensor of `dtype`: text numbers take the element
 /// type the program asks for, and a value that type cannot hold exactly is an error naming its
 /// row and column (see [`csv::parse_csv_as`]).

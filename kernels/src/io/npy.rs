@@ -198,6 +198,11 @@ pub fn parse_npy(bytes: &[u8], name: &str) -> Result<Tensor, KernelError> {
     read_npy_from(&mut &bytes[..], bytes.len() as u64, true, name)
 }
 
+/// The shape a `.npy` stream of `avail` bytes declares, reading its header only (`msl dryrun`).
+pub(crate) fn header_shape(r: &mut impl Read, avail: u64, name: &str) -> Result<Vec<usize>, KernelError> {
+    read_header(r, avail, name).map(|h| h.shape)
+}
+
 /// What a `.npy` header says about the data after it.
 struct Header {
     descr: Descr,

@@ -57,27 +57,44 @@ fn read_member(archive: &mut Archive, path: &Path, member: &str) -> Result<Tenso
 /// array; otherwise the error lists the names it holds.
 pub fn read_npz(path: &Path, entry: Option<&str>) -> Result<Tensor, KernelError> {
     let (mut archive, members) = open(path)?;
+    let member = choose(path, &members, entry)?;
+    read_member(&mut archive, path, &member)
+}
+
+/// The shape of one array of a `.npz` archive (chosen as [`read_npz`] chooses it), from its
+/// header alone: only the start of the member is decompressed (`msl dryrun`).
+pub fn npz_shape(path: &Path, entry: Option<&str>) -> Result<Vec<usize>, KernelError> {
+    let (mut archive, members) = open(path)?;
+    let member = choose(path, &members, entry)?;
+    let label = format!("{}:{}", path.display(), super::shown(array_name(&member)));
+    let mut f = archive
+        .by_name(&member)
+        .map_err(|e| KernelError::Io { path: label.clone(), message: format!("cannot open archive member: {e}") })?;
+    let declared = f.size();
+    super::npy::header_shape(&mut f, declared, &label)
+}
+
+/// The member holding array `entry`, or the only one; otherwise the error lists the names.
+fn choose(path: &Path, members: &[String], entry: Option<&str>) -> Result<String, KernelError> {
     let listing = || {
         let names: Vec<String> = members.iter().map(|m| super::shown(array_name(m))).collect();
         names.join(", ")
     };
-    let member =
-        match entry {
-            Some(e) => members.iter().find(|m| m.as_str() == e || array_name(m) == e).cloned().ok_or_else(|| {
+    match entry {
+        Some(e) => {
+            members.iter().find(|m| m.as_str() == e || array_name(m) == e).cloned().ok_or_else(|| {
                 KernelError::io(path, format!("no array named '{e}' (the archive holds: {})", listing()))
-            })?,
-            None => match members.len() {
-                0 => return Err(KernelError::io(path, "the archive holds no arrays")),
-                1 => members[0].clone(),
-                _ => {
-                    return Err(KernelError::io(
-                        path,
-                        format!("the archive holds several arrays ({}); name the one to load", listing()),
-                    ))
-                }
-            },
-        };
-    read_member(&mut archive, path, &member)
+            })
+        }
+        None => match members.len() {
+            0 => Err(KernelError::io(path, "the archive holds no arrays")),
+            1 => Ok(members[0].clone()),
+            _ => Err(KernelError::io(
+                path,
+                format!("the archive holds several arrays ({}); name the one to load", listing()),
+            )),
+        },
+    }
 }
 
 /// Reads every array of a `.npz` archive, in archive order.

@@ -41,6 +41,45 @@ pub fn read_safetensors_entry(path: &Path, entry: Option<&str>) -> Result<Tensor
     found.map(|(_, t)| t).ok_or_else(|| KernelError::io(path, format!("no tensor named '{wanted}'")))
 }
 
+/// The shape of one tensor of a `.safetensors` file (chosen as [`read_safetensors_entry`]
+/// chooses it), reading only the 8-byte length and the JSON header (`msl dryrun`).
+pub fn entry_shape(path: &Path, entry: Option<&str>) -> Result<Vec<usize>, KernelError> {
+    use std::io::Read;
+    let (f, len) = super::file::open_file(path)?;
+    let fail = |m: &str| KernelError::io(path, format!("not a valid .safetensors file ({m})"));
+    let mut f = f.take(8);
+    let mut pre = [0u8; 8];
+    f.read_exact(&mut pre).map_err(|_| fail("shorter than its header length"))?;
+    let n = u64::from_le_bytes(pre);
+    if n > len.saturating_sub(8) || n > 100 << 20 {
+        return Err(fail("its header length exceeds the file"));
+    }
+    let mut f = f.into_inner().take(n);
+    let mut header = Vec::new();
+    f.read_to_end(&mut header).map_err(|e| KernelError::io(path, format!("cannot read: {e}")))?;
+    let json: serde_json::Value = serde_json::from_slice(&header).map_err(|_| fail("its header is not JSON"))?;
+    let obj = json.as_object().ok_or_else(|| fail("its header is not a JSON object"))?;
+    let names: Vec<&String> = obj.keys().filter(|k| k.as_str() != "__metadata__").collect();
+    let listed = || names.iter().map(|n| super::shown(n)).collect::<Vec<_>>().join(", ");
+    let key = match entry {
+        Some(e) if names.iter().any(|n| *n == e) => e.to_string(),
+        Some(e) => return Err(KernelError::io(path, format!("no tensor named '{e}' (the file holds: {})", listed()))),
+        None if names.len() == 1 => names[0].clone(),
+        None if names.is_empty() => return Err(KernelError::io(path, "the file holds no tensors")),
+        None => {
+            return Err(KernelError::io(
+                path,
+                format!("the file holds several tensors ({}); name the one to load", listed()),
+            ))
+        }
+    };
+    let shape = obj[&key].get("shape").and_then(|s| s.as_array()).ok_or_else(|| fail("a tensor has no shape"))?;
+    shape
+        .iter()
+        .map(|d| d.as_u64().and_then(|d| usize::try_from(d).ok()).ok_or_else(|| fail("a bad dimension")))
+        .collect()
+}
+
 /// Parses the bytes of a `.safetensors` file; `name` is used in error messages. Tensors for
 /// which `decode_it` is false are listed with an empty placeholder instead of being decoded.
 pub fn parse_safetensors(

@@ -42,11 +42,23 @@ pub struct MemPlan {
     points: Vec<Vec<usize>>,
     /// Values left out because their size is not static (`..S` shapes, generic models).
     unknown: usize,
+    /// Every call of a function, with what is live while the callee runs.
+    calls: Vec<CallPoint>,
+}
+
+/// A call (`Call` or `CallValue`) in a plan: the buffers live while the callee runs (its
+/// operands evaluated, its result not yet born), and which locals hold which of them. The
+/// callee's own buffers are in its plan (`msl dryrun` adds them up along the calls).
+#[derive(Clone, Debug)]
+pub struct CallPoint {
+    pub expr: super::ExprId,
+    pub live: Vec<usize>,
+    pub held: Vec<(Local, Vec<usize>)>,
 }
 
 /// The value of a dim given concrete values of its variables; `None` when one is missing or the
 /// value is negative or fractional.
-fn eval(d: &Dim, dims: &dyn Fn(Sym) -> Option<i64>) -> Option<u64> {
+pub fn eval(d: &Dim, dims: &dyn Fn(Sym) -> Option<i64>) -> Option<u64> {
     let v = d.subst(&|s| dims(s).map(Dim::constant));
     if v.overflows() {
         return None;
@@ -93,6 +105,16 @@ impl MemPlan {
     /// The size in bytes of each value, in order of birth.
     pub fn value_sizes(&self) -> impl Iterator<Item = &Dim> {
         self.values.iter().map(|(d, _)| d)
+    }
+
+    /// Every call of the function with the buffers live around it.
+    pub fn calls(&self) -> &[CallPoint] {
+        &self.calls
+    }
+
+    /// The bytes of buffers `bufs` given concrete dims; `None` if a needed dim is unknown.
+    pub fn buffer_bytes(&self, bufs: &[usize], dims: &dyn Fn(Sym) -> Option<i64>) -> Option<u64> {
+        eval(&self.point_bytes(bufs), dims)
     }
 
     /// The live bytes at each allocation, symbolically.
@@ -215,7 +237,8 @@ fn plural(n: usize) -> &'static str {
 
 /// The plan of function `f` of `prog`.
 pub fn plan(prog: &Program, f: FuncId) -> MemPlan {
-    let empty = MemPlan { func: f, values: Vec::new(), buffers: Vec::new(), points: Vec::new(), unknown: 0 };
+    let empty =
+        MemPlan { func: f, values: Vec::new(), buffers: Vec::new(), points: Vec::new(), unknown: 0, calls: Vec::new() };
     let Some(func) = prog.funcs.get(f.0 as usize) else { return empty };
     let mut p = Planner {
         prog,
@@ -228,9 +251,10 @@ pub fn plan(prog: &Program, f: FuncId) -> MemPlan {
         points: Vec::new(),
         unknown: 0,
         depth: 0,
+        calls: Vec::new(),
     };
     p.eval(&func.body);
-    MemPlan { func: f, values: p.values, buffers: p.buffers, points: p.points, unknown: p.unknown }
+    MemPlan { func: f, values: p.values, buffers: p.buffers, points: p.points, unknown: p.unknown, calls: p.calls }
 }
 
 /// The functions a run of `f` may call (`f` first, then in order of discovery): direct calls,
@@ -320,12 +344,16 @@ impl Res {
         }
     }
 
-    /// Either of two results (the branches of an `if`).
-    fn merge(a: Res, b: Res) -> Res {
+    /// Either of two results (the branches of an `if`): one of them is held afterwards, so
+    /// of two parts of the same size (`values` gives the sizes) one is kept; parts of
+    /// different sizes are both kept (an over-estimate).
+    fn merge(a: Res, b: Res, values: &[(Dim, usize)]) -> Res {
+        let bytes = |ids: &[usize]| ids.iter().fold(Dim::default(), |acc, &v| acc.add(&values[v].0));
         match (a, b) {
             (Res::Tuple(x), Res::Tuple(y)) if x.len() == y.len() => {
-                Res::Tuple(x.into_iter().zip(y).map(|(a, b)| Res::merge(a, b)).collect())
+                Res::Tuple(x.into_iter().zip(y).map(|(a, b)| Res::merge(a, b, values)).collect())
             }
+            (Res::Leaf(x), Res::Leaf(y)) if !x.is_empty() && bytes(&x) == bytes(&y) => Res::Leaf(x),
             (a, b) => {
                 let mut ids = Vec::new();
                 a.ids(&mut ids);
@@ -352,6 +380,7 @@ struct Planner<'p> {
     unknown: usize,
     /// Nesting of model types being sized (a guard against runaway recursion).
     depth: usize,
+    calls: Vec<CallPoint>,
 }
 
 /// The bytes of one element of a tensor as the interpreter stores it.
@@ -361,6 +390,26 @@ fn elem_bytes(e: Elem) -> i64 {
         ElemTy::F64 => 8,
         ElemTy::Bool => 1,
     }
+}
+
+/// The bytes of this rank's block of a tensor of type `tt` as the interpreter stores it
+/// (symbolic in its dims); `None` for a rank-polymorphic shape. A sharded program (under a
+/// launcher, or `msl dryrun`) holds its blocks, so plans are per rank.
+pub fn tensor_bytes(prog: &Program, tt: &TensorTy) -> Option<Dim> {
+    let mut size = Dim::constant(elem_bytes(tt.elem));
+    for item in &tt.shape {
+        match item {
+            ShapeItem::Dim(d) => size = size.mul(d),
+            ShapeItem::Rest(_) => return None,
+        }
+    }
+    if let Some(mesh) = crate::dist::Mesh::of(prog) {
+        let parts: i64 = tt.layout.0.iter().map(|axes| mesh.parts(axes)).product();
+        if parts > 1 {
+            size = size.div(&Dim::constant(parts)).unwrap_or(size);
+        }
+    }
+    Some(size)
 }
 
 /// A float or bool tensor type (what the JIT's fused loops compute on).
@@ -447,27 +496,14 @@ impl Planner<'_> {
 
     fn fresh_held(&mut self, ty: &Type) -> Res {
         match ty {
-            Type::Tensor(TensorTy { elem: e, shape, layout }) => {
-                if shape.is_empty() {
+            Type::Tensor(tt) => {
+                if tt.shape.is_empty() {
                     return Res::none();
                 }
-                let mut size = Dim::constant(elem_bytes(*e));
-                for item in shape {
-                    match item {
-                        ShapeItem::Dim(d) => size = size.mul(d),
-                        ShapeItem::Rest(_) => {
-                            self.unknown += 1;
-                            return Res::none();
-                        }
-                    }
-                }
-                // A sharded program (under a launcher) holds this rank's block: the plan is per rank.
-                if let Some(mesh) = crate::dist::Mesh::of(self.prog) {
-                    let parts: i64 = layout.0.iter().map(|axes| mesh.parts(axes)).product();
-                    if parts > 1 {
-                        size = size.div(&Dim::constant(parts)).unwrap_or(size);
-                    }
-                }
+                let Some(size) = tensor_bytes(self.prog, tt) else {
+                    self.unknown += 1;
+                    return Res::none();
+                };
                 let id = self.alloc(size, None);
                 self.temps.push(id);
                 Res::Leaf(vec![id])
@@ -480,7 +516,7 @@ impl Planner<'_> {
                     return Res::none();
                 }
                 let s = def.arg_subst(args);
-                let fields: Vec<Type> = def.fields.iter().map(|f| s.ty(&f.ty)).collect();
+                let fields: Vec<Type> = def.fields.iter().map(|f| super::Model::field_ty(&s, f)).collect();
                 self.depth += 1;
                 let r = Res::Tuple(fields.iter().map(|t| self.fresh_held(t)).collect());
                 self.depth -= 1;
@@ -496,14 +532,45 @@ impl Planner<'_> {
 
     /// Evaluates the operands `es` in order, then allocates a fresh result of type `ty`.
     fn consume(&mut self, es: &[&Expr], ty: &Type) -> Res {
+        self.consume_at(es, ty, None)
+    }
+
+    /// [`Planner::consume`] for a call `e`, recording what is live while its callee runs.
+    fn call(&mut self, e: &Expr, es: &[&Expr]) -> Res {
+        self.consume_at(es, &e.ty, Some(e.id))
+    }
+
+    fn consume_at(&mut self, es: &[&Expr], ty: &Type, call: Option<super::ExprId>) -> Res {
         let mark = self.temps.len();
         for a in es {
             let r = self.eval(a);
             self.hold(&r);
         }
+        if let Some(expr) = call {
+            self.record_call(expr);
+        }
         let r = self.fresh(ty);
         self.temps.truncate(mark);
         r
+    }
+
+    /// Records the buffers live now, and their holders, as the point of call `expr`.
+    fn record_call(&mut self, expr: super::ExprId) {
+        let bufs_of = |p: &Self, r: &Res| {
+            let mut ids = Vec::new();
+            r.ids(&mut ids);
+            let mut bufs: Vec<usize> = ids.iter().map(|&v| p.values[v].1).collect();
+            bufs.sort_unstable();
+            bufs.dedup();
+            bufs
+        };
+        let mut live: Vec<usize> = self.alive().iter().map(|&v| self.values[v].1).collect();
+        live.sort_unstable();
+        live.dedup();
+        let mut held: Vec<(Local, Vec<usize>)> =
+            self.bound.iter().map(|(l, r)| (*l, bufs_of(self, r))).filter(|(_, b)| !b.is_empty()).collect();
+        held.sort_by_key(|(l, _)| l.0);
+        self.calls.push(CallPoint { expr, live, held });
     }
 
     fn eval(&mut self, e: &Expr) -> Res {
@@ -521,10 +588,10 @@ impl Planner<'_> {
                 }
             }
             ExprKind::Prim { prim, args, .. } => self.prim(e, *prim, args),
-            ExprKind::Call { args, .. } => self.consume(&args.iter().collect::<Vec<_>>(), &e.ty),
+            ExprKind::Call { args, .. } => self.call(e, &args.iter().collect::<Vec<_>>()),
             ExprKind::CallValue { callee, args, .. } => {
                 let ops: Vec<&Expr> = std::iter::once(&**callee).chain(args).collect();
-                self.consume(&ops, &e.ty)
+                self.call(e, &ops)
             }
             ExprKind::Transform { callee, .. } => {
                 self.eval(callee);
@@ -566,12 +633,12 @@ impl Planner<'_> {
                 let re = self.eval(els);
                 for (l, r) in bound_then {
                     let merged = match self.bound.remove(&l) {
-                        Some(x) => Res::merge(x, r),
+                        Some(x) => Res::merge(x, r, &self.values),
                         None => r,
                     };
                     self.bound.insert(l, merged);
                 }
-                Res::merge(rt, re)
+                Res::merge(rt, re, &self.values)
             }
             ExprKind::ForRange { start, end, body, .. } => {
                 self.eval(start);

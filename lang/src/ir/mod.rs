@@ -356,6 +356,18 @@ pub struct Model {
 }
 
 impl Model {
+    /// The type of `field` in a use of the model whose arguments gave `s`, with the field's
+    /// written layout (substitution builds tensor types afresh, replicated).
+    pub fn field_ty(s: &crate::types::unify::Subst, field: &Field) -> Type {
+        match (s.ty(&field.ty), &field.ty) {
+            (Type::Tensor(mut tt), Type::Tensor(orig)) if tt.shape.len() == orig.shape.len() => {
+                tt.layout = orig.layout.clone();
+                Type::Tensor(tt)
+            }
+            (t, _) => t,
+        }
+    }
+
     /// The binding of the model's generic dims and model parameters to the arguments of a
     /// use of it (`Mlp[64, H]`), in order, for substituting into its field types.
     pub fn arg_subst(&self, args: &[crate::types::TypeArg]) -> crate::types::unify::Subst {

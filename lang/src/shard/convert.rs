@@ -3,12 +3,11 @@
 //! record of every collective inserted (`msl check --emit collectives`, `W0510`).
 
 use super::{
-    dummy, elem_bytes, has_rest, layout, model_has_layout, strip, strip_eq_differs, with_layout, Fcx, Inserted,
-    LocalInfo,
+    dummy, has_rest, layout, model_has_layout, strip, strip_eq_differs, with_layout, Fcx, Inserted, LocalInfo,
 };
 use crate::diag::{Code, Diagnostic};
 use crate::ir::{Attrs, Expr, ExprKind, Local, Pat, Prim, SpanId, Stmt};
-use crate::types::{AxisId, Dim, ShapeItem, Type};
+use crate::types::{AxisId, Type};
 
 impl Fcx<'_> {
     /// `e` redistributed to the layouts of `to`. `requested`: an annotation asks for it.
@@ -212,17 +211,7 @@ impl Fcx<'_> {
     pub(super) fn record(&mut self, site: u32, p: Prim, ty: &Type, axes: &[AxisId], span: SpanId, requested: bool) {
         let Type::Tensor(tt) = ty else { return };
         let elem = tt.elem.materialise();
-        // This rank's block: the global size over the parts of every split dim.
-        let l = layout(ty);
-        let mut n = Dim::constant(elem_bytes(tt.elem));
-        let mut parts = 1;
-        for (i, item) in tt.shape.iter().enumerate() {
-            if let ShapeItem::Dim(d) = item {
-                n = n.mul(d);
-            }
-            parts *= self.mesh.parts(l.get(i).map(Vec::as_slice).unwrap_or(&[]));
-        }
-        let bytes = n.div(&Dim::constant(parts)).unwrap_or(n);
+        let bytes = super::sent_bytes(self.mesh, ty);
         let names: Vec<String> = axes.iter().map(|a| self.mesh.names[a.0 as usize].clone()).collect();
         let shape = crate::types::shape_str(&tt.shape, self.prog);
         let bytes = crate::types::dim_str(&bytes, self.prog);

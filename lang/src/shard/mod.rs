@@ -846,6 +846,23 @@ fn model_has_layout(prog: &Program, id: crate::types::ModelId) -> bool {
 
 /// Bytes per element on the wire: booleans travel as `i32`, and `bf16`/`f16` values are held
 /// (and sent) as `f32` until those storage types exist.
+/// The bytes of this rank's block of a value of type `ty` that a collective sends (booleans
+/// travel as `i32`): what `--emit collectives` lists, `msl dryrun` adds up and `Spmd` counts.
+pub fn sent_bytes(mesh: &Mesh, ty: &Type) -> crate::types::Dim {
+    use crate::types::Dim;
+    let Type::Tensor(tt) = ty else { return Dim::default() };
+    let l = layout(ty);
+    let mut n = Dim::constant(elem_bytes(tt.elem));
+    let mut parts = 1;
+    for (i, item) in tt.shape.iter().enumerate() {
+        if let ShapeItem::Dim(d) = item {
+            n = n.mul(d);
+        }
+        parts *= mesh.parts(l.get(i).map(Vec::as_slice).unwrap_or(&[]));
+    }
+    n.div(&Dim::constant(parts)).unwrap_or(n)
+}
+
 fn elem_bytes(e: Elem) -> i64 {
     match e.materialise() {
         crate::types::ElemTy::F64 => 8,

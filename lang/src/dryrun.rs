@@ -1,0 +1,847 @@
+//! `msl dryrun`: what every rank of a partitioned program holds and sends, from the typed IR
+//! alone: no kernel runs and no data is read beyond the headers of the files `load` names.
+//!
+//! The walk starts at `main` with the dims it knows (constants, and run-time dims bound from
+//! file headers), follows every call with its callee's dims bound from the call (a direct
+//! call's instantiation, or the argument types matched against the parameters), and counts
+//! each collective the sharding pass inserted: its bytes (this rank's block, as `Spmd` counts
+//! them) times the number of times it runs (loops with known trip counts multiply; `if` takes
+//! its costlier branch). The *training step* is one iteration of the innermost loop whose body
+//! calls a gradient (`grad`, `value_and_grad`, a pullback), directly or through a function.
+//! Memory comes from the static memory plans (`ir::memplan`, per rank for a sharded program):
+//! a function's peak is the larger of its own plan's peak and, at each call, what is live
+//! around the call plus the callee's peak.
+
+use crate::dist::Mesh;
+use crate::ir::derived::target_func;
+use crate::ir::memplan::{self, MemPlan};
+use crate::ir::{walk, Expr, ExprId, ExprKind, FnTarget, Lit, Local, Pat, Prim, Program, SpanId, Stmt};
+use crate::types::{Dim, FuncId, ShapeItem, Sym, Type, TypeArg};
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+
+/// Concrete values of dims.
+pub type Env = HashMap<Sym, i64>;
+
+/// Where `load` finds its files: the working directory first, then the source's folder.
+#[derive(Clone, Debug, Default)]
+pub struct Files {
+    pub work_dir: PathBuf,
+    pub source_dir: Option<PathBuf>,
+}
+
+/// Bytes one rank holds (every rank alike: blocks are equal by the divisibility rules).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Memory {
+    /// Models held during the training step, other than optimizer states.
+    pub parameters: u64,
+    /// The gradient the step's gradient call returns.
+    pub gradients: u64,
+    /// Values of a model type generic over a model (`AdamState[M]`, `MomentumState[M]` …).
+    pub optimizer: u64,
+    /// Every other tensor live around the step (loaded data, batches, results kept).
+    pub data: u64,
+    /// The most bytes the gradient computation holds at once beyond the gradient it returns.
+    pub activations: u64,
+    /// The most bytes live at once anywhere in the run.
+    pub peak: u64,
+}
+
+/// A kind of collective over some mesh axes.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct CommKey {
+    pub kind: &'static str,
+    pub axes: Vec<String>,
+}
+
+/// Calls of a collective and the bytes they send from one rank.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Comm {
+    pub calls: u64,
+    pub bytes: u64,
+}
+
+/// Communication by kind and axes.
+pub type Traffic = BTreeMap<CommKey, Comm>;
+
+/// The training step the report is about.
+#[derive(Clone, Debug)]
+pub struct Step {
+    /// The loop whose one iteration is a step (`None`: `main` itself, which has no such loop).
+    pub lp: Option<SpanId>,
+    /// What computes the gradient (`value_and_grad(loss)`).
+    pub grad: String,
+    /// Times the step runs in the whole program, where the loop counts are known.
+    pub count: Option<u64>,
+}
+
+/// What `msl dryrun` reports.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    /// Run-time dims bound from file headers: name, value, file.
+    pub dims: Vec<(String, i64, String)>,
+    /// What could not be known exactly (dims without a header, loops of unknown length …).
+    pub notes: Vec<String>,
+    /// Sizes that do not split over their axes: the run would stop there (exit 2).
+    pub errors: Vec<String>,
+    pub step: Option<Step>,
+    pub memory: Memory,
+    pub per_step: Traffic,
+    pub per_run: Traffic,
+    /// Multiply-adds × 2 of the products (`@`, `einsum`, `conv2d`) one rank runs in a step.
+    pub step_flops: f64,
+}
+
+/// Walks `main` of a partitioned program (see the module documentation).
+pub fn run(prog: &Program, sources: &crate::source::SourceMap, files: &Files) -> Report {
+    let mut cx = Cx {
+        prog,
+        sources,
+        mesh: Mesh::of(prog),
+        files,
+        plans: HashMap::new(),
+        grads: HashMap::new(),
+        report: Report::default(),
+        step_found: false,
+        flops: 0.0,
+        noted: std::collections::HashSet::new(),
+    };
+    let Some(main) = prog.main else { return cx.report };
+    let env = cx.frame_env(main, Env::new());
+    let mut run = Traffic::new();
+    let count = cx.func(main, &env, 1, &mut run, 0);
+    cx.report.per_run = run;
+    if !cx.step_found {
+        // No loop calls a gradient: the step is `main` itself (or there is none).
+        let mut t = Traffic::new();
+        cx.flops = 0.0;
+        cx.func(main, &env, 1, &mut t, 0);
+        cx.report.step_flops = cx.flops;
+        cx.report.per_step = t;
+        if let Some(g) = cx.first_grad(main, &env, 0) {
+            cx.report.step = Some(Step { lp: None, grad: g, count: Some(1) });
+        }
+    }
+    if let Some(s) = cx.report.step.as_mut() {
+        if s.lp.is_some() {
+            s.count = count;
+        }
+    }
+    cx.memory(main, &env);
+    cx.report
+}
+
+struct Cx<'p> {
+    prog: &'p Program,
+    sources: &'p crate::source::SourceMap,
+    mesh: Option<Mesh>,
+    files: &'p Files,
+    plans: HashMap<FuncId, MemPlan>,
+    /// Whether a function calls a gradient, directly or through its callees (memo).
+    grads: HashMap<FuncId, bool>,
+    report: Report,
+    step_found: bool,
+    flops: f64,
+    noted: std::collections::HashSet<String>,
+}
+
+/// Calls deeper than this are not followed (recursion is rejected by the checker; this bounds
+/// generated chains).
+const MAX_DEPTH: usize = 48;
+
+fn eval_i(d: &Dim, env: &Env) -> Option<i64> {
+    let v = d.subst(&|s| env.get(&s).map(|&x| Dim::constant(x)));
+    if v.overflows() {
+        return None;
+    }
+    v.as_const()
+}
+
+impl<'p> Cx<'p> {
+    fn note(&mut self, s: String) {
+        if self.noted.insert(s.clone()) {
+            self.report.notes.push(s);
+        }
+    }
+
+    fn place(&self, span: SpanId) -> String {
+        let s = self.prog.span(span);
+        let (line, col) = self.sources.line_col(s.file, s.start);
+        format!("{}:{line}:{col}", self.sources.name(s.file))
+    }
+
+    /// The dims of a frame of `f`: those its caller bound, then the run-time dims its body binds
+    /// from loaded files (read from their headers).
+    fn frame_env(&mut self, f: FuncId, mut env: Env) -> Env {
+        let prog = self.prog;
+        let Some(func) = prog.funcs.get(f.0 as usize) else { return env };
+        let mut loads: HashMap<Local, (String, Option<Vec<usize>>)> = HashMap::new();
+        let mut binds = Vec::new();
+        walk::walk(&func.body, &mut |e| {
+            if let ExprKind::Block { stmts, .. } = &e.kind {
+                for s in stmts {
+                    match s {
+                        Stmt::Let { pat: Pat::Local(l), value } => {
+                            if let Some(path) = load_path(value) {
+                                loads.insert(*l, (path, None));
+                            }
+                        }
+                        Stmt::BindDims { local, dims, .. } => binds.push((*local, dims.clone())),
+                        _ => {}
+                    }
+                }
+            }
+        });
+        for (local, dims) in binds {
+            let Some((path, shape)) = loads.get_mut(&local) else { continue };
+            if shape.is_none() {
+                *shape = Some(self.header(path).unwrap_or_default());
+            }
+            let shape = shape.clone().unwrap_or_default();
+            let path = path.clone();
+            for (i, sym, _) in dims {
+                let Some(s) = sym else { continue };
+                let name = prog.sym_names.get(s.0 as usize).cloned().unwrap_or_default();
+                match shape.get(i) {
+                    Some(&n) => {
+                        env.insert(s, n as i64);
+                        if !self.report.dims.iter().any(|(d, _, _)| *d == name) {
+                            self.report.dims.push((name, n as i64, path.clone()));
+                        }
+                    }
+                    None => self.note(format!("`{name}` is not known: `{path}` has no header that gives its size")),
+                }
+            }
+        }
+        self.check_splits(f, &env);
+        env
+    }
+
+    /// Records every dim of `f`'s values whose size, known from `env`, does not split into
+    /// equal blocks over its axes (what the run checks when the dim is bound).
+    fn check_splits(&mut self, f: FuncId, env: &Env) {
+        let (prog, Some(mesh)) = (self.prog, self.mesh.clone()) else { return };
+        let Some(func) = prog.funcs.get(f.0 as usize) else { return };
+        for l in &func.locals {
+            let Type::Tensor(tt) = &l.ty else { continue };
+            for (i, item) in tt.shape.iter().enumerate() {
+                let (ShapeItem::Dim(d), Some(axes)) = (item, tt.layout.0.get(i)) else { continue };
+                let parts = mesh.parts(axes);
+                let Some(v) = eval_i(d, env) else { continue };
+                if parts > 1 && v % parts != 0 {
+                    let names: Vec<String> =
+                        axes.iter().map(|a| format!("{} = {}", mesh.names[a.0 as usize], mesh.size(*a))).collect();
+                    let e = format!(
+                        "`{}` is {v} in `{}`, which does not split into {parts} equal blocks over {}",
+                        crate::types::dim_str(d, prog),
+                        memplan::func_name(prog, f),
+                        names.join(", ")
+                    );
+                    if !self.report.errors.contains(&e) {
+                        self.report.errors.push(e);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The shape in the header of the file `load(path)` reads; `None` (with a note) when it
+    /// cannot be read or has no header (a `.csv` file).
+    fn header(&mut self, p: &str) -> Option<Vec<usize>> {
+        let (file, entry) = split_entry(p);
+        let path = std::path::Path::new(file);
+        let here = if path.is_absolute() { path.to_path_buf() } else { self.files.work_dir.join(path) };
+        let full = match &self.files.source_dir {
+            Some(d) if !here.exists() && !path.is_absolute() && d.join(path).exists() => d.join(path),
+            _ => here,
+        };
+        match kernels::io::shape_of(&full, entry) {
+            Ok(Some(s)) => Some(s),
+            Ok(None) => None,
+            Err(e) => {
+                self.note(format!("{e}"));
+                None
+            }
+        }
+    }
+
+    /// The callee of a call expression and its frame's dims; `None` for a call resolved only
+    /// at run time.
+    fn callee(&mut self, e: &'p Expr, env: &Env) -> Option<(FuncId, Env)> {
+        let (f, args, inst) = match &e.kind {
+            ExprKind::Call { func, dims, args, .. } => (*func, args, Some(dims)),
+            ExprKind::CallValue { target, args, .. } => (target_func(self.prog, target)?, args, None),
+            _ => return None,
+        };
+        let func = self.prog.funcs.get(f.0 as usize)?;
+        let mut out = Env::new();
+        if let Some(dims) = inst {
+            for (s, d) in func.dims.iter().zip(dims) {
+                if let Some(v) = eval_i(d, env) {
+                    out.insert(*s, v);
+                }
+            }
+        }
+        let skip = if inst.is_some() { 0 } else { func.n_captures };
+        for (p, a) in func.params.iter().skip(skip).zip(args) {
+            bind(&func.locals[p.0 as usize].ty, &a.ty, env, &mut out);
+        }
+        let env = self.frame_env(f, out);
+        Some((f, env))
+    }
+
+    /// Whether running `f` computes a gradient.
+    fn calls_grad(&mut self, f: FuncId, depth: usize) -> bool {
+        if let Some(&b) = self.grads.get(&f) {
+            return b;
+        }
+        if depth > MAX_DEPTH {
+            return false;
+        }
+        self.grads.insert(f, false);
+        let prog = self.prog;
+        let Some(func) = prog.funcs.get(f.0 as usize) else { return false };
+        let b = self.expr_calls_grad(&func.body, depth);
+        self.grads.insert(f, b);
+        b
+    }
+
+    fn expr_calls_grad(&mut self, e: &'p Expr, depth: usize) -> bool {
+        let mut callees = Vec::new();
+        let mut direct = false;
+        walk::walk(e, &mut |x| match &x.kind {
+            ExprKind::Call { func, .. } => callees.push(*func),
+            ExprKind::CallValue { target, .. } => {
+                if grad_target(target) {
+                    direct = true;
+                } else if let Some(f) = target_func(self.prog, target) {
+                    callees.push(f);
+                }
+            }
+            _ => {}
+        });
+        direct || callees.into_iter().any(|f| self.calls_grad(f, depth + 1))
+    }
+
+    /// The name of the first gradient `f` computes, found along its calls.
+    fn first_grad(&mut self, f: FuncId, env: &Env, depth: usize) -> Option<String> {
+        if depth > MAX_DEPTH {
+            return None;
+        }
+        let prog = self.prog;
+        let func = prog.funcs.get(f.0 as usize)?;
+        self.grad_in(&func.body, env, depth)
+    }
+
+    /// Walks one run of `f`, adding what its collectives send `mult` times to `t`; returns the
+    /// times the step runs within it (`None` if a count is unknown).
+    fn func(&mut self, f: FuncId, env: &Env, mult: u64, t: &mut Traffic, depth: usize) -> Option<u64> {
+        if depth > MAX_DEPTH {
+            return Some(0);
+        }
+        let prog = self.prog;
+        let Some(func) = prog.funcs.get(f.0 as usize) else { return Some(0) };
+        self.expr(&func.body, env, mult, t, depth)
+    }
+
+    /// Walks `e` (see [`Cx::func`]).
+    fn expr(&mut self, e: &'p Expr, env: &Env, mult: u64, t: &mut Traffic, depth: usize) -> Option<u64> {
+        let mut steps = Some(0u64);
+        let add = |steps: &mut Option<u64>, n: Option<u64>| {
+            *steps = match (*steps, n) {
+                (Some(a), Some(b)) => Some(a.saturating_add(b)),
+                _ => None,
+            }
+        };
+        match &e.kind {
+            ExprKind::If { cond, then, els } => {
+                add(&mut steps, self.expr(cond, env, mult, t, depth));
+                // One branch runs: count the costlier.
+                let (mut a, mut b) = (Traffic::new(), Traffic::new());
+                let fl = self.flops;
+                let sa = self.expr(then, env, mult, &mut a, depth);
+                let fa = self.flops - fl;
+                self.flops = fl;
+                let sb = self.expr(els, env, mult, &mut b, depth);
+                let fb = self.flops - fl;
+                let (pick, s, f) = if bytes(&a) >= bytes(&b) { (a, sa, fa) } else { (b, sb, fb) };
+                self.flops = fl + f;
+                merge(t, &pick);
+                add(&mut steps, s);
+                return steps;
+            }
+            ExprKind::ForRange { start, end, body, .. } => {
+                add(&mut steps, self.expr(start, env, mult, t, depth));
+                add(&mut steps, self.expr(end, env, mult, t, depth));
+                let n = match (int_value(start, env), int_value(end, env)) {
+                    (Some(a), Some(b)) => Some((b - a).max(0) as u64),
+                    _ => None,
+                };
+                return self.looped(e, body, n, env, mult, t, depth, steps);
+            }
+            ExprKind::ForBatches { data, size, body, .. } => {
+                for d in data {
+                    add(&mut steps, self.expr(d, env, mult, t, depth));
+                }
+                let rows = data.first().and_then(|d| match &d.ty {
+                    Type::Tensor(tt) => match tt.shape.first() {
+                        Some(ShapeItem::Dim(n)) => eval_i(n, env),
+                        _ => None,
+                    },
+                    _ => None,
+                });
+                let n = match (rows, int_value(size, env)) {
+                    (Some(r), Some(b)) if b > 0 => Some((r / b) as u64),
+                    _ => None,
+                };
+                return self.looped(e, body, n, env, mult, t, depth, steps);
+            }
+            ExprKind::While { cond, body } => {
+                let place = self.place(e.span);
+                self.note(format!("a `while` loop ({place}) is counted as running once"));
+                add(&mut steps, self.expr(cond, env, mult, t, depth));
+                return self.looped(e, body, None, env, mult, t, depth, steps);
+            }
+            ExprKind::Prim { prim, args, attrs } => {
+                if attrs.site != 0 {
+                    if let (Some(mesh), Some(a)) = (&self.mesh, args.first()) {
+                        let b = crate::shard::sent_bytes(mesh, &a.ty);
+                        let key = CommKey {
+                            kind: prim.name(),
+                            axes: attrs.mesh_axes.iter().map(|x| mesh.names[x.0 as usize].clone()).collect(),
+                        };
+                        match eval_i(&b, env) {
+                            Some(b) => {
+                                let c = t.entry(key).or_default();
+                                c.calls = c.calls.saturating_add(mult);
+                                c.bytes = c.bytes.saturating_add(mult.saturating_mul(b.max(0) as u64));
+                            }
+                            None => self.note(format!(
+                                "a {} of {} bytes is left out: its size is not known",
+                                prim.name(),
+                                crate::types::dim_str(&b, self.prog)
+                            )),
+                        }
+                    }
+                }
+                self.flops += mult as f64 * self.prim_flops(*prim, args, attrs.spec.as_deref(), &e.ty, env);
+            }
+            ExprKind::Call { .. } | ExprKind::CallValue { .. } => {
+                if let Some((f, cenv)) = self.callee(e, env) {
+                    add(&mut steps, self.func(f, &cenv, mult, t, depth + 1));
+                }
+            }
+            _ => {}
+        }
+        let mut kids = Vec::new();
+        walk::children(e, &mut |c| kids.push(c));
+        for k in kids {
+            add(&mut steps, self.expr(k, env, mult, t, depth));
+        }
+        steps
+    }
+
+    /// A loop running `n` times (`None`: unknown, counted once). The first innermost loop that
+    /// computes a gradient is the training step: its body is walked once more for the step.
+    #[allow(clippy::too_many_arguments)]
+    fn looped(
+        &mut self,
+        e: &'p Expr,
+        body: &'p Expr,
+        n: Option<u64>,
+        env: &Env,
+        mult: u64,
+        t: &mut Traffic,
+        depth: usize,
+        steps: Option<u64>,
+    ) -> Option<u64> {
+        if n.is_none() && !matches!(e.kind, ExprKind::While { .. }) {
+            let place = self.place(e.span);
+            self.note(format!("a loop ({place}) whose length is not known is counted as running once"));
+        }
+        let times = n.unwrap_or(1);
+        let is_step = !self.step_found && self.expr_calls_grad(body, 0) && !inner_loop_with_grad(self, body);
+        if is_step {
+            self.step_found = true;
+            let mut st = Traffic::new();
+            let fl = self.flops;
+            self.expr(body, env, 1, &mut st, depth);
+            self.report.step_flops = self.flops - fl;
+            self.flops = fl;
+            self.report.per_step = st;
+            let grad = self.grad_in(body, env, depth).unwrap_or_default();
+            self.report.step = Some(Step { lp: Some(e.span), grad, count: None });
+        }
+        let fl = self.flops;
+        let inner = self.expr(body, env, mult.saturating_mul(times), t, depth);
+        if times == 0 {
+            self.flops = fl;
+        }
+        let here = if is_step { n } else { inner.zip(n).map(|(s, n)| s.saturating_mul(n)) };
+        match (steps, here) {
+            (Some(a), Some(b)) => Some(a.saturating_add(b)),
+            _ => None,
+        }
+    }
+
+    /// The name of the gradient computed in `e`.
+    fn grad_in(&mut self, e: &'p Expr, env: &Env, depth: usize) -> Option<String> {
+        let prog = self.prog;
+        let mut found = None;
+        let mut calls = Vec::new();
+        walk::walk(e, &mut |x| match &x.kind {
+            ExprKind::CallValue { target, .. } if found.is_none() && grad_target(target) => {
+                found = target_func(prog, target).map(|g| memplan::func_name(prog, g));
+            }
+            ExprKind::Call { .. } => calls.push(x),
+            _ => {}
+        });
+        if found.is_some() {
+            return found;
+        }
+        for c in calls {
+            if let Some((g, genv)) = self.callee(c, env) {
+                if let Some(n) = self.first_grad(g, &genv, depth + 1) {
+                    return Some(n);
+                }
+            }
+        }
+        None
+    }
+
+    /// 2 × multiply-adds of one product on this rank's blocks.
+    fn prim_flops(&self, p: Prim, args: &[Expr], spec: Option<&str>, ty: &Type, env: &Env) -> f64 {
+        let local = |t: &Type| -> Option<Vec<f64>> {
+            let Type::Tensor(tt) = t else { return None };
+            let mut v = Vec::new();
+            for (i, item) in tt.shape.iter().enumerate() {
+                let ShapeItem::Dim(d) = item else { return None };
+                let parts = match &self.mesh {
+                    Some(m) => m.parts(tt.layout.0.get(i).map(Vec::as_slice).unwrap_or(&[])),
+                    None => 1,
+                };
+                v.push(eval_i(d, env)? as f64 / parts.max(1) as f64);
+            }
+            Some(v)
+        };
+        let numel = |v: &Option<Vec<f64>>| v.as_ref().map_or(0.0, |v| v.iter().product::<f64>());
+        let dim = |v: &Option<Vec<f64>>, i: usize| v.as_ref().and_then(|v| v.get(i).copied()).unwrap_or(1.0).max(1.0);
+        let out = local(ty);
+        let ops: Vec<Option<Vec<f64>>> = args.iter().map(|a| local(&a.ty)).collect();
+        let op = |i: usize| ops.get(i).cloned().flatten();
+        match p {
+            Prim::MatMul => {
+                let k = op(0).and_then(|v| v.last().copied()).unwrap_or(0.0);
+                2.0 * numel(&out) * k
+            }
+            // Weights are [O, C, kh, kw]: every output element takes C·kh·kw multiply-adds.
+            Prim::Conv2d => 2.0 * numel(&out) * numel(&op(1)) / dim(&op(1), 0),
+            Prim::Conv2dInputGrad => 2.0 * numel(&op(0)) * numel(&op(1)) / dim(&op(1), 0),
+            Prim::Conv2dWeightGrad => 2.0 * numel(&op(1)) * numel(&out) / dim(&op(1), 1),
+            Prim::Einsum => {
+                // Every index of the specification once: the product of their sizes.
+                let Some(spec) = spec else { return 0.0 };
+                let lhs = spec.split("->").next().unwrap_or("");
+                let mut sizes: HashMap<char, f64> = HashMap::new();
+                for (term, shape) in lhs.split(',').zip(&ops) {
+                    let Some(shape) = shape else { return 0.0 };
+                    for (c, n) in term.chars().filter(|c| c.is_alphabetic()).zip(shape) {
+                        sizes.insert(c, *n);
+                    }
+                }
+                2.0 * sizes.values().product::<f64>()
+            }
+            _ => 0.0,
+        }
+    }
+
+    /// The plan of `f`, made once.
+    fn plan(&mut self, f: FuncId) -> MemPlan {
+        self.plans.entry(f).or_insert_with(|| memplan::plan(self.prog, f)).clone()
+    }
+
+    /// The most bytes live at once while `f` runs with dims `env`.
+    fn peak(&mut self, f: FuncId, env: &Env, depth: usize) -> u64 {
+        if depth > MAX_DEPTH {
+            return 0;
+        }
+        let plan = self.plan(f);
+        let dims = |s: Sym| env.get(&s).copied();
+        let mut best = plan.peak_bytes(&dims).unwrap_or_else(|| {
+            self.note(format!(
+                "the memory plan of `{}` has sizes that are not known",
+                memplan::func_name(self.prog, f)
+            ));
+            0
+        });
+        if plan.n_unknown() > 0 {
+            let n = plan.n_unknown();
+            self.note(format!(
+                "`{}`: {n} value{} of a size not known statically (generic model types, `..S` shapes) left out of its memory",
+                memplan::func_name(self.prog, f),
+                if n == 1 { "" } else { "s" }
+            ));
+        }
+        let exprs = call_exprs(self.prog, f);
+        for c in plan.calls() {
+            let Some(&e) = exprs.get(&c.expr) else { continue };
+            let around = plan.buffer_bytes(&c.live, &dims).unwrap_or(0);
+            if let Some((g, genv)) = self.callee(e, env) {
+                let inner = self.peak(g, &genv, depth + 1);
+                best = best.max(around.saturating_add(inner));
+            }
+        }
+        best
+    }
+
+    /// Fills in the memory of the report: the whole run's peak, and what is live around the
+    /// step's gradient call, by kind.
+    fn memory(&mut self, main: FuncId, env: &Env) {
+        self.report.memory.peak = self.peak(main, env, 0);
+        // The call in `main` that computes the gradient (directly or inside its callee).
+        let plan = self.plan(main);
+        let exprs = call_exprs(self.prog, main);
+        let dims = |s: Sym| env.get(&s).copied();
+        for c in plan.calls() {
+            let Some(&e) = exprs.get(&c.expr) else { continue };
+            let Some((g, genv)) = self.callee(e, env) else { continue };
+            let direct = matches!(&e.kind, ExprKind::CallValue { target, .. } if grad_target(target));
+            if !direct && !self.calls_grad(g, 0) {
+                continue;
+            }
+            let prog = self.prog;
+            let main_func = prog.func(main);
+            let mut kinds = [0u64; 3]; // parameters, optimizer, data
+            let mut seen = std::collections::HashSet::new();
+            for (l, bufs) in &c.held {
+                let k = match kind_of(self.prog, &main_func.locals[l.0 as usize].ty) {
+                    Kind::Optimizer => 1,
+                    Kind::Model => 0,
+                    Kind::Other => 2,
+                };
+                let fresh: Vec<usize> = bufs.iter().copied().filter(|b| seen.insert(*b)).collect();
+                kinds[k] += plan.buffer_bytes(&fresh, &dims).unwrap_or(0);
+            }
+            let rest: Vec<usize> = c.live.iter().copied().filter(|b| seen.insert(*b)).collect();
+            kinds[2] += plan.buffer_bytes(&rest, &dims).unwrap_or(0);
+            self.report.memory.parameters = kinds[0];
+            self.report.memory.optimizer = kinds[1];
+            self.report.memory.data = kinds[2];
+            let (gf, gretty, genv2) = if direct {
+                (g, e.ty.clone(), genv)
+            } else {
+                self.grad_call(g, &genv, 0).unwrap_or((g, Type::unit(), genv))
+            };
+            let grads = grad_bytes(self.prog, &gretty, &genv2);
+            let inner = self.peak(gf, &genv2, 1);
+            self.report.memory.gradients = grads;
+            self.report.memory.activations = inner.saturating_sub(grads);
+            return;
+        }
+    }
+
+    /// The first gradient call along the calls of `f`: its function, result type and dims.
+    fn grad_call(&mut self, f: FuncId, env: &Env, depth: usize) -> Option<(FuncId, Type, Env)> {
+        if depth > MAX_DEPTH {
+            return None;
+        }
+        let prog = self.prog;
+        let func = prog.funcs.get(f.0 as usize)?;
+        let mut calls = Vec::new();
+        walk::walk(&func.body, &mut |x| {
+            if matches!(x.kind, ExprKind::Call { .. } | ExprKind::CallValue { .. }) {
+                calls.push(x);
+            }
+        });
+        for c in calls {
+            let direct = matches!(&c.kind, ExprKind::CallValue { target, .. } if grad_target(target));
+            let Some((g, genv)) = self.callee(c, env) else { continue };
+            if direct {
+                return Some((g, c.ty.clone(), genv));
+            }
+            if let Some(r) = self.grad_call(g, &genv, depth + 1) {
+                return Some(r);
+            }
+        }
+        None
+    }
+}
+
+/// Whether a loop inside `e` computes a gradient (then `e`'s loop is not the innermost).
+fn inner_loop_with_grad<'p>(cx: &mut Cx<'p>, e: &'p Expr) -> bool {
+    let mut bodies = Vec::new();
+    walk::walk(e, &mut |x| match &x.kind {
+        ExprKind::ForRange { body, .. } | ExprKind::ForBatches { body, .. } | ExprKind::While { body, .. } => {
+            bodies.push(&**body)
+        }
+        _ => {}
+    });
+    bodies.into_iter().any(|b| cx.expr_calls_grad(b, 0))
+}
+
+/// Every call expression of `f`, by id.
+fn call_exprs(prog: &Program, f: FuncId) -> HashMap<ExprId, &Expr> {
+    let mut out = HashMap::new();
+    if let Some(func) = prog.funcs.get(f.0 as usize) {
+        walk::walk(&func.body, &mut |x| {
+            if matches!(x.kind, ExprKind::Call { .. } | ExprKind::CallValue { .. }) {
+                out.insert(x.id, x);
+            }
+        });
+    }
+    out
+}
+
+/// A target that computes a gradient.
+fn grad_target(t: &FnTarget) -> bool {
+    matches!(t, FnTarget::Grad { .. })
+}
+
+enum Kind {
+    Model,
+    Optimizer,
+    Other,
+}
+
+/// What a local of type `t` holds, for the memory report.
+fn kind_of(prog: &Program, t: &Type) -> Kind {
+    match t {
+        Type::Model(id, _) if prog.models.get(id.0 as usize).is_some_and(|m| !m.models.is_empty()) => Kind::Optimizer,
+        Type::Model(..) => Kind::Model,
+        Type::Tuple(ts) => {
+            let ks: Vec<Kind> = ts.iter().map(|t| kind_of(prog, t)).collect();
+            if ks.iter().any(|k| matches!(k, Kind::Model)) {
+                Kind::Model
+            } else if ks.iter().any(|k| matches!(k, Kind::Optimizer)) {
+                Kind::Optimizer
+            } else {
+                Kind::Other
+            }
+        }
+        _ => Kind::Other,
+    }
+}
+
+/// This rank's bytes of the gradient in a gradient call's result: its model and tensor parts
+/// other than the value of `value_and_grad` (the first part of a pair whose first part is a
+/// scalar).
+fn grad_bytes(prog: &Program, t: &Type, env: &Env) -> u64 {
+    match t {
+        Type::Tuple(ts) if ts.len() == 2 && scalar(&ts[0]) => value_bytes(prog, &ts[1], env, 0),
+        _ => value_bytes(prog, t, env, 0),
+    }
+}
+
+fn scalar(t: &Type) -> bool {
+    matches!(t, Type::Tensor(tt) if tt.shape.is_empty())
+}
+
+/// This rank's bytes of every tensor of rank ≥ 1 in a value of type `t`.
+fn value_bytes(prog: &Program, t: &Type, env: &Env, depth: usize) -> u64 {
+    if depth > 16 {
+        return 0;
+    }
+    match t {
+        Type::Tensor(tt) if !tt.shape.is_empty() => {
+            memplan::tensor_bytes(prog, tt).and_then(|d| eval_i(&d, env)).map_or(0, |b| b.max(0) as u64)
+        }
+        Type::Tuple(ts) => ts.iter().map(|t| value_bytes(prog, t, env, depth + 1)).sum(),
+        Type::Model(id, args) => {
+            let Some(def) = prog.models.get(id.0 as usize) else { return 0 };
+            let s = def.arg_subst(args);
+            def.fields.iter().map(|f| value_bytes(prog, &crate::ir::Model::field_ty(&s, f), env, depth + 1)).sum()
+        }
+        _ => 0,
+    }
+}
+
+/// Binds the dims of a parameter type that are single variables to the argument's dims.
+fn bind(p: &Type, a: &Type, env: &Env, out: &mut Env) {
+    match (p, a) {
+        (Type::Tensor(pt), Type::Tensor(at)) => {
+            for (pi, ai) in pt.shape.iter().zip(&at.shape) {
+                if let (ShapeItem::Dim(pd), ShapeItem::Dim(ad)) = (pi, ai) {
+                    if let (Some(s), Some(v)) = (pd.as_var(), eval_i(ad, env)) {
+                        out.entry(s).or_insert(v);
+                    }
+                }
+            }
+        }
+        (Type::Model(_, pa), Type::Model(_, aa)) => {
+            for (x, y) in pa.iter().zip(aa) {
+                match (x, y) {
+                    (TypeArg::Dim(pd), TypeArg::Dim(ad)) => {
+                        if let (Some(s), Some(v)) = (pd.as_var(), eval_i(ad, env)) {
+                            out.entry(s).or_insert(v);
+                        }
+                    }
+                    (TypeArg::Type(pt), TypeArg::Type(at)) => bind(pt, at, env, out),
+                    _ => {}
+                }
+            }
+        }
+        (Type::Tuple(ps), Type::Tuple(as_)) => ps.iter().zip(as_).for_each(|(p, a)| bind(p, a, env, out)),
+        _ => {}
+    }
+}
+
+/// An integer-valued expression known from the dims (`0..20`, `0..N / B`).
+fn int_value(e: &Expr, env: &Env) -> Option<i64> {
+    match &e.kind {
+        ExprKind::Lit(Lit::Int(n)) => Some(*n),
+        ExprKind::DimValue(d) => eval_i(d, env),
+        ExprKind::Prim { prim: Prim::Cast | Prim::Neg, args, .. } if args.len() == 1 => {
+            let v = int_value(&args[0], env)?;
+            if matches!(e.kind, ExprKind::Prim { prim: Prim::Neg, .. }) {
+                v.checked_neg()
+            } else {
+                Some(v)
+            }
+        }
+        ExprKind::Prim { prim, args, .. } if args.len() == 2 => {
+            let (a, b) = (int_value(&args[0], env)?, int_value(&args[1], env)?);
+            match prim {
+                Prim::Add => a.checked_add(b),
+                Prim::Sub => a.checked_sub(b),
+                Prim::Mul => a.checked_mul(b),
+                Prim::Div => a.checked_div(b),
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
+/// The literal path of `load("…")` (through a `BindDims` check's block).
+fn load_path(e: &Expr) -> Option<String> {
+    match &e.kind {
+        ExprKind::Prim { prim: Prim::Load, args, .. } => match args.first().map(|a| &a.kind) {
+            Some(ExprKind::Lit(Lit::Str(s))) => Some(s.clone()),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Splits `"file.npz:name"` into the file and the entry (as `load` does).
+fn split_entry(p: &str) -> (&str, Option<&str>) {
+    if let Some((file, entry)) = p.rsplit_once(':') {
+        let lower = file.to_ascii_lowercase();
+        if lower.ends_with(".npz") || lower.ends_with(".safetensors") {
+            return (file, Some(entry));
+        }
+    }
+    (p, None)
+}
+
+fn bytes(t: &Traffic) -> u64 {
+    t.values().map(|c| c.bytes).sum()
+}
+
+fn merge(into: &mut Traffic, from: &Traffic) {
+    for (k, c) in from {
+        let e = into.entry(k.clone()).or_default();
+        e.calls = e.calls.saturating_add(c.calls);
+        e.bytes = e.bytes.saturating_add(c.bytes);
+    }
+}
