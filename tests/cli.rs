@@ -182,12 +182,17 @@ fn nan_check_stops_at_the_first_primitive_that_makes_a_nan_or_inf() {
 }
 
 #[test]
-fn a_list_of_axes_says_to_reduce_one_axis_at_a_time() {
-    let src = "fn main() {\n    let x = ones(2, 3)\n    print(sum(x, axis: [0, 1]))\n}\n";
+fn a_list_of_axes_reduces_each_and_other_builtins_take_one() {
+    // NumPy's several-axes form: `sum(x, axis: [0, 1])` sums every element.
+    let src = "fn main() {\n    let x = ones(2, 3)\n    print(sum(x, axis: [0, 1]), sum(x, axis: (1, 0)))\n}\n";
     let dir = scratch("axis_list", &[("p.msl", src)]);
+    let o = msl(&dir, &["run", "p.msl"]);
+    assert_eq!(text(&o.stdout), "6.0 6.0\n", "{}", text(&o.stderr));
+    // Builtins that take one axis say so.
+    let src = "fn main() {\n    let x = ones(2, 3)\n    print(argmax(x, axis: [0, 1]), softmax(x, axis: (0, 1)))\n}\n";
+    let dir = scratch("axis_list_one", &[("p.msl", src)]);
     let o = msl(&dir, &["check", "--message-format", "json", "p.msl"]);
     assert_eq!(o.status.code(), Some(1));
     let out = text(&o.stdout);
-    assert!(out.contains("\"code\":\"E0323\""), "{out}");
-    assert!(out.contains("reduce one axis at a time"), "{out}");
+    assert!(out.contains("\"code\":\"E0323\"") && out.contains("`argmax` takes one axis"), "{out}");
 }

@@ -423,6 +423,7 @@ impl<'a, 'f> Lower<'a, 'f> {
             | Prim::GlorotUniform
             | Prim::Params
             | Prim::Map
+            | Prim::ModelSum
             | Prim::StopGradient
             | Prim::Print
             | Prim::Load

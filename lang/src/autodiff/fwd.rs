@@ -901,8 +901,9 @@ impl Gen<'_> {
             self.tainted.insert(out, name);
             return Ok(());
         }
-        if !prim.differentiable() || matches!(prim, Prim::Map | Prim::Params) {
-            return Err(err(span, format!("cannot differentiate through `{}`: it has no derivative", prim.name()))
+        if !prim.differentiable() || matches!(prim, Prim::Map | Prim::Params | Prim::ModelSum) {
+            let name = if prim == Prim::ModelSum { "sum` of a model".to_string() } else { format!("{}`", prim.name()) };
+            return Err(err(span, format!("cannot differentiate through `{name}: it has no derivative"))
                 .with_help("wrap it in `stop_gradient(…)` if no gradient should flow through it"));
         }
         // `where`'s condition and `gather`'s indices carry no gradient; the value operands do.

@@ -877,6 +877,7 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
         | Prim::GlorotUniform
         | Prim::Params
         | Prim::Map
+        | Prim::ModelSum
         | Prim::Print
         | Prim::Load
         | Prim::Save

@@ -343,6 +343,7 @@ impl Gen<'_> {
             | Prim::GlorotUniform
             | Prim::Params
             | Prim::Map
+            | Prim::ModelSum
             | Prim::Print
             | Prim::Load
             | Prim::Save

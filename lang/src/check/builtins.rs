@@ -14,6 +14,7 @@ use crate::types::{Dim, Elem, ElemTy, FnTy, ShapeItem, Type};
 
 mod conv;
 mod create;
+mod einsum;
 mod index;
 mod io;
 mod shape;
@@ -45,7 +46,12 @@ impl Checker {
     /// Named arguments a builtin accepts; anything else is `E0212`.
     fn check_named(&mut self, name: &str, a: &Args, allowed: &[&str]) {
         for (n, _) in &a.named {
-            if !allowed.contains(&n.name.as_str()) {
+            if n.name == ".." {
+                self.error(
+                    Diagnostic::error(Code::E0212, n.span, format!("`{name}` takes no `..base`"))
+                        .label("not a model constructor"),
+                );
+            } else if !allowed.contains(&n.name.as_str()) {
                 let mut d = Diagnostic::error(Code::E0212, n.span, format!("`{name}` has no argument `{}`", n.name))
                     .label("unknown argument name");
                 d = match super::suggest(&n.name, allowed.iter().copied()) {
@@ -94,10 +100,10 @@ impl Checker {
                     Diagnostic::error(Code::E0323, e.span, format!("{what} must be an integer known at compile time"))
                         .label("not a constant");
                 if what == "axis" && matches!(e.kind, ast::ExprKind::List(_) | ast::ExprKind::Tuple(_)) {
-                    // `sum(x, axis: [0, 1])` is NumPy's several-axes form, which msl does not have.
+                    // Only the reductions take several axes (`sum(x, axis: (0, 2))`).
                     d = d
                         .label("one axis, not a list")
-                        .with_help("reduce one axis at a time, the higher axis first: `sum(sum(x, axis: 1), axis: 0)`");
+                        .with_help("this builtin takes one axis; reductions take several");
                 }
                 self.error(d);
                 None
@@ -454,9 +460,25 @@ impl Checker {
 
     fn check_reduce(&mut self, cx: &mut FnCx, p: Prim, a: &Args, span: Span) -> ir::Expr {
         let name = p.name();
-        let Some((v, e, s)) = self.tensor_operand(cx, p, a, &["axis", "keepdims"], (1, 1), span) else {
+        self.check_named(name, a, &["axis", "keepdims"]);
+        if !self.arity(name, a, 1, 1, span) {
             return self.error_expr(span);
-        };
+        }
+        let v = self.check_expr(cx, a.pos[0].0, None);
+        let v = self.materialise(v);
+        if p == Prim::Sum && v.ty.is_model() {
+            // The sum over every tensor of a model (`sum(map(|t| t * t, g))`).
+            if let Some((n, _)) = a.named.first() {
+                self.error(
+                    Diagnostic::error(Code::E0212, n.span, format!("`sum` of a model takes no `{}`", n.name))
+                        .label("a model's tensors have different shapes"),
+                );
+                return self.error_expr(span);
+            }
+            return self.prim(Prim::ModelSum, vec![v], Attrs::default(), Type::scalar(ElemTy::F32), span);
+        }
+        let Some((e, s)) = self.tensor_of(&v, a.pos[0].1, name) else { return self.error_expr(span) };
+        let s = s.clone();
         let float_only = matches!(p, Prim::Mean | Prim::Logsumexp);
         if (float_only && !e.is_float()) || (e == Elem::T(ElemTy::Bool) && p != Prim::Sum) {
             let ts = self.ty_str(&v.ty);
@@ -476,6 +498,11 @@ impl Checker {
             Prim::Sum if e == Elem::T(ElemTy::Bool) => Elem::T(ElemTy::I32),
             _ => e,
         };
+        if let Some(ax) = self.named(a, "axis") {
+            if let ast::ExprKind::List(items) | ast::ExprKind::Tuple(items) = &ax.kind {
+                return self.reduce_axes(cx, p, v, &s, items, ax.span, keepdims, out_elem, span);
+            }
+        }
         let (axis, shape) = match self.named(a, "axis") {
             None => {
                 let shape = if keepdims {
@@ -526,6 +553,74 @@ impl Checker {
         let axis = if from_end { axis.map(|i| s.len() - i) } else { axis };
         let attrs = Attrs { axis, keepdims, from_end, ..Attrs::default() };
         self.prim(p, vec![v], attrs, Type::Tensor(TensorTy::new(out_elem, shape)), span)
+    }
+
+    /// `sum(x, axis: (0, 2))` (or `[0, 2]`): one reduction per axis, the highest first, so the
+    /// lower axes keep their numbers; a mean of equal-sized means is the mean over both axes,
+    /// and so for `max`, `min` and `logsumexp`.
+    #[allow(clippy::too_many_arguments)]
+    fn reduce_axes(
+        &mut self,
+        cx: &mut FnCx,
+        p: Prim,
+        v: ir::Expr,
+        s: &[ShapeItem],
+        items: &[ast::Expr],
+        aspan: Span,
+        keepdims: bool,
+        out_elem: Elem,
+        span: Span,
+    ) -> ir::Expr {
+        let name = p.name();
+        if matches!(p, Prim::Argmax | Prim::Argmin) {
+            self.error(
+                Diagnostic::error(Code::E0323, aspan, format!("`{name}` takes one axis"))
+                    .label("several axes")
+                    .with_help(format!("as in NumPy, `{name}` finds the index along one axis")),
+            );
+            return self.error_expr(span);
+        }
+        if s.iter().any(|i| matches!(i, ShapeItem::Rest(_))) {
+            let ts = self.ty_str(&v.ty);
+            self.error(
+                Diagnostic::error(Code::E0309, aspan, format!("several axes need a tensor of known rank, found {ts}"))
+                    .label("reduce one axis at a time here"),
+            );
+            return self.error_expr(span);
+        }
+        if items.is_empty() {
+            self.error(
+                Diagnostic::error(Code::E0323, aspan, "the list of axes is empty").label("name at least one axis"),
+            );
+            return self.error_expr(span);
+        }
+        let mut axes = Vec::new();
+        for it in items {
+            let Some(k) = self.const_int(cx, it, "axis") else { return self.error_expr(span) };
+            let Some(i) = self.axis(k, s.len(), it.span, &v.ty) else { return self.error_expr(span) };
+            if axes.contains(&i) {
+                self.error(
+                    Diagnostic::error(Code::E0309, it.span, format!("axis {k} is named twice"))
+                        .label("this axis is already reduced"),
+                );
+                return self.error_expr(span);
+            }
+            axes.push(i);
+        }
+        axes.sort_unstable_by(|a, b| b.cmp(a));
+        let mut shape = s.to_vec();
+        let mut out = v;
+        for i in axes {
+            if keepdims {
+                shape[i] = ShapeItem::Dim(Dim::constant(1));
+            } else {
+                shape.remove(i);
+            }
+            // `sum` of bools gives i32 at the first step; the later steps sum those integers.
+            let attrs = Attrs { axis: Some(i), keepdims, ..Attrs::default() };
+            out = self.prim(p, vec![out], attrs, Type::Tensor(TensorTy::new(out_elem, shape.clone())), span);
+        }
+        out
     }
 
     fn check_other(&mut self, cx: &mut FnCx, p: Prim, a: &Args, span: Span, expected: Option<&Type>) -> ir::Expr {
@@ -633,6 +728,7 @@ impl Checker {
             | Prim::TapeNew
             | Prim::TapePush
             | Prim::TapeGet
+            | Prim::ModelSum
             | crate::collective_prims!() => {
                 self.error(Diagnostic::error(Code::E0325, span, format!("`{name}` cannot be called directly")));
                 self.error_expr(span)
@@ -725,138 +821,6 @@ impl Checker {
         let shape = out.into_iter().map(ShapeItem::Dim).collect();
         let attrs = Attrs { axis: Some(ax), ..Attrs::default() };
         self.prim(p, vals, attrs, Type::Tensor(TensorTy::new(elem.unwrap(), shape)), span)
-    }
-
-    fn check_einsum(&mut self, cx: &mut FnCx, a: &Args, span: Span) -> ir::Expr {
-        self.check_named("einsum", a, &[]);
-        if !self.arity("einsum", a, 2, usize::MAX, span) {
-            return self.error_expr(span);
-        }
-        let ast::ExprKind::Str(spec) = &a.pos[0].0.kind else {
-            self.error(Diagnostic::error(
-                Code::E0323,
-                a.pos[0].1,
-                "`einsum` needs its specification as a string literal",
-            ));
-            return self.error_expr(span);
-        };
-        let sspan = a.pos[0].1;
-        let mut vals = Vec::new();
-        for (e, _) in &a.pos[1..] {
-            let v = self.check_expr(cx, e, None);
-            vals.push(self.materialise(v));
-        }
-        if vals.iter().any(|v| v.ty.has_error()) {
-            return self.error_expr(span);
-        }
-        let compact: String = spec.chars().filter(|c| !c.is_whitespace()).collect();
-        let (lhs, rhs) = match compact.split_once("->") {
-            Some((l, r)) => (l.to_string(), Some(r.to_string())),
-            None => (compact.clone(), None),
-        };
-        let inputs: Vec<&str> = lhs.split(',').collect();
-        let bad = |c: &mut Checker, msg: String| {
-            c.error(Diagnostic::error(Code::E0311, sspan, msg).label("in this specification"));
-        };
-        // Letters and `,` before the one `->`, letters after it.
-        let bad_lhs = lhs.chars().any(|c| !(c.is_ascii_alphabetic() || c == ','));
-        if bad_lhs || rhs.as_deref().is_some_and(|r| r.chars().any(|c| !c.is_ascii_alphabetic())) {
-            bad(self, format!("einsum specification `{spec}` may only contain letters, `,` and `->`"));
-            return self.error_expr(span);
-        }
-        if inputs.len() != vals.len() {
-            bad(
-                self,
-                format!("einsum specification has {} operands but {} tensors are given", inputs.len(), vals.len()),
-            );
-            return self.error_expr(span);
-        }
-        let mut sizes: Vec<(char, Dim, usize)> = Vec::new();
-        let mut elem = None;
-        for (i, (letters, v)) in inputs.iter().zip(&vals).enumerate() {
-            let Some((e, s)) = self.tensor_of(v, a.pos[i + 1].1, "einsum") else { return self.error_expr(span) };
-            let s = s.clone();
-            match elem {
-                None => elem = Some(e),
-                Some(prev) if prev != e => {
-                    self.error(Diagnostic::error(
-                        Code::E0303,
-                        a.pos[i + 1].1,
-                        format!("einsum operands have different element types: {} and {}", prev.name(), e.name()),
-                    ));
-                    return self.error_expr(span);
-                }
-                _ => {}
-            }
-            let Some(d) = self.fixed_dims(&s, a.pos[i + 1].1, "einsum") else { return self.error_expr(span) };
-            if d.len() != letters.len() {
-                let ts = self.ty_str(&v.ty);
-                self.error(
-                    Diagnostic::error(
-                        Code::E0311,
-                        a.pos[i + 1].1,
-                        format!(
-                            "einsum operand {} has rank {} but `{letters}` names {} dims",
-                            i + 1,
-                            d.len(),
-                            letters.len()
-                        ),
-                    )
-                    .label(format!("this is {ts}"))
-                    .with_secondary(sspan, "specification"),
-                );
-                return self.error_expr(span);
-            }
-            for (c, dim) in letters.chars().zip(d) {
-                match sizes.iter().find(|(l, _, _)| *l == c) {
-                    Some((_, prev, j)) if *prev != dim => {
-                        let (ps, ds) = (self.dim_str(prev), self.dim_str(&dim));
-                        self.error(
-                            Diagnostic::error(
-                                Code::E0311,
-                                a.pos[i + 1].1,
-                                format!(
-                                    "einsum letter `{c}` is {ps} in operand {} but {ds} in operand {}",
-                                    j + 1,
-                                    i + 1
-                                ),
-                            )
-                            .label(format!("`{c}` = {ds} here"))
-                            .with_secondary(a.pos[j + 1].1, format!("`{c}` = {ps} here")),
-                        );
-                        return self.error_expr(span);
-                    }
-                    Some(_) => {}
-                    None => sizes.push((c, dim, i)),
-                }
-            }
-        }
-        let out = match rhs {
-            Some(r) => r,
-            None => {
-                // Implicit form: letters that appear exactly once, in alphabetical order.
-                let mut once: Vec<char> =
-                    sizes.iter().map(|(c, _, _)| *c).filter(|c| lhs.chars().filter(|x| x == c).count() == 1).collect();
-                once.sort();
-                once.into_iter().collect()
-            }
-        };
-        let mut shape = Vec::new();
-        for c in out.chars() {
-            match sizes.iter().find(|(l, _, _)| *l == c) {
-                Some((_, d, _)) => shape.push(ShapeItem::Dim(d.clone())),
-                None => {
-                    bad(self, format!("einsum output letter `{c}` does not appear in any operand"));
-                    return self.error_expr(span);
-                }
-            }
-            if out.chars().filter(|x| *x == c).count() > 1 {
-                bad(self, format!("einsum output letter `{c}` appears twice"));
-                return self.error_expr(span);
-            }
-        }
-        let attrs = Attrs { spec: Some(format!("{lhs}->{out}")), ..Attrs::default() };
-        self.prim(Prim::Einsum, vals, attrs, Type::Tensor(TensorTy::new(elem.unwrap(), shape)), span)
     }
 
     fn check_map(&mut self, cx: &mut FnCx, a: &Args, span: Span) -> ir::Expr {

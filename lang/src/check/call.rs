@@ -205,6 +205,14 @@ impl Checker {
                             format!("argument `{}` is given twice", n.name),
                         ));
                     }
+                    None if n.name == ".." => {
+                        self.error(
+                            Diagnostic::error(Code::E0212, n.span, format!("{what} takes no `..base`"))
+                                .label("not a model constructor")
+                                .with_help("`..base` gives a model constructor the fields it does not name: `Model(f: v, ..m)`"),
+                        );
+                        self.check_expr(cx, &a.value, None);
+                    }
                     None => {
                         // A constructor's named arguments are the model's fields.
                         let noun = if what.starts_with("model ") { "field" } else { "parameter" };
@@ -853,12 +861,65 @@ impl Checker {
         let sig = self.model_sigs[id.0 as usize].clone();
         let names: Vec<String> = sig.fields.iter().map(|(n, _, _)| n.clone()).collect();
         let what = format!("model `{}`", sig.name);
-        let given = self.arg_list(cx, &names, args, &what, span);
+        // `..base`: the fields the call does not name are read from `base`, a model of this type.
+        let (bases, args): (Vec<&ast::Arg>, Vec<&ast::Arg>) =
+            args.iter().partition(|a| a.name.as_ref().is_some_and(|n| n.name == ".."));
+        let args: Vec<ast::Arg> = args.into_iter().cloned().collect();
+        let base = match bases.as_slice() {
+            [] => None,
+            [b] => Some(b),
+            [_, b, ..] => {
+                let sp = b.name.as_ref().map_or(span, |n| n.span);
+                self.error(
+                    Diagnostic::error(Code::E0212, sp, "a constructor takes one `..base`").label("a second base"),
+                );
+                return self.error_expr(span);
+            }
+        };
+        let base = match base {
+            None => None,
+            Some(b) => {
+                let v = self.check_expr(cx, &b.value, None);
+                match &v.ty {
+                    Type::Model(m, _) if *m == id => Some(v),
+                    Type::Error => return self.error_expr(span),
+                    t => {
+                        let ts = self.ty_str(t);
+                        self.error(
+                            Diagnostic::error(
+                                Code::E0306,
+                                b.value.span,
+                                format!("`..base` of {what} must be a `{}`, found {ts}", sig.name),
+                            )
+                            .label("not this model type"),
+                        );
+                        return self.error_expr(span);
+                    }
+                }
+            }
+        };
+        let base_local = base.map(|v| {
+            let l = cx.new_local(self, "base", v.ty.clone(), false);
+            (l, v)
+        });
+        let given = self.arg_list(cx, &names, &args, &what, span);
         let generic: HashSet<Sym> = sig.dims.iter().copied().collect();
         let mut u = Unifier::new(&generic);
         let mut vals = Vec::new();
         let mut bad = false;
-        for ((n, fty, _), g) in sig.fields.iter().zip(given) {
+        for (i, ((n, fty, _), g)) in sig.fields.iter().zip(given).enumerate() {
+            if let (None, Some((l, bv))) = (&g, &base_local) {
+                let sid = self.span_id(span);
+                let read = mk(ExprKind::Local(*l), bv.ty.clone(), sid);
+                let ftype = match &bv.ty {
+                    Type::Model(m, targs) => self.field_type(*m, targs, i),
+                    _ => Type::Error,
+                };
+                let v = mk(ExprKind::Field(Box::new(read), i), ftype, sid);
+                let _ = u.ty(fty, &v.ty);
+                vals.push((v, fty.clone()));
+                continue;
+            }
             let Some(e) = g else {
                 self.error(
                     Diagnostic::error(Code::E0312, span, format!("missing field `{n}` of {what}"))
@@ -921,7 +982,15 @@ impl Checker {
             })
             .collect();
         let s = self.span_id(span);
-        mk(ExprKind::ModelBuild { fields }, Type::Model(id, targs), s)
+        let build = mk(ExprKind::ModelBuild { fields }, Type::Model(id, targs), s);
+        match base_local {
+            None => build,
+            Some((l, v)) => {
+                let ty = build.ty.clone();
+                let bind = ir::Stmt::Let { pat: ir::Pat::Local(l), value: v };
+                mk(ExprKind::Block { stmts: vec![bind], result: Box::new(build) }, ty, s)
+            }
+        }
     }
 
     /// A compile-time dimension written as an expression (`64`, `H`, `2 * D`, `nn_dim`).

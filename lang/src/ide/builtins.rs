@@ -32,7 +32,11 @@ const TABLE: &[(&str, &str, &str)] = &[
     ("maximum", "maximum(a, b) -> broadcast(a, b)", "The elementwise larger value."),
     ("minimum", "minimum(a, b) -> broadcast(a, b)", "The elementwise smaller value."),
     ("where", "where(c: bool[..], a, b) -> broadcast(c, a, b)", "`a` where `c` is true, else `b`."),
-    ("sum", "sum(x, axis: k, keepdims: false)", "Sum of all elements, or along `axis`."),
+    (
+        "sum",
+        "sum(x, axis: k, keepdims: false)",
+        "Sum of all elements, or along `axis` (several: `axis: (0, 2)`); of a model, every element of its float tensors.",
+    ),
     ("mean", "mean(x, axis: k, keepdims: false)", "Mean of all elements, or along `axis`."),
     ("max", "max(x, axis: k, keepdims: false)", "Largest element, or along `axis`."),
     ("min", "min(x, axis: k, keepdims: false)", "Smallest element, or along `axis`."),

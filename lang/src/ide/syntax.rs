@@ -210,9 +210,7 @@ fn for_children<'a>(e: &'a ast::Expr, f: &mut dyn FnMut(Child<'a>)) {
             for i in idx {
                 match i {
                     ast::IndexArg::Expr(e) => f(Child::Expr(e)),
-                    ast::IndexArg::Slice { start, end, .. } => {
-                        start.iter().chain(end.iter()).for_each(|e| f(Child::Expr(e)))
-                    }
+                    s @ ast::IndexArg::Slice { .. } => s.slice_parts().for_each(|e| f(Child::Expr(e))),
                 }
             }
         }

@@ -260,6 +260,17 @@ impl Interp<'_> {
                     }
                 })
             }
+            Prim::ModelSum => {
+                let mut leaves = Vec::new();
+                args[0].leaves(&mut leaves);
+                let mut total = 0.0f64;
+                for t in leaves.iter().filter(|t| t.dtype().is_float()) {
+                    let s = kernels::ops::reduce(kernels::ops::ReduceOp::Sum, t, None, false)
+                        .map_err(|e| rt(Code::E0601, e.to_string(), span))?;
+                    total += s.scalar_value_f64().unwrap_or(0.0);
+                }
+                Ok(Value::Tensor(Tensor::scalar_f32(total as f32)))
+            }
             Prim::Params => {
                 let mut leaves = Vec::new();
                 args[0].leaves(&mut leaves);
@@ -431,17 +442,31 @@ impl Interp<'_> {
         }
         match (a, b) {
             (Value::Tensor(x), Value::Tensor(y)) => tensor_binary(op, x, y, span).map(Value::Tensor),
+            // Model arithmetic works on the float tensors; integer and bool fields (counters,
+            // masks) keep the model operand's values, as the model's type says they must.
             (Value::Model(m), Value::Model(n)) => {
-                let fields =
-                    m.fields.iter().zip(&n.fields).map(|(x, y)| self.binary(op, x, y, span)).collect::<R<Vec<_>>>()?;
+                let fields = m
+                    .fields
+                    .iter()
+                    .zip(&n.fields)
+                    .map(|(x, y)| if carried(x) { Ok(x.clone()) } else { self.binary(op, x, y, span) })
+                    .collect::<R<Vec<_>>>()?;
                 Ok(Value::Model(Rc::new(ModelValue { model: m.model, dims: m.dims.clone(), fields })))
             }
             (Value::Model(m), s @ Value::Tensor(_)) => {
-                let fields = m.fields.iter().map(|x| self.binary(op, x, s, span)).collect::<R<Vec<_>>>()?;
+                let fields = m
+                    .fields
+                    .iter()
+                    .map(|x| if carried(x) { Ok(x.clone()) } else { self.binary(op, x, s, span) })
+                    .collect::<R<Vec<_>>>()?;
                 Ok(Value::Model(Rc::new(ModelValue { model: m.model, dims: m.dims.clone(), fields })))
             }
             (s @ Value::Tensor(_), Value::Model(m)) => {
-                let fields = m.fields.iter().map(|x| self.binary(op, s, x, span)).collect::<R<Vec<_>>>()?;
+                let fields = m
+                    .fields
+                    .iter()
+                    .map(|x| if carried(x) { Ok(x.clone()) } else { self.binary(op, s, x, span) })
+                    .collect::<R<Vec<_>>>()?;
                 Ok(Value::Model(Rc::new(ModelValue { model: m.model, dims: m.dims.clone(), fields })))
             }
             (Value::Tuple(x), Value::Tuple(y)) => {
@@ -566,6 +591,11 @@ use std::io::Write as _;
 /// element type and of one length, and every other operand is a scalar: then the arithmetic is
 /// one operation over the buffers, with what tensor-by-tensor arithmetic gives (every tensor of
 /// a flat model has rank ≥ 1, so a scalar operand adapts to it either way).
+/// A field that model arithmetic leaves as it is: an integer or bool tensor.
+fn carried(v: &Value) -> bool {
+    matches!(v, Value::Tensor(t) if !t.dtype().is_float())
+}
+
 pub(super) fn flat_operands<'v>(vals: impl IntoIterator<Item = &'v Value>) -> Option<(&'v ModelValue, Vec<Tensor>)> {
     let mut like: Option<(&ModelValue, Tensor)> = None;
     let mut ts = Vec::new();

@@ -143,6 +143,9 @@ prims! {
     // Models.
     Params: "params" callable,
     Map: "map" callable,
+    /// `sum(m)` of a model: the sum of every element of every float tensor in it, as `f32`
+    /// (`sum(map(|t| t * t, g))` is the squared global norm). No derivative, like `map`.
+    ModelSum: "model_sum" internal,
     // Differentiation.
     StopGradient: "stop_gradient" callable,
     /// Reverse mode's tape of a loop's states (generated, never written by users): `tape_new()`
@@ -286,10 +289,9 @@ impl Prim {
             MatMul | Where | Cast | Cumsum | Softmax | LogSoftmax | Reshape | Transpose | Permute | Concat | Stack
             | ExpandDims | Squeeze | BroadcastTo | Gather | OneHot | Einsum | Slice | ScatterAdd | Zeros | Ones
             | Conv2d | Conv2dInputGrad | Conv2dWeightGrad | MaxPool2d | MaxPool2dGrad | AvgPool2d | AvgPool2dGrad
-            | Full | Arange | Eye | Normal | Uniform | HeNormal | GlorotUniform | Params | Map | StopGradient
-            | Print | Load | Save | LogScalar | Exists | Assert | AssertClose | TapeNew | TapePush | TapeGet => {
-                Class::Other
-            }
+            | Full | Arange | Eye | Normal | Uniform | HeNormal | GlorotUniform | Params | Map | ModelSum
+            | StopGradient | Print | Load | Save | LogScalar | Exists | Assert | AssertClose | TapeNew | TapePush
+            | TapeGet => Class::Other,
             crate::collective_prims!() => Class::Other,
         }
     }

@@ -19,7 +19,9 @@ pub(super) fn prim(cx: &mut Fcx, e: &mut Expr) {
     let any_rest = has_rest(&e.ty) || args.iter().any(|a| has_rest(&a.ty));
     let any_model = matches!(e.ty, Type::Model(..) | Type::ModelVar(_))
         || args.iter().any(|a| matches!(a.ty, Type::Model(..) | Type::ModelVar(_)));
-    if any_model && !matches!(p, Prim::Print | Prim::Save | Prim::Params | Prim::Assert | Prim::AssertClose) {
+    if any_model
+        && !matches!(p, Prim::Print | Prim::Save | Prim::Params | Prim::ModelSum | Prim::Assert | Prim::AssertClose)
+    {
         // Model arithmetic and `map` work leaf by leaf on blocks of the declared layouts.
         return;
     }
@@ -117,7 +119,13 @@ pub(super) fn prim(cx: &mut Fcx, e: &mut Expr) {
             e.ty = with_layout(&e.ty, out);
             partial = (!k.is_empty()).then_some((Prim::AllReduceSum, k));
         }
-        Prim::Print | Prim::Save | Prim::LogScalar | Prim::Assert | Prim::AssertClose | Prim::Params => {
+        Prim::Print
+        | Prim::Save
+        | Prim::LogScalar
+        | Prim::Assert
+        | Prim::AssertClose
+        | Prim::Params
+        | Prim::ModelSum => {
             whole(cx, args, true);
             e.ty = strip(&e.ty);
             return;

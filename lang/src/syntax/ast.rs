@@ -260,11 +260,22 @@ pub struct Arg {
     pub value: Expr,
 }
 
-/// One entry of `x[…]`: an index, a slice `a:b` (either bound optional), or `..S`-free dims.
+/// One entry of `x[…]`: an index, or a slice `a:b` or `a:b:s` (every part optional).
 #[derive(Clone, Debug, PartialEq)]
 pub enum IndexArg {
     Expr(Expr),
-    Slice { start: Option<Expr>, end: Option<Expr>, span: Span },
+    Slice { start: Option<Expr>, end: Option<Expr>, step: Option<Box<Expr>>, span: Span },
+}
+
+impl IndexArg {
+    /// The expressions of a slice's bounds and step, in order.
+    pub fn slice_parts(&self) -> impl Iterator<Item = &Expr> {
+        let (a, b, c) = match self {
+            IndexArg::Expr(_) => (None, None, None),
+            IndexArg::Slice { start, end, step, .. } => (start.as_ref(), end.as_ref(), step.as_deref()),
+        };
+        a.into_iter().chain(b).chain(c)
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]

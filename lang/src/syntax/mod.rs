@@ -257,7 +257,7 @@ fn expr_deep(e: &ast::Expr, d: usize) -> bool {
             expr_deep(a, d)
                 || args.iter().any(|a| match a {
                     ast::IndexArg::Expr(e) => expr_deep(e, d),
-                    ast::IndexArg::Slice { start, end, .. } => start.iter().chain(end.iter()).any(|e| expr_deep(e, d)),
+                    s @ ast::IndexArg::Slice { .. } => s.slice_parts().any(|e| expr_deep(e, d)),
                 })
         }
         Closure { params, body } => params.iter().any(|p| param_deep(p, d)) || expr_deep(body, d),

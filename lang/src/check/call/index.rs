@@ -86,6 +86,8 @@ impl Checker {
         let mut opaque = HashMap::new();
         // An index or slice out of range is reported once; the result is then an error value.
         let mut bad = false;
+        // Slices with a step: (axis of the contiguous slice's result, step, span).
+        let mut steps: Vec<(usize, i64, Span)> = Vec::new();
         for (i, a) in args.iter().enumerate() {
             let ShapeItem::Dim(size) = &shape[i] else { unreachable!() };
             match a {
@@ -120,7 +122,15 @@ impl Checker {
                     operands.push(v);
                     kinds.push(0);
                 }
-                ast::IndexArg::Slice { start, end, span: sspan } => {
+                ast::IndexArg::Slice { start, end, step, span: sspan } => {
+                    if let Some(st) = step {
+                        let Some(k) = self.slice_step(cx, st, start.is_some() || end.is_some()) else {
+                            return self.error_expr(span);
+                        };
+                        if k != 1 {
+                            steps.push((out_shape.len(), k, *sspan));
+                        }
+                    }
                     match (start, end) {
                         (None, None) => {
                             kinds.push(2);
@@ -215,7 +225,70 @@ impl Checker {
             return self.error_expr(span);
         }
         out_shape.extend(shape[args.len()..].iter().cloned());
-        let attrs = Attrs { perm: kinds, ..Attrs::default() };
-        self.prim(Prim::Slice, operands, attrs, Type::Tensor(TensorTy::new(elem, out_shape)), span)
+        let mut out = if !steps.is_empty() && kinds.iter().all(|k| *k == 2) {
+            operands.swap_remove(0)
+        } else {
+            let attrs = Attrs { perm: kinds, ..Attrs::default() };
+            self.prim(Prim::Slice, operands, attrs, Type::Tensor(TensorTy::new(elem, out_shape.clone())), span)
+        };
+        // `a:b:s` is the contiguous `a:b` then every |s|-th element of it (from its end when s is
+        // negative), gathered: its derivative and batching are `gather`'s.
+        for (ax, k, sspan) in steps {
+            let ShapeItem::Dim(len) = out_shape[ax].clone() else { continue };
+            let m = k.abs();
+            // Over a size known only at run time the step must divide it (checked when it runs).
+            let count = match len.as_const() {
+                Some(n) => Dim::constant((n + m - 1) / m),
+                None => len.div(&Dim::constant(m)).unwrap_or_else(|| len.clone()),
+            };
+            let sid = self.span_id(sspan);
+            let idx_ty = Type::tensor(ElemTy::I32, vec![count.clone()]);
+            let at = Attrs { shape: vec![count.clone()], dtype: Some(ElemTy::I32), ..Attrs::default() };
+            let arange = self.prim(Prim::Arange, vec![], at, idx_ty.clone(), sspan);
+            let step = mk(ExprKind::Lit(Lit::Int(m)), i32t.clone(), sid);
+            let mut idx = self.prim(Prim::Mul, vec![arange, step], Attrs::default(), idx_ty.clone(), sspan);
+            if k < 0 {
+                let last = mk(ExprKind::DimValue(len.sub(&Dim::constant(1))), i32t.clone(), sid);
+                idx = self.prim(Prim::Sub, vec![last, idx], Attrs::default(), idx_ty, sspan);
+            }
+            out_shape[ax] = ShapeItem::Dim(count);
+            let attrs = Attrs { axis: Some(ax), ..Attrs::default() };
+            out = self.prim(
+                Prim::Gather,
+                vec![out, idx],
+                attrs,
+                Type::Tensor(TensorTy::new(elem, out_shape.clone())),
+                span,
+            );
+        }
+        out
+    }
+
+    /// The step of a slice: a non-zero integer known at compile time; a negative step takes no
+    /// bounds (`x[::-1]`). `None` after a diagnostic.
+    fn slice_step(&mut self, cx: &mut FnCx, st: &ast::Expr, bounded: bool) -> Option<i64> {
+        let k = match self.static_dim(cx, st).and_then(|d| d.as_const()) {
+            Some(k) => k,
+            None => {
+                self.error(
+                    Diagnostic::error(Code::E0320, st.span, "a slice step must be an integer known at compile time")
+                        .label("not a constant"),
+                );
+                return None;
+            }
+        };
+        if k == 0 {
+            self.error(Diagnostic::error(Code::E0320, st.span, "a slice step cannot be zero").label("step 0"));
+            return None;
+        }
+        if k < 0 && bounded {
+            self.error(
+                Diagnostic::error(Code::E0320, st.span, "a slice with a negative step takes no bounds here")
+                    .label("negative step")
+                    .with_help("slice forwards, then reverse: `x[a:b][::-1]`"),
+            );
+            return None;
+        }
+        Some(k)
     }
 }

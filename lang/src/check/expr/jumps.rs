@@ -79,9 +79,7 @@ fn expr_jumps(e: &ast::Expr, proper: bool, out: &mut Vec<(Span, &'static str, bo
             for i in idx {
                 match i {
                     ast::IndexArg::Expr(x) => expr_jumps(x, false, out),
-                    ast::IndexArg::Slice { start, end, .. } => {
-                        start.iter().chain(end.iter()).for_each(|x| expr_jumps(x, false, out))
-                    }
+                    s @ ast::IndexArg::Slice { .. } => s.slice_parts().for_each(|x| expr_jumps(x, false, out)),
                 }
             }
         }
