@@ -71,6 +71,9 @@ enum Cmd {
         /// Mesh axis sizes replacing the file's, e.g. `--mesh dp=4,mp=1`.
         #[arg(long, value_name = "AXIS=SIZE,…")]
         mesh: Option<String>,
+        /// Constants of the file replaced, e.g. `--const LR=0.01,EPOCHS=3` (for `const LR = …`).
+        #[arg(long = "const", value_name = "NAME=VALUE,…")]
+        consts: Option<String>,
         /// Make warnings (such as W0510, an unrequested redistribution) errors.
         #[arg(long)]
         deny_warnings: bool,
@@ -124,6 +127,9 @@ enum Cmd {
         /// Mesh axis sizes replacing the files', e.g. `--mesh dp=4,mp=1`.
         #[arg(long, value_name = "AXIS=SIZE,…")]
         mesh: Option<String>,
+        /// Constants of the file replaced, e.g. `--const LR=0.01,EPOCHS=3` (for `const LR = …`).
+        #[arg(long = "const", value_name = "NAME=VALUE,…")]
+        consts: Option<String>,
         /// Write what tests log with `log_scalar` under `DIR/<file stem>` (default: nothing is
         /// written).
         #[arg(long, value_name = "DIR")]
@@ -142,6 +148,9 @@ enum Cmd {
         /// Mesh axis sizes replacing the files', e.g. `--mesh dp=4,mp=1`.
         #[arg(long, value_name = "AXIS=SIZE,…")]
         mesh: Option<String>,
+        /// Constants of the file replaced, e.g. `--const LR=0.01,EPOCHS=3` (for `const LR = …`).
+        #[arg(long = "const", value_name = "NAME=VALUE,…")]
+        consts: Option<String>,
     },
     /// Report what each of N devices would hold and send in a training step, without running
     /// anything (no kernel runs; only the headers of loaded files are read).
@@ -153,6 +162,9 @@ enum Cmd {
         /// Mesh axis sizes replacing the file's, e.g. `--mesh dp=4,mp=1`.
         #[arg(long, value_name = "AXIS=SIZE,…")]
         mesh: Option<String>,
+        /// Constants of the file replaced, e.g. `--const LR=0.01,EPOCHS=3` (for `const LR = …`).
+        #[arg(long = "const", value_name = "NAME=VALUE,…")]
+        consts: Option<String>,
         /// Try every assignment of mesh sizes whose product is N and propose the fastest that
         /// fits `--memory`, as a patch to the file's `mesh` line.
         #[arg(long)]
@@ -186,8 +198,8 @@ pub fn main() -> u8 {
         }
     };
     match cli.cmd {
-        Cmd::Check { files, message_format, emit, mesh } => {
-            if let Err(code) = mesh_override(mesh.as_deref()) {
+        Cmd::Check { files, message_format, emit, mesh, consts } => {
+            if let Err(code) = mesh_override(mesh.as_deref()).and_then(|_| const_override(consts.as_deref())) {
                 return code;
             }
             check_cmd(&files, message_format, emit)
@@ -203,6 +215,7 @@ pub fn main() -> u8 {
             logdir,
             ranks,
             mesh,
+            consts,
             deny_warnings,
             comm_report,
         } => {
@@ -213,7 +226,7 @@ pub fn main() -> u8 {
                 }
                 return crate::spmd::launch(n);
             }
-            if let Err(code) = mesh_override(mesh.as_deref()) {
+            if let Err(code) = mesh_override(mesh.as_deref()).and_then(|_| const_override(consts.as_deref())) {
                 return code;
             }
             crate::run::DENY_WARNINGS.store(deny_warnings, std::sync::atomic::Ordering::Relaxed);
@@ -233,8 +246,8 @@ pub fn main() -> u8 {
             }
             crate::run::run_cmd(&file, &logdir, message_format == MessageFormat::Json)
         }
-        Cmd::Test { paths, mode, opt, mesh, logdir } => {
-            if let Err(code) = mesh_override(mesh.as_deref()) {
+        Cmd::Test { paths, mode, opt, mesh, consts, logdir } => {
+            if let Err(code) = mesh_override(mesh.as_deref()).and_then(|_| const_override(consts.as_deref())) {
                 return code;
             }
             if opt > 2 {
@@ -243,13 +256,18 @@ pub fn main() -> u8 {
             }
             crate::run::test_cmd(&paths, (mode == Mode::Jit).then(|| jit::Options::level(opt)), logdir.as_deref())
         }
-        Cmd::Dryrun { file, devices, mesh, search, memory } => crate::dryrun::main(&crate::dryrun::Args {
-            file: &file,
-            devices,
-            mesh: mesh.as_deref(),
-            search,
-            memory: memory.as_deref(),
-        }),
+        Cmd::Dryrun { file, devices, mesh, consts, search, memory } => {
+            if let Err(code) = const_override(consts.as_deref()) {
+                return code;
+            }
+            crate::dryrun::main(&crate::dryrun::Args {
+                file: &file,
+                devices,
+                mesh: mesh.as_deref(),
+                search,
+                memory: memory.as_deref(),
+            })
+        }
         Cmd::Lsp => lsp::run(),
         Cmd::Repl { mode, logdir } => {
             crate::repl::main(mode == Mode::Jit, logdir.unwrap_or_else(|| PathBuf::from("runs/repl")))
@@ -354,6 +372,38 @@ fn collectives_text(c: &mut lang::check::Checked, f: &std::path::Path) -> String
         crate::run::render(&report.warnings, c, false);
     }
     out
+}
+
+/// Applies `--const NAME=VALUE,…`; a malformed value is a usage error (exit 2).
+fn const_override(consts: Option<&str>) -> Result<(), u8> {
+    let Some(text) = consts else { return Ok(()) };
+    let mut out: Vec<(String, check::ConstValue)> = Vec::new();
+    for part in text.split(',') {
+        let Some((name, value)) = part.split_once('=') else {
+            eprintln!("error: `--const {text}`: expected `NAME=VALUE` pairs such as `LR=0.01,EPOCHS=3`");
+            return Err(2);
+        };
+        let (name, value) = (name.trim(), value.trim());
+        let v = match value {
+            "true" => check::ConstValue::Bool(true),
+            "false" => check::ConstValue::Bool(false),
+            _ => match (value.parse::<i64>(), value.parse::<f64>()) {
+                (Ok(n), _) => check::ConstValue::Int(n),
+                (_, Ok(x)) if x.is_finite() => check::ConstValue::Float(x),
+                _ => {
+                    eprintln!("error: `--const {name}={value}`: the value must be a number, `true` or `false`");
+                    return Err(2);
+                }
+            },
+        };
+        if name.is_empty() || out.iter().any(|(n, _)| n == name) {
+            eprintln!("error: `--const {text}`: each constant is named once");
+            return Err(2);
+        }
+        out.push((name.to_string(), v));
+    }
+    check::set_const_override(out);
+    Ok(())
 }
 
 /// Applies `--mesh`; a malformed value is a usage error (exit 2).

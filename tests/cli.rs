@@ -196,3 +196,31 @@ fn a_list_of_axes_reduces_each_and_other_builtins_take_one() {
     let out = text(&o.stdout);
     assert!(out.contains("\"code\":\"E0323\"") && out.contains("`argmax` takes one axis"), "{out}");
 }
+
+#[test]
+fn const_values_are_set_from_the_command_line() {
+    let src = "const LR = 0.1\nconst EPOCHS = 2\nconst VERBOSE = false\n\nfn main() {\n    print(LR, EPOCHS, VERBOSE)\n    for e in 0..EPOCHS {\n        print(e)\n    }\n}\n";
+    let dir = scratch("consts", &[("p.msl", src)]);
+    let o = msl(&dir, &["run", "p.msl"]);
+    assert_eq!(text(&o.stdout), "0.1 2 false\n0\n1\n");
+    // An integer value of a float constant is that float; every constant keeps its type.
+    let o = msl(&dir, &["run", "--const", "LR=1,EPOCHS=3,VERBOSE=true", "p.msl"]);
+    assert_eq!(text(&o.stdout), "1.0 3 true\n0\n1\n2\n", "{}", text(&o.stderr));
+    let o = msl(&dir, &["run", "--mode", "jit", "-O2", "--const", "LR=0.5", "p.msl"]);
+    assert_eq!(text(&o.stdout), "0.5 2 false\n0\n1\n", "{}", text(&o.stderr));
+    for (arg, code, why) in [
+        ("EPOCHS=1.5", 1, "`EPOCHS` is not a float constant"),
+        ("NOPE=1", 1, "`--const` names `NOPE`, which this file does not declare"),
+        ("LR=abc", 2, "the value must be a number, `true` or `false`"),
+        ("LR", 2, "expected `NAME=VALUE` pairs"),
+        ("LR=1,LR=2", 2, "each constant is named once"),
+    ] {
+        let o = msl(&dir, &["run", "--const", arg, "p.msl"]);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(code), "{arg}: {err}");
+        assert!(err.contains(why), "{arg}: {err}");
+        assert!(o.stdout.is_empty(), "{arg}: nothing runs");
+    }
+    let o = msl(&dir, &["check", "--const", "EPOCHS=4", "p.msl"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+}

@@ -222,11 +222,40 @@ impl Checker {
                 self.index.types.push((name.span, format!("dim {} = {ds}", name.name), Some(name.span)));
             }
         }
+        let overrides = if self.root == Some(m) { super::const_override() } else { Vec::new() };
         for item in &ast.items {
             if let ItemKind::Const { name, ty, value } = &item.kind {
                 let mut cx = FnCx::new(m);
                 let expected = ty.as_ref().map(|t| self.resolve_type(m, t, &mut TyEnv::default()));
                 let mut v = self.check_expr(&mut cx, value, expected.as_ref());
+                if let Some((_, c)) = overrides.iter().find(|(n, _)| *n == name.name) {
+                    // `--const NAME=VALUE`: the value replaces the written one, in its type.
+                    let float = matches!(&v.ty, Type::Tensor(TensorTy { elem, .. }) if elem.is_float());
+                    let kind = match (c, float) {
+                        (super::ConstValue::Float(x), true) => Some(ast::ExprKind::Float(*x)),
+                        (super::ConstValue::Float(x), false) => {
+                            let ts = self.ty_str(&v.ty);
+                            self.diags.push(
+                                Diagnostic::error(
+                                    Code::E0303,
+                                    value.span,
+                                    format!("`--const {}={x}`: `{}` is not a float constant", name.name, name.name),
+                                )
+                                .label(format!("this is {ts}")),
+                            );
+                            None
+                        }
+                        (super::ConstValue::Int(n), true) => Some(ast::ExprKind::Float(*n as f64)),
+                        (super::ConstValue::Int(n), false) => Some(ast::ExprKind::Int(*n)),
+                        (super::ConstValue::Bool(b), _) => Some(ast::ExprKind::Bool(*b)),
+                    };
+                    if let Some(k) = kind {
+                        let lit = ast::Expr::new(k, value.span);
+                        let t = expected.clone().unwrap_or_else(|| v.ty.clone());
+                        let given = self.check_expr(&mut cx, &lit, Some(&t));
+                        v = self.coerce(given, &t, value.span, "`--const` value");
+                    }
+                }
                 if let Some(t) = &expected {
                     v = self.coerce(v, t, value.span, "constant");
                 }
@@ -235,6 +264,20 @@ impl Checker {
                 self.index.types.push((name.span, self.ty_str(&v.ty), Some(name.span)));
                 self.prog.consts.push(ir::Const { name: n, ty: v.ty.clone(), value: v });
                 self.define(m, name, ItemRef::Const(id));
+            }
+        }
+        for (n, _) in &overrides {
+            let declared = ast.items.iter().any(|i| matches!(&i.kind, ItemKind::Const { name, .. } if name.name == *n));
+            if !declared {
+                let file = self.module(m).file;
+                self.diags.push(
+                    Diagnostic::error(
+                        Code::E0201,
+                        crate::source::Span::new(file, 0, 0),
+                        format!("`--const` names `{n}`, which this file does not declare as a `const`"),
+                    )
+                    .with_help("`--const NAME=VALUE` replaces the value of `const NAME = …` in the file run"),
+                );
             }
         }
         let mut declared = Vec::new();

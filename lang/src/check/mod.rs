@@ -99,6 +99,8 @@ pub struct Index {
 }
 
 pub struct Checker {
+    /// The module of the file checked (whose `const`s `--const` sets).
+    root: Option<ModuleId>,
     pub sources: SourceMap,
     pub diags: Vec<Diagnostic>,
     pub prog: Program,
@@ -150,6 +152,28 @@ fn mesh_override() -> Vec<(String, i64)> {
     MESH_OVERRIDE.with(|m| m.borrow().clone())
 }
 
+/// A constant's value given on the command line (`--const LR=0.01`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum ConstValue {
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+}
+
+thread_local! {
+    static CONST_OVERRIDE: std::cell::RefCell<Vec<(String, ConstValue)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Makes every later check on this thread give the root file's `const`s these values instead
+/// of the ones written (`--const LR=0.01,EPOCHS=3` on `run`, `check`, `test`, `dryrun`).
+pub fn set_const_override(values: Vec<(String, ConstValue)>) {
+    CONST_OVERRIDE.with(|m| *m.borrow_mut() = values);
+}
+
+fn const_override() -> Vec<(String, ConstValue)> {
+    CONST_OVERRIDE.with(|m| m.borrow().clone())
+}
+
 /// Checks a file on disk and everything it uses.
 pub fn check_file(path: &Path) -> Result<Checked, std::io::Error> {
     // Only a regular file is read (a FIFO would block forever, a device never end).
@@ -189,6 +213,7 @@ fn check_source_with_origin(origin: Origin, name: &str, text: String) -> Checked
 impl Checker {
     fn new() -> Checker {
         Checker {
+            root: None,
             sources: SourceMap::new(),
             diags: Vec::new(),
             prog: Program::default(),
@@ -221,6 +246,7 @@ impl Checker {
     }
 
     fn check_all(&mut self, root: ModuleId) {
+        self.root = Some(root);
         self.scopes = vec![HashMap::new(); self.modules.len()];
         let order = self.order.clone();
         for &m in &order {
