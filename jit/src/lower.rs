@@ -430,6 +430,7 @@ impl<'a, 'f> Lower<'a, 'f> {
             | Prim::Save
             | Prim::LogScalar
             | Prim::Exists
+            | Prim::Clock
             | Prim::Assert
             | Prim::AssertClose
             | Prim::TapeNew

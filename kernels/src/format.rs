@@ -12,11 +12,28 @@ const EDGE: usize = 3;
 /// more than 1000 elements show three items at each end of every long axis around `...`.
 /// Lines are never wrapped.
 pub fn format_tensor(t: &Tensor) -> String {
-    let elem: Box<dyn Fn(usize) -> String + '_> = match t.storage() {
-        Storage::F32(v) => Box::new(move |i| format_f32(v[i])),
-        Storage::F64(v) => Box::new(move |i| format_f64(v[i])),
-        Storage::I32(v) => Box::new(move |i| v[i].to_string()),
-        Storage::Bool(v) => Box::new(move |i| v[i].to_string()),
+    format_tensor_with(t, None)
+}
+
+/// [`format_tensor`] with floats in fixed notation with `precision` digits after the point
+/// (`print(x, precision: 3)`: `0.333`, `1.000`, `-inf`, `nan`), as Python's `f"{x:.3f}"`.
+pub fn format_tensor_with(t: &Tensor, precision: Option<usize>) -> String {
+    let fixed = |x: f64, k: usize| {
+        if x.is_nan() {
+            "nan".to_string()
+        } else if x.is_infinite() {
+            if x > 0.0 { "inf" } else { "-inf" }.to_string()
+        } else {
+            format!("{x:.k$}")
+        }
+    };
+    let elem: Box<dyn Fn(usize) -> String + '_> = match (t.storage(), precision) {
+        (Storage::F32(v), Some(k)) => Box::new(move |i| fixed(f64::from(v[i]), k)),
+        (Storage::F64(v), Some(k)) => Box::new(move |i| fixed(v[i], k)),
+        (Storage::F32(v), None) => Box::new(move |i| format_f32(v[i])),
+        (Storage::F64(v), None) => Box::new(move |i| format_f64(v[i])),
+        (Storage::I32(v), _) => Box::new(move |i| v[i].to_string()),
+        (Storage::Bool(v), _) => Box::new(move |i| v[i].to_string()),
     };
     let mut out = String::new();
     let summarize = t.len() > THRESHOLD;

@@ -883,6 +883,7 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
         | Prim::Save
         | Prim::LogScalar
         | Prim::Exists
+        | Prim::Clock
         | Prim::Assert
         | Prim::AssertClose
         | Prim::AllReduceMax

@@ -349,6 +349,7 @@ impl Gen<'_> {
             | Prim::Save
             | Prim::LogScalar
             | Prim::Exists
+            | Prim::Clock
             | Prim::Assert
             | Prim::AssertClose
             | Prim::AllReduceMax

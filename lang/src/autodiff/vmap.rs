@@ -775,7 +775,16 @@ impl V<'_> {
                     "`vmap` cannot batch `log_scalar` of a batched value; log a reduction of it (`mean(…)`) outside",
                 ));
             }
-            (Prim::Print | Prim::Assert | Prim::AssertClose | Prim::Save | Prim::LogScalar | Prim::Exists, _) => {
+            (
+                Prim::Print
+                | Prim::Assert
+                | Prim::AssertClose
+                | Prim::Save
+                | Prim::LogScalar
+                | Prim::Exists
+                | Prim::Clock,
+                _,
+            ) => {
                 let args: Vec<Local> = vs.iter().map(|(l, _)| *l).collect();
                 return Ok((self.p(p, &args, attrs, ty), Bat::No));
             }

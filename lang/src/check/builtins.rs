@@ -715,6 +715,13 @@ impl Checker {
             Prim::Save => self.check_save(cx, p, a, span),
             Prim::LogScalar => self.check_log_scalar(cx, p, a, span),
             Prim::Exists => self.check_exists(cx, p, a, span),
+            Prim::Clock => {
+                self.check_named(name, a, &[]);
+                if !self.arity(name, a, 0, 0, span) {
+                    return self.error_expr(span);
+                }
+                self.prim(p, vec![], Attrs::default(), Type::scalar(ElemTy::F64), span)
+            }
             Prim::Assert => self.check_assert(cx, p, a, span),
             Prim::AssertClose => self.check_assert_close(cx, p, a, span),
             // Unary, binary and reduction primitives are checked by class in `check_builtin`;

@@ -106,7 +106,11 @@ const TABLE: &[(&str, &str, &str)] = &[
     ("vjp", "vjp(f, primals…)", "Reverse mode: `(value, pullback)`."),
     ("vmap", "vmap(f, in_axes: (…))", "Maps a function over a new leading dimension."),
     ("stop_gradient", "stop_gradient(x) -> x", "The value of `x`, treated as a constant by differentiation."),
-    ("print", "print(a, b, …)", "Writes its arguments separated by one space and ends the line."),
+    (
+        "print",
+        "print(a, b, …, precision: k)",
+        "Writes its arguments separated by one space and ends the line; `precision: k` prints floats with k decimals.",
+    ),
     (
         "load",
         "load(path)",
@@ -116,6 +120,11 @@ const TABLE: &[(&str, &str, &str)] = &[
         "save",
         "save(path, value)",
         "Saves a tensor, a model or a tuple: one file, or a checkpoint folder when the path ends in `/`.",
+    ),
+    (
+        "clock",
+        "clock() -> f64",
+        "Seconds on a monotonic clock since the process started, for timing (`clock() - t0`).",
     ),
     (
         "exists",

@@ -297,7 +297,7 @@ impl Interp<'_> {
             }
             crate::collective_prims!() => self.collective(p, t(&args[0], span)?, attrs, span),
             Prim::Print => {
-                let parts: Vec<String> = args.iter().map(|v| v.display(self.prog)).collect();
+                let parts: Vec<String> = args.iter().map(|v| v.display_with(self.prog, attrs.precision)).collect();
                 let line = parts.join(" ");
                 let _ = writeln!(self.out, "{line}");
                 Ok(Value::unit())
@@ -331,6 +331,7 @@ impl Interp<'_> {
             Prim::Save => self.save(&args[0], &args[1], span),
             Prim::LogScalar => self.log_scalar(&args, span),
             Prim::Exists => self.exists(&args[0], span),
+            Prim::Clock => Ok(Value::Tensor(Tensor::scalar_f64(process_start().elapsed().as_secs_f64()))),
             Prim::Assert => {
                 let ok = t(&args[0], span)?.as_bool().is_some_and(|b| b.first().copied().unwrap_or(false));
                 if ok {
@@ -591,6 +592,12 @@ use std::io::Write as _;
 /// element type and of one length, and every other operand is a scalar: then the arithmetic is
 /// one operation over the buffers, with what tensor-by-tensor arithmetic gives (every tensor of
 /// a flat model has rank ≥ 1, so a scalar operand adapts to it either way).
+/// The instant `clock()` counts from: the first time anything asks for it.
+fn process_start() -> std::time::Instant {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    *START.get_or_init(std::time::Instant::now)
+}
+
 /// A field that model arithmetic leaves as it is: an integer or bool tensor.
 fn carried(v: &Value) -> bool {
     matches!(v, Value::Tensor(t) if !t.dtype().is_float())

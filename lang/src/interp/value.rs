@@ -2,7 +2,7 @@
 
 use crate::ir::{FnTarget, Local, Program};
 use crate::types::{ClosureId, ModelId};
-use kernels::format::format_tensor;
+use kernels::format::format_tensor_with;
 use kernels::{DType, Tensor};
 use std::rc::Rc;
 
@@ -203,11 +203,16 @@ impl Value {
 
     /// The text `print` writes for this value.
     pub fn display(&self, prog: &Program) -> String {
+        self.display_with(prog, None)
+    }
+
+    /// [`Value::display`] with floats shown with `precision` digits after the point.
+    pub fn display_with(&self, prog: &Program, precision: Option<u32>) -> String {
         match self {
-            Value::Tensor(t) => format_tensor(t),
+            Value::Tensor(t) => format_tensor_with(t, precision.map(|k| k as usize)),
             Value::Str(s) => s.to_string(),
             Value::Tuple(ts) => {
-                let items: Vec<String> = ts.iter().map(|v| v.display(prog)).collect();
+                let items: Vec<String> = ts.iter().map(|v| v.display_with(prog, precision)).collect();
                 if items.len() == 1 {
                     format!("({},)", items[0])
                 } else {
@@ -220,7 +225,7 @@ impl Value {
                     .fields
                     .iter()
                     .zip(&m.fields)
-                    .map(|(f, v)| format!("{}: {}", prog.names.get(f.name), v.display(prog)))
+                    .map(|(f, v)| format!("{}: {}", prog.names.get(f.name), v.display_with(prog, precision)))
                     .collect();
                 format!("{} {{ {} }}", prog.names.get(def.name), items.join(", "))
             }

@@ -131,6 +131,9 @@ impl Printer<'_> {
                 if attrs.keepdims {
                     extra.push("keepdims".to_string());
                 }
+                if let Some(k) = attrs.precision {
+                    extra.push(format!("precision: {k}"));
+                }
                 if !attrs.shape.is_empty() {
                     let dims: Vec<String> = attrs.shape.iter().map(|d| dim_str(d, self.p)).collect();
                     extra.push(format!("shape: [{}]", dims.join(", ")));

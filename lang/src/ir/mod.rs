@@ -94,6 +94,8 @@ pub struct Attrs {
     /// A collective's number in `msl check --emit collectives` (0 for none), under which the
     /// run counts what it sends (`msl run --comm-report`).
     pub site: u32,
+    /// `print(…, precision: k)`: floats with `k` digits after the point.
+    pub precision: Option<u32>,
 }
 
 /// The identity of one expression node, the key of every side table over the IR (last uses,

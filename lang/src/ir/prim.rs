@@ -165,6 +165,9 @@ prims! {
     /// `exists(path)`: whether a file or folder is there (a complete checkpoint for a path
     /// ending in `/`).
     Exists: "exists" callable,
+    /// `clock()`: seconds (`f64`) on a monotonic clock since the process started, for timing
+    /// (`let t0 = clock()` … `clock() - t0`), like Python's `time.perf_counter`.
+    Clock: "clock" callable,
     Assert: "assert" callable,
     AssertClose: "assert_close" callable,
     // Collectives: inserted by the sharding pass (`crate::shard`), never written by hand.
@@ -290,8 +293,8 @@ impl Prim {
             | ExpandDims | Squeeze | BroadcastTo | Gather | OneHot | Einsum | Slice | ScatterAdd | Zeros | Ones
             | Conv2d | Conv2dInputGrad | Conv2dWeightGrad | MaxPool2d | MaxPool2dGrad | AvgPool2d | AvgPool2dGrad
             | Full | Arange | Eye | Normal | Uniform | HeNormal | GlorotUniform | Params | Map | ModelSum
-            | StopGradient | Print | Load | Save | LogScalar | Exists | Assert | AssertClose | TapeNew | TapePush
-            | TapeGet => Class::Other,
+            | StopGradient | Print | Load | Save | LogScalar | Exists | Clock | Assert | AssertClose | TapeNew
+            | TapePush | TapeGet => Class::Other,
             crate::collective_prims!() => Class::Other,
         }
     }
@@ -313,7 +316,14 @@ impl Prim {
     pub fn has_effect(self) -> bool {
         matches!(
             self,
-            Prim::Print | Prim::Load | Prim::Save | Prim::LogScalar | Prim::Exists | Prim::Assert | Prim::AssertClose
+            Prim::Print
+                | Prim::Load
+                | Prim::Save
+                | Prim::LogScalar
+                | Prim::Exists
+                | Prim::Clock
+                | Prim::Assert
+                | Prim::AssertClose
         )
     }
 

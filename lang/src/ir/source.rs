@@ -305,10 +305,15 @@ impl Printer<'_> {
                         if attrs.keepdims {
                             all.push("keepdims: true".to_string());
                         }
+                        if let Some(k) = attrs.precision {
+                            all.push(format!("precision: {k}"));
+                        }
                         if *prim == Prim::Squeeze && attrs.axis.is_none() {
                             all.truncate(1);
                         }
-                        format!("{}({})", prim.name(), all.join(", "))
+                        // The sum over a model is written `sum(m)`.
+                        let name = if *prim == Prim::ModelSum { "sum" } else { prim.name() };
+                        format!("{name}({})", all.join(", "))
                     }
                 };
                 if matches!(prim, Prim::Neg | Prim::Not) && min > 7 {

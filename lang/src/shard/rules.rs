@@ -226,6 +226,7 @@ pub(super) fn prim(cx: &mut Fcx, e: &mut Expr) {
         | Prim::Map
         | Prim::Load
         | Prim::Exists
+        | Prim::Clock
         | Prim::TapeNew
         | Prim::TapePush
         | Prim::TapeGet

@@ -7,7 +7,21 @@ use crate::types::TypeArg;
 impl Checker {
     pub(super) fn check_print(&mut self, cx: &mut FnCx, p: Prim, a: &Args, span: Span) -> ir::Expr {
         let name = p.name();
-        self.check_named(name, a, &[]);
+        self.check_named(name, a, &["precision"]);
+        let precision = match self.named(a, "precision") {
+            None => None,
+            Some(e) => match self.const_int(cx, e, "precision") {
+                Some(k) if (0..=17).contains(&k) => Some(k as u32),
+                Some(k) => {
+                    self.error(
+                        Diagnostic::error(Code::E0323, e.span, format!("precision {k} is out of range"))
+                            .label("digits after the point: 0 to 17"),
+                    );
+                    None
+                }
+                None => None,
+            },
+        };
         let mut vs = Vec::new();
         for (e, s) in &a.pos {
             let v = self.check_expr(cx, e, None);
@@ -16,7 +30,7 @@ impl Checker {
             }
             vs.push(self.materialise(v));
         }
-        self.prim(p, vs, Attrs::default(), Type::unit(), span)
+        self.prim(p, vs, Attrs { precision, ..Attrs::default() }, Type::unit(), span)
     }
 
     pub(super) fn check_load(
