@@ -68,7 +68,7 @@ impl Checker {
                     let def = self.fn_sigs[id.0 as usize].span;
                     self.index.types.push((f.span, self.fn_signature_str(id), Some(def)));
                 }
-                return self.call_item(cx, id, args, span, f.span);
+                return self.call_item(cx, id, args, span, f.span, expected);
             }
             Some(ItemRef::Model(id)) => return self.construct_model(cx, id, args, span),
             Some(ItemRef::Builtin(p)) => return self.check_builtin(cx, p, args, span, f.span, expected),
@@ -233,7 +233,15 @@ impl Checker {
         out
     }
 
-    fn call_item(&mut self, cx: &mut FnCx, id: FuncId, args: &[ast::Arg], span: Span, fspan: Span) -> ir::Expr {
+    fn call_item(
+        &mut self,
+        cx: &mut FnCx,
+        id: FuncId,
+        args: &[ast::Arg],
+        span: Span,
+        fspan: Span,
+        expected: Option<&Type>,
+    ) -> ir::Expr {
         if self.checking.contains(&id) {
             let name = self.fn_sigs[id.0 as usize].name.clone();
             self.error(
@@ -281,7 +289,9 @@ impl Checker {
             return self.error_expr(span);
         }
         let arg_tys: Vec<(Type, Span)> = vals.iter().map(|v| v.ty.clone()).zip(spans.iter().copied()).collect();
-        let Some((ret, subst)) = self.instantiate(id, &arg_tys, span, false) else {
+        // Dims that only the result mentions are taken from the type the caller expects
+        // (`let q: f32[2, 4, 3, 6] = heads(x)`).
+        let Some((ret, subst)) = self.instantiate_expecting(id, &arg_tys, span, false, expected) else {
             return self.error_expr(span);
         };
         let mut out = Vec::new();
@@ -327,6 +337,19 @@ impl Checker {
         args: &[(Type, Span)],
         span: Span,
         quiet: bool,
+    ) -> Option<(Type, Subst)> {
+        self.instantiate_expecting(id, args, span, quiet, None)
+    }
+
+    /// [`Checker::instantiate`]; dims the arguments leave open are then solved from the type
+    /// `expected` of the result, when the caller gives one.
+    pub(crate) fn instantiate_expecting(
+        &mut self,
+        id: FuncId,
+        args: &[(Type, Span)],
+        span: Span,
+        quiet: bool,
+        expected: Option<&Type>,
     ) -> Option<(Type, Subst)> {
         let sig = self.fn_sigs[id.0 as usize].clone();
         if args.len() != sig.params.len() {
@@ -390,6 +413,30 @@ impl Checker {
         if !ok {
             return None;
         }
+        if let Some(t @ Type::Tensor(_)) = expected {
+            if !u.unsolved(&sig.dims).is_empty() && !t.has_error() {
+                let open: Vec<String> = u.unsolved(&sig.dims).iter().map(|s| self.names().sym(*s)).collect();
+                if u.ty(&sig.ret, t).and_then(|_| u.finish()).is_err() {
+                    if !quiet {
+                        let ts = self.ty_str(t);
+                        self.error(
+                            Diagnostic::error(
+                                Code::E0307,
+                                span,
+                                format!(
+                                    "cannot infer dim {} of `{}`: the expected {ts} does not fit its result with these arguments",
+                                    open.join(", "),
+                                    sig.name
+                                ),
+                            )
+                            .label("no argument determines it")
+                            .with_secondary(sig.span, "declared here"),
+                        );
+                    }
+                    return None;
+                }
+            }
+        }
         let unsolved = u.unsolved(&sig.dims);
         if !unsolved.is_empty() {
             if !quiet {
@@ -401,6 +448,9 @@ impl Checker {
                         format!("cannot infer dim {} of `{}` from the arguments", names.join(", "), sig.name),
                     )
                     .label("no argument determines it")
+                    .with_help(
+                        "give the result a type, which fixes the dims only the result has: `let y: f32[…] = f(x)`",
+                    )
                     .with_secondary(sig.span, "declared here"),
                 );
             }
