@@ -41,11 +41,20 @@ fn main() -> ExitCode {
     // thread of its own.
     let mut stack = COMMAND_STACK.min(address_space_limit().map_or(usize::MAX, |l| l / 4)).max(MIN_COMMAND_STACK);
     let mut threads = default_threads();
+    // "Resource temporarily unavailable" (EAGAIN) can pass: a machine busy with other processes'
+    // threads refuses one for a moment. The smallest start is retried a few times before giving up.
+    let mut retries = 5;
     loop {
         match attempt(stack, threads) {
             Attempt::Ran(code) => return ExitCode::from(code),
             Attempt::NoCommandThread(_) if stack > MIN_COMMAND_STACK => stack = (stack / 4).max(MIN_COMMAND_STACK),
             Attempt::NoPool(_) if threads > 1 => threads /= 2,
+            Attempt::NoCommandThread(e) | Attempt::NoPool(e)
+                if retries > 0 && e.contains("temporarily unavailable") =>
+            {
+                retries -= 1;
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
             Attempt::NoCommandThread(e) | Attempt::NoPool(e) => {
                 eprintln!("error: cannot start: {e}");
                 return ExitCode::from(2);

@@ -13,6 +13,7 @@ use crate::types::{Dim, Elem, ElemTy, FnTy, FuncId, ModelId, ShapeItem, Sym, Typ
 use std::collections::{HashMap, HashSet};
 
 mod index;
+mod jacobian;
 
 /// Special builtins whose arguments are not ordinary values.
 const SPECIAL: &[&str] =
@@ -27,6 +28,9 @@ impl Checker {
         span: Span,
         expected: Option<&Type>,
     ) -> ir::Expr {
+        if let Some(e) = self.check_jacobian(cx, f, args, span) {
+            return e;
+        }
         // Callees known by name: items, constructors and builtins.
         let item = match &f.kind {
             ast::ExprKind::Name(n) if cx.lookup(n).is_none() => match self.scopes[cx.module.0 as usize].get(n).cloned()
@@ -38,6 +42,13 @@ impl Checker {
                     }
                     if let Some(p) = Prim::from_name(n) {
                         return self.check_builtin(cx, p, args, span, f.span, expected);
+                    }
+                    if jacobian::JACOBIANS.contains(&n.as_str()) {
+                        self.error(
+                            Diagnostic::error(Code::E0404, span, format!("`{n}(f)` is applied at once: `{n}(f)(x)`"))
+                                .label("not applied to an argument"),
+                        );
+                        return self.error_expr(span);
                     }
                     self.unknown_name(cx, n, f.span);
                     for a in args {

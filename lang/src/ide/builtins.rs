@@ -105,6 +105,9 @@ const TABLE: &[(&str, &str, &str)] = &[
     ("jvp", "jvp(f, primals, tangents)", "Forward mode: `(value, tangent)`."),
     ("vjp", "vjp(f, primals…)", "Reverse mode: `(value, pullback)`."),
     ("vmap", "vmap(f, in_axes: (…))", "Maps a function over a new leading dimension."),
+    ("jacfwd", "jacfwd(f)(x)", "The Jacobian `[out…, in…]` of `f` at `x` by forward mode (a `jvp` per input element)."),
+    ("jacrev", "jacrev(f)(x)", "The Jacobian `[out…, in…]` of `f` at `x` by reverse mode (a `grad` per output element)."),
+    ("hessian", "hessian(f)(x)", "The Hessian `[in…, in…]` of a scalar `f` at `x`: `jacfwd(grad(f))(x)`."),
     ("stop_gradient", "stop_gradient(x) -> x", "The value of `x`, treated as a constant by differentiation."),
     (
         "print",
