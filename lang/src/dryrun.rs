@@ -23,6 +23,9 @@ use std::path::PathBuf;
 /// Concrete values of dims.
 pub type Env = HashMap<Sym, i64>;
 
+/// The model types bound to a frame's model type parameters (`M` of `adam.step[M: Model]`).
+type Models = HashMap<crate::types::TyVar, Type>;
+
 /// Where `load` finds its files: the working directory first, then the source's folder.
 #[derive(Clone, Debug, Default)]
 pub struct Files {
@@ -136,7 +139,7 @@ struct Cx<'p> {
     sources: &'p crate::source::SourceMap,
     mesh: Option<Mesh>,
     files: &'p Files,
-    plans: HashMap<FuncId, MemPlan>,
+    plans: HashMap<(FuncId, String), MemPlan>,
     /// Whether a function calls a gradient, directly or through its callees (memo).
     grads: HashMap<FuncId, bool>,
     report: Report,
@@ -557,15 +560,43 @@ impl<'p> Cx<'p> {
 
     /// The plan of `f`, made once.
     fn plan(&mut self, f: FuncId) -> MemPlan {
-        self.plans.entry(f).or_insert_with(|| memplan::plan(self.prog, f)).clone()
+        self.plan_with(f, &Models::new())
+    }
+
+    /// The plan of `f` with its model type parameters bound, made once per binding.
+    fn plan_with(&mut self, f: FuncId, models: &Models) -> MemPlan {
+        let mut key: Vec<String> = models.iter().map(|(v, t)| format!("{}={t:?}", v.0)).collect();
+        key.sort();
+        let prog = self.prog;
+        self.plans.entry((f, key.join(";"))).or_insert_with(|| memplan::plan_with(prog, f, models)).clone()
+    }
+
+    /// The model types a call binds to its callee's model type parameters, with the dims
+    /// known in `env` written as sizes (the callee's plan is sized in its own dims).
+    fn callee_models(&self, e: &Expr, env: &Env, models: &Models) -> Models {
+        let (f, args, skip_captures) = match &e.kind {
+            ExprKind::Call { func, args, .. } => (Some(*func), args, false),
+            ExprKind::CallValue { target, args, .. } => (target_func(self.prog, target), args, true),
+            _ => (None, &Vec::new(), false),
+        };
+        let mut out = Models::new();
+        let Some(func) = f.and_then(|f| self.prog.funcs.get(f.0 as usize)) else { return out };
+        if func.models.is_empty() {
+            return out;
+        }
+        let skip = if skip_captures { func.n_captures } else { 0 };
+        for (p, a) in func.params.iter().skip(skip).zip(args) {
+            bind_models(&func.locals[p.0 as usize].ty, &a.ty, env, models, &mut out);
+        }
+        out
     }
 
     /// The most bytes live at once while `f` runs with dims `env`.
-    fn peak(&mut self, f: FuncId, env: &Env, depth: usize) -> u64 {
+    fn peak(&mut self, f: FuncId, env: &Env, models: &Models, depth: usize) -> u64 {
         if depth > MAX_DEPTH {
             return 0;
         }
-        let plan = self.plan(f);
+        let plan = self.plan_with(f, models);
         let dims = |s: Sym| env.get(&s).copied();
         let mut best = plan.peak_bytes(&dims).unwrap_or_else(|| {
             self.note(format!(
@@ -586,8 +617,9 @@ impl<'p> Cx<'p> {
         for c in plan.calls() {
             let Some(&e) = exprs.get(&c.expr) else { continue };
             let around = plan.buffer_bytes(&c.live, &dims).unwrap_or(0);
+            let gmodels = self.callee_models(e, env, models);
             if let Some((g, genv)) = self.callee(e, env) {
-                let inner = self.peak(g, &genv, depth + 1);
+                let inner = self.peak(g, &genv, &gmodels, depth + 1);
                 best = best.max(around.saturating_add(inner));
             }
         }
@@ -597,7 +629,7 @@ impl<'p> Cx<'p> {
     /// Fills in the memory of the report: the whole run's peak, and what is live around the
     /// step's gradient call, by kind.
     fn memory(&mut self, main: FuncId, env: &Env) {
-        self.report.memory.peak = self.peak(main, env, 0);
+        self.report.memory.peak = self.peak(main, env, &Models::new(), 0);
         // The call in `main` that computes the gradient (directly or inside its callee).
         let plan = self.plan(main);
         let exprs = call_exprs(self.prog, main);
@@ -633,7 +665,7 @@ impl<'p> Cx<'p> {
                 self.grad_call(g, &genv, 0).unwrap_or((g, Type::unit(), genv))
             };
             let grads = grad_bytes(self.prog, &gretty, &genv2);
-            let inner = self.peak(gf, &genv2, 1);
+            let inner = self.peak(gf, &genv2, &Models::new(), 1);
             self.report.memory.gradients = grads;
             self.report.memory.activations = inner.saturating_sub(grads);
             return;
@@ -782,6 +814,50 @@ fn bind(p: &Type, a: &Type, env: &Env, out: &mut Env) {
         }
         (Type::Tuple(ps), Type::Tuple(as_)) => ps.iter().zip(as_).for_each(|(p, a)| bind(p, a, env, out)),
         _ => {}
+    }
+}
+
+/// Binds the model type parameters in a parameter type to the argument's model types (through
+/// the caller's own bindings `models`), their dims written as sizes where `env` knows them.
+fn bind_models(p: &Type, a: &Type, env: &Env, models: &Models, out: &mut Models) {
+    match (p, a) {
+        (Type::ModelVar(v), a) => {
+            let a = match a {
+                Type::ModelVar(w) => models.get(w).cloned(),
+                t @ Type::Model(..) => Some(sized(t, env)),
+                _ => None,
+            };
+            if let Some(t) = a {
+                out.entry(*v).or_insert(t);
+            }
+        }
+        (Type::Model(_, pa), Type::Model(_, aa)) => {
+            for (x, y) in pa.iter().zip(aa) {
+                if let (TypeArg::Type(pt), TypeArg::Type(at)) = (x, y) {
+                    bind_models(pt, at, env, models, out);
+                }
+            }
+        }
+        (Type::Tuple(ps), Type::Tuple(as_)) => {
+            ps.iter().zip(as_).for_each(|(p, a)| bind_models(p, a, env, models, out))
+        }
+        _ => {}
+    }
+}
+
+/// A model type with the dims of its arguments that `env` knows written as sizes.
+fn sized(t: &Type, env: &Env) -> Type {
+    match t {
+        Type::Model(id, args) => Type::Model(
+            *id,
+            args.iter()
+                .map(|a| match a {
+                    TypeArg::Dim(d) => TypeArg::Dim(eval_i(d, env).map_or_else(|| d.clone(), Dim::constant)),
+                    TypeArg::Type(t) => TypeArg::Type(sized(t, env)),
+                })
+                .collect(),
+        ),
+        t => t.clone(),
     }
 }
 

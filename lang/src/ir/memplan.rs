@@ -237,6 +237,12 @@ fn plural(n: usize) -> &'static str {
 
 /// The plan of function `f` of `prog`.
 pub fn plan(prog: &Program, f: FuncId) -> MemPlan {
+    plan_with(prog, f, &HashMap::new())
+}
+
+/// [`plan`] for a call that binds the function's model type parameters to `models` (`M` of
+/// `adam.step[M: Model]` to the model it updates), so their values have sizes.
+pub fn plan_with(prog: &Program, f: FuncId, models: &HashMap<crate::types::TyVar, Type>) -> MemPlan {
     let empty =
         MemPlan { func: f, values: Vec::new(), buffers: Vec::new(), points: Vec::new(), unknown: 0, calls: Vec::new() };
     let Some(func) = prog.funcs.get(f.0 as usize) else { return empty };
@@ -252,6 +258,7 @@ pub fn plan(prog: &Program, f: FuncId) -> MemPlan {
         unknown: 0,
         depth: 0,
         calls: Vec::new(),
+        models,
     };
     p.eval(&func.body);
     MemPlan { func: f, values: p.values, buffers: p.buffers, points: p.points, unknown: p.unknown, calls: p.calls }
@@ -381,6 +388,8 @@ struct Planner<'p> {
     /// Nesting of model types being sized (a guard against runaway recursion).
     depth: usize,
     calls: Vec<CallPoint>,
+    /// The model type parameters bound by the call planned for ([`plan_with`]).
+    models: &'p HashMap<crate::types::TyVar, Type>,
 }
 
 /// The bytes of one element of a tensor as the interpreter stores it.
@@ -522,10 +531,18 @@ impl Planner<'_> {
                 self.depth -= 1;
                 r
             }
-            Type::ModelVar(_) => {
-                self.unknown += 1;
-                Res::none()
-            }
+            Type::ModelVar(v) => match self.models.get(v) {
+                Some(t) if self.depth <= 16 => {
+                    self.depth += 1;
+                    let r = self.fresh_held(t);
+                    self.depth -= 1;
+                    r
+                }
+                _ => {
+                    self.unknown += 1;
+                    Res::none()
+                }
+            },
             _ => Res::none(),
         }
     }
