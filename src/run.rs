@@ -131,6 +131,8 @@ pub(crate) fn run_failed(e: &lang::interp::RuntimeError, c: &lang::check::Checke
     2
 }
 
+/// The `.msl` and `.md` files under `paths` (every one named, and those found in folders other
+/// than hidden ones, `target/` and `fixtures/`), sorted.
 fn collect(paths: &[PathBuf]) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let roots: Vec<PathBuf> = if paths.is_empty() { vec![PathBuf::from(".")] } else { paths.to_vec() };
@@ -143,7 +145,9 @@ fn collect(paths: &[PathBuf]) -> Vec<PathBuf> {
                     let q = e.path();
                     let name = q.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
                     if q.is_dir() {
-                        if !name.starts_with('.') && name != "target" {
+                        // `fixtures/` holds inputs that the specs beside it use (some, such as
+                        // a `use` cycle, do not check by design): the specs test them.
+                        if !name.starts_with('.') && name != "target" && name != "fixtures" {
                             stack.push(q);
                         }
                     } else if q.extension().is_some_and(|x| x == "msl" || x == "md") {

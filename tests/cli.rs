@@ -224,3 +224,24 @@ fn const_values_are_set_from_the_command_line() {
     let o = msl(&dir, &["check", "--const", "EPOCHS=4", "p.msl"]);
     assert!(o.status.success(), "{}", text(&o.stderr));
 }
+
+#[test]
+fn spec_files_pass_from_any_folder() {
+    // The spec's files name the files they `use` from the spec folder (`spec/fixtures/…`),
+    // whatever the working directory; `fixtures/` itself is not collected by a folder walk.
+    let spec = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("spec");
+    let files = [spec.join("modules.md"), spec.join("errors.md")];
+    let files: Vec<&str> = files.iter().map(|p| p.to_str().expect("utf-8 path")).collect();
+    let elsewhere = scratch("anyfolder", &[]);
+    for dir in [elsewhere.as_path(), spec.as_path(), &spec.join("fixtures")] {
+        let mut args = vec!["test"];
+        args.extend(&files);
+        let o = msl(dir, &args);
+        assert!(o.status.success(), "from {}: {}{}", dir.display(), text(&o.stdout), text(&o.stderr));
+    }
+    let dir = scratch("fixtures", &[("ok.msl", "test \"one\" { assert(1 == 1) }\n")]);
+    std::fs::create_dir_all(dir.join("fixtures")).expect("fixtures");
+    std::fs::write(dir.join("fixtures/bad.msl"), "fn f() -> f32 { zeros(2) }\n").expect("bad.msl");
+    let o = msl(&dir, &["test", "."]);
+    assert!(o.status.success(), "{}{}", text(&o.stdout), text(&o.stderr));
+}

@@ -4,7 +4,7 @@
 
 use crate::check;
 use crate::interp::Interp;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// One program of a spec file with its expectation.
 pub struct Block {
@@ -98,6 +98,9 @@ pub fn run_block_prepared(
     prepare: &mut dyn FnMut(&mut crate::ir::Program),
     setup: &mut dyn FnMut(&mut Interp<'_>),
 ) -> Outcome {
+    // An absolute folder names the files a block uses the same way from any working directory.
+    let canon = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let dir = canon.as_path();
     let mut c = check::check_source("spec.msl", code, dir);
     let pos = |span: crate::source::Span| {
         let (line, col) = c.sources.line_col(span.file, span.start);
@@ -109,9 +112,31 @@ pub fn run_block_prepared(
         }
     };
     if c.has_errors() {
+        // Files a block uses are named from the spec's folder (`spec/fixtures/a.msl`), wherever
+        // `msl test` runs from: expectations do not depend on the working directory.
+        let short = dir.file_name().map(|n| PathBuf::from(n.to_os_string()));
+        let mut names: Vec<(String, String)> = Vec::new();
+        for (_, f) in c.sources.files() {
+            let p = std::fs::canonicalize(&f.name).unwrap_or_else(|_| PathBuf::from(&f.name));
+            if let (Some(s), Ok(rel)) = (&short, p.strip_prefix(dir)) {
+                let want = s.join(rel).display().to_string();
+                if want != f.name && f.name != "spec.msl" {
+                    names.push((f.name.clone(), want));
+                }
+            }
+        }
+        names.sort_by_key(|(n, _)| std::cmp::Reverse(n.len()));
         let mut out = String::new();
         for d in &c.diagnostics {
-            out.push_str(&format!("{} {}: {}\n", d.code, pos(d.primary.span), d.message));
+            let mut line = format!("{} {}: {}\n", d.code, pos(d.primary.span), d.message);
+            // Through placeholders, so that a name never rewrites inside another's replacement.
+            for (i, (from, _)) in names.iter().enumerate() {
+                line = line.replace(from.as_str(), &format!("\u{0}{i}\u{0}"));
+            }
+            for (i, (_, to)) in names.iter().enumerate() {
+                line = line.replace(&format!("\u{0}{i}\u{0}"), to);
+            }
+            out.push_str(&line);
         }
         return Outcome::Rejected(out);
     }
