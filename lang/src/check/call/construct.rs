@@ -1,0 +1,142 @@
+//! Model constructors: `Name(field: value, …)`, every field by name, and `Name(f: v, ..base)`,
+//! the other fields from a model of the same type.
+
+use super::*;
+
+impl Checker {
+    pub(super) fn construct_model(&mut self, cx: &mut FnCx, id: ModelId, args: &[ast::Arg], span: Span) -> ir::Expr {
+        let sig = self.model_sigs[id.0 as usize].clone();
+        let names: Vec<String> = sig.fields.iter().map(|(n, _, _)| n.clone()).collect();
+        let what = format!("model `{}`", sig.name);
+        // `..base`: the fields the call does not name are read from `base`, a model of this type.
+        let (bases, args): (Vec<&ast::Arg>, Vec<&ast::Arg>) =
+            args.iter().partition(|a| a.name.as_ref().is_some_and(|n| n.name == ".."));
+        let args: Vec<ast::Arg> = args.into_iter().cloned().collect();
+        let base = match bases.as_slice() {
+            [] => None,
+            [b] => Some(b),
+            [_, b, ..] => {
+                let sp = b.name.as_ref().map_or(span, |n| n.span);
+                self.error(
+                    Diagnostic::error(Code::E0212, sp, "a constructor takes one `..base`").label("a second base"),
+                );
+                return self.error_expr(span);
+            }
+        };
+        let base = match base {
+            None => None,
+            Some(b) => {
+                let v = self.check_expr(cx, &b.value, None);
+                match &v.ty {
+                    Type::Model(m, _) if *m == id => Some(v),
+                    Type::Error => return self.error_expr(span),
+                    t => {
+                        let ts = self.ty_str(t);
+                        self.error(
+                            Diagnostic::error(
+                                Code::E0306,
+                                b.value.span,
+                                format!("`..base` of {what} must be a `{}`, found {ts}", sig.name),
+                            )
+                            .label("not this model type"),
+                        );
+                        return self.error_expr(span);
+                    }
+                }
+            }
+        };
+        let base_local = base.map(|v| {
+            let l = cx.new_local(self, "base", v.ty.clone(), false);
+            (l, v)
+        });
+        let given = self.arg_list(cx, &names, &args, &what, span);
+        let generic: HashSet<Sym> = sig.dims.iter().copied().collect();
+        let mut u = Unifier::new(&generic);
+        let mut vals = Vec::new();
+        let mut bad = false;
+        for (i, ((n, fty, _), g)) in sig.fields.iter().zip(given).enumerate() {
+            if let (None, Some((l, bv))) = (&g, &base_local) {
+                let sid = self.span_id(span);
+                let read = mk(ExprKind::Local(*l), bv.ty.clone(), sid);
+                let ftype = match &bv.ty {
+                    Type::Model(m, targs) => self.field_type(*m, targs, i),
+                    _ => Type::Error,
+                };
+                let v = mk(ExprKind::Field(Box::new(read), i), ftype, sid);
+                let _ = u.ty(fty, &v.ty);
+                vals.push((v, fty.clone()));
+                continue;
+            }
+            let Some(e) = g else {
+                self.error(
+                    Diagnostic::error(Code::E0312, span, format!("missing field `{n}` of {what}"))
+                        .label("every field must be given"),
+                );
+                bad = true;
+                continue;
+            };
+            let hint = fty.is_scalar().then(|| fty.clone());
+            let v = self.check_expr(cx, &e, hint.as_ref());
+            if let Err(_m) = u.ty(fty, &v.ty) {
+                self.error(
+                    Diagnostic::error(
+                        crate::check::expr::mismatch_code(&v.ty, fty),
+                        e.span,
+                        format!(
+                            "field `{n}` of {what} expects {}, found {}",
+                            self.ty_str(&u.subst.ty(fty)),
+                            self.ty_str(&v.ty)
+                        ),
+                    )
+                    .label("wrong type"),
+                );
+                bad = true;
+            }
+            vals.push((v, fty.clone()));
+        }
+        let _ = u.finish();
+        if bad {
+            return self.error_expr(span);
+        }
+        let mut targs = Vec::new();
+        let (mut d, mut v) = (sig.dims.iter(), sig.models.iter());
+        for is_model in &sig.generic_is_model {
+            if *is_model {
+                let tv = v.next().unwrap();
+                targs.push(TypeArg::Type(u.subst.models.get(tv).cloned().unwrap_or(Type::Error)));
+            } else {
+                let s = d.next().unwrap();
+                match u.subst.dims.get(s) {
+                    Some(x) => targs.push(TypeArg::Dim(x.clone())),
+                    None => {
+                        self.error(Diagnostic::error(
+                            Code::E0307,
+                            span,
+                            format!("cannot infer dim {} of {what} from its fields", self.names().sym(*s)),
+                        ));
+                        return self.error_expr(span);
+                    }
+                }
+            }
+        }
+        let fields: Vec<ir::Expr> = vals
+            .into_iter()
+            .map(|(v, t)| {
+                let t = u.subst.ty(&t);
+                match self.try_coerce(v, &t) {
+                    Ok(v) | Err((v, _)) => v,
+                }
+            })
+            .collect();
+        let s = self.span_id(span);
+        let build = mk(ExprKind::ModelBuild { fields }, Type::Model(id, targs), s);
+        match base_local {
+            None => build,
+            Some((l, v)) => {
+                let ty = build.ty.clone();
+                let bind = ir::Stmt::Let { pat: ir::Pat::Local(l), value: v };
+                mk(ExprKind::Block { stmts: vec![bind], result: Box::new(build) }, ty, s)
+            }
+        }
+    }
+}
