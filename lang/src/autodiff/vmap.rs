@@ -328,6 +328,13 @@ impl V<'_> {
                 self.inline(*func, vs, s)
             }
             ExprKind::CallValue { callee: _, target, args } => {
+                // A pullback reads residuals its `vjp` saved, which the batched copy does not hold.
+                if matches!(target, FnTarget::Grad { wrt: usize::MAX, .. }) {
+                    return Err(err(
+                        self.prog.span(e.span),
+                        "`vmap` cannot batch a call of a `vjp` pullback; use `jacrev(f)(x)` or `vmap` of `grad`",
+                    ));
+                }
                 let mut vs = Vec::new();
                 for a in args {
                     vs.push(self.walk(a)?);
