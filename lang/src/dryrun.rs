@@ -121,7 +121,7 @@ pub fn run(prog: &Program, sources: &crate::source::SourceMap, files: &Files) ->
         cx.func(main, &env, 1, &mut t, 0);
         cx.report.step_flops = cx.flops;
         cx.report.per_step = t;
-        if let Some(g) = cx.first_grad(main, &env, 0) {
+        if let Some(g) = cx.grad_name(&prog.func(main).body, &env) {
             cx.report.step = Some(Step { lp: None, grad: g, count: Some(1) });
         }
     }
@@ -251,13 +251,8 @@ impl<'p> Cx<'p> {
     /// The shape in the header of the file `load(path)` reads; `None` (with a note) when it
     /// cannot be read or has no header (a `.csv` file).
     fn header(&mut self, p: &str) -> Option<Vec<usize>> {
-        let (file, entry) = split_entry(p);
-        let path = std::path::Path::new(file);
-        let here = if path.is_absolute() { path.to_path_buf() } else { self.files.work_dir.join(path) };
-        let full = match &self.files.source_dir {
-            Some(d) if !here.exists() && !path.is_absolute() && d.join(path).exists() => d.join(path),
-            _ => here,
-        };
+        let (file, entry) = crate::interp::split_entry(p);
+        let full = crate::interp::resolve_path(Some(&self.files.work_dir), self.files.source_dir.as_deref(), file);
         match kernels::io::shape_of(&full, entry) {
             Ok(Some(s)) => Some(s),
             Ok(None) => None,
@@ -324,16 +319,6 @@ impl<'p> Cx<'p> {
             _ => {}
         });
         direct || callees.into_iter().any(|f| self.calls_grad(f, depth + 1))
-    }
-
-    /// The name of the first gradient `f` computes, found along its calls.
-    fn first_grad(&mut self, f: FuncId, env: &Env, depth: usize) -> Option<String> {
-        if depth > MAX_DEPTH {
-            return None;
-        }
-        let prog = self.prog;
-        let func = prog.funcs.get(f.0 as usize)?;
-        self.grad_in(&func.body, env, depth)
     }
 
     /// Walks one run of `f`, adding what its collectives send `mult` times to `t`; returns the
@@ -472,44 +457,15 @@ impl<'p> Cx<'p> {
             self.report.step_flops = self.flops - fl;
             self.flops = fl;
             self.report.per_step = st;
-            let grad = self.grad_in(body, env, depth).unwrap_or_default();
+            let grad = self.grad_name(body, env).unwrap_or_default();
             self.report.step = Some(Step { lp: Some(e.span), grad, count: None });
         }
-        let fl = self.flops;
         let inner = self.expr(body, env, mult.saturating_mul(times), t, depth);
-        if times == 0 {
-            self.flops = fl;
-        }
         let here = if is_step { n } else { inner.zip(n).map(|(s, n)| s.saturating_mul(n)) };
         match (steps, here) {
             (Some(a), Some(b)) => Some(a.saturating_add(b)),
             _ => None,
         }
-    }
-
-    /// The name of the gradient computed in `e`.
-    fn grad_in(&mut self, e: &'p Expr, env: &Env, depth: usize) -> Option<String> {
-        let prog = self.prog;
-        let mut found = None;
-        let mut calls = Vec::new();
-        walk::walk(e, &mut |x| match &x.kind {
-            ExprKind::CallValue { target, .. } if found.is_none() && grad_target(target) => {
-                found = target_func(prog, target).map(|g| memplan::func_name(prog, g));
-            }
-            ExprKind::Call { .. } => calls.push(x),
-            _ => {}
-        });
-        if found.is_some() {
-            return found;
-        }
-        for c in calls {
-            if let Some((g, genv)) = self.callee(c, env) {
-                if let Some(n) = self.first_grad(g, &genv, depth + 1) {
-                    return Some(n);
-                }
-            }
-        }
-        None
     }
 
     /// 2 × multiply-adds of one product on this rank's blocks.
@@ -662,7 +618,8 @@ impl<'p> Cx<'p> {
             let (gf, gretty, genv2) = if direct {
                 (g, e.ty.clone(), genv)
             } else {
-                self.grad_call(g, &genv, 0).unwrap_or((g, Type::unit(), genv))
+                let prog = self.prog;
+                self.grad_call(&prog.func(g).body, &genv, 0).unwrap_or((g, Type::unit(), genv))
             };
             let grads = grad_bytes(self.prog, &gretty, &genv2);
             let inner = self.peak(gf, &genv2, &Models::new(), 1);
@@ -672,15 +629,14 @@ impl<'p> Cx<'p> {
         }
     }
 
-    /// The first gradient call along the calls of `f`: its function, result type and dims.
-    fn grad_call(&mut self, f: FuncId, env: &Env, depth: usize) -> Option<(FuncId, Type, Env)> {
+    /// The first gradient call in `e` or along the calls it makes: the derived function, the
+    /// call's result type and the callee's dims.
+    fn grad_call(&mut self, e: &'p Expr, env: &Env, depth: usize) -> Option<(FuncId, Type, Env)> {
         if depth > MAX_DEPTH {
             return None;
         }
-        let prog = self.prog;
-        let func = prog.funcs.get(f.0 as usize)?;
         let mut calls = Vec::new();
-        walk::walk(&func.body, &mut |x| {
+        walk::walk(e, &mut |x| {
             if matches!(x.kind, ExprKind::Call { .. } | ExprKind::CallValue { .. }) {
                 calls.push(x);
             }
@@ -691,11 +647,17 @@ impl<'p> Cx<'p> {
             if direct {
                 return Some((g, c.ty.clone(), genv));
             }
-            if let Some(r) = self.grad_call(g, &genv, depth + 1) {
+            let prog = self.prog;
+            if let Some(r) = prog.funcs.get(g.0 as usize).and_then(|f| self.grad_call(&f.body, &genv, depth + 1)) {
                 return Some(r);
             }
         }
         None
+    }
+
+    /// The name of the gradient computed in `e` (`value_and_grad(loss)`).
+    fn grad_name(&mut self, e: &'p Expr, env: &Env) -> Option<String> {
+        self.grad_call(e, env, 0).map(|(g, _, _)| memplan::func_name(self.prog, g))
     }
 }
 
@@ -897,17 +859,6 @@ fn load_path(e: &Expr) -> Option<String> {
         },
         _ => None,
     }
-}
-
-/// Splits `"file.npz:name"` into the file and the entry (as `load` does).
-fn split_entry(p: &str) -> (&str, Option<&str>) {
-    if let Some((file, entry)) = p.rsplit_once(':') {
-        let lower = file.to_ascii_lowercase();
-        if lower.ends_with(".npz") || lower.ends_with(".safetensors") {
-            return (file, Some(entry));
-        }
-    }
-    (p, None)
 }
 
 fn bytes(t: &Traffic) -> u64 {

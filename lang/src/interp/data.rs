@@ -35,6 +35,34 @@ pub(crate) fn is_checkpoint(p: &str) -> bool {
     p.ends_with('/')
 }
 
+/// Where `load` finds a relative path: in the working directory `work` (the process's when
+/// `None`) if it is there, else next to the program (`source`); `msl dryrun` reads headers the same way.
+pub(crate) fn resolve_path(work: Option<&Path>, source: Option<&Path>, p: &str) -> PathBuf {
+    let path = Path::new(p);
+    let here = match work {
+        Some(d) if path.is_relative() => d.join(path),
+        _ => path.to_path_buf(),
+    };
+    if path.is_absolute() || here.exists() {
+        return here;
+    }
+    match source {
+        Some(d) if d.join(path).exists() => d.join(path),
+        _ => here,
+    }
+}
+
+/// Splits `"file.npz:name"` into the file and the entry.
+pub(crate) fn split_entry(p: &str) -> (&str, Option<&str>) {
+    if let Some((file, entry)) = p.rsplit_once(':') {
+        let lower = file.to_ascii_lowercase();
+        if lower.ends_with(".npz") || lower.ends_with(".safetensors") {
+            return (file, Some(entry));
+        }
+    }
+    (p, None)
+}
+
 impl Interp<'_> {
     /// A relative path in the working directory ([`Interp::work_dir`], else the process's).
     pub(crate) fn in_work_dir(&self, path: &Path) -> PathBuf {
@@ -46,26 +74,7 @@ impl Interp<'_> {
 
     /// A relative path is tried against the working directory, then the program's directory.
     fn resolve(&self, p: &str) -> PathBuf {
-        let path = Path::new(p);
-        let here = self.in_work_dir(path);
-        if path.is_absolute() || here.exists() {
-            return here;
-        }
-        match &self.source_dir {
-            Some(d) if d.join(path).exists() => d.join(path),
-            _ => here,
-        }
-    }
-
-    /// Splits `"file.npz:name"` into the file and the entry.
-    fn split_entry(p: &str) -> (&str, Option<&str>) {
-        if let Some((file, entry)) = p.rsplit_once(':') {
-            let lower = file.to_ascii_lowercase();
-            if lower.ends_with(".npz") || lower.ends_with(".safetensors") {
-                return (file, Some(entry));
-            }
-        }
-        (p, None)
+        resolve_path(self.work_dir.as_deref(), self.source_dir.as_deref(), p)
     }
 
     /// `exists(path)`: whether the path names a file or folder (resolved as `load` resolves
@@ -79,7 +88,7 @@ impl Interp<'_> {
 
     pub(crate) fn load(&mut self, path: &Value, ty: &Type, span: Span, frame: &mut Frame) -> R<Value> {
         let Value::Str(p) = path else { return Err(rt(Code::E0605, "`load` needs a path", span)) };
-        let (file, entry) = if is_checkpoint(p) { (&**p, None) } else { Self::split_entry(p) };
+        let (file, entry) = if is_checkpoint(p) { (&**p, None) } else { split_entry(p) };
         let full = self.resolve(file);
         let kerr = |e: kernels::KernelError| shown_as(e, &full, file, span);
         if is_checkpoint(p) {

@@ -18,6 +18,7 @@ use crate::ir::{self, Expr, ExprKind, FnTarget, Lit, Local, Pat, Program, Stmt};
 use crate::source::Span;
 use crate::types::{Dim, FuncId, RestSym, ShapeItem, Sym, Type, TypeArg};
 pub use accel::{Accel, Region, RegionRun};
+pub(crate) use data::{resolve_path, split_entry};
 use kernels::{KernelError, Tensor};
 use std::collections::HashMap;
 use std::io::Write;

@@ -157,8 +157,7 @@ impl Fcx<'_> {
         let tmp = self.temp(e.ty.clone());
         let mut fields = Vec::new();
         for (i, f) in model.fields.iter().enumerate() {
-            let fty = subst.ty(&f.ty);
-            let fty = with_layout(&fty, layout(&f.ty));
+            let fty = crate::ir::Model::field_ty(&subst, f);
             let get = Expr::new(
                 ExprKind::Field(Box::new(Expr::new(ExprKind::Local(tmp), e.ty.clone(), span)), i),
                 fty.clone(),
