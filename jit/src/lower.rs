@@ -405,6 +405,9 @@ impl<'a, 'f> Lower<'a, 'f> {
             | Prim::Einsum
             | Prim::Slice
             | Prim::ScatterAdd
+            | Prim::Argsort
+            | Prim::TakeAlong
+            | Prim::ScatterAddAlong
             | Prim::Conv2d
             | Prim::Conv2dInputGrad
             | Prim::Conv2dWeightGrad

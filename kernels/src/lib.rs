@@ -34,4 +34,5 @@ pub mod ops {
         arange, broadcast_to, concat, expand_dims, eye, full, ones, permute, reshape, squeeze, stack, sum_to_shape,
         swap_last, transpose, zeros,
     };
+    pub use crate::cpu::sort::{argsort, scatter_add_along, take_along};
 }

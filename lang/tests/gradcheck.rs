@@ -440,7 +440,53 @@ fn indexing_and_gather() {
         i32t(&[5], 0, 4),
         &[3, 5, 2],
     ));
+    // take_along_axis: repeated positions accumulate in the adjoint.
+    cases.push(g(
+        "take_along_axis axis 1",
+        "sum(w * take_along_axis(x * x, idx, axis: 1))",
+        &[2, 4],
+        Arg::I32Values(vec![2, 3], vec![0, 3, 3, 1, 0, 0]),
+        &[2, 3],
+    ));
+    cases.push(g(
+        "take_along_axis axis 0",
+        "sum(w * take_along_axis(sin(x), idx, axis: 0))",
+        &[3, 2],
+        i32t(&[4, 2], 0, 2),
+        &[4, 2],
+    ));
     run_all("indexing_and_gather", cases);
+}
+
+/// Sorting: the derivative of each sorted value is its source's (random values have no ties).
+#[test]
+fn sorting() {
+    let mut cases = Vec::new();
+    let mut seed = 900;
+    for s in [vec![6], vec![3, 4], vec![2, 3, 2]] {
+        let r = s.len() as i64;
+        for axis in -r..r {
+            for desc in [false, true] {
+                seed += 1;
+                let body = format!("sum(w * tanh(sort(x * x, axis: {axis}, descending: {desc})))");
+                cases.push(
+                    Case::new(format!("sort axis {axis} desc {desc} {s:?}"), body)
+                        .param("x", f64t(&s))
+                        .weight(&s)
+                        .seed(seed),
+                );
+            }
+        }
+    }
+    let mut ws = vec![3, 2];
+    cases.push(
+        Case::new("top_k", "let (v, i) = top_k(sin(x), 2)\n    sum(w * v * v)").param("x", f64t(&[3, 5])).weight(&ws),
+    );
+    ws[1] = 5;
+    cases.push(
+        Case::new("top_k all", "let (v, i) = top_k(x, 5)\n    sum(w * exp(v))").param("x", f64t(&[3, 5])).weight(&ws),
+    );
+    run_all("sorting", cases);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ pub(crate) mod num;
 pub mod pool2d;
 pub mod reduce;
 pub mod shape;
+pub mod sort;
 
 use rayon::prelude::*;
 

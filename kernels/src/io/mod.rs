@@ -1,4 +1,4 @@
-//! Loading and saving tensors: `.npy`, `.npz`, `.safetensors` and numeric `.csv`.
+//! Loading and saving tensors: `.npy`, `.npz`, `.safetensors`, numeric `.csv` and `.txt` bytes.
 //!
 //! Every error names the file. No file content, however corrupt, makes a loader panic, hang or
 //! allocate more than the file could fill: only regular files are read (`file`), and every
@@ -10,6 +10,7 @@ pub mod file;
 pub mod npy;
 pub mod npz;
 pub mod safetensors;
+pub mod text;
 
 use std::path::Path;
 
@@ -21,15 +22,16 @@ fn extension(path: &Path) -> Result<String, KernelError> {
     path.extension()
         .and_then(|e| e.to_str())
         .map(|e| e.to_ascii_lowercase())
-        .ok_or_else(|| KernelError::io(path, "unknown file type (expected .npy, .npz, .safetensors or .csv)"))
+        .ok_or_else(|| KernelError::io(path, "unknown file type (expected .npy, .npz, .safetensors, .csv or .txt)"))
 }
 
 /// Loads one tensor, choosing the format by extension: `.npy`; `.npz` with `entry` naming an
 /// array (optional when the archive holds one); `.safetensors` with `entry` naming a tensor
-/// (optional when the file holds one); `.csv` as an f64 `[rows, cols]` tensor.
+/// (optional when the file holds one); `.csv` as an f64 `[rows, cols]` tensor; `.txt` as the
+/// `i32` vector of its bytes.
 pub fn load(path: &Path, entry: Option<&str>) -> Result<Tensor, KernelError> {
     let ext = extension(path)?;
-    if entry.is_some() && matches!(ext.as_str(), "npy" | "csv") {
+    if entry.is_some() && matches!(ext.as_str(), "npy" | "csv" | "txt") {
         return Err(KernelError::io(path, format!("a .{ext} file holds one array, so it has no entry names")));
     }
     match ext.as_str() {
@@ -37,9 +39,10 @@ pub fn load(path: &Path, entry: Option<&str>) -> Result<Tensor, KernelError> {
         "npz" => npz::read_npz(path, entry),
         "safetensors" => safetensors::read_safetensors_entry(path, entry),
         "csv" => csv::read_csv(path),
+        "txt" => text::read_text(path),
         other => Err(KernelError::io(
             path,
-            format!("unknown file type '.{other}' (expected .npy, .npz, .safetensors or .csv)"),
+            format!("unknown file type '.{other}' (expected .npy, .npz, .safetensors, .csv or .txt)"),
         )),
     }
 }
@@ -55,6 +58,7 @@ pub fn shape_of(path: &Path, entry: Option<&str>) -> Result<Option<Vec<usize>>, 
         }
         "npz" => npz::npz_shape(path, entry).map(Some),
         "safetensors" => safetensors::entry_shape(path, entry).map(Some),
+        "txt" => Ok(Some(vec![file::open_file(path)?.1 as usize])),
         _ => Ok(None),
     }
 }
@@ -96,16 +100,17 @@ pub fn check_loaded(path: &Path, t: &Tensor, dtype: Option<DType>, shape: Option
 }
 
 /// Saves one tensor, choosing the format by extension: `.npy`; `.npz` and `.safetensors`
-/// (one array named `"value"`); `.csv` (rank at most 2).
+/// (one array named `"value"`); `.csv` (rank at most 2); `.txt` (an `i32` vector of bytes).
 pub fn save(path: &Path, t: &Tensor) -> Result<(), KernelError> {
     match extension(path)?.as_str() {
         "npy" => npy::write_npy(path, t),
         "npz" => npz::write_npz(path, &[("value".to_string(), t.clone())]),
         "safetensors" => safetensors::write_safetensors(path, &[("value".to_string(), t.clone())]),
         "csv" => csv::write_csv(path, t),
+        "txt" => text::write_text(path, t),
         other => Err(KernelError::io(
             path,
-            format!("unknown file type '.{other}' (expected .npy, .npz, .safetensors or .csv)"),
+            format!("unknown file type '.{other}' (expected .npy, .npz, .safetensors, .csv or .txt)"),
         )),
     }
 }

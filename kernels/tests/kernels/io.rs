@@ -220,3 +220,31 @@ fn corrupt_files_never_panic() {
         }
     }
 }
+
+#[test]
+fn text_files_are_vectors_of_bytes() {
+    let dir = scratch("text");
+    let p = dir.join("hello.txt");
+    let text = "héllo\n\u{1F600}";
+    std::fs::write(&p, text).unwrap();
+    let t = io::load(&p, None).unwrap();
+    let want: Vec<i32> = text.bytes().map(i32::from).collect();
+    assert_eq!(t.shape(), &[want.len()]);
+    assert_eq!(t.as_i32().unwrap(), want.as_slice());
+    assert_eq!(io::shape_of(&p, None).unwrap(), Some(vec![want.len()]));
+    let out = dir.join("out.txt");
+    io::save(&out, &t).unwrap();
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), text);
+    // A value that is not a byte is refused, and the earlier file stays as it was.
+    let bad = ti(&[3], &[104, 256, -1]);
+    let e = io::save(&out, &bad).unwrap_err().to_string();
+    assert!(e.contains("value 256 at position 1 is not a byte (0 to 255)"), "{e}");
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), text);
+    let e = io::save(&out, &t32(&[2], &[1.0, 2.0])).unwrap_err().to_string();
+    assert!(e.contains("i32 bytes"), "{e}");
+    let e = io::save(&out, &ti(&[1, 2], &[1, 2])).unwrap_err().to_string();
+    assert!(e.contains("rank-2"), "{e}");
+    // An empty file is an empty vector.
+    std::fs::write(&p, "").unwrap();
+    assert_eq!(io::load(&p, None).unwrap().shape(), &[0]);
+}

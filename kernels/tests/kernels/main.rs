@@ -14,6 +14,7 @@ mod reduce;
 mod rng;
 mod shape_index;
 mod sizes;
+mod sort;
 mod views;
 
 use kernels::{KernelError, Tensor};

@@ -765,6 +765,15 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
             let attrs2 = Attrs { axis: attrs.axis, ..Attrs::default() };
             v.push((0, g.p(Prim::Gather, &[bar, args[1]], attrs2, tys[0].clone())));
         }
+        Prim::TakeAlong => {
+            let Some(d) = fixed(&shape(&tys[0])) else { return Err(err(g.span, "take_along_axis from a rest")) };
+            let attrs2 = Attrs { axis: attrs.axis, shape: d, ..Attrs::default() };
+            v.push((0, g.p(Prim::ScatterAddAlong, &[bar, args[1]], attrs2, tys[0].clone())));
+        }
+        Prim::ScatterAddAlong => {
+            let attrs2 = Attrs { axis: attrs.axis, ..Attrs::default() };
+            v.push((0, g.p(Prim::TakeAlong, &[bar, args[1]], attrs2, tys[0].clone())));
+        }
         Prim::Einsum => {
             let spec = attrs.spec.clone().unwrap_or_default();
             let (lhs, out_l) = spec.split_once("->").unwrap_or((&spec, ""));
@@ -866,6 +875,7 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
         | Prim::Floor
         | Prim::Argmax
         | Prim::Argmin
+        | Prim::Argsort
         | Prim::OneHot
         | Prim::Zeros
         | Prim::Ones

@@ -235,6 +235,8 @@ impl Gen<'_> {
             | Prim::BroadcastTo
             | Prim::Gather
             | Prim::ScatterAdd
+            | Prim::TakeAlong
+            | Prim::ScatterAddAlong
             | Prim::Slice
             | Prim::AvgPool2d
             | Prim::AvgPool2dGrad
@@ -331,6 +333,7 @@ impl Gen<'_> {
             | Prim::Or
             | Prim::Argmax
             | Prim::Argmin
+            | Prim::Argsort
             | Prim::OneHot
             | Prim::Zeros
             | Prim::Ones

@@ -620,7 +620,7 @@ impl V<'_> {
                 self.p(p, &args, attrs, bt)
             }
             // The one operand is batched (only it can be); its axes move up by one.
-            (Prim::Cumsum | Prim::Softmax | Prim::LogSoftmax, _) => {
+            (Prim::Cumsum | Prim::Softmax | Prim::LogSoftmax | Prim::Argsort, _) => {
                 // An axis counted from the end stays where it is.
                 let axis = if attrs.from_end { attrs.axis } else { attrs.axis.map(|a| a + 1) };
                 self.p(p, &[vs[0].0], Attrs { axis, ..attrs }, bt)
@@ -753,6 +753,17 @@ impl V<'_> {
                         ))
                     }
                 }
+            }
+            // Values and indices have one rank: both take the batch dim (a shared one is
+            // broadcast over the batch), and the axis moves up by one.
+            (Prim::TakeAlong | Prim::ScatterAddAlong, _) => {
+                let x = self.force(vs[0].0, &vs[0].1)?;
+                let i = self.force(vs[1].0, &vs[1].1)?;
+                let mut shape = attrs.shape.clone();
+                if p == Prim::ScatterAddAlong {
+                    shape.insert(0, self.b.clone());
+                }
+                self.p(p, &[x, i], Attrs { axis: attrs.axis.map(|a| a + 1), shape, ..attrs }, bt)
             }
             (Prim::ScatterAdd, _) => {
                 if vs[1].1.any() {

@@ -18,6 +18,7 @@ mod einsum;
 mod index;
 mod io;
 mod shape;
+mod sorting;
 mod special;
 
 /// Arguments of a builtin after checking: positional values and named ones (unchecked).
@@ -669,6 +670,9 @@ impl Checker {
             Prim::ExpandDims | Prim::Squeeze => self.check_expand_dims(cx, p, a, span),
             Prim::Gather => self.check_gather(cx, p, a, span),
             Prim::ScatterAdd => self.check_scatter_add(cx, p, a, span),
+            Prim::Argsort => self.check_argsort(cx, a, span),
+            Prim::TakeAlong => self.check_take_along(cx, p, a, span),
+            Prim::ScatterAddAlong => self.check_scatter_add_along(cx, p, a, span),
             Prim::OneHot => self.check_one_hot(cx, p, a, span, expected),
             Prim::Einsum => self.check_einsum(cx, a, span),
             Prim::Cumsum => self.check_cumsum(cx, p, a, span),

@@ -18,8 +18,7 @@ mod jacobian;
 mod mismatch;
 
 /// Special builtins whose arguments are not ordinary values.
-const SPECIAL: &[&str] =
-    &["init", "grad", "value_and_grad", "jvp", "vjp", "vmap", "batches", "f32", "f64", "i32", "bool"];
+use crate::ir::prim::SPECIAL_FORMS as SPECIAL;
 
 impl Checker {
     pub(crate) fn check_call(

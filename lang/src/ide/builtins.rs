@@ -60,6 +60,12 @@ const TABLE: &[(&str, &str, &str)] = &[
         "scatter_add(x, idx, updates, axis: k)",
         "Adds `updates` into `x` at integer indices along `axis`.",
     ),
+    ("argsort", "argsort(x, axis: -1, descending: false) -> i32", "The positions that order `x` along an axis (stable; NaN is largest)."),
+    ("sort", "sort(x, axis: -1, descending: false)", "`x` ordered along an axis (stable; NaN is largest); differentiable."),
+    ("top_k", "top_k(x: T[..S, N], k) -> (T[..S, k], i32[..S, k])", "The `k` largest values of the last axis, largest first, and their positions."),
+    ("take_along_axis", "take_along_axis(x, idx, axis: k)", "Picks `x`'s entries along `axis` at the positions `idx` holds, one for one (NumPy's `take_along_axis`)."),
+    ("scatter_add_along", "scatter_add_along(g, idx, n, axis: k)", "The adjoint of `take_along_axis`: zeros with `g` added at `idx` along `axis` (of size `n`)."),
+    ("categorical", "categorical(logits: f[..S, C], seed: s) -> i32[..S]", "One class per row drawn with probabilities `softmax(logits)` (Gumbel-max over `uniform(seed: s)`)."),
     ("one_hot", "one_hot(y: i32[..S], n) -> f32[..S, n]", "One-hot encoding of integer labels."),
     ("einsum", "einsum(\"spec\", a, b, …)", "Einstein summation, e.g. `einsum(\"bij,bjk->bik\", a, b)`."),
     (
@@ -117,7 +123,7 @@ const TABLE: &[(&str, &str, &str)] = &[
     (
         "load",
         "load(path)",
-        "Loads `.npy`, `.npz` (`\"file.npz:name\"`), `.safetensors`, `.csv`, or a checkpoint folder (`\"ckpt/\"`).",
+        "Loads `.npy`, `.npz` (`\"file.npz:name\"`), `.safetensors`, `.csv`, `.txt` (bytes as `i32[N]`), or a checkpoint folder (`\"ckpt/\"`).",
     ),
     (
         "save",

@@ -218,6 +218,15 @@ impl Interp<'_> {
                 let shape = self.local_shape(&e.ty, self.dims_usize(frame, &attrs.shape, span)?);
                 k(ops::scatter_add(&shape, t(&args[1], span)?, t(&args[0], span)?, attrs.axis.unwrap_or(0)))
             }
+            Prim::Argsort => {
+                let keep = self.dims_usize(frame, &attrs.shape, span)?.first().copied();
+                k(ops::argsort(t(&args[0], span)?, attrs.axis.unwrap_or(0), attrs.descending, keep))
+            }
+            Prim::TakeAlong => k(ops::take_along(t(&args[0], span)?, t(&args[1], span)?, attrs.axis.unwrap_or(0))),
+            Prim::ScatterAddAlong => {
+                let shape = self.local_shape(&e.ty, self.dims_usize(frame, &attrs.shape, span)?);
+                k(ops::scatter_add_along(&shape, t(&args[1], span)?, t(&args[0], span)?, attrs.axis.unwrap_or(0)))
+            }
             Prim::Zeros | Prim::Ones | Prim::Full | Prim::Arange | Prim::Eye => {
                 let shape = self.dims_usize(frame, &attrs.shape, span)?;
                 // A split result (the sharding pass made it one) is created as this rank's block.

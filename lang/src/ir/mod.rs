@@ -81,6 +81,8 @@ pub struct Attrs {
     pub axis: Option<usize>,
     pub from_end: bool,
     pub keepdims: bool,
+    /// `argsort(…, descending: true)`: largest first.
+    pub descending: bool,
     /// Target shape (`reshape`, `broadcast_to`, creation ops) as symbolic dims.
     pub shape: Vec<Dim>,
     /// A permutation or list of axes.

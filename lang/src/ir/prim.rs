@@ -130,6 +130,17 @@ prims! {
     /// `scatter_add(upd, idx, n, axis: k)`, the adjoint of `gather`: zeros of the result shape
     /// (`attrs.shape`) with `upd` added at the indices `idx` along axis `k`.
     ScatterAdd: "scatter_add" callable,
+    // Sorting (`spec/inference.md`); `sort`, `top_k` and `categorical` are written with these.
+    /// `argsort(x, axis: k, descending: d)`: the `i32` positions that order `x` along axis `k`
+    /// (stable; NaN is largest). With `attrs.shape = [n]` only the first `n` positions are kept
+    /// (`top_k`'s indices).
+    Argsort: "argsort" callable,
+    /// `take_along_axis(x, idx, axis: k)`: `x`'s entries along axis `k` at the positions `idx`
+    /// holds, one for one (`idx` has `x`'s rank and its other dims).
+    TakeAlong: "take_along_axis" callable,
+    /// `scatter_add_along(upd, idx, n, axis: k)`, the adjoint of `take_along_axis`: zeros of
+    /// the result shape (`attrs.shape`) with each entry of `upd` added at its position.
+    ScatterAddAlong: "scatter_add_along" callable,
     // Creation (attrs.shape, attrs.dtype; random ones take an optional seed argument).
     Zeros: "zeros" callable,
     Ones: "ones" callable,
@@ -268,6 +279,25 @@ macro_rules! reduce_prims {
     };
 }
 
+/// Builtins the checker handles itself, not as one primitive: the transforms, `init`, `batches`,
+/// conversions, and what is written with other primitives (`sort`, `top_k`, `categorical`).
+pub const SPECIAL_FORMS: &[&str] = &[
+    "init",
+    "grad",
+    "value_and_grad",
+    "jvp",
+    "vjp",
+    "vmap",
+    "batches",
+    "f32",
+    "f64",
+    "i32",
+    "bool",
+    "sort",
+    "top_k",
+    "categorical",
+];
+
 /// How the checker treats a primitive's arguments.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Class {
@@ -290,11 +320,11 @@ impl Prim {
             crate::binary_prims!() => Class::Binary,
             crate::reduce_prims!() => Class::Reduce,
             MatMul | Where | Cast | Cumsum | Softmax | LogSoftmax | Reshape | Transpose | Permute | Concat | Stack
-            | ExpandDims | Squeeze | BroadcastTo | Gather | OneHot | Einsum | Slice | ScatterAdd | Zeros | Ones
-            | Conv2d | Conv2dInputGrad | Conv2dWeightGrad | MaxPool2d | MaxPool2dGrad | AvgPool2d | AvgPool2dGrad
-            | Full | Arange | Eye | Normal | Uniform | HeNormal | GlorotUniform | Params | Map | ModelSum
-            | StopGradient | Print | Load | Save | LogScalar | Exists | Clock | Assert | AssertClose | TapeNew
-            | TapePush | TapeGet => Class::Other,
+            | ExpandDims | Squeeze | BroadcastTo | Gather | OneHot | Einsum | Slice | ScatterAdd | Argsort
+            | TakeAlong | ScatterAddAlong | Zeros | Ones | Conv2d | Conv2dInputGrad | Conv2dWeightGrad | MaxPool2d
+            | MaxPool2dGrad | AvgPool2d | AvgPool2dGrad | Full | Arange | Eye | Normal | Uniform | HeNormal
+            | GlorotUniform | Params | Map | ModelSum | StopGradient | Print | Load | Save | LogScalar | Exists
+            | Clock | Assert | AssertClose | TapeNew | TapePush | TapeGet => Class::Other,
             crate::collective_prims!() => Class::Other,
         }
     }
@@ -309,7 +339,10 @@ impl Prim {
     /// Primitives whose result has no derivative; differentiating through them is `E0403`.
     pub fn differentiable(self) -> bool {
         use Prim::*;
-        !matches!(self, Argmax | Argmin | Eq | Ne | Lt | Le | Gt | Ge | And | Or | Not | Sign | Floor | OneHot | Arange)
+        !matches!(
+            self,
+            Argmax | Argmin | Argsort | Eq | Ne | Lt | Le | Gt | Ge | And | Or | Not | Sign | Floor | OneHot | Arange
+        )
     }
 
     /// Primitives with effects; never removed or reordered by later passes.
@@ -332,9 +365,7 @@ impl Prim {
     pub fn builtin_names() -> &'static [&'static str] {
         static NAMES: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
         NAMES.get_or_init(|| {
-            let special =
-                ["init", "grad", "value_and_grad", "jvp", "vjp", "vmap", "batches", "f32", "f64", "i32", "bool"];
-            Prim::ALL.iter().filter(|p| p.callable()).map(|p| p.name()).chain(special).collect()
+            Prim::ALL.iter().filter(|p| p.callable()).map(|p| p.name()).chain(SPECIAL_FORMS.iter().copied()).collect()
         })
     }
 }

@@ -259,6 +259,29 @@ impl Printer<'_> {
                         let n = attrs.shape.get(k).map(|d| dim_str(d, self.p)).unwrap_or_default();
                         format!("scatter_add({}, {}, {n}, axis: {k})", a[0], a[1])
                     }
+                    Prim::ScatterAddAlong => {
+                        let k = attrs.axis.unwrap_or(0);
+                        let n = attrs.shape.get(k).map(|d| dim_str(d, self.p)).unwrap_or_default();
+                        format!("scatter_add_along({}, {}, {n}, axis: {k})", a[0], a[1])
+                    }
+                    Prim::Argsort => {
+                        let k = attrs.axis.unwrap_or(0);
+                        let call = format!("argsort({}, axis: {k}, descending: {})", a[0], attrs.descending);
+                        // `top_k`'s positions: the first entries of the order, as a slice.
+                        match attrs.shape.first() {
+                            Some(keep) => {
+                                let rank = match &e.ty {
+                                    crate::types::Type::Tensor(t) => t.shape.len(),
+                                    _ => k + 1,
+                                };
+                                let parts: Vec<String> = (0..rank)
+                                    .map(|i| if i == k { format!("0:{}", dim_str(keep, self.p)) } else { ":".into() })
+                                    .collect();
+                                format!("{call}[{}]", parts.join(", "))
+                            }
+                            None => call,
+                        }
+                    }
                     Prim::Conv2d | Prim::Conv2dInputGrad | Prim::Conv2dWeightGrad => {
                         let at = |i: usize| attrs.perm.get(i).copied().unwrap_or(0);
                         let mut all = a.clone();

@@ -66,7 +66,21 @@ pub(super) fn prim(cx: &mut Fcx, e: &mut Expr) {
             e.ty = with_layout(&e.ty, out);
             return;
         }
-        Prim::Softmax | Prim::LogSoftmax | Prim::Cumsum => {
+        Prim::TakeAlong | Prim::ScatterAddAlong if args.len() == 2 => {
+            // Along the axis the operands are taken whole; their other dims agree, so both take
+            // the values' splits there, and so does the result.
+            let mut want = layout(&args[0].ty);
+            if let Some(d) = attrs.axis.and_then(|a| want.get_mut(a)) {
+                d.clear();
+            }
+            convert_to(cx, &mut args[0], want.clone(), false);
+            if layout(&args[1].ty).len() == want.len() {
+                convert_to(cx, &mut args[1], want.clone(), false);
+            }
+            e.ty = with_layout(&e.ty, want);
+            return;
+        }
+        Prim::Softmax | Prim::LogSoftmax | Prim::Cumsum | Prim::Argsort => {
             let mut want = layout(&args[0].ty);
             if let Some(d) = attrs.axis.and_then(|a| want.get_mut(a)) {
                 d.clear();
@@ -214,6 +228,8 @@ pub(super) fn prim(cx: &mut Fcx, e: &mut Expr) {
         | Prim::Squeeze
         | Prim::Gather
         | Prim::ScatterAdd
+        | Prim::TakeAlong
+        | Prim::ScatterAddAlong
         | Prim::Zeros
         | Prim::Ones
         | Prim::Full

@@ -18,6 +18,7 @@ impl Checker {
         let a = split(args);
         self.index.types.push((fspan, format!("builtin {name}"), None));
         match name {
+            n if sorting::COMPOSED.contains(&n) => self.check_composed(cx, n, &a, span),
             "f32" | "f64" | "i32" | "bool" => {
                 self.check_named(name, &a, &[]);
                 if !self.arity(name, &a, 1, 1, span) {
