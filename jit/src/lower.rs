@@ -408,6 +408,7 @@ impl<'a, 'f> Lower<'a, 'f> {
             | Prim::Argsort
             | Prim::TakeAlong
             | Prim::ScatterAddAlong
+            | Prim::Update
             | Prim::Conv2d
             | Prim::Conv2dInputGrad
             | Prim::Conv2dWeightGrad

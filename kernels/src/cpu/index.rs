@@ -192,3 +192,55 @@ pub fn one_hot(idx: &Tensor, n: usize, dtype: DType) -> Result<Tensor, KernelErr
     }
     Ok(Tensor::from_parts(shape, v).cast(dtype))
 }
+
+/// `x` with the block `v` written at positions `at..at + m` of `axis`, `m` being `v`'s size
+/// there (a `v` of one rank less is one position, as `x[at] = v`). The buffer of `x` is reused
+/// when nothing else shares it, so a key/value cache updated in a loop is written in place.
+pub fn update(x: Tensor, v: &Tensor, at: i64, axis: usize) -> Result<Tensor, KernelError> {
+    check_axis("update", axis, x.rank())?;
+    if v.dtype() != x.dtype() {
+        return Err(KernelError::DTypeMismatch {
+            op: "update",
+            expected: x.dtype().to_string(),
+            found: v.dtype().to_string(),
+        });
+    }
+    let mut vshape = v.shape().to_vec();
+    if v.rank() + 1 == x.rank() {
+        vshape.insert(axis, 1);
+    }
+    let fits = vshape.len() == x.rank() && (0..x.rank()).all(|i| i == axis || vshape[i] == x.shape()[i]);
+    if !fits {
+        return Err(KernelError::ShapeMismatch { op: "update", lhs: x.shape().to_vec(), rhs: v.shape().to_vec() });
+    }
+    let (n, m) = (x.shape()[axis], vshape[axis]);
+    let end = at.saturating_add(m as i64);
+    if at < 0 || end > n as i64 {
+        let index = if at < 0 { at } else { end - 1 };
+        return Err(KernelError::IndexOutOfRange { index, axis, size: n });
+    }
+    let specs: Vec<SliceSpec> =
+        (0..x.rank()).map(|i| if i == axis { SliceSpec::Range { start: at, end } } else { SliceSpec::Full }).collect();
+    let r = resolve(x.shape(), &specs)?;
+    fn write<T: Element>(buf: crate::tensor::Shared<T>, r: &Region, u: &[T]) -> Vec<T> {
+        let mut out = buf.into_vec().unwrap_or_else(|shared| shared.as_slice().to_vec());
+        let src_strides = contiguous_strides(&r.shape);
+        let plan = Plan::new(&r.shape, &[&r.strides, &src_strides]);
+        let (sd, ss) = (plan.row_strides[0], plan.row_strides[1]);
+        plan.for_each_row(|off| {
+            for j in 0..plan.row_len {
+                out[r.offset + off[0] + j * sd] = u[off[1] + j * ss];
+            }
+        });
+        out
+    }
+    let (shape, storage) = x.into_parts();
+    let out = match (storage, v.storage()) {
+        (Storage::F32(b), Storage::F32(u)) => Storage::F32(write(b, &r, u.as_slice()).into()),
+        (Storage::F64(b), Storage::F64(u)) => Storage::F64(write(b, &r, u.as_slice()).into()),
+        (Storage::I32(b), Storage::I32(u)) => Storage::I32(write(b, &r, u.as_slice()).into()),
+        (Storage::Bool(b), Storage::Bool(u)) => Storage::Bool(write(b, &r, u.as_slice()).into()),
+        _ => return Err(KernelError::Invalid("update: element types differ".into())),
+    };
+    Tensor::new(shape, out)
+}

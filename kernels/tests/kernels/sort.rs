@@ -108,3 +108,24 @@ fn take_along_and_scatter_add_along_are_adjoint() {
     assert!(msg(ops::take_along(&x, &idx, 1)).contains("out of range"));
     assert!(msg(ops::take_along(&x, &ti(&[3, 4], &[0; 12]), 1)).contains("take_along_axis"));
 }
+
+#[test]
+fn update_writes_in_place_when_the_buffer_is_not_shared() {
+    let buf = kernels::ops::zeros(kernels::DType::F32, &[4, 3]).unwrap();
+    let ptr = buf.as_f32().unwrap().as_ptr();
+    let v = t32(&[3], &[1.0, 2.0, 3.0]);
+    let out = ops::update(buf, &v, 2, 0).unwrap();
+    assert_eq!(out.as_f32().unwrap().as_ptr(), ptr, "an unshared buffer is reused");
+    assert_eq!(&out.as_f32().unwrap()[6..9], &[1.0, 2.0, 3.0]);
+    // A shared buffer is copied: the other holder still sees the old values.
+    let keep = out.clone();
+    let out2 = ops::update(out, &t32(&[1, 3], &[9.0, 9.0, 9.0]), 0, 0).unwrap();
+    assert_eq!(&keep.as_f32().unwrap()[0..3], &[0.0, 0.0, 0.0]);
+    assert_eq!(&out2.as_f32().unwrap()[0..3], &[9.0, 9.0, 9.0]);
+    // Along axis 1, a block of two columns.
+    let out3 = ops::update(keep, &t32(&[4, 2], &[5.0; 8]), 1, 1).unwrap();
+    assert_eq!(&out3.as_f32().unwrap()[0..3], &[0.0, 5.0, 5.0]);
+    assert!(msg(ops::update(out3.clone(), &t32(&[4, 2], &[5.0; 8]), 2, 1)).contains("out of range"));
+    assert!(msg(ops::update(out3.clone(), &t32(&[3, 2], &[5.0; 6]), 0, 1)).contains("update"));
+    assert!(msg(ops::update(out3, &ti(&[3], &[1, 2, 3]), 0, 0)).contains("update"));
+}

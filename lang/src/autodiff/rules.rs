@@ -765,6 +765,33 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
             let attrs2 = Attrs { axis: attrs.axis, ..Attrs::default() };
             v.push((0, g.p(Prim::Gather, &[bar, args[1]], attrs2, tys[0].clone())));
         }
+        Prim::Update => {
+            // y = x with v written at i: x's gradient is ȳ with that block zeroed, v's is the block.
+            let k = attrs.axis.unwrap_or(0);
+            let (Some(xd), Some(vd)) = (fixed(&shape(&tys[0])), fixed(&shape(&tys[1]))) else {
+                return Err(err(g.span, "update of a rest"));
+            };
+            let i = args[2];
+            if act[0] {
+                let zt = tys[1].clone();
+                let dtype = Some(elem(&zt));
+                let z = g.p(Prim::Zeros, &[], Attrs { shape: vd.clone(), dtype, ..Attrs::default() }, zt);
+                v.push((0, g.p(Prim::Update, &[bar, z, i], attrs.clone(), tys[0].clone())));
+            }
+            if act[1] {
+                let mut perm = vec![2usize; xd.len()];
+                let mut sargs = vec![bar, i];
+                if vd.len() == xd.len() {
+                    perm[k] = 1;
+                    let i32t = Type::scalar(ElemTy::I32);
+                    let m = g.emit(mk(ExprKind::DimValue(vd[k].clone()), i32t.clone(), g.sid), i32t.clone(), "m");
+                    sargs.push(g.p(Prim::Add, &[i, m], Attrs::default(), i32t));
+                } else {
+                    perm[k] = 0;
+                }
+                v.push((1, g.p(Prim::Slice, &sargs, Attrs { perm, ..Attrs::default() }, tys[1].clone())));
+            }
+        }
         Prim::TakeAlong => {
             let Some(d) = fixed(&shape(&tys[0])) else { return Err(err(g.span, "take_along_axis from a rest")) };
             let attrs2 = Attrs { axis: attrs.axis, shape: d, ..Attrs::default() };

@@ -216,6 +216,11 @@ impl Gen<'_> {
                 Some(t) => self.p(p, &[args[0], t], attrs, ot.clone()),
                 None => self.zeros_like(out)?,
             },
+            // Linear in the buffer and the update together; the position carries no tangent.
+            Prim::Update => {
+                let (tx, tv) = (self.tan_or_zero(ts[0], args[0])?, self.tan_or_zero(ts[1], args[1])?);
+                self.p(p, &[tx, tv, args[2]], attrs, ot.clone())
+            }
             Prim::Concat | Prim::Stack => {
                 let mut a = Vec::new();
                 for (x, t) in args.iter().zip(ts) {

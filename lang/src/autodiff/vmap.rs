@@ -765,6 +765,14 @@ impl V<'_> {
                 }
                 self.p(p, &[x, i], Attrs { axis: attrs.axis.map(|a| a + 1), shape, ..attrs }, bt)
             }
+            (Prim::Update, _) => {
+                if vs[2].1.any() {
+                    return Err(err(self.span, "`vmap` cannot batch an `update` position that differs per element"));
+                }
+                let x = self.force(vs[0].0, &vs[0].1)?;
+                let v = self.force(vs[1].0, &vs[1].1)?;
+                self.p(p, &[x, v, vs[2].0], Attrs { axis: attrs.axis.map(|a| a + 1), ..attrs }, bt)
+            }
             (Prim::ScatterAdd, _) => {
                 if vs[1].1.any() {
                     return Err(err(self.span, "`vmap` cannot batch scatter indices"));

@@ -670,6 +670,7 @@ impl Checker {
             Prim::ExpandDims | Prim::Squeeze => self.check_expand_dims(cx, p, a, span),
             Prim::Gather => self.check_gather(cx, p, a, span),
             Prim::ScatterAdd => self.check_scatter_add(cx, p, a, span),
+            Prim::Update => self.check_update(cx, p, a, span),
             Prim::Argsort => self.check_argsort(cx, a, span),
             Prim::TakeAlong => self.check_take_along(cx, p, a, span),
             Prim::ScatterAddAlong => self.check_scatter_add_along(cx, p, a, span),

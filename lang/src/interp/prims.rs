@@ -109,7 +109,14 @@ impl Interp<'_> {
         r.map(Value::Tensor).map_err(|k| kerr(k, span))
     }
 
-    pub(crate) fn prim(&mut self, p: Prim, args: Vec<Value>, attrs: &Attrs, e: &Expr, frame: &mut Frame) -> R<Value> {
+    pub(crate) fn prim(
+        &mut self,
+        p: Prim,
+        mut args: Vec<Value>,
+        attrs: &Attrs,
+        e: &Expr,
+        frame: &mut Frame,
+    ) -> R<Value> {
         let span = self.span(e);
         let normalised;
         let attrs = if attrs.from_end {
@@ -217,6 +224,17 @@ impl Interp<'_> {
                 // A split result (`shard::rules`) is this rank's block.
                 let shape = self.local_shape(&e.ty, self.dims_usize(frame, &attrs.shape, span)?);
                 k(ops::scatter_add(&shape, t(&args[1], span)?, t(&args[0], span)?, attrs.axis.unwrap_or(0)))
+            }
+            Prim::Update => {
+                let at = scalar_i64(t(&args[2], span)?).unwrap_or(0);
+                let v = t(&args[1], span)?.clone();
+                // The buffer is taken out of the argument list, so that an unshared one is
+                // written in place.
+                let x = match std::mem::replace(&mut args[0], Value::unit()) {
+                    Value::Tensor(x) => x,
+                    other => t(&other, span)?.clone(),
+                };
+                k(ops::update(x, &v, at, attrs.axis.unwrap_or(0)))
             }
             Prim::Argsort => {
                 let keep = self.dims_usize(frame, &attrs.shape, span)?.first().copied();

@@ -130,6 +130,10 @@ prims! {
     /// `scatter_add(upd, idx, n, axis: k)`, the adjoint of `gather`: zeros of the result shape
     /// (`attrs.shape`) with `upd` added at the indices `idx` along axis `k`.
     ScatterAdd: "scatter_add" callable,
+    /// `update(x, v, at: i, axis: k)`: `x` with `v` written at positions `i..i + m` of axis
+    /// `k` (`v` of one rank less: position `i`); arguments `[x, v, i]`. In place when `x`'s
+    /// buffer is not shared (a key/value cache).
+    Update: "update" callable,
     // Sorting (`spec/inference.md`); `sort`, `top_k` and `categorical` are written with these.
     /// `argsort(x, axis: k, descending: d)`: the `i32` positions that order `x` along axis `k`
     /// (stable; NaN is largest). With `attrs.shape = [n]` only the first `n` positions are kept
@@ -320,7 +324,7 @@ impl Prim {
             crate::binary_prims!() => Class::Binary,
             crate::reduce_prims!() => Class::Reduce,
             MatMul | Where | Cast | Cumsum | Softmax | LogSoftmax | Reshape | Transpose | Permute | Concat | Stack
-            | ExpandDims | Squeeze | BroadcastTo | Gather | OneHot | Einsum | Slice | ScatterAdd | Argsort
+            | ExpandDims | Squeeze | BroadcastTo | Gather | OneHot | Einsum | Slice | ScatterAdd | Update | Argsort
             | TakeAlong | ScatterAddAlong | Zeros | Ones | Conv2d | Conv2dInputGrad | Conv2dWeightGrad | MaxPool2d
             | MaxPool2dGrad | AvgPool2d | AvgPool2dGrad | Full | Arange | Eye | Normal | Uniform | HeNormal
             | GlorotUniform | Params | Map | ModelSum | StopGradient | Print | Load | Save | LogScalar | Exists

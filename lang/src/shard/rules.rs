@@ -66,6 +66,23 @@ pub(super) fn prim(cx: &mut Fcx, e: &mut Expr) {
             e.ty = with_layout(&e.ty, out);
             return;
         }
+        Prim::Update if args.len() == 3 => {
+            // The buffer is whole along the written axis; the update takes the buffer's splits
+            // in its other dims.
+            let k = attrs.axis.unwrap_or(0);
+            let mut want = layout(&args[0].ty);
+            if let Some(d) = want.get_mut(k) {
+                d.clear();
+            }
+            convert_to(cx, &mut args[0], want.clone(), false);
+            let mut vw = want.clone();
+            if rank(&args[1].ty) + 1 == want.len() {
+                vw.remove(k);
+            }
+            convert_to(cx, &mut args[1], vw, false);
+            e.ty = with_layout(&e.ty, want);
+            return;
+        }
         Prim::TakeAlong | Prim::ScatterAddAlong if args.len() == 2 => {
             // Along the axis the operands are taken whole; their other dims agree, so both take
             // the values' splits there, and so does the result.
@@ -230,6 +247,7 @@ pub(super) fn prim(cx: &mut Fcx, e: &mut Expr) {
         | Prim::ScatterAdd
         | Prim::TakeAlong
         | Prim::ScatterAddAlong
+        | Prim::Update
         | Prim::Zeros
         | Prim::Ones
         | Prim::Full

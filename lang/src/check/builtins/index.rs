@@ -1,4 +1,4 @@
-//! Shape rules of the indexing builtins: `gather`, `scatter_add`, `one_hot`.
+//! Shape rules of the indexing builtins: `gather`, `scatter_add`, `one_hot`, `update`.
 
 use super::*;
 
@@ -100,5 +100,75 @@ impl Checker {
         let et = Self::elem_from_expected(expected, ElemTy::F32);
         let attrs = Attrs { shape: n, dtype: Some(et), ..Attrs::default() };
         self.prim(p, vec![y], attrs, Type::Tensor(TensorTy::new(Elem::T(et), shape)), span)
+    }
+
+    /// `update(x, v, at: i, axis: k)`: `x`'s type; `v` has `x`'s dims (any size along `k`) or
+    /// all but dim `k`; `i` is an `i32` scalar known at run time.
+    pub(super) fn check_update(&mut self, cx: &mut FnCx, p: Prim, a: &Args, span: Span) -> ir::Expr {
+        let name = p.name();
+        self.check_named(name, a, &["at", "axis"]);
+        if !self.arity(name, a, 2, 2, span) {
+            return self.error_expr(span);
+        }
+        let x = self.check_expr(cx, a.pos[0].0, None);
+        let x = self.materialise(x);
+        let Some((xe, xs)) = self.tensor_of(&x, a.pos[0].1, name) else { return self.error_expr(span) };
+        let xs = xs.clone();
+        let xt = x.ty.clone();
+        let v = self.check_expr(cx, a.pos[1].0, Some(&xt));
+        let Some((ve, _)) = self.tensor_of(&v, a.pos[1].1, name) else { return self.error_expr(span) };
+        // A literal takes the buffer's element type (`update(buf, 0.0, at: i)`).
+        let v = if ve.is_weak() && (xe.is_float() || !ve.is_float()) { self.retype_weak(v, xe) } else { v };
+        let v = self.materialise(v);
+        let Some((ve, vs)) = self.tensor_of(&v, a.pos[1].1, name) else { return self.error_expr(span) };
+        let vs = vs.clone();
+        let (xts, vts) = (self.ty_str(&x.ty), self.ty_str(&v.ty));
+        if ve != xe {
+            self.error(Diagnostic::error(
+                Code::E0303,
+                a.pos[1].1,
+                format!("`update` writes {vts} into {xts}: the element types differ"),
+            ));
+            return self.error_expr(span);
+        }
+        let Some(at) = self.named(a, "at") else {
+            self.error(Diagnostic::error(Code::E0212, span, "`update` needs `at: i`, the position to write at"));
+            return self.error_expr(span);
+        };
+        let i32t = Type::scalar(ElemTy::I32);
+        let iv = self.check_expr(cx, at, Some(&i32t));
+        let iv = self.coerce_with(iv, &i32t, at.span, Code::E0303, "`at`");
+        let k = match self.named(a, "axis") {
+            Some(e) => self.const_int(cx, e, "axis"),
+            None => Some(0),
+        };
+        let Some(k) = k else { return self.error_expr(span) };
+        let (Some(xd), Some(vd)) = (self.fixed_dims(&xs, a.pos[0].1, name), self.fixed_dims(&vs, a.pos[1].1, name))
+        else {
+            return self.error_expr(span);
+        };
+        let axis_span = self.named(a, "axis").map_or(span, |e| e.span);
+        let Some(axis) = self.axis(k, xd.len(), axis_span, &x.ty) else { return self.error_expr(span) };
+        let fits = if vd.len() == xd.len() {
+            (0..xd.len()).all(|i| i == axis || vd[i] == xd[i])
+                && !matches!((vd[axis].as_const(), xd[axis].as_const()), (Some(m), Some(n)) if m > n)
+        } else {
+            vd.len() + 1 == xd.len()
+                && vd.iter().zip(xd.iter().enumerate().filter(|(i, _)| *i != axis)).all(|(a, (_, b))| a == b)
+        };
+        if !fits {
+            self.error(
+                Diagnostic::error(
+                    Code::E0306,
+                    a.pos[1].1,
+                    format!("`update` cannot write {vts} into {xts} along axis {axis}"),
+                )
+                .label(format!("this is {vts}"))
+                .with_help("the update has the buffer's dims (any size along the axis), or all of them but the axis"),
+            );
+            return self.error_expr(span);
+        }
+        let attrs = Attrs { axis: Some(axis), ..Attrs::default() };
+        self.prim(p, vec![x, v, iv], attrs, xt, span)
     }
 }
