@@ -60,6 +60,7 @@ const TABLE: &[(&str, &str, &str)] = &[
         "scatter_add(x, idx, updates, axis: k)",
         "Adds `updates` into `x` at integer indices along `axis`.",
     ),
+    ("update", "update(x, v, at: i, axis: 0)", "`x` with `v` written at position `i` of `axis` (in place when `x` is not shared): a key/value cache's step."),
     ("argsort", "argsort(x, axis: -1, descending: false) -> i32", "The positions that order `x` along an axis (stable; NaN is largest)."),
     ("sort", "sort(x, axis: -1, descending: false)", "`x` ordered along an axis (stable; NaN is largest); differentiable."),
     ("top_k", "top_k(x: T[..S, N], k) -> (T[..S, k], i32[..S, k])", "The `k` largest values of the last axis, largest first, and their positions."),
