@@ -469,6 +469,7 @@ impl<'p> Interp<'p> {
 
     fn stmt(&mut self, s: &Stmt, frame: &mut Frame) -> R<()> {
         match s {
+            Stmt::Assign { pat: Pat::Local(l), value } if self.assign_update(*l, value, frame)? => Ok(()),
             Stmt::Let { pat, value } | Stmt::Assign { pat, value } => {
                 let v = self.eval(value, frame)?;
                 bind_pat(pat, v, frame);

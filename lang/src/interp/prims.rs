@@ -5,7 +5,7 @@ use super::value::{self, scalar_i64, ModelValue, Value};
 use super::{kerr, rt, Frame, Interp, R};
 use crate::diag::Code;
 use crate::ir::eval::{binary_op, dtype_of, elementwise, reduce_op, unary_op, unify_dtypes};
-use crate::ir::{Attrs, Expr, Prim};
+use crate::ir::{self, Attrs, Expr, ExprKind, Prim};
 use crate::source::Span;
 use crate::types::TensorTy;
 use crate::types::{ElemTy, Type};
@@ -669,5 +669,42 @@ pub(crate) fn pointwise(e: &Expr, params: &[crate::ir::Local], scalar: &dyn Fn(c
         ExprKind::Local(l) => params.contains(l) || scalar(*l),
         ExprKind::Block { stmts, result } => stmts.is_empty() && pointwise(result, params, scalar),
         _ => false,
+    }
+}
+
+impl Interp<'_> {
+    /// `buf = update(buf, v, at: i)`: the old buffer is dead once the update is made, so it
+    /// moves out of its slot and, when nothing else holds it, is written in place (a key/value
+    /// cache costs one row per step, not a copy of the cache). Only an update that fits is
+    /// taken this way, so a failing one leaves `buf` as it was. False when `value` is not such
+    /// an update (the caller evaluates it as usual).
+    pub(crate) fn assign_update(&mut self, l: ir::Local, value: &Expr, frame: &mut Frame) -> R<bool> {
+        let ExprKind::Prim { prim: Prim::Update, args, attrs } = &value.kind else { return Ok(false) };
+        if !matches!(&args[0].kind, ExprKind::Local(x) if *x == l) || self.nan_check {
+            return Ok(false);
+        }
+        let span = self.span(value);
+        let v = self.eval(&args[1], frame)?;
+        let i = self.eval(&args[2], frame)?;
+        let at = scalar_i64(t(&i, span)?).unwrap_or(-1);
+        let axis = attrs.axis.unwrap_or(0);
+        let vt = t(&v, span)?;
+        let fits = match frame.locals.get(l.0 as usize) {
+            Some(Some(Value::Tensor(x))) if axis < x.rank() => {
+                let m = if vt.rank() == x.rank() { vt.shape()[axis] } else { 1 };
+                at >= 0 && at.saturating_add(m as i64) <= x.shape()[axis] as i64
+            }
+            _ => false,
+        };
+        let Some(Value::Tensor(x)) = (if fits { frame.locals[l.0 as usize].take() } else { None }) else {
+            // Evaluated as usual: the error names what does not fit.
+            let x = self.eval(&args[0], frame)?;
+            let r = self.prim(Prim::Update, vec![x, v, i], attrs, value, frame)?;
+            frame.locals[l.0 as usize] = Some(r);
+            return Ok(true);
+        };
+        let r = ops::update(x, vt, at, axis).map_err(|e| kerr(e, span))?;
+        frame.locals[l.0 as usize] = Some(Value::Tensor(r));
+        Ok(true)
     }
 }
