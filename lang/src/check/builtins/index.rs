@@ -147,6 +147,14 @@ impl Checker {
         else {
             return self.error_expr(span);
         };
+        if xd.is_empty() {
+            self.error(Diagnostic::error(
+                Code::E0305,
+                a.pos[0].1,
+                format!("`update` needs a buffer of rank 1 or more, found {xts}"),
+            ));
+            return self.error_expr(span);
+        }
         let axis_span = self.named(a, "axis").map_or(span, |e| e.span);
         let Some(axis) = self.axis(k, xd.len(), axis_span, &x.ty) else { return self.error_expr(span) };
         let fits = if vd.len() == xd.len() {
