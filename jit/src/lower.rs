@@ -406,6 +406,8 @@ impl<'a, 'f> Lower<'a, 'f> {
             | Prim::Slice
             | Prim::ScatterAdd
             | Prim::Argsort
+            | Prim::Attention
+            | Prim::AttentionWeights
             | Prim::TakeAlong
             | Prim::ScatterAddAlong
             | Prim::Update

@@ -34,6 +34,9 @@ pub enum KernelError {
     /// flat position of the first such element, `None` for a scalar.
     /// `value` is the element as msl prints it.
     CastOutOfRange { value: String, nan: bool, to: DType, index: Option<usize> },
+    /// A run-time count or length outside what the operands hold (a cache length, a `top_k`
+    /// count), described in words.
+    OutOfRange(String),
     /// Any other invalid argument, described in words.
     Invalid(String),
 }
@@ -112,7 +115,7 @@ impl fmt::Display for KernelError {
                 };
                 write!(f, "cannot convert {what} to {to}: {why}")
             }
-            KernelError::Invalid(message) => write!(f, "{message}"),
+            KernelError::Invalid(message) | KernelError::OutOfRange(message) => write!(f, "{message}"),
         }
     }
 }

@@ -22,6 +22,7 @@ pub use tensor::{DType, Element, Storage, Tensor};
 
 /// Every CPU kernel, as pure functions over [`Tensor`].
 pub mod ops {
+    pub use crate::cpu::attention::{attention, attention_weights, AttentionMask};
     pub use crate::cpu::broadcast_shapes;
     pub use crate::cpu::conv::{conv2d, conv2d_input_grad, conv2d_weight_grad, Conv2dGeometry};
     pub use crate::cpu::einsum::einsum;

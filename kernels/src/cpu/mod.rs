@@ -6,6 +6,7 @@
 //! closure, in parallel when the output is large. The kernels then specialise the row loop for
 //! strides 0 and 1 so that the common cases compile to straight vector loops.
 
+pub mod attention;
 pub mod conv;
 pub mod einsum;
 pub mod elementwise;

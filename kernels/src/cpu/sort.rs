@@ -30,7 +30,7 @@ pub fn argsort(x: &Tensor, axis: usize, descending: bool, keep: Option<usize>) -
     }
     let k = keep.unwrap_or(n);
     if k > n {
-        return Err(KernelError::Invalid(format!("top_k: asked for {k} values along an axis of size {n}")));
+        return Err(KernelError::OutOfRange(format!("top_k: asked for {k} values along an axis of size {n}")));
     }
     let outer: usize = x.shape()[..axis].iter().product();
     let inner: usize = x.shape()[axis + 1..].iter().product();

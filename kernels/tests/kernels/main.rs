@@ -1,5 +1,6 @@
 //! Integration tests of the kernels crate, one module per concern, built as one test binary.
 
+mod attention;
 mod conv;
 mod device;
 mod einsum;

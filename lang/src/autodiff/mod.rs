@@ -11,6 +11,7 @@
 //! (`Derived::twins`) that further transforms use, since tapes have no derivative rules.
 //! Generated functions are ordinary IR: they are differentiated again for higher order.
 
+mod attention;
 mod fwd;
 mod rules;
 mod tangent;

@@ -801,6 +801,7 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
             let attrs2 = Attrs { axis: attrs.axis, ..Attrs::default() };
             v.push((0, g.p(Prim::TakeAlong, &[bar, args[1]], attrs2, tys[0].clone())));
         }
+        Prim::Attention | Prim::AttentionWeights => v.extend(super::attention::vjp(g, p, args, out, bar)?),
         Prim::Einsum => {
             let spec = attrs.spec.clone().unwrap_or_default();
             let (lhs, out_l) = spec.split_once("->").unwrap_or((&spec, ""));

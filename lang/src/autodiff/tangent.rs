@@ -180,6 +180,7 @@ impl Gen<'_> {
                 }
                 self.sum(&parts)
             }
+            Prim::Attention | Prim::AttentionWeights => super::attention::jvp(self, p, args, ts, out)?,
             Prim::Einsum => {
                 let mut parts = Vec::new();
                 for (i, t) in ts.iter().enumerate() {

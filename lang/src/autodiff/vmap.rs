@@ -773,6 +773,19 @@ impl V<'_> {
                 let v = self.force(vs[1].0, &vs[1].1)?;
                 self.p(p, &[x, v, vs[2].0], Attrs { axis: attrs.axis.map(|a| a + 1), ..attrs }, bt)
             }
+            // The batch is one more leading dim of queries, keys and values; the mask is shared.
+            (Prim::Attention | Prim::AttentionWeights, _) => {
+                let n = vs.len();
+                if vs[n - 2].1.any() || vs[n - 1].1.any() {
+                    return Err(err(self.span, "`vmap` cannot batch an attention `len` or `causal` that differs per element"));
+                }
+                let mut a = Vec::new();
+                for (l, b) in &vs[..n - 2] {
+                    a.push(self.force(*l, b)?);
+                }
+                a.extend([vs[n - 2].0, vs[n - 1].0]);
+                self.p(p, &a, attrs, bt)
+            }
             (Prim::ScatterAdd, _) => {
                 if vs[1].1.any() {
                     return Err(err(self.span, "`vmap` cannot batch scatter indices"));

@@ -12,6 +12,7 @@ use crate::types::unify::broadcast;
 use crate::types::TensorTy;
 use crate::types::{Dim, Elem, ElemTy, FnTy, ShapeItem, Type};
 
+mod attention;
 mod conv;
 mod create;
 mod einsum;
@@ -672,6 +673,7 @@ impl Checker {
             Prim::ScatterAdd => self.check_scatter_add(cx, p, a, span),
             Prim::Update => self.check_update(cx, p, a, span),
             Prim::Argsort => self.check_argsort(cx, a, span),
+            Prim::Attention | Prim::AttentionWeights => self.check_attention(cx, p, a, span),
             Prim::TakeAlong => self.check_take_along(cx, p, a, span),
             Prim::ScatterAddAlong => self.check_scatter_add_along(cx, p, a, span),
             Prim::OneHot => self.check_one_hot(cx, p, a, span, expected),

@@ -85,7 +85,8 @@ pub(crate) fn kerr(e: KernelError, span: Span) -> Ctrl {
         KernelError::IndexOutOfRange { .. }
         | KernelError::AxisOutOfRange { .. }
         | KernelError::ShapeMismatch { .. }
-        | KernelError::SizeOverflow { .. } => Code::E0602,
+        | KernelError::SizeOverflow { .. }
+        | KernelError::OutOfRange(_) => Code::E0602,
         KernelError::Io { .. } | KernelError::FileMismatch { .. } => Code::E0601,
         _ => Code::E0605,
     };

@@ -240,6 +240,18 @@ impl Interp<'_> {
                 let keep = self.dims_usize(frame, &attrs.shape, span)?.first().copied();
                 k(ops::argsort(t(&args[0], span)?, attrs.axis.unwrap_or(0), attrs.descending, keep))
             }
+            Prim::Attention | Prim::AttentionWeights => {
+                let n = args.len();
+                let len = scalar_i64(t(&args[n - 2], span)?).unwrap_or(0);
+                let causal = t(&args[n - 1], span)?.as_bool().is_some_and(|b| b.first() == Some(&true));
+                let mask = ops::AttentionMask { len, causal };
+                let (q, kk) = (t(&args[0], span)?, t(&args[1], span)?);
+                k(if p == Prim::Attention {
+                    ops::attention(q, kk, t(&args[2], span)?, mask)
+                } else {
+                    ops::attention_weights(q, kk, mask)
+                })
+            }
             Prim::TakeAlong => k(ops::take_along(t(&args[0], span)?, t(&args[1], span)?, attrs.axis.unwrap_or(0))),
             Prim::ScatterAddAlong => {
                 let shape = self.local_shape(&e.ty, self.dims_usize(frame, &attrs.shape, span)?);

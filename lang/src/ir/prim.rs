@@ -145,6 +145,14 @@ prims! {
     /// `scatter_add_along(upd, idx, n, axis: k)`, the adjoint of `take_along_axis`: zeros of
     /// the result shape (`attrs.shape`) with each entry of `upd` added at its position.
     ScatterAddAlong: "scatter_add_along" callable,
+    // Attention (`spec/inference.md`); `nn.attention` and `nn.attention_cached` call it.
+    /// `fused_attention(q, k, v, len: n, causal: c)`: `softmax(q kᵀ / √D) v` over the first `n`
+    /// keys (causally: query `i` at position `n - Q + i` sees the keys up to its own), with an
+    /// online softmax over tiles of keys, never the Q×S scores; arguments `[q, k, v, n, c]`.
+    Attention: "fused_attention" callable,
+    /// `attention_weights(q, k, len: n, causal: c)`: the softmax weights `[..B, Q, S]` of the
+    /// same mask (hidden keys 0), which `fused_attention`'s derivatives recompute; `[q, k, n, c]`.
+    AttentionWeights: "attention_weights" callable,
     // Creation (attrs.shape, attrs.dtype; random ones take an optional seed argument).
     Zeros: "zeros" callable,
     Ones: "ones" callable,
@@ -325,7 +333,7 @@ impl Prim {
             crate::reduce_prims!() => Class::Reduce,
             MatMul | Where | Cast | Cumsum | Softmax | LogSoftmax | Reshape | Transpose | Permute | Concat | Stack
             | ExpandDims | Squeeze | BroadcastTo | Gather | OneHot | Einsum | Slice | ScatterAdd | Update | Argsort
-            | TakeAlong | ScatterAddAlong | Zeros | Ones | Conv2d | Conv2dInputGrad | Conv2dWeightGrad | MaxPool2d
+            | TakeAlong | ScatterAddAlong | Attention | AttentionWeights | Zeros | Ones | Conv2d | Conv2dInputGrad | Conv2dWeightGrad | MaxPool2d
             | MaxPool2dGrad | AvgPool2d | AvgPool2dGrad | Full | Arange | Eye | Normal | Uniform | HeNormal
             | GlorotUniform | Params | Map | ModelSum | StopGradient | Print | Load | Save | LogScalar | Exists
             | Clock | Assert | AssertClose | TapeNew | TapePush | TapeGet => Class::Other,

@@ -282,6 +282,11 @@ impl Printer<'_> {
                             None => call,
                         }
                     }
+                    Prim::Attention | Prim::AttentionWeights => {
+                        let n = a.len();
+                        let ops = a[..n.saturating_sub(2)].join(", ");
+                        format!("{}({ops}, len: {}, causal: {})", prim.name(), a[n - 2], a[n - 1])
+                    }
                     Prim::Conv2d | Prim::Conv2dInputGrad | Prim::Conv2dWeightGrad => {
                         let at = |i: usize| attrs.perm.get(i).copied().unwrap_or(0);
                         let mut all = a.clone();

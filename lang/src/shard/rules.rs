@@ -83,6 +83,21 @@ pub(super) fn prim(cx: &mut Fcx, e: &mut Expr) {
             e.ty = with_layout(&e.ty, want);
             return;
         }
+        Prim::Attention | Prim::AttentionWeights if args.len() >= 4 => {
+            // Split only in the leading (batch, head) dims: positions and features are whole,
+            // and each block of heads attends on its own, with no communication.
+            let mut want = layout(&args[0].ty);
+            let r = want.len();
+            for d in want.iter_mut().skip(r.saturating_sub(2)) {
+                d.clear();
+            }
+            let n = args.len();
+            for a in &mut args[..n - 2] {
+                convert_to(cx, a, want.clone(), false);
+            }
+            e.ty = with_layout(&e.ty, want);
+            return;
+        }
         Prim::TakeAlong | Prim::ScatterAddAlong if args.len() == 2 => {
             // Along the axis the operands are taken whole; their other dims agree, so both take
             // the values' splits there, and so does the result.
@@ -248,6 +263,8 @@ pub(super) fn prim(cx: &mut Fcx, e: &mut Expr) {
         | Prim::TakeAlong
         | Prim::ScatterAddAlong
         | Prim::Update
+        | Prim::Attention
+        | Prim::AttentionWeights
         | Prim::Zeros
         | Prim::Ones
         | Prim::Full

@@ -1,0 +1,239 @@
+//! Fused scaled dot-product attention, `softmax(q kᵀ / √D) v`, with an online softmax over
+//! tiles of keys (FlashAttention's forward pass): the Q×S score matrix never exists, so memory
+//! stays O(Q·D) for any sequence length.
+//!
+//! Operands are `q[..B, Q, D]`, `k[..B, S, D]` and `v[..B, S, E]` with the same leading dims.
+//! The mask is positional: only the first `len` keys are visible (a cache of capacity `S`
+//! holding `len` positions), and when `causal`, query `i` sits at position `len - Q + i` and
+//! sees the keys up to its own. Each query row is computed by the same sequence of operations
+//! whatever block of queries it is computed in, so one query against a cache gives bit for bit
+//! what the same query gives inside a whole-prefix call.
+
+use rayon::prelude::*;
+
+use super::num::Float;
+use crate::error::KernelError;
+use crate::simd::vectorized;
+use crate::tensor::{checked_numel, DType, Tensor};
+
+/// Keys per tile of the online softmax.
+const KEY_TILE: usize = 64;
+/// Queries per task: a block of queries shares each key tile while it is in cache.
+const QUERY_BLOCK: usize = 16;
+
+/// The visible keys: the first `len`, and for a causal mask the ones up to each query's position.
+#[derive(Clone, Copy, Debug)]
+pub struct AttentionMask {
+    pub len: i64,
+    pub causal: bool,
+}
+
+/// The checked geometry of one call.
+struct Geometry {
+    /// Product of the leading dims.
+    batch: usize,
+    q: usize,
+    s: usize,
+    d: usize,
+    e: usize,
+    len: usize,
+    causal: bool,
+}
+
+impl Geometry {
+    /// How many keys query `i` sees (at least one).
+    #[inline]
+    fn visible(&self, i: usize) -> usize {
+        if self.causal {
+            self.len - self.q + i + 1
+        } else {
+            self.len
+        }
+    }
+}
+
+fn geometry(op: &'static str, q: &Tensor, k: &Tensor, v: Option<&Tensor>, mask: AttentionMask) -> Result<Geometry, KernelError> {
+    let (qs, ks) = (q.shape(), k.shape());
+    if qs.len() < 2 || ks.len() != qs.len() {
+        return Err(KernelError::ShapeMismatch { op, lhs: qs.to_vec(), rhs: ks.to_vec() });
+    }
+    let r = qs.len();
+    let (d, s) = (qs[r - 1], ks[r - 2]);
+    if ks[..r - 2] != qs[..r - 2] || ks[r - 1] != d {
+        return Err(KernelError::ShapeMismatch { op, lhs: qs.to_vec(), rhs: ks.to_vec() });
+    }
+    let e = match v {
+        Some(v) => {
+            let vs = v.shape();
+            if vs.len() != r || vs[..r - 1] != ks[..r - 1] {
+                return Err(KernelError::ShapeMismatch { op, lhs: ks.to_vec(), rhs: vs.to_vec() });
+            }
+            vs[r - 1]
+        }
+        None => s,
+    };
+    for t in [Some(q), Some(k), v].into_iter().flatten() {
+        if t.dtype() != q.dtype() || !q.dtype().is_float() {
+            return Err(KernelError::DTypeMismatch { op, expected: q.dtype().name().into(), found: t.dtype().name().into() });
+        }
+    }
+    let nq = qs[r - 2];
+    let low = if mask.causal { nq.max(1) } else { 1 };
+    if mask.len < low as i64 || mask.len > s as i64 {
+        let need = if mask.causal { format!("from {low} (the queries, causally)") } else { "from 1".into() };
+        return Err(KernelError::OutOfRange(format!(
+            "{op}: the cache length {} must be {need} to {s} (the keys)",
+            mask.len
+        )));
+    }
+    let batch = qs[..r - 2].iter().product();
+    Ok(Geometry { batch, q: nq, s, d, e, len: mask.len as usize, causal: mask.causal })
+}
+
+#[inline(always)]
+fn dot<F: Float>(a: &[F], b: &[F]) -> F {
+    let mut acc = F::from_usize(0);
+    for (&x, &y) in a.iter().zip(b) {
+        acc = acc + x * y;
+    }
+    acc
+}
+
+/// The attention output of one block of queries (`out` holds `rows × E`).
+fn attend_block<F: Float>(g: &Geometry, q: &[F], k: &[F], v: &[F], first: usize, out: &mut [F], scale: F) {
+    let rows = out.len() / g.e.max(1);
+    let zero = F::from_usize(0);
+    let mut m = vec![F::NEG_INFINITY; rows];
+    let mut l = vec![zero; rows];
+    out.fill(zero);
+    let mut s = vec![zero; KEY_TILE];
+    let most = (0..rows).map(|r| g.visible(first + r)).max().unwrap_or(0);
+    for t0 in (0..most).step_by(KEY_TILE) {
+        for r in 0..rows {
+            let n = g.visible(first + r).saturating_sub(t0).min(KEY_TILE);
+            if n == 0 {
+                continue;
+            }
+            let qi = &q[(first + r) * g.d..(first + r + 1) * g.d];
+            let mut top = m[r];
+            for j in 0..n {
+                let kj = &k[(t0 + j) * g.d..(t0 + j + 1) * g.d];
+                s[j] = dot(qi, kj) * scale;
+                top = top.max_p(s[j]);
+            }
+            let correction = (m[r] - top).exp();
+            let o = &mut out[r * g.e..(r + 1) * g.e];
+            for x in o.iter_mut() {
+                *x = *x * correction;
+            }
+            let mut sum = zero;
+            for j in 0..n {
+                let p = (s[j] - top).exp();
+                sum = sum + p;
+                let vj = &v[(t0 + j) * g.e..(t0 + j + 1) * g.e];
+                for (x, &y) in o.iter_mut().zip(vj) {
+                    *x = *x + p * y;
+                }
+            }
+            l[r] = l[r] * correction + sum;
+            m[r] = top;
+        }
+    }
+    for r in 0..rows {
+        let inv = F::from_usize(1) / l[r];
+        for x in &mut out[r * g.e..(r + 1) * g.e] {
+            *x = *x * inv;
+        }
+    }
+}
+
+/// The softmax weights of one block of queries (`out` holds `rows × S`; hidden keys get 0).
+fn weights_block<F: Float>(g: &Geometry, q: &[F], k: &[F], first: usize, out: &mut [F], scale: F) {
+    let zero = F::from_usize(0);
+    for (r, row) in out.chunks_mut(g.s).enumerate() {
+        let n = g.visible(first + r);
+        let qi = &q[(first + r) * g.d..(first + r + 1) * g.d];
+        let mut top = F::NEG_INFINITY;
+        for (j, w) in row[..n].iter_mut().enumerate() {
+            *w = dot(qi, &k[j * g.d..(j + 1) * g.d]) * scale;
+            top = top.max_p(*w);
+        }
+        let mut sum = zero;
+        for w in &mut row[..n] {
+            *w = (*w - top).exp();
+            sum = sum + *w;
+        }
+        let inv = F::from_usize(1) / sum;
+        for w in &mut row[..n] {
+            *w = *w * inv;
+        }
+        row[n..].fill(zero);
+    }
+}
+
+/// Runs `block` over every (batch, block of queries) in parallel; each writes `width` values per query.
+fn run<F: Float>(g: &Geometry, width: usize, block: impl Fn(usize, usize, &mut [F]) + Sync) -> Vec<F> {
+    let per_batch = g.q * width;
+    let mut out = vec![F::from_usize(0); g.batch * per_batch];
+    if per_batch == 0 {
+        return out;
+    }
+    out.par_chunks_mut(per_batch).enumerate().for_each(|(b, ob)| {
+        ob.par_chunks_mut(QUERY_BLOCK * width).enumerate().for_each(|(blk, o)| {
+            vectorized(
+                #[inline(always)]
+                || block(b, blk * QUERY_BLOCK, o),
+            )
+        })
+    });
+    out
+}
+
+fn scale_of<F: Float>(d: usize) -> F {
+    F::from_f64c(1.0 / (d as f64).sqrt())
+}
+
+/// `softmax(q kᵀ / √D) v` under `mask`, without materialising the scores: `[..B, Q, E]`.
+pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, mask: AttentionMask) -> Result<Tensor, KernelError> {
+    let g = geometry("attention", q, k, Some(v), mask)?;
+    let mut shape = q.shape().to_vec();
+    *shape.last_mut().unwrap_or(&mut 0) = g.e;
+    checked_numel(&shape)?;
+    fn go<F: Float>(g: &Geometry, q: &[F], k: &[F], v: &[F]) -> Vec<F> {
+        let scale = scale_of::<F>(g.d);
+        run(g, g.e, |b, first, o| {
+            let (qb, kb, vb) = (b * g.q * g.d, b * g.s * g.d, b * g.s * g.e);
+            attend_block(g, &q[qb..qb + g.q * g.d], &k[kb..kb + g.s * g.d], &v[vb..vb + g.s * g.e], first, o, scale)
+        })
+    }
+    match q.dtype() {
+        DType::F32 => {
+            let (a, b, c) = (q.as_f32().unwrap_or(&[]), k.as_f32().unwrap_or(&[]), v.as_f32().unwrap_or(&[]));
+            Tensor::from_f32(shape, go(&g, a, b, c))
+        }
+        _ => {
+            let (a, b, c) = (q.as_f64().unwrap_or(&[]), k.as_f64().unwrap_or(&[]), v.as_f64().unwrap_or(&[]));
+            Tensor::from_f64(shape, go(&g, a, b, c))
+        }
+    }
+}
+
+/// The attention weights `softmax(q kᵀ / √D)` under `mask`, hidden keys 0: `[..B, Q, S]` (what
+/// the backward pass of [`attention`] recomputes).
+pub fn attention_weights(q: &Tensor, k: &Tensor, mask: AttentionMask) -> Result<Tensor, KernelError> {
+    let g = geometry("attention_weights", q, k, None, mask)?;
+    let mut shape = q.shape().to_vec();
+    *shape.last_mut().unwrap_or(&mut 0) = g.s;
+    checked_numel(&shape)?;
+    fn go<F: Float>(g: &Geometry, q: &[F], k: &[F]) -> Vec<F> {
+        let scale = scale_of::<F>(g.d);
+        run(g, g.s, |b, first, o| {
+            let (qb, kb) = (b * g.q * g.d, b * g.s * g.d);
+            weights_block(g, &q[qb..qb + g.q * g.d], &k[kb..kb + g.s * g.d], first, o, scale)
+        })
+    }
+    match q.dtype() {
+        DType::F32 => Tensor::from_f32(shape, go(&g, q.as_f32().unwrap_or(&[]), k.as_f32().unwrap_or(&[]))),
+        _ => Tensor::from_f64(shape, go(&g, q.as_f64().unwrap_or(&[]), k.as_f64().unwrap_or(&[]))),
+    }
+}
