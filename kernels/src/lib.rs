@@ -16,6 +16,7 @@ pub mod rng;
 pub mod simd;
 pub mod tensor;
 
+pub use cpu::quant::QuantMatrix;
 pub use device::{CpuDevice, Device, DeviceTensor, KernelId, KernelParams};
 pub use error::KernelError;
 pub use tensor::{DType, Element, Storage, Tensor};
@@ -24,6 +25,7 @@ pub use tensor::{DType, Element, Storage, Tensor};
 pub mod ops {
     pub use crate::cpu::attention::{attention, attention_weights, AttentionMask};
     pub use crate::cpu::broadcast_shapes;
+    pub use crate::cpu::quant::{matmul_i8, matmul_i8_portable};
     pub use crate::cpu::conv::{conv2d, conv2d_input_grad, conv2d_weight_grad, Conv2dGeometry};
     pub use crate::cpu::einsum::einsum;
     pub use crate::cpu::elementwise::{binary, unary, where_, BinaryOp, UnaryOp};

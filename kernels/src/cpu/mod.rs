@@ -14,6 +14,7 @@ pub mod index;
 pub mod matmul;
 pub(crate) mod num;
 pub mod pool2d;
+pub mod quant;
 pub mod reduce;
 pub mod shape;
 pub mod sort;

@@ -66,6 +66,8 @@ const TABLE: &[(&str, &str, &str)] = &[
     ("top_k", "top_k(x: T[..S, N], k) -> (T[..S, k], i32[..S, k])", "The `k` largest values of the last axis, largest first, and their positions."),
     ("take_along_axis", "take_along_axis(x, idx, axis: k)", "Picks `x`'s entries along `axis` at the positions `idx` holds, one for one (NumPy's `take_along_axis`)."),
     ("scatter_add_along", "scatter_add_along(g, idx, n, axis: k)", "The adjoint of `take_along_axis`: zeros with `g` added at `idx` along `axis` (of size `n`)."),
+    ("fused_attention", "fused_attention(q, k, v, len: S, causal: false)", "`softmax(q kᵀ / √D) v` for `q[..B, Q, D]`, `k[..B, S, D]`, `v[..B, S, E]` in one kernel (online softmax, no Q×S scores); only the first `len` keys are visible, and when `causal` query `i` sees keys up to position `len - Q + i`."),
+    ("attention_weights", "attention_weights(q, k, len: S, causal: false)", "The softmax weights `[..B, Q, S]` of `fused_attention`'s mask (hidden keys 0)."),
     ("categorical", "categorical(logits: f[..S, C], seed: s) -> i32[..S]", "One class per row drawn with probabilities `softmax(logits)` (Gumbel-max over `uniform(seed: s)`)."),
     ("one_hot", "one_hot(y: i32[..S], n) -> f32[..S, n]", "One-hot encoding of integer labels."),
     ("einsum", "einsum(\"spec\", a, b, …)", "Einstein summation, e.g. `einsum(\"bij,bjk->bik\", a, b)`."),
