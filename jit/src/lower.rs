@@ -408,6 +408,8 @@ impl<'a, 'f> Lower<'a, 'f> {
             | Prim::Argsort
             | Prim::Attention
             | Prim::AttentionWeights
+            | Prim::Quantize
+            | Prim::Prune
             | Prim::TakeAlong
             | Prim::ScatterAddAlong
             | Prim::Update

@@ -493,13 +493,16 @@ fn sorting() {
 #[test]
 fn attention() {
     let mut cases = Vec::new();
-    for (i, (name, len, causal)) in [("all keys", 5, false), ("causal", 5, true), ("cache", 4, true), ("first keys", 3, false)]
-        .into_iter()
-        .enumerate()
+    for (i, (name, len, causal)) in
+        [("all keys", 5, false), ("causal", 5, true), ("cache", 4, true), ("first keys", 3, false)]
+            .into_iter()
+            .enumerate()
     {
         let qkv = |c: Case| c.param("q", f64t(&[2, 3, 4])).param("k", f64t(&[2, 5, 4])).seed(950 + i as u64);
         let body = format!("sum(w * fused_attention(q, k, v, len: {len}, causal: {causal}))");
-        cases.push(qkv(Case::new(format!("fused_attention {name}"), body)).param("v", f64t(&[2, 5, 3])).weight(&[2, 3, 3]));
+        cases.push(
+            qkv(Case::new(format!("fused_attention {name}"), body)).param("v", f64t(&[2, 5, 3])).weight(&[2, 3, 3]),
+        );
         let body = format!("sum(w * sin(attention_weights(q, k, len: {len}, causal: {causal})))");
         cases.push(qkv(Case::new(format!("attention_weights {name}"), body)).weight(&[2, 3, 5]));
     }

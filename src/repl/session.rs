@@ -911,7 +911,7 @@ struct Remap<'a> {
 impl Remap<'_> {
     fn value(&self, v: &Value) -> Option<Value> {
         Some(match v {
-            Value::Tensor(_) | Value::Str(_) | Value::Type | Value::Tape(_) => v.clone(),
+            Value::Tensor(_) | Value::Str(_) | Value::Type | Value::Tape(_) | Value::Quant(_) => v.clone(),
             Value::Tuple(ts) => Value::Tuple(Rc::new(ts.iter().map(|t| self.value(t)).collect::<Option<Vec<_>>>()?)),
             Value::Model(m) => {
                 let name = self.old.models.get(m.model.0 as usize)?;

@@ -52,7 +52,13 @@ impl Geometry {
     }
 }
 
-fn geometry(op: &'static str, q: &Tensor, k: &Tensor, v: Option<&Tensor>, mask: AttentionMask) -> Result<Geometry, KernelError> {
+fn geometry(
+    op: &'static str,
+    q: &Tensor,
+    k: &Tensor,
+    v: Option<&Tensor>,
+    mask: AttentionMask,
+) -> Result<Geometry, KernelError> {
     let (qs, ks) = (q.shape(), k.shape());
     if qs.len() < 2 || ks.len() != qs.len() {
         return Err(KernelError::ShapeMismatch { op, lhs: qs.to_vec(), rhs: ks.to_vec() });
@@ -74,7 +80,11 @@ fn geometry(op: &'static str, q: &Tensor, k: &Tensor, v: Option<&Tensor>, mask: 
     };
     for t in [Some(q), Some(k), v].into_iter().flatten() {
         if t.dtype() != q.dtype() || !q.dtype().is_float() {
-            return Err(KernelError::DTypeMismatch { op, expected: q.dtype().name().into(), found: t.dtype().name().into() });
+            return Err(KernelError::DTypeMismatch {
+                op,
+                expected: q.dtype().name().into(),
+                found: t.dtype().name().into(),
+            });
         }
     }
     let nq = qs[r - 2];

@@ -175,7 +175,11 @@ unsafe fn dot_vnni(au: &[u8], b: &[i8], b_sum: i32) -> i32 {
 /// with its own scale `max |x| / 127`; a row holding NaN or infinity gives NaN.
 pub fn matmul_i8(x: &Tensor, w: &QuantMatrix) -> Result<Tensor, KernelError> {
     let Some(xv) = x.as_f32() else {
-        return Err(KernelError::DTypeMismatch { op: "matmul", expected: "f32".into(), found: x.dtype().name().into() });
+        return Err(KernelError::DTypeMismatch {
+            op: "matmul",
+            expected: "f32".into(),
+            found: x.dtype().name().into(),
+        });
     };
     let (i_n, o_n) = (w.rows, w.cols);
     if x.rank() == 0 || x.shape()[x.rank() - 1] != i_n {

@@ -8,7 +8,13 @@ use kernels::Tensor;
 use crate::{lcg, msg};
 
 /// `softmax(q kᵀ / √D)` rows and `w v` in f64 for one batch entry, with the positional mask.
-fn reference(q: &[f64], k: &[f64], v: &[f64], (nq, s, d, e): (usize, usize, usize, usize), m: AttentionMask) -> (Vec<f64>, Vec<f64>) {
+fn reference(
+    q: &[f64],
+    k: &[f64],
+    v: &[f64],
+    (nq, s, d, e): (usize, usize, usize, usize),
+    m: AttentionMask,
+) -> (Vec<f64>, Vec<f64>) {
     let mut w = vec![0.0; nq * s];
     let mut o = vec![0.0; nq * e];
     for i in 0..nq {

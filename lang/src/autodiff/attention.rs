@@ -49,7 +49,15 @@ impl Parts {
         let lead = qd[..qd.len().saturating_sub(2)].to_vec();
         let letters = "abcfghijlmnoprtuvwxyz".chars().take(lead.len()).collect();
         let n = args.len();
-        Parts { lead, letters, et: elem(&g.ty_of(args[0])), q: args[0], k: args[1], len: args[n - 2], causal: args[n - 1] }
+        Parts {
+            lead,
+            letters,
+            et: elem(&g.ty_of(args[0])),
+            q: args[0],
+            k: args[1],
+            len: args[n - 2],
+            causal: args[n - 1],
+        }
     }
 
     fn ty(&self, last2: [Dim; 2]) -> Type {
@@ -91,7 +99,12 @@ impl Parts {
             *last = Dim::constant(1);
         }
         let red = Attrs { axis: Some(kd.len() - 1), keepdims: true, ..Attrs::default() };
-        let s = g.p(Prim::Sum, &[xw], red, Type::Tensor(TensorTy::new(Elem::T(self.et), kd.into_iter().map(ShapeItem::Dim).collect())));
+        let s = g.p(
+            Prim::Sum,
+            &[xw],
+            red,
+            Type::Tensor(TensorTy::new(Elem::T(self.et), kd.into_iter().map(ShapeItem::Dim).collect())),
+        );
         let d = g.p(Prim::Sub, &[x, s], Attrs::default(), t.clone());
         g.p(Prim::Mul, &[w, d], Attrs::default(), t)
     }

@@ -904,6 +904,8 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
         | Prim::Argmax
         | Prim::Argmin
         | Prim::Argsort
+        | Prim::Quantize
+        | Prim::Prune
         | Prim::OneHot
         | Prim::Zeros
         | Prim::Ones

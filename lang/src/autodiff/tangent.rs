@@ -340,6 +340,8 @@ impl Gen<'_> {
             | Prim::Argmax
             | Prim::Argmin
             | Prim::Argsort
+            | Prim::Quantize
+            | Prim::Prune
             | Prim::OneHot
             | Prim::Zeros
             | Prim::Ones

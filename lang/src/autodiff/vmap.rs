@@ -777,7 +777,10 @@ impl V<'_> {
             (Prim::Attention | Prim::AttentionWeights, _) => {
                 let n = vs.len();
                 if vs[n - 2].1.any() || vs[n - 1].1.any() {
-                    return Err(err(self.span, "`vmap` cannot batch an attention `len` or `causal` that differs per element"));
+                    return Err(err(
+                        self.span,
+                        "`vmap` cannot batch an attention `len` or `causal` that differs per element",
+                    ));
                 }
                 let mut a = Vec::new();
                 for (l, b) in &vs[..n - 2] {

@@ -13,6 +13,7 @@ use crate::types::TensorTy;
 use crate::types::{Dim, Elem, ElemTy, FnTy, ShapeItem, Type};
 
 mod attention;
+mod compress;
 mod conv;
 mod create;
 mod einsum;
@@ -708,6 +709,8 @@ impl Checker {
                 self.prim(p, vec![m], Attrs::default(), Type::scalar(ElemTy::I32), span)
             }
             Prim::Map => self.check_map(cx, a, span),
+            Prim::Quantize => self.check_quantize(cx, p, a, span),
+            Prim::Prune => self.check_prune(cx, p, a, span),
             Prim::StopGradient => {
                 self.check_named(name, a, &[]);
                 if !self.arity(name, a, 1, 1, span) {

@@ -6,6 +6,7 @@
 use crate::types::TensorTy;
 pub mod accel;
 mod checkpoint;
+mod compress;
 mod data;
 pub mod host;
 mod prims;

@@ -84,6 +84,16 @@ impl Interp<'_> {
 
     /// `a @ b`; an operand written as a swap of its last two axes (`transpose(a) @ b`, and the
     /// derivatives of `@`) is read through strides by the GEMM instead of being copied.
+    /// The left operand of `@` as evaluated, transposed back when its transpose was folded.
+    fn undo_swap(&self, x: Option<Tensor>, swapped: bool, span: Span) -> R<Tensor> {
+        let x = x.ok_or_else(|| rt(Code::E0605, "`@` takes two operands", span))?;
+        if swapped {
+            ops::swap_last(&x).map_err(|k| kerr(k, span))
+        } else {
+            Ok(x)
+        }
+    }
+
     pub(crate) fn matmul(&mut self, args: &[Expr], e: &Expr, frame: &mut Frame) -> R<Value> {
         let span = self.span(e);
         let mut ts = Vec::with_capacity(2);
@@ -92,6 +102,13 @@ impl Interp<'_> {
             let inner = a.swapped_last();
             flags[i] = inner.is_some();
             let v = self.eval(inner.unwrap_or(a), frame)?;
+            if let (1, false, Value::Quant(q)) = (i, flags[1], &v) {
+                // An int8 weight (`quantize`): the int8 kernel.
+                let x = self.undo_swap(ts.pop(), flags[0], span)?;
+                let x = if x.dtype() == DType::F32 { x } else { x.cast(DType::F32) };
+                return ops::matmul_i8(&x, q).map(Value::Tensor).map_err(|k| kerr(k, span));
+            }
+            let v = super::compress::plain(v);
             ts.push(t(&v, span)?.clone());
         }
         let (Some(b), Some(a)) = (ts.pop(), ts.pop()) else {
@@ -118,6 +135,18 @@ impl Interp<'_> {
         frame: &mut Frame,
     ) -> R<Value> {
         let span = self.span(e);
+        // A quantized matrix stays int8 as the right operand of `@`, in `save`, `params` and
+        // the compression builtins; everywhere else it is the f32 matrix it stands for.
+        let keeps = |i: usize| match p {
+            Prim::MatMul => i == 1,
+            Prim::Save | Prim::Params | Prim::Quantize | Prim::Prune | Prim::Print => true,
+            _ => false,
+        };
+        for (i, a) in args.iter_mut().enumerate() {
+            if matches!(a, Value::Quant(_)) && !keeps(i) {
+                *a = super::compress::plain(std::mem::replace(a, Value::unit()));
+            }
+        }
         let normalised;
         let attrs = if attrs.from_end {
             let rank = args.first().and_then(|v| v.tensor()).map(|t| t.rank()).unwrap_or(0);
@@ -148,6 +177,17 @@ impl Interp<'_> {
             Prim::Cumsum => k(ops::cumsum(t(&args[0], span)?, attrs.axis.unwrap_or(0))),
             Prim::Softmax => k(ops::softmax(t(&args[0], span)?, attrs.axis.unwrap_or(0))),
             Prim::LogSoftmax => k(ops::log_softmax(t(&args[0], span)?, attrs.axis.unwrap_or(0))),
+            Prim::MatMul if matches!(args[1], Value::Quant(_)) => {
+                let Value::Quant(q) = &args[1] else { unreachable!("matched above") };
+                let x = t(&args[0], span)?;
+                let x = if x.dtype() == DType::F32 { x.clone() } else { x.cast(DType::F32) };
+                k(ops::matmul_i8(&x, q))
+            }
+            Prim::Quantize => super::compress::quantize(&args[0]).map_err(|e| kerr(e, span)),
+            Prim::Prune => {
+                let s = t(&args[1], span)?.scalar_value_f64().unwrap_or(f64::NAN);
+                super::compress::prune(&args[0], s).map_err(|e| kerr(e, span))
+            }
             Prim::MatMul => {
                 let (a, b) = unify_dtypes(t(&args[0], span)?.clone(), t(&args[1], span)?.clone());
                 k(ops::matmul(&a, &b))
@@ -310,12 +350,7 @@ impl Interp<'_> {
                 }
                 Ok(Value::Tensor(Tensor::scalar_f32(total as f32)))
             }
-            Prim::Params => {
-                let mut leaves = Vec::new();
-                args[0].leaves(&mut leaves);
-                let n: usize = leaves.iter().map(|t| t.len()).sum();
-                Ok(Value::Tensor(Tensor::scalar_i32(n as i32)))
-            }
+            Prim::Params => Ok(Value::Tensor(Tensor::scalar_i32(super::compress::count(&args[0]) as i32))),
             Prim::StopGradient => Ok(args.into_iter().next().unwrap_or_else(Value::unit)),
             Prim::TapeNew => Ok(Value::Tape(value::Tape::default())),
             Prim::TapePush => {
@@ -476,6 +511,10 @@ impl Interp<'_> {
 
     /// Elementwise binary operation; models combine field by field and scale by scalars.
     pub(crate) fn binary(&mut self, op: BinaryOp, a: &Value, b: &Value, span: Span) -> R<Value> {
+        if let (Value::Quant(_), _) | (_, Value::Quant(_)) = (a, b) {
+            let (a, b) = (super::compress::plain(a.clone()), super::compress::plain(b.clone()));
+            return self.binary(op, &a, &b, span);
+        }
         let model = matches!(a, Value::Model(_)) || matches!(b, Value::Model(_));
         if let Some((like, ts)) = if model { flat_operands([a, b]) } else { None } {
             return wrap_flat(like, &tensor_binary(op, &ts[0], &ts[1], span)?, span);

@@ -17,6 +17,8 @@ pub enum Value {
     Type,
     /// Reverse mode's stored loop states (`tape_push`, `tape_get`).
     Tape(Tape),
+    /// An `f32` matrix held as int8 values with per-channel scales (`quantize`, `interp::compress`).
+    Quant(Rc<kernels::QuantMatrix>),
 }
 
 /// An append-only sequence shared by all its versions: each version sees its first `len`
@@ -183,6 +185,7 @@ impl Value {
     pub fn named_leaves(&self, prog: &Program, prefix: &str, out: &mut Vec<(String, Tensor)>) {
         match self {
             Value::Tensor(t) => out.push((prefix.to_string(), t.clone())),
+            Value::Quant(q) => out.push((prefix.to_string(), q.dequantize())),
             Value::Model(m) => {
                 let def = prog.model(m.model);
                 for (f, v) in def.fields.iter().zip(&m.fields) {
@@ -232,6 +235,7 @@ impl Value {
             Value::Fn(_) => "<function>".to_string(),
             Value::Type => "<type>".to_string(),
             Value::Tape(t) => format!("<tape of {}>", t.len()),
+            Value::Quant(q) => format_tensor_with(&q.dequantize(), precision.map(|k| k as usize)),
         }
     }
 }

@@ -153,6 +153,13 @@ prims! {
     /// `attention_weights(q, k, len: n, causal: c)`: the softmax weights `[..B, Q, S]` of the
     /// same mask (hidden keys 0), which `fused_attention`'s derivatives recompute; `[q, k, n, c]`.
     AttentionWeights: "attention_weights" callable,
+    // Compression (`spec/inference.md`): results of the operand's own type.
+    /// `quantize(m, i8)`: every `f32` matrix of `m` (or `m` itself) held as int8 values with
+    /// one `f32` scale per output channel; `x @ w` with such a `w` runs the int8 kernel.
+    Quantize: "quantize" callable,
+    /// `prune(m, sparsity: s)`: each matrix of `m` with the fraction `s` of its weights of
+    /// smallest magnitude set to zero; arguments `[m, s]`.
+    Prune: "prune" callable,
     // Creation (attrs.shape, attrs.dtype; random ones take an optional seed argument).
     Zeros: "zeros" callable,
     Ones: "ones" callable,
@@ -333,10 +340,11 @@ impl Prim {
             crate::reduce_prims!() => Class::Reduce,
             MatMul | Where | Cast | Cumsum | Softmax | LogSoftmax | Reshape | Transpose | Permute | Concat | Stack
             | ExpandDims | Squeeze | BroadcastTo | Gather | OneHot | Einsum | Slice | ScatterAdd | Update | Argsort
-            | TakeAlong | ScatterAddAlong | Attention | AttentionWeights | Zeros | Ones | Conv2d | Conv2dInputGrad | Conv2dWeightGrad | MaxPool2d
-            | MaxPool2dGrad | AvgPool2d | AvgPool2dGrad | Full | Arange | Eye | Normal | Uniform | HeNormal
-            | GlorotUniform | Params | Map | ModelSum | StopGradient | Print | Load | Save | LogScalar | Exists
-            | Clock | Assert | AssertClose | TapeNew | TapePush | TapeGet => Class::Other,
+            | TakeAlong | ScatterAddAlong | Attention | AttentionWeights | Quantize | Prune | Zeros | Ones | Conv2d
+            | Conv2dInputGrad | Conv2dWeightGrad | MaxPool2d | MaxPool2dGrad | AvgPool2d | AvgPool2dGrad | Full
+            | Arange | Eye | Normal | Uniform | HeNormal | GlorotUniform | Params | Map | ModelSum | StopGradient
+            | Print | Load | Save | LogScalar | Exists | Clock | Assert | AssertClose | TapeNew | TapePush
+            | TapeGet => Class::Other,
             crate::collective_prims!() => Class::Other,
         }
     }
@@ -353,7 +361,24 @@ impl Prim {
         use Prim::*;
         !matches!(
             self,
-            Argmax | Argmin | Argsort | Eq | Ne | Lt | Le | Gt | Ge | And | Or | Not | Sign | Floor | OneHot | Arange
+            Argmax
+                | Argmin
+                | Argsort
+                | Quantize
+                | Prune
+                | Eq
+                | Ne
+                | Lt
+                | Le
+                | Gt
+                | Ge
+                | And
+                | Or
+                | Not
+                | Sign
+                | Floor
+                | OneHot
+                | Arange
         )
     }
 

@@ -139,9 +139,8 @@ fn may_fail(e: &Expr) -> bool {
             let int = matches!(&x.ty, crate::types::Type::Tensor(TensorTy { elem: el, .. }) if !el.is_float());
             fails |= match prim {
                 Div | Rem | Pow => int,
-                Gather | OneHot | Slice | ScatterAdd | Argsort | TakeAlong | ScatterAddAlong | Attention | AttentionWeights
-                | Reshape | Concat
-                | Stack | Einsum | Map | Load => true,
+                Gather | OneHot | Slice | ScatterAdd | Argsort | TakeAlong | ScatterAddAlong | Attention
+                | AttentionWeights | Quantize | Prune | Reshape | Concat | Stack | Einsum | Map | Load => true,
                 Zeros | Ones | Full | Arange | Eye | BroadcastTo => true,
                 _ => false,
             };

@@ -282,6 +282,8 @@ impl Printer<'_> {
                             None => call,
                         }
                     }
+                    Prim::Quantize => format!("quantize({}, i8)", a[0]),
+                    Prim::Prune => format!("prune({}, sparsity: {})", a[0], a[1]),
                     Prim::Attention | Prim::AttentionWeights => {
                         let n = a.len();
                         let ops = a[..n.saturating_sub(2)].join(", ");

@@ -265,6 +265,8 @@ pub(super) fn prim(cx: &mut Fcx, e: &mut Expr) {
         | Prim::Update
         | Prim::Attention
         | Prim::AttentionWeights
+        | Prim::Quantize
+        | Prim::Prune
         | Prim::Zeros
         | Prim::Ones
         | Prim::Full

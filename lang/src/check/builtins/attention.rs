@@ -94,6 +94,12 @@ impl Checker {
         out[r - 1] = if p == Prim::Attention { dims[2].1[r - 1].clone() } else { s };
         ops.push(len);
         ops.push(causal);
-        self.prim(p, ops, Attrs::default(), Type::Tensor(TensorTy::new(qe, out.into_iter().map(ShapeItem::Dim).collect())), span)
+        self.prim(
+            p,
+            ops,
+            Attrs::default(),
+            Type::Tensor(TensorTy::new(qe, out.into_iter().map(ShapeItem::Dim).collect())),
+            span,
+        )
     }
 }
