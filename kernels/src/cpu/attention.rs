@@ -118,28 +118,48 @@ fn attend_block<F: Float>(g: &Geometry, q: &[F], k: &[F], v: &[F], first: usize,
     out.fill(zero);
     let mut s = vec![zero; KEY_TILE];
     let most = (0..rows).map(|r| g.visible(first + r)).max().unwrap_or(0);
+    // The tile's keys transposed ([D, KEY_TILE]), shared by the block's queries, so that each
+    // query's scores are computed across keys in vector registers.
+    let mut kt = vec![zero; g.d * KEY_TILE];
     for t0 in (0..most).step_by(KEY_TILE) {
+        let width = (most - t0).min(KEY_TILE);
+        for j in 0..width {
+            for c in 0..g.d {
+                kt[c * KEY_TILE + j] = k[(t0 + j) * g.d + c];
+            }
+        }
         for r in 0..rows {
             let n = g.visible(first + r).saturating_sub(t0).min(KEY_TILE);
             if n == 0 {
                 continue;
             }
             let qi = &q[(first + r) * g.d..(first + r + 1) * g.d];
+            // s[j] = Σ_c q[c]·k[j][c], summed in the order of c as a dot product would.
+            s[..n].fill(zero);
+            for (c, &qc) in qi.iter().enumerate() {
+                for (x, &kv) in s[..n].iter_mut().zip(&kt[c * KEY_TILE..c * KEY_TILE + n]) {
+                    *x = *x + qc * kv;
+                }
+            }
             let mut top = m[r];
-            for j in 0..n {
-                let kj = &k[(t0 + j) * g.d..(t0 + j + 1) * g.d];
-                s[j] = dot(qi, kj) * scale;
-                top = top.max_p(s[j]);
+            for x in &mut s[..n] {
+                *x = *x * scale;
+                top = top.max_p(*x);
             }
             let correction = (m[r] - top).exp();
+            // The exponentials in their own loop, so that it vectorises.
+            for x in &mut s[..n] {
+                *x = (*x - top).exp();
+            }
+            let mut sum = zero;
+            for &p in &s[..n] {
+                sum = sum + p;
+            }
             let o = &mut out[r * g.e..(r + 1) * g.e];
             for x in o.iter_mut() {
                 *x = *x * correction;
             }
-            let mut sum = zero;
-            for j in 0..n {
-                let p = (s[j] - top).exp();
-                sum = sum + p;
+            for (j, &p) in s[..n].iter().enumerate() {
                 let vj = &v[(t0 + j) * g.e..(t0 + j + 1) * g.e];
                 for (x, &y) in o.iter_mut().zip(vj) {
                     *x = *x + p * y;

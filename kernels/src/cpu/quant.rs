@@ -171,8 +171,89 @@ unsafe fn dot_vnni(au: &[u8], b: &[i8], b_sum: i32) -> i32 {
     s.wrapping_sub(128 * b_sum)
 }
 
+/// A 4×4 tile of dot products with `vpdpbusd`: rows `x` (unsigned, `q + 128`) against
+/// columns `w`, uncorrected (the caller subtracts `128 · Σ w`). Each load feeds four products.
+///
+/// # Safety
+/// The CPU must support AVX-512F, AVX-512BW and AVX-512 VNNI; all slices have one length.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn tile_vnni(x: [&[u8]; 4], w: [&[i8]; 4]) -> [[i32; 4]; 4] {
+    use std::arch::x86_64::*;
+    let n = x.iter().map(|r| r.len()).chain(w.iter().map(|c| c.len())).min().unwrap_or(0);
+    let mut acc = [[_mm512_setzero_si512(); 4]; 4];
+    let mut i = 0;
+    while i + 64 <= n {
+        // SAFETY: i + 64 ≤ n ≤ every slice's length. (Plain loads, not closures: a closure
+        // would not inherit the target features.)
+        let (xs, ws) = unsafe {
+            let lx = |k: usize| x[k].as_ptr().add(i).cast::<__m512i>();
+            let lw = |k: usize| w[k].as_ptr().add(i).cast::<__m512i>();
+            (
+                [
+                    _mm512_loadu_si512(lx(0)),
+                    _mm512_loadu_si512(lx(1)),
+                    _mm512_loadu_si512(lx(2)),
+                    _mm512_loadu_si512(lx(3)),
+                ],
+                [
+                    _mm512_loadu_si512(lw(0)),
+                    _mm512_loadu_si512(lw(1)),
+                    _mm512_loadu_si512(lw(2)),
+                    _mm512_loadu_si512(lw(3)),
+                ],
+            )
+        };
+        for a in 0..4 {
+            for b in 0..4 {
+                acc[a][b] = _mm512_dpbusd_epi32(acc[a][b], xs[a], ws[b]);
+            }
+        }
+        i += 64;
+    }
+    let mut out = [[0i32; 4]; 4];
+    for a in 0..4 {
+        for b in 0..4 {
+            let tail: i32 = (i..n).map(|k| x[a][k] as i32 * w[b][k] as i32).sum();
+            out[a][b] = _mm512_reduce_add_epi32(acc[a][b]).wrapping_add(tail);
+        }
+    }
+    out
+}
+
+/// `v` rounded to the nearest integer, ties to even, for |v| ≤ 2²²: adding and subtracting
+/// 1.5 · 2²³ leaves the rounded value (the default rounding mode), in two vector instructions
+/// where `round_ties_even` is a call per element.
+#[inline(always)]
+fn round_even(v: f32) -> f32 {
+    const MAGIC: f32 = 12_582_912.0;
+    (v + MAGIC) - MAGIC
+}
+
+/// One row of `x` quantized: its scale (NaN when the row holds NaN or infinity) and values.
+fn quantize_row(xr: &[f32]) -> (f32, Vec<i8>) {
+    vectorized(
+        #[inline(always)]
+        || {
+            let mut top = 0f32;
+            let mut bad = false;
+            for &v in xr {
+                bad |= !v.is_finite();
+                top = top.max(v.abs());
+            }
+            if bad {
+                return (f32::NAN, vec![0; xr.len()]);
+            }
+            let sx = top / 127.0;
+            let inv = if sx > 0.0 { 1.0 / sx } else { 0.0 };
+            (sx, xr.iter().map(|&v| round_even((v * inv).clamp(-127.0, 127.0)) as i8).collect())
+        },
+    )
+}
+
 /// `x @ w` for `x: f32[.., I]` and an int8 `w[I, O]`: `[.., O]`. Each row of `x` is quantized
-/// with its own scale `max |x| / 127`; a row holding NaN or infinity gives NaN.
+/// with its own scale `max |x| / 127`; a row holding NaN or infinity gives NaN. Four or more
+/// rows are computed in 4×4 tiles (VNNI); fewer (generation) split the columns between threads.
 pub fn matmul_i8(x: &Tensor, w: &QuantMatrix) -> Result<Tensor, KernelError> {
     let Some(xv) = x.as_f32() else {
         return Err(KernelError::DTypeMismatch {
@@ -193,40 +274,69 @@ pub fn matmul_i8(x: &Tensor, w: &QuantMatrix) -> Result<Tensor, KernelError> {
     if o_n == 0 {
         return Tensor::from_f32(shape, out);
     }
+    let rows: Vec<(f32, Vec<i8>)> = (0..n).into_par_iter().map(|r| quantize_row(&xv[r * i_n..(r + 1) * i_n])).collect();
     #[cfg(target_arch = "x86_64")]
     let vnni = has_vnni();
-    out.par_chunks_mut(o_n).enumerate().for_each(|(r, orow)| {
-        let xr = &xv[r * i_n..(r + 1) * i_n];
-        let top = xr.iter().fold(0f32, |m, v| if v.is_nan() || m.is_nan() { f32::NAN } else { m.max(v.abs()) });
-        if !top.is_finite() {
-            orow.fill(f32::NAN);
-            return;
-        }
-        let sx = top / 127.0;
-        let xq: Vec<i8> = xr.iter().map(|&v| if sx > 0.0 { to_i8(v / sx) } else { 0 }).collect();
+    #[cfg(not(target_arch = "x86_64"))]
+    let vnni = false;
+    let unsigned: Vec<Vec<u8>> = if vnni {
+        rows.par_iter().map(|(_, q)| q.iter().map(|&v| (v as u8) ^ 0x80).collect()).collect()
+    } else {
+        vec![]
+    };
+    let col = |o: usize| &w.data_t[o * i_n..(o + 1) * i_n];
+    let scaled = |r: usize, o: usize, acc: i32| acc as f32 * rows[r].0 * w.scales[o];
+    let dot = |r: usize, o: usize| -> i32 {
         #[cfg(target_arch = "x86_64")]
-        let xu: Vec<u8> = if vnni { xq.iter().map(|&q| (q as i16 + 128) as u8).collect() } else { Vec::new() };
-        let chunk = if n < 4 { 16 } else { o_n };
-        orow.par_chunks_mut(chunk).enumerate().for_each(|(c, oc)| {
-            for (j, y) in oc.iter_mut().enumerate() {
-                let o = c * chunk + j;
-                let col = &w.data_t[o * i_n..(o + 1) * i_n];
-                #[cfg(target_arch = "x86_64")]
-                let acc = if vnni {
-                    // SAFETY: `vnni` is true only when the CPU reports the features.
-                    unsafe { dot_vnni(&xu, col, w.sums[o]) }
-                } else {
-                    vectorized(
-                        #[inline(always)]
-                        || dot_i8(&xq, col),
-                    )
-                };
-                #[cfg(not(target_arch = "x86_64"))]
-                let acc = dot_i8(&xq, col);
-                *y = acc as f32 * sx * w.scales[o];
+        if vnni {
+            // SAFETY: `vnni` is true only when the CPU reports the features.
+            return unsafe { dot_vnni(&unsigned[r], col(o), w.sums[o]) };
+        }
+        vectorized(
+            #[inline(always)]
+            || dot_i8(&rows[r].1, col(o)),
+        )
+    };
+    if n >= 4 {
+        // Blocks of 64 rows per task; within one, 64 columns at a time (64 KB of weights, kept
+        // in cache while every 4-row tile of the block uses them).
+        out.par_chunks_mut(64 * o_n).enumerate().for_each(|(b, ob)| {
+            let (r0, nr) = (64 * b, ob.len() / o_n);
+            let full = if vnni { nr / 4 * 4 } else { 0 };
+            let tiled = if vnni { o_n / 4 * 4 } else { 0 };
+            #[cfg(target_arch = "x86_64")]
+            for c0 in (0..tiled).step_by(64) {
+                for a0 in (0..full).step_by(4) {
+                    for o in (c0..(c0 + 64).min(tiled)).step_by(4) {
+                        let xs = std::array::from_fn(|a| &unsigned[r0 + a0 + a][..]);
+                        // SAFETY: as above; every row and column has I entries.
+                        let t = unsafe { tile_vnni(xs, std::array::from_fn(|c| col(o + c))) };
+                        for (a, row) in t.iter().enumerate() {
+                            for (c, &acc) in row.iter().enumerate() {
+                                let v = scaled(r0 + a0 + a, o + c, acc.wrapping_sub(128 * w.sums[o + c]));
+                                ob[(a0 + a) * o_n + o + c] = v;
+                            }
+                        }
+                    }
+                }
+            }
+            // What the tiles leave: the last columns of tiled rows, and untiled rows whole.
+            for a in 0..nr {
+                let from = if a < full { tiled } else { 0 };
+                for c in from..o_n {
+                    ob[a * o_n + c] = scaled(r0 + a, c, dot(r0 + a, c));
+                }
             }
         });
-    });
+    } else {
+        for (r, orow) in out.chunks_mut(o_n).enumerate() {
+            orow.par_chunks_mut(64).enumerate().for_each(|(c, oc)| {
+                for (j, y) in oc.iter_mut().enumerate() {
+                    *y = scaled(r, 64 * c + j, dot(r, 64 * c + j));
+                }
+            });
+        }
+    }
     Tensor::from_f32(shape, out)
 }
 
@@ -243,12 +353,10 @@ pub fn matmul_i8_portable(x: &Tensor, w: &QuantMatrix) -> Result<Tensor, KernelE
     let mut out = Vec::with_capacity(total);
     for r in 0..total / o_n.max(1) {
         let xr = &xv[r * i_n..(r + 1) * i_n];
-        let top = xr.iter().fold(0f32, |m, v| if v.is_nan() || m.is_nan() { f32::NAN } else { m.max(v.abs()) });
-        let sx = top / 127.0;
-        let xq: Vec<i8> = xr.iter().map(|&v| if sx > 0.0 { to_i8(v / sx) } else { 0 }).collect();
+        let (sx, xq) = quantize_row(xr);
         for o in 0..o_n {
             let acc = dot_i8(&xq, &w.data_t[o * i_n..(o + 1) * i_n]);
-            out.push(if top.is_finite() { acc as f32 * sx * w.scales[o] } else { f32::NAN });
+            out.push(acc as f32 * sx * w.scales[o]);
         }
     }
     Tensor::from_f32(shape, out)
