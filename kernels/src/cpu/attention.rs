@@ -116,16 +116,20 @@ fn attend_block<F: Float>(g: &Geometry, q: &[F], k: &[F], v: &[F], first: usize,
     let mut m = vec![F::NEG_INFINITY; rows];
     let mut l = vec![zero; rows];
     out.fill(zero);
-    let mut s = vec![zero; KEY_TILE];
+    let mut s = [zero; KEY_TILE];
     let most = (0..rows).map(|r| g.visible(first + r)).max().unwrap_or(0);
     // The tile's keys transposed ([D, KEY_TILE]), shared by the block's queries, so that each
     // query's scores are computed across keys in vector registers.
     let mut kt = vec![zero; g.d * KEY_TILE];
     for t0 in (0..most).step_by(KEY_TILE) {
         let width = (most - t0).min(KEY_TILE);
-        for j in 0..width {
-            for c in 0..g.d {
-                kt[c * KEY_TILE + j] = k[(t0 + j) * g.d + c];
+        // A block of a few queries (a generation step) reads the keys directly instead.
+        let transposed = rows >= 4;
+        if transposed {
+            for j in 0..width {
+                for c in 0..g.d {
+                    kt[c * KEY_TILE + j] = k[(t0 + j) * g.d + c];
+                }
             }
         }
         for r in 0..rows {
@@ -134,11 +138,17 @@ fn attend_block<F: Float>(g: &Geometry, q: &[F], k: &[F], v: &[F], first: usize,
                 continue;
             }
             let qi = &q[(first + r) * g.d..(first + r + 1) * g.d];
-            // s[j] = Σ_c q[c]·k[j][c], summed in the order of c as a dot product would.
-            s[..n].fill(zero);
-            for (c, &qc) in qi.iter().enumerate() {
-                for (x, &kv) in s[..n].iter_mut().zip(&kt[c * KEY_TILE..c * KEY_TILE + n]) {
-                    *x = *x + qc * kv;
+            // s[j] = Σ_c q[c]·k[j][c], summed in the order of c either way (the same bits).
+            if transposed {
+                s[..n].fill(zero);
+                for (c, &qc) in qi.iter().enumerate() {
+                    for (x, &kv) in s[..n].iter_mut().zip(&kt[c * KEY_TILE..c * KEY_TILE + n]) {
+                        *x = *x + qc * kv;
+                    }
+                }
+            } else {
+                for (j, x) in s[..n].iter_mut().enumerate() {
+                    *x = dot(qi, &k[(t0 + j) * g.d..(t0 + j + 1) * g.d]);
                 }
             }
             let mut top = m[r];

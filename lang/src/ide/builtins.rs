@@ -68,6 +68,8 @@ const TABLE: &[(&str, &str, &str)] = &[
     ("scatter_add_along", "scatter_add_along(g, idx, n, axis: k)", "The adjoint of `take_along_axis`: zeros with `g` added at `idx` along `axis` (of size `n`)."),
     ("fused_attention", "fused_attention(q, k, v, len: S, causal: false)", "`softmax(q kᵀ / √D) v` for `q[..B, Q, D]`, `k[..B, S, D]`, `v[..B, S, E]` in one kernel (online softmax, no Q×S scores); only the first `len` keys are visible, and when `causal` query `i` sees keys up to position `len - Q + i`."),
     ("attention_weights", "attention_weights(q, k, len: S, causal: false)", "The softmax weights `[..B, Q, S]` of `fused_attention`'s mask (hidden keys 0)."),
+    ("quantize", "quantize(m, i8)", "`m` (a model or a matrix) with every `f32` matrix held as int8 with one scale per output channel; `x @ w` with such a `w` is an int8 product. Same type as `m`."),
+    ("prune", "prune(m, sparsity: s)", "`m` with the fraction `s` of each matrix's weights, the smallest in magnitude, set to zero. Same type as `m`."),
     ("categorical", "categorical(logits: f[..S, C], seed: s) -> i32[..S]", "One class per row drawn with probabilities `softmax(logits)` (Gumbel-max over `uniform(seed: s)`)."),
     ("one_hot", "one_hot(y: i32[..S], n) -> f32[..S, n]", "One-hot encoding of integer labels."),
     ("einsum", "einsum(\"spec\", a, b, …)", "Einstein summation, e.g. `einsum(\"bij,bjk->bik\", a, b)`."),
