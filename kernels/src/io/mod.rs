@@ -121,6 +121,15 @@ pub fn save_safetensors(path: &Path, named: &[(String, Tensor)]) -> Result<(), K
     safetensors::write_safetensors(path, named)
 }
 
+/// Saves named tensors as `.safetensors`, the `i32` ones named in `int8` as `I8`.
+pub fn save_safetensors_int8(
+    path: &Path,
+    named: &[(String, Tensor)],
+    int8: &std::collections::HashSet<String>,
+) -> Result<(), KernelError> {
+    safetensors::write_safetensors_narrowed(path, named, int8)
+}
+
 /// Saves named tensors as an uncompressed `.npz` archive.
 pub fn save_npz(path: &Path, named: &[(String, Tensor)]) -> Result<(), KernelError> {
     npz::write_npz(path, named)

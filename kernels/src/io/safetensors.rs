@@ -1,6 +1,7 @@
 //! `.safetensors` files: parsed and validated by the `safetensors` crate, written by hand so
 //! that tensors keep the order the caller gives.
 
+use std::collections::HashSet;
 use std::path::Path;
 
 use safetensors::tensor::{Dtype, SafeTensors};
@@ -153,20 +154,50 @@ fn decode(dtype: Dtype, shape: &[usize], raw: &[u8]) -> Result<Tensor, String> {
 /// Writes named tensors, in the given order, as a `.safetensors` file with
 /// `"__metadata__": {"format": "pt"}`, atomically. Names must be distinct.
 pub fn write_safetensors(path: &Path, named: &[(String, Tensor)]) -> Result<(), KernelError> {
-    let bytes = safetensors_bytes(named).map_err(|m| KernelError::io(path, m))?;
+    write_safetensors_narrowed(path, named, &HashSet::new())
+}
+
+/// [`write_safetensors`], with the `i32` tensors named in `int8` written as `I8` (a quantized
+/// matrix's values; each must lie in -128..=127).
+pub fn write_safetensors_narrowed(
+    path: &Path,
+    named: &[(String, Tensor)],
+    int8: &HashSet<String>,
+) -> Result<(), KernelError> {
+    let bytes = bytes_narrowed(named, int8).map_err(|m| KernelError::io(path, m))?;
     super::file::write_bytes(path, &bytes)
 }
 
 /// The bytes of a `.safetensors` file holding `named`.
 pub fn safetensors_bytes(named: &[(String, Tensor)]) -> Result<Vec<u8>, String> {
-    let head = header(named)?;
-    let data: usize = named.iter().map(|(_, t)| t.len() * t.dtype().size_in_bytes()).sum();
+    bytes_narrowed(named, &HashSet::new())
+}
+
+fn bytes_narrowed(named: &[(String, Tensor)], int8: &HashSet<String>) -> Result<Vec<u8>, String> {
+    let head = header_narrowed(named, int8)?;
+    let data: usize = named.iter().map(|(n, t)| t.len() * stored_size(n, t, int8)).sum();
     let mut out = Vec::with_capacity(head.len() + data);
     out.extend_from_slice(&head);
-    for (_, t) in named {
-        super::push_le_data(&mut out, t);
+    for (n, t) in named {
+        if int8.contains(n) {
+            let v = t.as_i32().ok_or_else(|| format!("'{n}' is not an integer tensor"))?;
+            for &x in v {
+                out.push(i8::try_from(x).map_err(|_| format!("'{n}' holds {x}, not an int8 value"))? as u8);
+            }
+        } else {
+            super::push_le_data(&mut out, t);
+        }
     }
     Ok(out)
+}
+
+/// Bytes per element of `t` as written.
+fn stored_size(name: &str, t: &Tensor, int8: &HashSet<String>) -> usize {
+    if int8.contains(name) {
+        1
+    } else {
+        t.dtype().size_in_bytes()
+    }
 }
 
 /// The safetensors element type name of `d`.
@@ -183,6 +214,10 @@ pub fn dtype_name(d: DType) -> &'static str {
 /// endian) and the header, padded with spaces to a multiple of 8 bytes. The tensors' data
 /// follows it in the given order, each one's bytes right after the previous one's.
 pub(crate) fn header(named: &[(String, Tensor)]) -> Result<Vec<u8>, String> {
+    header_narrowed(named, &HashSet::new())
+}
+
+fn header_narrowed(named: &[(String, Tensor)], int8: &HashSet<String>) -> Result<Vec<u8>, String> {
     let mut header = String::from("{\"__metadata__\":{\"format\":\"pt\"}");
     let mut offset = 0usize;
     let mut seen = std::collections::HashSet::new();
@@ -190,12 +225,12 @@ pub(crate) fn header(named: &[(String, Tensor)]) -> Result<Vec<u8>, String> {
         if name == "__metadata__" || !seen.insert(name.as_str()) {
             return Err(format!("cannot save two tensors named '{name}'"));
         }
-        let size = t.len() * t.dtype().size_in_bytes();
+        let size = t.len() * stored_size(name, t, int8);
         let dims: Vec<String> = t.shape().iter().map(|d| d.to_string()).collect();
         header.push_str(&format!(
             ",{}:{{\"dtype\":\"{}\",\"shape\":[{}],\"data_offsets\":[{offset},{}]}}",
             json_string(name),
-            dtype_name(t.dtype()),
+            if int8.contains(name) { "I8" } else { dtype_name(t.dtype()) },
             dims.join(","),
             offset + size
         ));

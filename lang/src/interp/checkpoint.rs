@@ -184,10 +184,10 @@ fn leaves(node: &Node) -> usize {
 
 /// The value with structure `node` made of `tensors` (in the order [`Interp::plan`] listed
 /// them).
-pub(crate) fn assemble(node: &Node, tensors: &mut impl Iterator<Item = Tensor>, span: Span) -> R<Value> {
+pub(crate) fn assemble(node: &Node, tensors: &mut impl Iterator<Item = Value>, span: Span) -> R<Value> {
     let short = || rt(Code::E0605, "internal error: fewer tensors than the type has", span);
     Ok(match node {
-        Node::Tensor => Value::Tensor(tensors.next().ok_or_else(short)?),
+        Node::Tensor => tensors.next().ok_or_else(short)?,
         Node::Tuple(items) => {
             let vs = items.iter().map(|n| assemble(n, tensors, span)).collect::<R<Vec<_>>>()?;
             Value::Tuple(Rc::new(vs))

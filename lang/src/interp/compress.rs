@@ -73,3 +73,19 @@ pub(crate) fn count(v: &Value) -> usize {
         _ => 0,
     }
 }
+
+/// The quantized matrix a file holds as int8 values (read as `i32`) and `f32` scales, one per
+/// column.
+pub(crate) fn from_file(values: &Tensor, scales: &Tensor) -> Result<QuantMatrix, KernelError> {
+    let [rows, cols] = [values.shape()[0], values.shape()[1]];
+    let q = values
+        .as_i32()
+        .unwrap_or(&[])
+        .iter()
+        .map(|&x| i8::try_from(x).map_err(|_| KernelError::Invalid(format!("a quantized value {x} is not int8"))))
+        .collect::<Result<Vec<i8>, _>>()?;
+    let s = scales.as_f32().filter(|s| s.len() == cols && scales.rank() == 1).ok_or_else(|| {
+        KernelError::Invalid(format!("the scales of a quantized [{rows}, {cols}] matrix must be f32[{cols}]"))
+    })?;
+    QuantMatrix::from_parts(rows, cols, &q, s.to_vec())
+}

@@ -99,7 +99,7 @@ impl Interp<'_> {
             let sharded = self.spmd.clone();
             let by_block = sharded.as_deref().is_some_and(|s| self.set_regions(s, &node, &mut wanted));
             let tensors = io::checkpoint::read_checkpoint(&full, &wanted).map_err(kerr)?;
-            let v = pack(assemble(&node, &mut tensors.into_iter(), span)?);
+            let v = pack(assemble(&node, &mut tensors.into_iter().map(Value::Tensor), span)?);
             return match sharded {
                 Some(s) if !by_block => self.localize(&s, v, span),
                 _ => Ok(v),
@@ -174,8 +174,19 @@ impl Interp<'_> {
                     } else {
                         w.shape.iter().map(|d| d.unwrap_or(0)).collect()
                     };
+                    // A quantized matrix (saved from `quantize`): int8 values and `NAME.scale`.
+                    let scale = format!("{}.scale", w.name);
+                    let scales = named.iter().find(|(n, _)| *n == scale).map(|(_, s)| s);
+                    if let (Some(s), kernels::DType::F32, kernels::DType::I32, 2) =
+                        (scales, w.dtype, t.dtype(), t.rank())
+                    {
+                        io::check_loaded(&full, t, Some(kernels::DType::I32), Some(&shape)).map_err(kerr)?;
+                        let q = super::compress::from_file(t, s).map_err(kerr)?;
+                        tensors.push(Value::Quant(std::rc::Rc::new(q)));
+                        continue;
+                    }
                     io::check_loaded(&full, t, Some(w.dtype), Some(&shape)).map_err(kerr)?;
-                    tensors.push(t.clone());
+                    tensors.push(Value::Tensor(t.clone()));
                 }
                 Ok(pack(assemble(&node, &mut tensors.into_iter(), span)?))
             }
@@ -191,9 +202,26 @@ impl Interp<'_> {
             io::checkpoint::write_checkpoint(&full, &named_tensors(v, self.prog)).map_err(kerr)?;
             return Ok(Value::unit());
         }
+        // A quantized matrix keeps its int8 form only in a .safetensors file.
+        let plain;
+        let v = match v {
+            Value::Quant(_) if extension(&full).as_deref() != Some("safetensors") => {
+                plain = super::compress::plain(v.clone());
+                &plain
+            }
+            _ => v,
+        };
         match (v, extension(&full).as_deref()) {
             (Value::Tensor(t), _) => io::save(&full, t).map_err(kerr)?,
-            (other, Some("safetensors")) => io::save_safetensors(&full, &named_tensors(other, self.prog)).map_err(kerr)?,
+            (other, Some("safetensors")) => {
+                // Quantized matrices keep their int8 values (`w`, I8) and scales (`w.scale`).
+                let (mut named, mut int8) = (Vec::new(), std::collections::HashSet::new());
+                match other {
+                    Value::Quant(_) => other.named_leaves_with(self.prog, "value", &mut named, Some(&mut int8)),
+                    _ => other.named_leaves_with(self.prog, "", &mut named, Some(&mut int8)),
+                }
+                io::save_safetensors_int8(&full, &named, &int8).map_err(kerr)?
+            }
             (other, Some("npz")) => io::save_npz(&full, &named_tensors(other, self.prog)).map_err(kerr)?,
             _ => {
                 return Err(rt(

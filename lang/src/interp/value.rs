@@ -181,23 +181,50 @@ impl Value {
         }
     }
 
-    /// Tensor leaves with their dotted field paths (`layers.0.w` style), for safetensors.
+    /// Tensor leaves with their dotted field paths (`layers.0.w` style), for safetensors; a
+    /// quantized matrix as the `f32` values it stands for.
     pub fn named_leaves(&self, prog: &Program, prefix: &str, out: &mut Vec<(String, Tensor)>) {
+        self.named_leaves_with(prog, prefix, out, None);
+    }
+
+    /// [`Value::named_leaves`], with each quantized matrix `w` given as its int8 values (an
+    /// `i32` tensor whose name goes into `int8`) and `w.scale`, its `f32` scales, when `int8`
+    /// is given.
+    pub fn named_leaves_with(
+        &self,
+        prog: &Program,
+        prefix: &str,
+        out: &mut Vec<(String, Tensor)>,
+        mut int8: Option<&mut std::collections::HashSet<String>>,
+    ) {
         match self {
             Value::Tensor(t) => out.push((prefix.to_string(), t.clone())),
-            Value::Quant(q) => out.push((prefix.to_string(), q.dequantize())),
+            Value::Quant(q) => match int8 {
+                Some(set) => {
+                    let values = q.values().into_iter().map(i32::from).collect();
+                    let shape = q.shape().to_vec();
+                    if let (Ok(v), Ok(s)) =
+                        (Tensor::from_i32(shape, values), Tensor::from_f32(vec![q.shape()[1]], q.scales().to_vec()))
+                    {
+                        set.insert(prefix.to_string());
+                        out.push((prefix.to_string(), v));
+                        out.push((format!("{prefix}.scale"), s));
+                    }
+                }
+                None => out.push((prefix.to_string(), q.dequantize())),
+            },
             Value::Model(m) => {
                 let def = prog.model(m.model);
                 for (f, v) in def.fields.iter().zip(&m.fields) {
                     let name = prog.names.get(f.name);
                     let path = if prefix.is_empty() { name.to_string() } else { format!("{prefix}.{name}") };
-                    v.named_leaves(prog, &path, out);
+                    v.named_leaves_with(prog, &path, out, int8.as_deref_mut());
                 }
             }
             Value::Tuple(ts) => {
                 for (i, v) in ts.iter().enumerate() {
                     let path = if prefix.is_empty() { i.to_string() } else { format!("{prefix}.{i}") };
-                    v.named_leaves(prog, &path, out);
+                    v.named_leaves_with(prog, &path, out, int8.as_deref_mut());
                 }
             }
             _ => {}
