@@ -109,7 +109,9 @@ fn dot<F: Float>(a: &[F], b: &[F]) -> F {
     acc
 }
 
-/// The attention output of one block of queries (`out` holds `rows × E`).
+/// The attention output of one block of queries (`out` holds `rows × E`). It and its caller's
+/// closure are inlined into [`run`]'s `simd::vectorized` call, so its loops get the AVX2 build.
+#[inline(always)]
 fn attend_block<F: Float>(g: &Geometry, q: &[F], k: &[F], v: &[F], first: usize, out: &mut [F], scale: F) {
     let rows = out.len() / g.e.max(1);
     let zero = F::from_usize(0);
@@ -188,6 +190,7 @@ fn attend_block<F: Float>(g: &Geometry, q: &[F], k: &[F], v: &[F], first: usize,
 }
 
 /// The softmax weights of one block of queries (`out` holds `rows × S`; hidden keys get 0).
+#[inline(always)]
 fn weights_block<F: Float>(g: &Geometry, q: &[F], k: &[F], first: usize, out: &mut [F], scale: F) {
     let zero = F::from_usize(0);
     for (r, row) in out.chunks_mut(g.s).enumerate() {
@@ -241,10 +244,15 @@ pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, mask: AttentionMask) -> Res
     checked_numel(&shape)?;
     fn go<F: Float>(g: &Geometry, q: &[F], k: &[F], v: &[F]) -> Vec<F> {
         let scale = scale_of::<F>(g.d);
-        run(g, g.e, |b, first, o| {
-            let (qb, kb, vb) = (b * g.q * g.d, b * g.s * g.d, b * g.s * g.e);
-            attend_block(g, &q[qb..qb + g.q * g.d], &k[kb..kb + g.s * g.d], &v[vb..vb + g.s * g.e], first, o, scale)
-        })
+        run(
+            g,
+            g.e,
+            #[inline(always)]
+            |b, first, o| {
+                let (qb, kb, vb) = (b * g.q * g.d, b * g.s * g.d, b * g.s * g.e);
+                attend_block(g, &q[qb..qb + g.q * g.d], &k[kb..kb + g.s * g.d], &v[vb..vb + g.s * g.e], first, o, scale)
+            },
+        )
     }
     match q.dtype() {
         DType::F32 => {
@@ -267,10 +275,15 @@ pub fn attention_weights(q: &Tensor, k: &Tensor, mask: AttentionMask) -> Result<
     checked_numel(&shape)?;
     fn go<F: Float>(g: &Geometry, q: &[F], k: &[F]) -> Vec<F> {
         let scale = scale_of::<F>(g.d);
-        run(g, g.s, |b, first, o| {
-            let (qb, kb) = (b * g.q * g.d, b * g.s * g.d);
-            weights_block(g, &q[qb..qb + g.q * g.d], &k[kb..kb + g.s * g.d], first, o, scale)
-        })
+        run(
+            g,
+            g.s,
+            #[inline(always)]
+            |b, first, o| {
+                let (qb, kb) = (b * g.q * g.d, b * g.s * g.d);
+                weights_block(g, &q[qb..qb + g.q * g.d], &k[kb..kb + g.s * g.d], first, o, scale)
+            },
+        )
     }
     match q.dtype() {
         DType::F32 => Tensor::from_f32(shape, go(&g, q.as_f32().unwrap_or(&[]), k.as_f32().unwrap_or(&[]))),
