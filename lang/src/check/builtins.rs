@@ -71,6 +71,15 @@ impl Checker {
         a.named.iter().find(|(i, _)| i.name == n).map(|(_, e)| *e)
     }
 
+    /// The named argument `n`, a run-time scalar of type `elem` (`at:`, `len:`, `sparsity:`),
+    /// checked and converted; `None` when the call does not name it.
+    fn named_scalar(&mut self, cx: &mut FnCx, a: &Args, n: &str, elem: ElemTy) -> Option<ir::Expr> {
+        let e = self.named(a, n)?;
+        let t = Type::scalar(elem);
+        let v = self.check_expr(cx, e, Some(&t));
+        Some(self.coerce_with(v, &t, e.span, Code::E0303, &format!("`{n}`")))
+    }
+
     fn arity(&mut self, name: &str, a: &Args, min: usize, max: usize, span: Span) -> bool {
         let n = a.pos.len();
         if n < min || n > max {

@@ -55,6 +55,12 @@ fn prune_tensor(t: &Tensor, s: f64) -> Result<Tensor, KernelError> {
     Tensor::from_f64(t.shape().to_vec(), v).map(|x| x.cast(t.dtype()))
 }
 
+/// `x @ w` for an int8 `w`: the int8 kernel, `x` read as `f32`.
+pub(crate) fn matmul(x: Tensor, w: &QuantMatrix) -> Result<Tensor, KernelError> {
+    let x = if x.dtype() == kernels::DType::F32 { x } else { x.cast(kernels::DType::F32) };
+    kernels::ops::matmul_i8(&x, w)
+}
+
 /// The value with a quantized leaf given as its `f32` matrix (models and tuples unchanged).
 pub(crate) fn plain(v: Value) -> Value {
     match v {

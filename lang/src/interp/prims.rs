@@ -105,8 +105,7 @@ impl Interp<'_> {
             if let (1, false, Value::Quant(q)) = (i, flags[1], &v) {
                 // An int8 weight (`quantize`): the int8 kernel.
                 let x = self.undo_swap(ts.pop(), flags[0], span)?;
-                let x = if x.dtype() == DType::F32 { x } else { x.cast(DType::F32) };
-                return ops::matmul_i8(&x, q).map(Value::Tensor).map_err(|k| kerr(k, span));
+                return super::compress::matmul(x, q).map(Value::Tensor).map_err(|k| kerr(k, span));
             }
             let v = super::compress::plain(v);
             ts.push(t(&v, span)?.clone());
@@ -177,18 +176,15 @@ impl Interp<'_> {
             Prim::Cumsum => k(ops::cumsum(t(&args[0], span)?, attrs.axis.unwrap_or(0))),
             Prim::Softmax => k(ops::softmax(t(&args[0], span)?, attrs.axis.unwrap_or(0))),
             Prim::LogSoftmax => k(ops::log_softmax(t(&args[0], span)?, attrs.axis.unwrap_or(0))),
-            Prim::MatMul if matches!(args[1], Value::Quant(_)) => {
-                let Value::Quant(q) = &args[1] else { unreachable!("matched above") };
-                let x = t(&args[0], span)?;
-                let x = if x.dtype() == DType::F32 { x.clone() } else { x.cast(DType::F32) };
-                k(ops::matmul_i8(&x, q))
-            }
             Prim::Quantize => super::compress::quantize(&args[0]).map_err(|e| kerr(e, span)),
             Prim::Prune => {
                 let s = t(&args[1], span)?.scalar_value_f64().unwrap_or(f64::NAN);
                 super::compress::prune(&args[0], s).map_err(|e| kerr(e, span))
             }
             Prim::MatMul => {
+                if let Value::Quant(q) = &args[1] {
+                    return k(super::compress::matmul(t(&args[0], span)?.clone(), q));
+                }
                 let (a, b) = unify_dtypes(t(&args[0], span)?.clone(), t(&args[1], span)?.clone());
                 k(ops::matmul(&a, &b))
             }

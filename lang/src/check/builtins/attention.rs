@@ -67,27 +67,20 @@ impl Checker {
             }
         }
         let s = dims[1].1[r - 2].clone();
-        let i32t = Type::scalar(ElemTy::I32);
-        let len = match self.named(a, "len") {
-            Some(e) => {
-                let v = self.check_expr(cx, e, Some(&i32t));
-                self.coerce_with(v, &i32t, e.span, Code::E0303, "`len`")
-            }
+        // Defaults: every key visible (`len` = S), not causal.
+        let len = match self.named_scalar(cx, a, "len", ElemTy::I32) {
+            Some(v) => v,
             None => {
                 let sid = self.span_id(span);
                 let d = mk(ExprKind::DimValue(s.clone()), Type::Tensor(TensorTy::new(Elem::WeakInt, vec![])), sid);
-                self.coerce_with(d, &i32t, span, Code::E0303, "`len`")
+                self.coerce_with(d, &Type::scalar(ElemTy::I32), span, Code::E0303, "`len`")
             }
         };
-        let boolt = Type::scalar(ElemTy::Bool);
-        let causal = match self.named(a, "causal") {
-            Some(e) => {
-                let v = self.check_expr(cx, e, Some(&boolt));
-                self.coerce_with(v, &boolt, e.span, Code::E0303, "`causal`")
-            }
+        let causal = match self.named_scalar(cx, a, "causal", ElemTy::Bool) {
+            Some(v) => v,
             None => {
                 let sid = self.span_id(span);
-                mk(ExprKind::Lit(ir::Lit::Bool(false)), boolt, sid)
+                mk(ExprKind::Lit(ir::Lit::Bool(false)), Type::scalar(ElemTy::Bool), sid)
             }
         };
         let mut out = qd;

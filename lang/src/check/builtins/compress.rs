@@ -48,13 +48,10 @@ impl Checker {
             return self.error_expr(span);
         }
         let Some(m) = self.compressible(cx, "prune", a) else { return self.error_expr(span) };
-        let Some(s) = self.named(a, "sparsity") else {
+        let Some(sv) = self.named_scalar(cx, a, "sparsity", ElemTy::F32) else {
             self.error(Diagnostic::error(Code::E0212, span, "`prune` needs `sparsity: s`, the fraction to zero"));
             return self.error_expr(span);
         };
-        let f32t = Type::scalar(ElemTy::F32);
-        let sv = self.check_expr(cx, s, Some(&f32t));
-        let sv = self.coerce_with(sv, &f32t, s.span, Code::E0303, "`sparsity`");
         let ty = m.ty.clone();
         self.prim(p, vec![m, sv], Attrs::default(), ty, span)
     }

@@ -131,13 +131,10 @@ impl Checker {
             ));
             return self.error_expr(span);
         }
-        let Some(at) = self.named(a, "at") else {
+        let Some(iv) = self.named_scalar(cx, a, "at", ElemTy::I32) else {
             self.error(Diagnostic::error(Code::E0212, span, "`update` needs `at: i`, the position to write at"));
             return self.error_expr(span);
         };
-        let i32t = Type::scalar(ElemTy::I32);
-        let iv = self.check_expr(cx, at, Some(&i32t));
-        let iv = self.coerce_with(iv, &i32t, at.span, Code::E0303, "`at`");
         let k = match self.named(a, "axis") {
             Some(e) => self.const_int(cx, e, "axis"),
             None => Some(0),
