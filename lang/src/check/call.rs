@@ -17,6 +17,13 @@ mod index;
 mod jacobian;
 mod mismatch;
 
+/// The callee of a call of a named function: where it is written and the dims given to it
+/// (`heads[H = 4]`).
+pub(crate) struct Callee<'a> {
+    span: Span,
+    dims: &'a [(Sym, Dim)],
+}
+
 /// Special builtins whose arguments are not ordinary values.
 use crate::ir::prim::SPECIAL_FORMS as SPECIAL;
 
@@ -31,6 +38,11 @@ impl Checker {
     ) -> ir::Expr {
         if let Some(e) = self.check_jacobian(cx, f, args, span) {
             return e;
+        }
+        if let ast::ExprKind::Index(base, dargs) = &f.kind {
+            if dargs.iter().any(|a| matches!(a, ast::IndexArg::Named { .. })) {
+                return self.call_with_dims(cx, base, dargs, args, span, expected);
+            }
         }
         // Callees known by name: items, constructors and builtins.
         let item = match &f.kind {
@@ -80,7 +92,7 @@ impl Checker {
                     let def = self.fn_sigs[id.0 as usize].span;
                     self.index.types.push((f.span, self.fn_signature_str(id), Some(def)));
                 }
-                return self.call_item(cx, id, args, span, f.span, expected);
+                return self.call_item(cx, id, args, span, Callee { span: f.span, dims: &[] }, expected);
             }
             Some(ItemRef::Model(id)) => return self.construct_model(cx, id, args, span),
             Some(ItemRef::Builtin(p)) => return self.check_builtin(cx, p, args, span, f.span, expected),
@@ -251,9 +263,10 @@ impl Checker {
         id: FuncId,
         args: &[ast::Arg],
         span: Span,
-        fspan: Span,
+        callee: Callee<'_>,
         expected: Option<&Type>,
     ) -> ir::Expr {
+        let fspan = callee.span;
         if self.checking.contains(&id) {
             let name = self.fn_sigs[id.0 as usize].name.clone();
             self.error(
@@ -303,7 +316,7 @@ impl Checker {
         let arg_tys: Vec<(Type, Span)> = vals.iter().map(|v| v.ty.clone()).zip(spans.iter().copied()).collect();
         // Dims that only the result mentions are taken from the type the caller expects
         // (`let q: f32[2, 4, 3, 6] = heads(x)`).
-        let Some((ret, subst)) = self.instantiate_expecting(id, &arg_tys, span, false, expected) else {
+        let Some((ret, subst)) = self.instantiate_expecting(id, &arg_tys, span, false, expected, callee.dims) else {
             return self.error_expr(span);
         };
         let mut out = Vec::new();
@@ -342,6 +355,106 @@ impl Checker {
         mk(ExprKind::Call { func: id, dims, rests, args: out }, ret, s)
     }
 
+    /// `f[H = 4](x)`: a call of the generic function `f` with some of its dims given by name.
+    fn call_with_dims(
+        &mut self,
+        cx: &mut FnCx,
+        base: &ast::Expr,
+        dargs: &[ast::IndexArg],
+        args: &[ast::Arg],
+        span: Span,
+        expected: Option<&Type>,
+    ) -> ir::Expr {
+        let item = match &base.kind {
+            ast::ExprKind::Name(n) if cx.lookup(n).is_none() => self.scopes[cx.module.0 as usize].get(n).cloned(),
+            ast::ExprKind::Field(m, member) => match &m.kind {
+                ast::ExprKind::Name(n) if cx.lookup(n).is_none() => match self.scopes[cx.module.0 as usize].get(n) {
+                    Some(ItemRef::Module(m)) => self.scopes[m.0 as usize].get(&member.name).cloned(),
+                    _ => None,
+                },
+                _ => None,
+            },
+            _ => None,
+        };
+        let Some(ItemRef::Func(id)) = item else {
+            self.error(
+                Diagnostic::error(Code::E0313, base.span, "dims are given by name only to a generic function")
+                    .label("not a function defined with `fn`"),
+            );
+            for a in args {
+                self.check_expr(cx, &a.value, None);
+            }
+            return self.error_expr(span);
+        };
+        let sig = self.fn_sigs[id.0 as usize].clone();
+        let mut given: Vec<(Sym, Dim)> = Vec::new();
+        let mut ok = true;
+        for a in dargs {
+            let (name, value) = match a {
+                ast::IndexArg::Named { name, value } => (name, value),
+                ast::IndexArg::Expr(ast::Expr { span: s, .. }) | ast::IndexArg::Slice { span: s, .. } => {
+                    self.error(
+                        Diagnostic::error(Code::E0212, *s, "dim arguments are given by name")
+                            .with_help(format!("write `{}[D = …](…)` with a dim of its signature", sig.name)),
+                    );
+                    ok = false;
+                    continue;
+                }
+            };
+            let Some(sym) = sig.dims.iter().copied().find(|d| self.names().sym(*d) == name.name) else {
+                let dims: Vec<String> = sig.dims.iter().map(|d| self.names().sym(*d)).collect();
+                let help = if dims.is_empty() {
+                    format!("`{}` has no dims", sig.name)
+                } else {
+                    format!("its dims are {}", dims.join(", "))
+                };
+                self.error(
+                    Diagnostic::error(Code::E0212, name.span, format!("`{}` has no dim `{}`", sig.name, name.name))
+                        .with_help(help)
+                        .with_secondary(sig.span, "declared here"),
+                );
+                ok = false;
+                continue;
+            };
+            if given.iter().any(|(s, _)| *s == sym) {
+                self.error(
+                    Diagnostic::error(
+                        Code::E0212,
+                        name.span,
+                        format!("dim `{}` of `{}` is given twice", name.name, sig.name),
+                    )
+                    .label("given again here"),
+                );
+                ok = false;
+                continue;
+            }
+            match self.static_dim(cx, value) {
+                Some(d) => given.push((sym, d)),
+                None => {
+                    self.error(
+                        Diagnostic::error(
+                            Code::E0323,
+                            value.span,
+                            "a dim argument must be a size known at compile time",
+                        )
+                        .label("not a compile-time size")
+                        .with_help("a number, a global `dim`, a dim of this function, or arithmetic of them"),
+                    );
+                    ok = false;
+                }
+            }
+        }
+        if !ok {
+            for a in args {
+                self.check_expr(cx, &a.value, None);
+            }
+            return self.error_expr(span);
+        }
+        let def = sig.span;
+        self.index.types.push((base.span, self.fn_signature_str(id), Some(def)));
+        self.call_item(cx, id, args, span, Callee { span: base.span, dims: &given }, expected)
+    }
+
     /// Unifies a named function's parameters with argument types; reports mismatches.
     pub(crate) fn instantiate(
         &mut self,
@@ -350,7 +463,7 @@ impl Checker {
         span: Span,
         quiet: bool,
     ) -> Option<(Type, Subst)> {
-        self.instantiate_expecting(id, args, span, quiet, None)
+        self.instantiate_expecting(id, args, span, quiet, None, &[])
     }
 
     /// [`Checker::instantiate`]; dims the arguments leave open are then solved from the type
@@ -362,6 +475,7 @@ impl Checker {
         span: Span,
         quiet: bool,
         expected: Option<&Type>,
+        given: &[(Sym, Dim)],
     ) -> Option<(Type, Subst)> {
         let sig = self.fn_sigs[id.0 as usize].clone();
         if args.len() != sig.params.len() {
@@ -385,6 +499,10 @@ impl Checker {
         }
         let generic: HashSet<Sym> = sig.dims.iter().copied().collect();
         let mut u = Unifier::new(&generic);
+        // Dims given at the call (`heads[H = 4](x)`) are fixed before the arguments are seen.
+        for (s, d) in given {
+            u.subst.dims.insert(*s, d.clone());
+        }
         let mut bound_by: HashMap<Sym, usize> = HashMap::new();
         let mut ok = true;
         for (i, (p, (a, aspan))) in sig.params.iter().zip(args).enumerate() {
@@ -926,7 +1044,7 @@ fn expr_to_dim_arg(e: &ast::Expr) -> ast::DimArg {
                 .iter()
                 .map(|a| match a {
                     ast::IndexArg::Expr(e) => expr_to_dim_arg(e),
-                    ast::IndexArg::Slice { span, .. } => {
+                    ast::IndexArg::Slice { span, .. } | ast::IndexArg::Named { name: ast::Ident { span, .. }, .. } => {
                         ast::DimArg::Dim { dim: ast::DimExpr { kind: ast::DimKind::Error, span: *span }, shard: vec![] }
                     }
                 })

@@ -209,7 +209,7 @@ fn for_children<'a>(e: &'a ast::Expr, f: &mut dyn FnMut(Child<'a>)) {
             f(Child::Expr(a));
             for i in idx {
                 match i {
-                    ast::IndexArg::Expr(e) => f(Child::Expr(e)),
+                    ast::IndexArg::Expr(e) | ast::IndexArg::Named { value: e, .. } => f(Child::Expr(e)),
                     s @ ast::IndexArg::Slice { .. } => s.slice_parts().for_each(|e| f(Child::Expr(e))),
                 }
             }

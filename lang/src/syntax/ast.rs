@@ -264,14 +264,24 @@ pub struct Arg {
 #[derive(Clone, Debug, PartialEq)]
 pub enum IndexArg {
     Expr(Expr),
-    Slice { start: Option<Expr>, end: Option<Expr>, step: Option<Box<Expr>>, span: Span },
+    Slice {
+        start: Option<Expr>,
+        end: Option<Expr>,
+        step: Option<Box<Expr>>,
+        span: Span,
+    },
+    /// `H = 4` in `heads[H = 4](x)`: a dim argument of a call, not an index.
+    Named {
+        name: Ident,
+        value: Expr,
+    },
 }
 
 impl IndexArg {
     /// The expressions of a slice's bounds and step, in order.
     pub fn slice_parts(&self) -> impl Iterator<Item = &Expr> {
         let (a, b, c) = match self {
-            IndexArg::Expr(_) => (None, None, None),
+            IndexArg::Expr(_) | IndexArg::Named { .. } => (None, None, None),
             IndexArg::Slice { start, end, step, .. } => (start.as_ref(), end.as_ref(), step.as_deref()),
         };
         a.into_iter().chain(b).chain(c)

@@ -256,7 +256,7 @@ fn expr_deep(e: &ast::Expr, d: usize) -> bool {
         Index(a, args) => {
             expr_deep(a, d)
                 || args.iter().any(|a| match a {
-                    ast::IndexArg::Expr(e) => expr_deep(e, d),
+                    ast::IndexArg::Expr(e) | ast::IndexArg::Named { value: e, .. } => expr_deep(e, d),
                     s @ ast::IndexArg::Slice { .. } => s.slice_parts().any(|e| expr_deep(e, d)),
                 })
         }

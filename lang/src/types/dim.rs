@@ -270,20 +270,22 @@ impl Dim {
 
     /// If `self == 0` is linear in `v` with the other variables bound, the solution for `v`.
     pub fn solve_for(&self, v: Sym) -> Option<Dim> {
-        // self = a*v + rest, with a a constant and rest free of v.
-        let mut a = None;
+        // self = a*v + rest, with a a single term free of v (a constant, or `H` in `H*E - D`)
+        // and rest free of v.
+        let mut a = Dim::default();
         let mut rest = Dim::default();
         for (m, c) in &self.terms {
             let e: i32 = m.iter().filter(|(s, _)| *s == v).map(|(_, e)| *e).sum();
             match e {
                 0 => rest = rest.add(&Dim { terms: Terms::from([(m.clone(), *c)]) }),
-                1 if m.len() == 1 => a = Some(*c),
+                1 => {
+                    let others: Mono = m.iter().copied().filter(|(s, _)| *s != v).collect();
+                    a = a.add(&Dim { terms: Terms::from([(others, *c)]) });
+                }
                 _ => return None,
             }
         }
-        let a = a?;
-        let inv = Dim { terms: Terms::from([(Vec::new(), Rat::new(-a.den, a.num))]) };
-        Some(rest.mul(&inv))
+        rest.neg().div(&a)
     }
 
     /// Renders with variable names from `names`.
@@ -458,5 +460,17 @@ mod tests {
         // 2*N + 1 - 9 = 0  ->  N = 4
         let eq = Dim::var(Sym(0)).mul(&Dim::constant(2)).add(&Dim::constant(1)).sub(&Dim::constant(9));
         assert_eq!(eq.solve_for(Sym(0)).unwrap().as_const(), Some(4));
+    }
+
+    #[test]
+    fn solves_with_a_symbolic_coefficient() {
+        // H*E - D = 0  ->  E = D/H, and (D/H)*H is D again.
+        let (e, h, d) = (Dim::var(Sym(0)), Dim::var(Sym(1)), Dim::var(Sym(2)));
+        let sol = h.mul(&e).sub(&d).solve_for(Sym(0)).unwrap();
+        assert_eq!(sol, d.div(&h).unwrap());
+        assert_eq!(sol.mul(&h), d);
+        // E*E - D and (H + 1)*E - D have no single-term solution.
+        assert!(e.mul(&e).sub(&d).solve_for(Sym(0)).is_none());
+        assert!(h.add(&Dim::constant(1)).mul(&e).sub(&d).solve_for(Sym(0)).is_none());
     }
 }

@@ -11,6 +11,15 @@ impl Checker {
         span: Span,
         _expected: Option<&Type>,
     ) -> ir::Expr {
+        if let Some(ast::IndexArg::Named { name, .. }) = args.iter().find(|a| matches!(a, ast::IndexArg::Named { .. }))
+        {
+            self.error(
+                Diagnostic::error(Code::E0320, name.span, format!("`{} = …` is not an index", name.name))
+                    .label("a named dim argument")
+                    .with_help("dims are given by name only to a call of a generic function: `f[H = 4](x)`"),
+            );
+            return self.error_expr(span);
+        }
         // `Model[…]` as a type value.
         let model = match &base.kind {
             ast::ExprKind::Name(n) if cx.lookup(n).is_none() => match self.scopes[cx.module.0 as usize].get(n) {
@@ -34,7 +43,7 @@ impl Checker {
                 .iter()
                 .map(|a| match a {
                     ast::IndexArg::Expr(e) => expr_to_dim_arg(e),
-                    ast::IndexArg::Slice { span, .. } => {
+                    ast::IndexArg::Slice { span, .. } | ast::IndexArg::Named { name: ast::Ident { span, .. }, .. } => {
                         ast::DimArg::Dim { dim: ast::DimExpr { kind: ast::DimKind::Error, span: *span }, shard: vec![] }
                     }
                 })
@@ -122,6 +131,8 @@ impl Checker {
                     operands.push(v);
                     kinds.push(0);
                 }
+                // Refused above.
+                ast::IndexArg::Named { .. } => return self.error_expr(span),
                 ast::IndexArg::Slice { start, end, step, span: sspan } => {
                     if let Some(st) = step {
                         let Some(k) = self.slice_step(cx, st, start.is_some() || end.is_some()) else {

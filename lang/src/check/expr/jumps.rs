@@ -78,7 +78,7 @@ fn expr_jumps(e: &ast::Expr, proper: bool, out: &mut Vec<(Span, &'static str, bo
             expr_jumps(a, false, out);
             for i in idx {
                 match i {
-                    ast::IndexArg::Expr(x) => expr_jumps(x, false, out),
+                    ast::IndexArg::Expr(x) | ast::IndexArg::Named { value: x, .. } => expr_jumps(x, false, out),
                     s @ ast::IndexArg::Slice { .. } => s.slice_parts().for_each(|x| expr_jumps(x, false, out)),
                 }
             }
