@@ -10,6 +10,10 @@ use crate::types::TensorTy;
 use crate::types::{ClosureId, Dim, Elem, ElemTy, FnTy, RestSym, ShapeItem, TyVar, Type};
 use std::collections::HashMap;
 
+/// What `let x: T = v` makes of `v`: the value, the run-time dims to bind from it, and the dim
+/// each new dim name of `T` stands for.
+type AnnotatedValue = (ir::Expr, Vec<(usize, Option<crate::types::Sym>, Dim)>, HashMap<crate::types::Sym, Dim>);
+
 mod blocks;
 mod jumps;
 mod loops;
@@ -172,13 +176,14 @@ impl Checker {
                 let ann = ty.as_ref().map(|t| self.resolve_type(cx.module, t, &mut env));
                 let fresh = env.fresh.take().unwrap_or_default();
                 let v = self.check_expr(cx, value, ann.as_ref());
-                let (v, binds) = match &ann {
+                let (v, binds, solved) = match &ann {
                     Some(t) => self.annotated_value(cx, v, t, &fresh, value.span),
-                    None => (self.materialise(v), vec![]),
+                    None => (self.materialise(v), vec![], HashMap::new()),
                 };
                 for (name, s) in &fresh {
                     if name != "_" {
-                        cx.bind(name, Binding::Dim(Dim::var(*s)));
+                        let d = solved.get(s).cloned().unwrap_or_else(|| Dim::var(*s));
+                        cx.bind(name, Binding::Dim(d));
                     }
                 }
                 // The variable has the annotation's layout; the sharding pass converts the value.
@@ -388,7 +393,7 @@ impl Checker {
         t: &Type,
         fresh: &[(String, crate::types::Sym)],
         span: Span,
-    ) -> (ir::Expr, Vec<(usize, Option<crate::types::Sym>, Dim)>) {
+    ) -> AnnotatedValue {
         let is_load = matches!(&v.kind, ExprKind::Prim { prim: Prim::Load, .. });
         if is_load && !matches!(t, Type::Tensor(..)) {
             // Only a lone tensor's new dims are bound from what is loaded.
@@ -408,7 +413,7 @@ impl Checker {
                     .with_help("only a lone tensor binds new dims from the file: `let x: f32[N, 64] = load(\"…\")`"),
                 );
             }
-            return (v, vec![]);
+            return (v, vec![], HashMap::new());
         }
         if is_load {
             // The loaded value has exactly the annotated type; dims are checked when it runs.
@@ -421,18 +426,19 @@ impl Checker {
                     }
                 }
             }
-            return (v, binds);
+            return (v, binds, HashMap::new());
         }
         if fresh.is_empty() {
-            return (self.coerce(v, t, span, "value"), vec![]);
+            return (self.coerce(v, t, span, "value"), vec![], HashMap::new());
         }
         let generic: std::collections::HashSet<_> = fresh.iter().map(|(_, s)| *s).collect();
         let mut u = crate::types::unify::Unifier::new(&generic);
         let ok = u.ty(t, &v.ty).is_ok() && u.finish().is_ok();
         if !ok {
-            return (self.coerce(v, t, span, "value"), vec![]);
+            return (self.coerce(v, t, span, "value"), vec![], HashMap::new());
         }
-        // Fresh names now stand for the value's dims; the scope binds them to those dims.
+        // Fresh names now stand for the value's dims; the scope binds them to those dims (a
+        // batch's run-time row count, say, whose value the run knows under the value's dim).
         let t2 = u.subst.ty(t);
         let v = self.coerce(v, &t2, span, "value");
         for (_name, s) in fresh {
@@ -440,7 +446,7 @@ impl Checker {
                 self.prog.sym_names[s.0 as usize] = self.dim_str(d);
             }
         }
-        (v, vec![])
+        (v, vec![], u.subst.dims)
     }
 
     /// A weak literal value takes its default type (`1` is i32, `1.0` is f32).

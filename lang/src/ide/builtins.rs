@@ -156,7 +156,7 @@ const TABLE: &[(&str, &str, &str)] = &[
         "assert_close(a, b, rtol: 1e-5, atol: 1e-6)",
         "Fails the run when `a` and `b` differ beyond the tolerances.",
     ),
-    ("batches", "batches(x, y, size: B, shuffle: seed)", "Mini-batches of `(x, y)` for a `for (xb, yb) in …` loop."),
+    ("batches", "batches(x, y, size: B, shuffle: seed, drop_last: true)", "Mini-batches of `(x, y)` for a `for (xb, yb) in …` loop; `drop_last: false` keeps a smaller last batch."),
     ("f32", "f32(x: T[..S]) -> f32[..S]", "Converts to `f32`, keeping the shape."),
     ("f64", "f64(x: T[..S]) -> f64[..S]", "Converts to `f64`, keeping the shape."),
     ("i32", "i32(x: T[..S]) -> i32[..S]", "Converts to `i32`, keeping the shape."),

@@ -108,7 +108,7 @@ impl Interp<'_> {
     /// taken), and tells the observer.
     pub fn batches_begin(&mut self, e: &Expr, frame: &mut Frame) -> R<Batches> {
         let span = self.span(e);
-        let ExprKind::ForBatches { data, size, shuffle, .. } = &e.kind else {
+        let ExprKind::ForBatches { data, size, shuffle, drop_last, .. } = &e.kind else {
             return Err(rt(Code::E0605, "internal error: not a `batches` loop", span));
         };
         let mut arrays = Vec::new();
@@ -136,8 +136,10 @@ impl Interp<'_> {
             }
             None => (0..n).collect(),
         };
-        // The ragged tail is dropped, so every batch has exactly `b` rows (as its type says).
-        let batches = Batches { arrays, order, size: b, count: n / b };
+        // The ragged tail is dropped, so every batch has exactly `b` rows (as its type says),
+        // unless `drop_last: false` keeps it as a last, smaller batch.
+        let count = if *drop_last { n / b } else { n.div_ceil(b) };
+        let batches = Batches { arrays, order, size: b, count };
         self.observer.batches_start(batches.count);
         Ok(batches)
     }
@@ -145,10 +147,14 @@ impl Interp<'_> {
     /// Binds the loop variables of the `batches` loop `e` to batch `i`.
     pub fn batch_bind(&mut self, e: &Expr, b: &Batches, i: usize, frame: &mut Frame) -> R<()> {
         let span = self.span(e);
-        let ExprKind::ForBatches { vars, .. } = &e.kind else {
+        let ExprKind::ForBatches { vars, rows: dim, .. } = &e.kind else {
             return Err(rt(Code::E0605, "internal error: not a `batches` loop", span));
         };
-        let rows = b.order.get(i * b.size..(i + 1) * b.size).unwrap_or(&[]);
+        let end = ((i + 1) * b.size).min(b.order.len());
+        let rows = b.order.get(i * b.size..end).unwrap_or(&[]);
+        if let Some(s) = dim {
+            frame.dims.insert(*s, rows.len() as i64);
+        }
         let idx: Vec<i32> = rows.iter().map(|&x| x as i32).collect();
         let idx = kernels::Tensor::from_i32(vec![rows.len()], idx).map_err(|k| super::kerr(k, span))?;
         for (l, a) in vars.iter().zip(&b.arrays) {

@@ -281,7 +281,7 @@ impl Printer<'_> {
                 self.out.push(' ');
                 self.expr(body, depth);
             }
-            ExprKind::ForBatches { vars, data, size, shuffle, body } => {
+            ExprKind::ForBatches { vars, data, size, shuffle, drop_last, body, .. } => {
                 let vs: Vec<String> = vars.iter().map(|l| self.local(*l)).collect();
                 let _ = write!(self.out, "for ({}) in batches(", vs.join(", "));
                 self.list(data, depth);
@@ -290,6 +290,9 @@ impl Printer<'_> {
                 if let Some(s) = shuffle {
                     self.out.push_str(", shuffle: ");
                     self.expr(s, depth);
+                }
+                if !drop_last {
+                    self.out.push_str(", drop_last: false");
                 }
                 self.out.push_str(") ");
                 self.expr(body, depth);

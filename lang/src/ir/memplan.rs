@@ -663,7 +663,7 @@ impl Planner<'_> {
                 self.iteration(body);
                 Res::none()
             }
-            ExprKind::ForBatches { vars, data, size, shuffle, body } => {
+            ExprKind::ForBatches { vars, data, size, shuffle, body, .. } => {
                 // The data stays referenced by the loop until it ends.
                 let mark = self.temps.len();
                 for a in data {

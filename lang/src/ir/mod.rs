@@ -262,12 +262,17 @@ pub enum ExprKind {
         end: Box<Expr>,
         body: Box<Expr>,
     },
-    /// `for (xb, yb) in batches(x, y, size: B, shuffle: s) { body }`.
+    /// `for (xb, yb) in batches(x, y, size: B, shuffle: s, drop_last: d) { body }`.
     ForBatches {
         vars: Vec<Local>,
         data: Vec<Expr>,
         size: Box<Expr>,
         shuffle: Option<Box<Expr>>,
+        /// Whether a ragged last batch is dropped (the default) or run with the rows left.
+        drop_last: bool,
+        /// The run-time dim of the batch's rows, bound to each batch's row count (a batch size
+        /// not known at compile time, or a kept ragged tail); `None` when the size is static.
+        rows: Option<Sym>,
         body: Box<Expr>,
     },
     While {

@@ -337,7 +337,7 @@ impl Live<'_> {
                 self.expr(end, live);
                 self.expr(start, live);
             }
-            ExprKind::ForBatches { vars, data, size, shuffle, body } => {
+            ExprKind::ForBatches { vars, data, size, shuffle, body, .. } => {
                 self.body_loop(body, vars, None, live);
                 if let Some(s) = shuffle {
                     self.expr(s, live);

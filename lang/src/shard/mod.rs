@@ -616,7 +616,7 @@ impl<'a> Fcx<'a> {
                 self.expr(body);
                 e.ty = strip(&e.ty);
             }
-            ExprKind::ForBatches { vars, data, size, shuffle, body } => {
+            ExprKind::ForBatches { vars, data, size, shuffle, body, .. } => {
                 for d in data.iter_mut() {
                     self.expr(d);
                     self.make_whole(d);

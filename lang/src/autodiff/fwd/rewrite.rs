@@ -150,11 +150,13 @@ pub(super) fn remap(e: &Expr, map: &dyn Fn(Local) -> Local, s: &Subst) -> Expr {
             end: Box::new(r(end)),
             body: Box::new(r(body)),
         },
-        ExprKind::ForBatches { vars, data, size, shuffle, body } => ExprKind::ForBatches {
+        ExprKind::ForBatches { vars, data, size, shuffle, drop_last, rows, body } => ExprKind::ForBatches {
             vars: vars.iter().map(|l| map(*l)).collect(),
             data: rs(data),
             size: Box::new(r(size)),
             shuffle: shuffle.as_ref().map(|x| Box::new(r(x))),
+            drop_last: *drop_last,
+            rows: *rows,
             body: Box::new(r(body)),
         },
         ExprKind::While { cond, body } => ExprKind::While { cond: Box::new(r(cond)), body: Box::new(r(body)) },

@@ -88,6 +88,7 @@ impl Checker {
         let mut data = Vec::new();
         let mut size = None;
         let mut shuffle = None;
+        let mut drop_last = true;
         for a in args {
             match a.name.as_ref().map(|n| n.name.as_str()) {
                 None => data.push(self.check_expr(cx, &a.value, None)),
@@ -97,11 +98,22 @@ impl Checker {
                     let v = self.check_expr(cx, &a.value, Some(&i32t));
                     shuffle = Some(Box::new(self.coerce_with(v, &i32t, a.value.span, Code::E0303, "shuffle seed")));
                 }
+                Some("drop_last") => match &a.value.kind {
+                    ast::ExprKind::Bool(b) => drop_last = *b,
+                    _ => {
+                        self.check_expr(cx, &a.value, None);
+                        self.error(
+                            Diagnostic::error(Code::E0323, a.value.span, "`drop_last:` must be `true` or `false`")
+                                .label("not a literal bool")
+                                .with_help("whether the batch type has a fixed size is decided at compile time"),
+                        );
+                    }
+                },
                 Some(other) => {
                     let n = a.name.as_ref().unwrap();
                     self.error(
                         Diagnostic::error(Code::E0212, n.span, format!("`batches` has no argument `{other}`"))
-                            .with_help("the arguments are the arrays, `size:` and `shuffle:`"),
+                            .with_help("the arguments are the arrays, `size:`, `shuffle:` and `drop_last:`"),
                     );
                 }
             }
@@ -112,13 +124,17 @@ impl Checker {
             );
             return self.unit(span);
         };
-        let b = match self.static_dim(cx, &size_expr) {
-            Some(d) => d,
-            None => {
-                // A run-time batch size: the batch dim is a fresh run-time dim.
-                Dim::var(self.new_sym("B"))
-            }
+        // A run-time batch size, or a ragged last batch that is kept: the batch dim is a fresh
+        // run-time dim, bound to each batch's row count.
+        let rows = match self.static_dim(cx, &size_expr) {
+            Some(d) if drop_last => Err(d),
+            _ => Ok(self.new_sym("B")),
         };
+        let b = match &rows {
+            Err(d) => d.clone(),
+            Ok(s) => Dim::var(*s),
+        };
+        let rows = rows.ok();
         let i32t = Type::scalar(ElemTy::I32);
         let sv = self.check_expr(cx, &size_expr, Some(&i32t));
         let sv = self.coerce_with(sv, &i32t, size_expr.span, Code::E0303, "batch size");
@@ -196,7 +212,7 @@ impl Checker {
             let brk = mk(ExprKind::Local(flags.brk), Type::scalar(ElemTy::Bool), sid);
             let b = mk(ExprKind::If { cond: Box::new(brk), then: Box::new(unit), els: Box::new(b) }, Type::unit(), sid);
             let lp = mk(
-                ExprKind::ForBatches { vars, data, size: Box::new(sv), shuffle, body: Box::new(b) },
+                ExprKind::ForBatches { vars, data, size: Box::new(sv), shuffle, drop_last, rows, body: Box::new(b) },
                 Type::unit(),
                 sid,
             );
@@ -205,7 +221,9 @@ impl Checker {
         let body = self.check_block_as(cx, body, None, true);
         cx.scopes.pop();
         let s = self.span_id(span);
-        mk(ExprKind::ForBatches { vars, data, size: Box::new(sv), shuffle, body: Box::new(body) }, Type::unit(), s)
+        let kind =
+            ExprKind::ForBatches { vars, data, size: Box::new(sv), shuffle, drop_last, rows, body: Box::new(body) };
+        mk(kind, Type::unit(), s)
     }
 
     /// `for var in a..b` whose body jumps, as a `while` over a counter so that `break` stops it:
