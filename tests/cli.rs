@@ -163,6 +163,26 @@ fn a_float_literal_times_an_integer_suggests_converting_the_integer() {
 }
 
 #[test]
+fn a_run_time_error_shows_the_calls_it_happened_in() {
+    // The error is in `bad`, called from `mid`, called from `main`: each call site is a label,
+    // innermost first, in the interpreter and the JIT.
+    let src = "fn bad(i: i32) -> f32 {\n    let a = ones(3)\n    a[i]\n}\n\nfn mid(i: i32) -> f32 { bad(i) + 1.0 }\n\nfn main() { print(mid(7)) }\n";
+    let dir = scratch("call_stack", &[("p.msl", src)]);
+    for mode in [&["--mode", "eager"][..], &["--mode", "jit", "-O2"]] {
+        let mut args = vec!["run", "--message-format", "json"];
+        args.extend_from_slice(mode);
+        args.push("p.msl");
+        let o = msl(&dir, &args);
+        assert_eq!(o.status.code(), Some(2), "{mode:?}");
+        let out = text(&o.stdout);
+        assert!(out.contains("\"message\":\"in `bad`\",\"primary\":true"), "{mode:?}: {out}");
+        let (b, m) = (out.find("`bad` called here").expect(&out), out.find("`mid` called here").expect(&out));
+        assert!(b < m, "innermost call first: {out}");
+        assert!(out.contains("\"column\":25,\"end_column\":31,\"end_line\":6"), "the call of `bad`: {out}");
+    }
+}
+
+#[test]
 fn nan_check_stops_at_the_first_primitive_that_makes_a_nan_or_inf() {
     let src = "fn f(x: f32[3]) -> f32[3] {\n    log(x - 1.0)\n}\n\nfn main() {\n    let x = stack([3.0, 2.0, 1.0])\n    print(sum(f(x) + exp(x)))\n}\n";
     let dir = scratch("nan_check", &[("nan.msl", src)]);

@@ -473,11 +473,11 @@ impl CompiledBody for Body {
         match (status, ctx.stop.take()) {
             (GO, _) => Ok(ctx.take(self.result)),
             (_, Some(c)) => Err(c),
-            (_, None) => Err(Ctrl::Error(lang::interp::RuntimeError {
-                code: lang::diag::Code::E0605,
-                message: format!("internal error: compiled code stopped with status {status}"),
-                span: Default::default(),
-            })),
+            (_, None) => Err(Ctrl::Error(lang::interp::RuntimeError::new(
+                lang::diag::Code::E0605,
+                format!("internal error: compiled code stopped with status {status}"),
+                Default::default(),
+            ))),
         }
     }
 }

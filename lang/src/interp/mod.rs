@@ -64,11 +64,42 @@ pub struct RuntimeError {
     pub code: Code,
     pub message: String,
     pub span: Span,
+    /// The calls the error unwound through, innermost first: the function called and where.
+    pub stack: Vec<(String, Span)>,
 }
 
+/// Most calls a run-time error lists (innermost first; a loop of calls repeats little).
+const MAX_STACK: usize = 16;
+
 impl RuntimeError {
+    pub fn new(code: Code, message: impl Into<String>, span: Span) -> RuntimeError {
+        RuntimeError { code, message: message.into(), span, stack: Vec::new() }
+    }
+
+    /// The error as a diagnostic: its place, then each call it unwound through (`bad` called
+    /// here, `mid` called here …), the call stack a Python traceback shows.
     pub fn to_diagnostic(&self) -> Diagnostic {
-        Diagnostic::error(self.code, self.span, self.message.clone())
+        let mut d = Diagnostic::error(self.code, self.span, self.message.clone());
+        if let Some((inner, _)) = self.stack.first() {
+            d = d.label(format!("in `{inner}`"));
+        }
+        for (name, span) in &self.stack {
+            d = d.with_secondary(*span, format!("`{name}` called here"));
+        }
+        d
+    }
+}
+
+/// Adds the call of `name` at `span` to an error unwinding through it.
+pub(crate) fn called_from(c: Ctrl, name: &str, span: Span) -> Ctrl {
+    match c {
+        Ctrl::Error(mut e) => {
+            if e.stack.len() < MAX_STACK {
+                e.stack.push((name.to_string(), span));
+            }
+            Ctrl::Error(e)
+        }
+        other => other,
     }
 }
 
@@ -91,11 +122,11 @@ pub(crate) fn kerr(e: KernelError, span: Span) -> Ctrl {
         KernelError::Io { .. } | KernelError::FileMismatch { .. } => Code::E0601,
         _ => Code::E0605,
     };
-    Ctrl::Error(RuntimeError { code, message: e.to_string(), span })
+    Ctrl::Error(RuntimeError::new(code, e.to_string(), span))
 }
 
 pub(crate) fn rt(code: Code, message: impl Into<String>, span: Span) -> Ctrl {
-    Ctrl::Error(RuntimeError { code, message: message.into(), span })
+    Ctrl::Error(RuntimeError::new(code, message, span))
 }
 
 /// One function activation: its locals and the values of its dims.
@@ -344,6 +375,7 @@ impl<'p> Interp<'p> {
                     }
                 }
                 self.call(*func, vals, env, vec![])
+                    .map_err(|c| called_from(c, self.prog.names.get(callee.name), self.span(e)))
             }
             ExprKind::CallValue { callee, target, args } => {
                 let f = self.eval(callee, frame)?;
