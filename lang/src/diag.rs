@@ -20,7 +20,8 @@ pub enum Code {
     E0103,
     /// The file ended in the middle of an item.
     E0104,
-    /// An integer literal, or a dimension computed from literals, that does not fit in 64 bits.
+    /// An integer literal, or a dimension computed from literals, that does not fit in 64 bits;
+    /// or a shape known at compile time with more elements than a tensor can hold.
     E0105,
     /// Brackets or expressions nested too deeply.
     E0106,

@@ -18,6 +18,7 @@ mod blocks;
 mod jumps;
 mod loops;
 mod ops;
+mod sizes;
 
 /// What a name in a function body refers to.
 #[derive(Clone, Debug)]
@@ -639,6 +640,7 @@ impl Checker {
         cx.depth += 1;
         let out = self.check_expr_inner(cx, e, expected);
         cx.depth -= 1;
+        self.check_static_size(&out, e.span);
         out
     }
 

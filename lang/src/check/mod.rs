@@ -120,6 +120,8 @@ pub struct Checker {
     body_done: Vec<bool>,
     /// Candidates that "did you mean" hints may still compare in this run (see `suggest_budgeted`).
     suggest_budget: usize,
+    /// Spans of expressions reported as too large for a tensor (see `check_static_size`).
+    oversized: Vec<Span>,
 }
 
 /// The result of checking a program.
@@ -229,6 +231,7 @@ impl Checker {
             checking: Vec::new(),
             body_done: Vec::new(),
             suggest_budget: SUGGEST_BUDGET,
+            oversized: Vec::new(),
         }
     }
 
