@@ -66,6 +66,10 @@ pub fn ensure_target(prog: &mut Program, t: &FnTarget, span: Span) -> Result<Opt
         FnTarget::Func(f) => Ok(Some(*f)),
         FnTarget::Dynamic => Ok(None),
         FnTarget::Vmap { inner, in_axes } => {
+            // A pullback holds its primals, which the batched copy would have to share unbatched.
+            if matches!(&**inner, FnTarget::Grad { wrt: usize::MAX, .. }) {
+                return Err(err(span, "`vmap` cannot batch a `vjp` pullback; use `jacrev(f)(x)` or `vmap` of `grad`"));
+            }
             let Some(f) = ensure_target(prog, inner, span)? else { return Ok(None) };
             derive(prog, f, Mode::Vmap { code: vmap::axes_code(in_axes) }, span).map(Some)
         }
