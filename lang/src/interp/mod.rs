@@ -187,8 +187,9 @@ pub struct Interp<'p> {
     /// stops at the first one that has them. Nothing is compiled then (like `jax_debug_nans`'
     /// op-by-op rerun), so the first such primitive is found whatever the engine.
     pub nan_check: bool,
-    /// Reads of locals that are their last (`ir::opt::last_uses`, at `-O2`), by expression id:
-    /// the value moves out of the frame there.
+    /// Reads of locals that are their last (`ir::opt::last_uses`), by expression id: the value
+    /// moves out of the frame there. Set for whole programs (`msl run`, `msl test`, spec files,
+    /// the JIT at `-O2`), never in the REPL, whose later input may read any local again.
     pub moves: std::collections::HashSet<crate::ir::ExprId>,
     /// Values of operands that compiled code evaluated, by expression id (`host`).
     preset: Vec<(crate::ir::ExprId, Value)>,
