@@ -135,14 +135,17 @@ fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
     acc
 }
 
+/// Whether the int8 products use `vpdpbusd`: the CPU has AVX-512 VNNI and the vector builds are
+/// on (`MSL_SIMD=baseline` or `simd::set_avx2(false)` keeps every kernel portable).
 #[cfg(target_arch = "x86_64")]
 fn has_vnni() -> bool {
     static VNNI: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *VNNI.get_or_init(|| {
-        std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx512bw")
-            && std::arch::is_x86_feature_detected!("avx512vnni")
-    })
+    crate::simd::avx2_enabled()
+        && *VNNI.get_or_init(|| {
+            std::arch::is_x86_feature_detected!("avx512f")
+                && std::arch::is_x86_feature_detected!("avx512bw")
+                && std::arch::is_x86_feature_detected!("avx512vnni")
+        })
 }
 
 /// `Σ a·b` with `vpdpbusd`: `a` shifted to unsigned (`a + 128`), corrected by `128 · Σ b`.
