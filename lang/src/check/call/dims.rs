@@ -1,0 +1,114 @@
+//! Dims given by name at a call of a generic function: `heads[H = 4](x)` fixes `H` before the
+//! arguments are unified, and the others are inferred as usual.
+
+use super::*;
+
+/// The callee of a call of a named function: where it is written and the dims given to it
+/// (`heads[H = 4]`).
+pub(crate) struct Callee<'a> {
+    pub(super) span: Span,
+    pub(super) dims: &'a [(Sym, Dim)],
+}
+
+impl Checker {
+    /// `f[H = 4](x)`: a call of the generic function `f` with some of its dims given by name.
+    pub(super) fn call_with_dims(
+        &mut self,
+        cx: &mut FnCx,
+        base: &ast::Expr,
+        dargs: &[ast::IndexArg],
+        args: &[ast::Arg],
+        span: Span,
+        expected: Option<&Type>,
+    ) -> ir::Expr {
+        let item = match &base.kind {
+            ast::ExprKind::Name(n) if cx.lookup(n).is_none() => self.scopes[cx.module.0 as usize].get(n).cloned(),
+            ast::ExprKind::Field(m, member) => match &m.kind {
+                ast::ExprKind::Name(n) if cx.lookup(n).is_none() => match self.scopes[cx.module.0 as usize].get(n) {
+                    Some(ItemRef::Module(m)) => self.scopes[m.0 as usize].get(&member.name).cloned(),
+                    _ => None,
+                },
+                _ => None,
+            },
+            _ => None,
+        };
+        let Some(ItemRef::Func(id)) = item else {
+            self.error(
+                Diagnostic::error(Code::E0313, base.span, "dims are given by name only to a generic function")
+                    .label("not a function defined with `fn`"),
+            );
+            for a in args {
+                self.check_expr(cx, &a.value, None);
+            }
+            return self.error_expr(span);
+        };
+        let sig = self.fn_sigs[id.0 as usize].clone();
+        let mut given: Vec<(Sym, Dim)> = Vec::new();
+        let mut ok = true;
+        for a in dargs {
+            let (name, value) = match a {
+                ast::IndexArg::Named { name, value } => (name, value),
+                ast::IndexArg::Expr(ast::Expr { span: s, .. }) | ast::IndexArg::Slice { span: s, .. } => {
+                    self.error(
+                        Diagnostic::error(Code::E0212, *s, "dim arguments are given by name")
+                            .with_help(format!("write `{}[D = …](…)` with a dim of its signature", sig.name)),
+                    );
+                    ok = false;
+                    continue;
+                }
+            };
+            let Some(sym) = sig.dims.iter().copied().find(|d| self.names().sym(*d) == name.name) else {
+                let dims: Vec<String> = sig.dims.iter().map(|d| self.names().sym(*d)).collect();
+                let help = if dims.is_empty() {
+                    format!("`{}` has no dims", sig.name)
+                } else {
+                    format!("its dims are {}", dims.join(", "))
+                };
+                self.error(
+                    Diagnostic::error(Code::E0212, name.span, format!("`{}` has no dim `{}`", sig.name, name.name))
+                        .with_help(help)
+                        .with_secondary(sig.span, "declared here"),
+                );
+                ok = false;
+                continue;
+            };
+            if given.iter().any(|(s, _)| *s == sym) {
+                self.error(
+                    Diagnostic::error(
+                        Code::E0212,
+                        name.span,
+                        format!("dim `{}` of `{}` is given twice", name.name, sig.name),
+                    )
+                    .label("given again here"),
+                );
+                ok = false;
+                continue;
+            }
+            match self.static_dim(cx, value) {
+                Some(d) => given.push((sym, d)),
+                None => {
+                    self.error(
+                        Diagnostic::error(
+                            Code::E0323,
+                            value.span,
+                            "a dim argument must be a size known at compile time",
+                        )
+                        .label("not a compile-time size")
+                        .with_help("a number, a global `dim`, a dim of this function, or arithmetic of them"),
+                    );
+                    ok = false;
+                }
+            }
+        }
+        if !ok {
+            for a in args {
+                self.check_expr(cx, &a.value, None);
+            }
+            return self.error_expr(span);
+        }
+        let def = sig.span;
+        self.index.types.push((base.span, self.fn_signature_str(id), Some(def)));
+        self.call_item(cx, id, args, span, Callee { span: base.span, dims: &given }, expected)
+    }
+
+}
