@@ -222,8 +222,9 @@ fn weights_block<F: Float>(g: &Geometry, q: &[F], k: &[F], first: usize, out: &m
         let n = g.visible(first + r);
         let qi = &q[(first + r) * g.d..(first + r + 1) * g.d];
         let mut top = F::NEG_INFINITY;
-        for (j, w) in row[..n].iter_mut().enumerate() {
-            *w = dot(qi, &k[j * g.d..(j + 1) * g.d]) * scale;
+        dots(qi, &k[..n * g.d], &mut row[..n]);
+        for w in &mut row[..n] {
+            *w = *w * scale;
             top = top.max_p(*w);
         }
         let mut sum = zero;
