@@ -110,5 +110,4 @@ impl Checker {
         self.index.types.push((base.span, self.fn_signature_str(id), Some(def)));
         self.call_item(cx, id, args, span, Callee { span: base.span, dims: &given }, expected)
     }
-
 }
