@@ -106,9 +106,7 @@ pub fn run_cmd(file: &Path, logdir: &Path, json: bool) -> u8 {
         Err(code) => return code,
     };
     let mut it = interpreter(&c.program, file, logdir);
-    // The whole program is known, so a local's last read hands its value over: a buffer passed
-    // to a function that updates it (a key/value cache) is then written in place, not copied.
-    it.moves = lang::ir::opt::last_uses(&c.program);
+    it.move_at_last_uses();
     match crate::alloc::with_sources(&c.sources, || it.run_main(main)) {
         Ok(_) => {
             crate::spmd::comm_report(&c);
@@ -231,7 +229,7 @@ pub fn test_cmd(paths: &[PathBuf], jit: Option<jit::Options>, logdir: Option<&Pa
             }
             match jit {
                 Some(opts) => drop(jit::install(&mut it, opts)),
-                None => it.moves = lang::ir::opt::last_uses(&c.program),
+                None => it.move_at_last_uses(),
             }
             match crate::alloc::with_sources(&c.sources, || it.run_main(t.func)) {
                 Ok(_) => {

@@ -299,7 +299,7 @@ pub fn install<'p>(it: &mut Interp<'p>, opts: Options) -> Rc<RefCell<Report>> {
     let (accel, report) = JitAccel::new(it.prog, opts);
     it.accel = Some(Box::new(accel));
     if opts.level >= 2 {
-        it.moves = lang::ir::opt::last_uses(it.prog);
+        it.move_at_last_uses();
     }
     report
 }

@@ -146,8 +146,7 @@ pub fn run_block_prepared(
     let mut failure = None;
     {
         let mut it = Interp::new(&c.program, Box::new(&mut buf));
-        // As `msl run` does: a local's last read hands its value over (see `Interp::moves`).
-        it.moves = crate::ir::opt::last_uses(&c.program);
+        it.move_at_last_uses();
         it.source_dir = Some(dir.to_path_buf());
         it.work_dir = scratch.as_ref().map(|s| s.0.clone());
         setup(&mut it);

@@ -42,8 +42,7 @@ impl Checker {
         }
         // Callees known by name: items, constructors and builtins.
         let item = match &f.kind {
-            ast::ExprKind::Name(n) if cx.lookup(n).is_none() => match self.scopes[cx.module.0 as usize].get(n).cloned()
-            {
+            ast::ExprKind::Name(n) if cx.lookup(n).is_none() => match self.named_item(cx, f) {
                 Some(r) => Some(r),
                 None => {
                     if SPECIAL.contains(&n.as_str()) {
@@ -66,20 +65,14 @@ impl Checker {
                     return self.error_expr(span);
                 }
             },
-            ast::ExprKind::Field(base, member) => match &base.kind {
-                ast::ExprKind::Name(n) if cx.lookup(n).is_none() => match self.scopes[cx.module.0 as usize].get(n) {
-                    Some(ItemRef::Module(m)) => {
-                        let r = self.scopes[m.0 as usize].get(&member.name).cloned();
-                        if let Some(ItemRef::Func(id)) = &r {
-                            let def = self.fn_sigs[id.0 as usize].span;
-                            self.index.types.push((member.span, self.fn_signature_str(*id), Some(def)));
-                        }
-                        r
-                    }
-                    _ => None,
-                },
-                _ => None,
-            },
+            ast::ExprKind::Field(_, member) => {
+                let r = self.named_item(cx, f);
+                if let Some(ItemRef::Func(id)) = &r {
+                    let def = self.fn_sigs[id.0 as usize].span;
+                    self.index.types.push((member.span, self.fn_signature_str(*id), Some(def)));
+                }
+                r
+            }
             _ => None,
         };
         match item {
@@ -128,6 +121,22 @@ impl Checker {
                 mk(ExprKind::CallValue { callee: Box::new(callee), target, args: vals }, ret, s)
             }
             None => self.error_expr(span),
+        }
+    }
+
+    /// The item a callee written `name` or `module.name` refers to, when it is not a local.
+    fn named_item(&self, cx: &FnCx, f: &ast::Expr) -> Option<ItemRef> {
+        let scope = |n: &String| (cx.lookup(n).is_none()).then(|| self.scopes[cx.module.0 as usize].get(n)).flatten();
+        match &f.kind {
+            ast::ExprKind::Name(n) => scope(n).cloned(),
+            ast::ExprKind::Field(base, member) => match &base.kind {
+                ast::ExprKind::Name(n) => match scope(n) {
+                    Some(ItemRef::Module(m)) => self.scopes[m.0 as usize].get(&member.name).cloned(),
+                    _ => None,
+                },
+                _ => None,
+            },
+            _ => None,
         }
     }
 

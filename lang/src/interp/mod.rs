@@ -223,6 +223,13 @@ impl<'p> Interp<'p> {
         self.prog.span(e.span)
     }
 
+    /// Moves each local's value out of the frame at its last read (`ir::opt::last_uses`), for a
+    /// run of the whole program: a buffer handed to a function that updates it (a key/value
+    /// cache) is then written in place, not copied. Never for the REPL (see [`Interp::moves`]).
+    pub fn move_at_last_uses(&mut self) {
+        self.moves = crate::ir::opt::last_uses(self.prog);
+    }
+
     /// Runs a function with no parameters (`main`, a test) to completion.
     pub fn run_main(&mut self, f: FuncId) -> Result<Value, RuntimeError> {
         match self.call(f, vec![], HashMap::new(), vec![]) {

@@ -21,27 +21,29 @@ impl Checker {
         span: Span,
         expected: Option<&Type>,
     ) -> ir::Expr {
-        let item = match &base.kind {
-            ast::ExprKind::Name(n) if cx.lookup(n).is_none() => self.scopes[cx.module.0 as usize].get(n).cloned(),
-            ast::ExprKind::Field(m, member) => match &m.kind {
-                ast::ExprKind::Name(n) if cx.lookup(n).is_none() => match self.scopes[cx.module.0 as usize].get(n) {
-                    Some(ItemRef::Module(m)) => self.scopes[m.0 as usize].get(&member.name).cloned(),
-                    _ => None,
-                },
-                _ => None,
-            },
-            _ => None,
+        let given = match self.named_item(cx, base) {
+            Some(ItemRef::Func(id)) => self.given_dims(cx, id, dargs).map(|g| (id, g)),
+            _ => {
+                self.error(
+                    Diagnostic::error(Code::E0313, base.span, "dims are given by name only to a generic function")
+                        .label("not a function defined with `fn`"),
+                );
+                None
+            }
         };
-        let Some(ItemRef::Func(id)) = item else {
-            self.error(
-                Diagnostic::error(Code::E0313, base.span, "dims are given by name only to a generic function")
-                    .label("not a function defined with `fn`"),
-            );
+        let Some((id, given)) = given else {
             for a in args {
                 self.check_expr(cx, &a.value, None);
             }
             return self.error_expr(span);
         };
+        let def = self.fn_sigs[id.0 as usize].span;
+        self.index.types.push((base.span, self.fn_signature_str(id), Some(def)));
+        self.call_item(cx, id, args, span, Callee { span: base.span, dims: &given }, expected)
+    }
+
+    /// The dims `dargs` give to `id` (`[H = 4, D = 2 * E]`), or `None` once their errors are reported.
+    fn given_dims(&mut self, cx: &FnCx, id: FuncId, dargs: &[ast::IndexArg]) -> Option<Vec<(Sym, Dim)>> {
         let sig = self.fn_sigs[id.0 as usize].clone();
         let mut given: Vec<(Sym, Dim)> = Vec::new();
         let mut ok = true;
@@ -100,14 +102,6 @@ impl Checker {
                 }
             }
         }
-        if !ok {
-            for a in args {
-                self.check_expr(cx, &a.value, None);
-            }
-            return self.error_expr(span);
-        }
-        let def = sig.span;
-        self.index.types.push((base.span, self.fn_signature_str(id), Some(def)));
-        self.call_item(cx, id, args, span, Callee { span: base.span, dims: &given }, expected)
+        ok.then_some(given)
     }
 }

@@ -126,15 +126,13 @@ impl Checker {
         };
         // A run-time batch size, or a ragged last batch that is kept: the batch dim is a fresh
         // run-time dim, bound to each batch's row count.
-        let rows = match self.static_dim(cx, &size_expr) {
-            Some(d) if drop_last => Err(d),
-            _ => Ok(self.new_sym("B")),
+        let (b, rows) = match self.static_dim(cx, &size_expr) {
+            Some(d) if drop_last => (d, None),
+            _ => {
+                let s = self.new_sym("B");
+                (Dim::var(s), Some(s))
+            }
         };
-        let b = match &rows {
-            Err(d) => d.clone(),
-            Ok(s) => Dim::var(*s),
-        };
-        let rows = rows.ok();
         let i32t = Type::scalar(ElemTy::I32);
         let sv = self.check_expr(cx, &size_expr, Some(&i32t));
         let sv = self.coerce_with(sv, &i32t, size_expr.span, Code::E0303, "batch size");
