@@ -382,7 +382,9 @@ impl Interp<'_> {
                     _ => Ok(v),
                 }
             }
-            // In a sharded run every rank holds the whole value here (the pass gathered it); one writes.
+            // A checkpoint folder in a sharded run: every rank writes its blocks (the pass
+            // gathered nothing). Any other file: every rank holds the whole value (the pass
+            // gathered it), and rank 0 writes it.
             Prim::Save
                 if self.spmd.is_some()
                     && matches!(&e.kind, crate::ir::ExprKind::Prim { args, .. } if crate::shard::sharded_save(args)) =>

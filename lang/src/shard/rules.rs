@@ -27,6 +27,12 @@ pub(super) fn prim(cx: &mut Fcx, e: &mut Expr) {
     }
     let partial: Option<(Prim, Vec<AxisId>)>;
     match p {
+        Prim::Save if super::sharded_save(args) => {
+            // A checkpoint folder: each rank writes its own blocks (`interp::shards`), so
+            // nothing is gathered, a model no more than a tuple.
+            e.ty = strip(&e.ty);
+            return;
+        }
         crate::unary_prims!() | Prim::Cast | Prim::StopGradient | crate::collective_prims!() => {
             if let Some(a) = args.first() {
                 e.ty = with_layout(&e.ty, layout(&a.ty));
