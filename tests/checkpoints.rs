@@ -410,3 +410,122 @@ fn main() {{
     eprint!("{out}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A model whose fields are named as PyTorch names a module's parameters (`fc1.weight`, with
+/// `nn.Linear`'s [out, in] weight), the program that saves it, and the one that loads a
+/// `state_dict` saved by PyTorch; both save the model's output on the same input.
+const TORCH_NET: &str = "
+model Linear[I, O] {
+    weight: f32[O, I] = glorot_uniform(O, I)
+    bias: f32[O] = normal(O) * 0.1
+}
+model Net {
+    fc1: Linear[4, 8]
+    fc2: Linear[8, 3]
+}
+fn forward[N](m: Net, x: f32[N, 4]) -> f32[N, 3] {
+    let h = relu(x @ transpose(m.fc1.weight) + m.fc1.bias)
+    h @ transpose(m.fc2.weight) + m.fc2.bias
+}
+fn input() -> f32[2, 4] { reshape(f32(arange(8)), [2, 4]) / 8.0 }
+";
+
+const TORCH_SAVE: &str = "
+fn main() {
+    let m = init(Net, seed: 7)
+    save(\"ckpt/\", m)
+    save(\"msl_out.npy\", forward(m, input()))
+}
+";
+
+const TORCH_LOAD: &str = "
+fn main() {
+    let m: Net = load(\"torch.safetensors\")
+    save(\"msl_out2.npy\", forward(m, input()))
+}
+";
+
+/// Run by a Python with PyTorch: msl's checkpoint is a `state_dict` that `load_state_dict`
+/// takes strictly into the same network written with `torch.nn`, which then computes what msl
+/// computed; then a PyTorch model's `state_dict` is saved for msl to load (`load.msl`), and
+/// `--check` compares msl's output with PyTorch's.
+const TORCH_CHECK: &str = r#"
+import json, sys
+import numpy as np
+import torch, safetensors.torch
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(4, 8)
+        self.fc2 = torch.nn.Linear(8, 3)
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+x = torch.arange(8, dtype=torch.float32).reshape(2, 4) / 8
+if sys.argv[1:] == ["--check"]:
+    ours, theirs = np.load("msl_out2.npy"), np.load("torch_out.npy")
+    assert np.allclose(ours, theirs, rtol=1e-5, atol=1e-6), (ours, theirs)
+    print("msl computes what torch computes with its weights")
+    sys.exit(0)
+index = json.load(open("ckpt/index.json"))
+[f] = index["files"]
+state = safetensors.torch.load_file("ckpt/" + f["name"])
+net = Net()
+result = net.load_state_dict(state, strict=True)
+assert not result.missing_keys and not result.unexpected_keys, result
+with torch.no_grad():
+    y = net(x).numpy()
+ours = np.load("msl_out.npy")
+assert np.allclose(y, ours, rtol=1e-5, atol=1e-6), (y, ours)
+print("load_state_dict took", " ".join(state), "and torch computes what msl computed")
+torch.manual_seed(0)
+theirs = Net()
+safetensors.torch.save_file(theirs.state_dict(), "torch.safetensors")
+with torch.no_grad():
+    np.save("torch_out.npy", theirs(x).numpy())
+"#;
+
+/// A Python that imports `torch` and `safetensors.torch`: `MSL_TORCH_PYTHON`, else `python3`;
+/// or why there is none. PyTorch is not installed for the test: its PyPI wheel is a 3.5 GB
+/// download (with its CUDA libraries), too much for every run of the suite.
+fn python_with_torch() -> Result<PathBuf, String> {
+    let py = std::env::var_os("MSL_TORCH_PYTHON").map_or_else(|| PathBuf::from("python3"), PathBuf::from);
+    let o = Command::new(&py).args(["-c", "import torch, safetensors.torch, numpy"]).output();
+    match o {
+        Ok(o) if o.status.success() => Ok(py),
+        _ => Err(format!(
+            "{} cannot import torch, safetensors and numpy; set MSL_TORCH_PYTHON to a Python that can \
+             (PyTorch's 3.5 GB wheel is not installed by the suite)",
+            py.display()
+        )),
+    }
+}
+
+#[test]
+fn pytorch_loads_a_checkpoint_as_a_state_dict() {
+    let py = match python_with_torch() {
+        Ok(py) => py,
+        Err(why) => {
+            eprintln!("SKIPPED pytorch_loads_a_checkpoint_as_a_state_dict: {why}");
+            return;
+        }
+    };
+    let save = format!("{TORCH_NET}{TORCH_SAVE}");
+    let load = format!("{TORCH_NET}{TORCH_LOAD}");
+    let dir = scratch("torch", &[("save.msl", &save), ("load.msl", &load), ("check.py", TORCH_CHECK)]);
+    ok(&dir, &["run", "save.msl"]);
+    let python = |args: &[&str]| {
+        let o = Command::new(&py).args(args).current_dir(&dir).output().expect("run python");
+        let out = text(&o.stdout);
+        assert!(o.status.success(), "python {args:?} failed:\n{out}{}", text(&o.stderr));
+        out
+    };
+    let out = python(&["check.py"]);
+    assert!(out.contains("load_state_dict took fc1.weight fc1.bias fc2.weight fc2.bias and torch computes"), "{out}");
+    ok(&dir, &["run", "load.msl"]);
+    let out2 = python(&["check.py", "--check"]);
+    assert!(out2.contains("msl computes what torch computes"), "{out2}");
+    eprint!("{out}{out2}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,7 +1,8 @@
 //! Checkpoints: a folder holding one `.safetensors` file per rank and an index, `index.json`,
 //! that names every tensor with its global shape, element type and layout over the mesh, and
 //! says where each of its shards lies (file, position in the global tensor, byte range and
-//! CRC-32 of its bytes).
+//! CRC-32 of its bytes, and of each [`CHUNK`] of them when it is longer, so that a reader that
+//! needs some rows of a shard reads and checks only the pieces holding them).
 //!
 //! A single process writes one file, `rank0.<crc>.safetensors`, with every tensor whole (the
 //! replicated layout, no mesh). The index already has room for a sharded save: a `mesh`, a
@@ -106,7 +107,20 @@ pub struct Shard {
     pub bytes: [u64; 2],
     /// The CRC-32 (IEEE) of those bytes.
     pub crc32: u32,
+    /// For a shard longer than [`CHUNK`] bytes: the length of the pieces its bytes are cut
+    /// into (`chunk`), and the CRC-32 of each piece in order (`chunk_crc32`, the last piece
+    /// shorter), so that a reader that needs only some rows of the shard reads and checks only
+    /// the pieces that hold them. Absent (JSON: no such fields) for shorter shards, whose one
+    /// piece is the whole shard, and in checkpoints written before these fields existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chunk: Option<u64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub chunk_crc32: Vec<u32>,
 }
+
+/// The length of the checksummed pieces of a long shard: 1 MiB (a multiple of every element
+/// size), so a rank that reads only its rows reads at most 1 MiB more at each end.
+pub const CHUNK: u64 = 1 << 20;
 
 /// What a program expects of one tensor it loads from a checkpoint: its name, element type and
 /// global shape, where `None` is a dim bound at run time (any size; the caller checks it).
@@ -187,7 +201,7 @@ pub fn write_data_file(
     let mut tensors = Vec::with_capacity(named.len());
     let mut flushed = 0u64;
     for (_, t) in named {
-        let mut crc = crc32fast::Hasher::new();
+        let mut crc = Pieces::default();
         let file = tmp.file();
         let mut end = at;
         super::for_le_chunks(t, |b| {
@@ -201,6 +215,7 @@ pub fn write_data_file(
             Ok(())
         })
         .map_err(fail)?;
+        let (crc, chunk_crc32) = crc.finish();
         whole.combine(&crc);
         let size = (t.len() * t.dtype().size_in_bytes()) as u64;
         let shape = t.shape().to_vec();
@@ -210,6 +225,8 @@ pub fn write_data_file(
             shape,
             bytes: [at, at + size],
             crc32: crc.finalize(),
+            chunk: (!chunk_crc32.is_empty()).then_some(CHUNK),
+            chunk_crc32,
         });
         at += size;
     }
@@ -221,6 +238,48 @@ pub fn write_data_file(
     tmp.commit(&data_path).map_err(fail)?;
     sync_folder(&data_path).map_err(fail)?;
     Ok((FileEntry { name: data_name, rank, size: at, header_crc32: crc32fast::hash(&head) }, tensors))
+}
+
+/// The CRC-32 of a shard's bytes as they are written, and of each [`CHUNK`] of them.
+#[derive(Default)]
+struct Pieces {
+    whole: crc32fast::Hasher,
+    piece: crc32fast::Hasher,
+    /// Bytes in the current piece.
+    filled: u64,
+    done: Vec<u32>,
+}
+
+impl Pieces {
+    fn update(&mut self, mut b: &[u8]) {
+        while !b.is_empty() {
+            let n = (CHUNK - self.filled).min(b.len() as u64) as usize;
+            self.piece.update(&b[..n]);
+            self.filled += n as u64;
+            b = &b[n..];
+            if self.filled == CHUNK {
+                self.close();
+            }
+        }
+    }
+
+    fn close(&mut self) {
+        let piece = std::mem::take(&mut self.piece);
+        self.whole.combine(&piece);
+        self.done.push(piece.finalize());
+        self.filled = 0;
+    }
+
+    /// The whole shard's hasher, and the pieces' CRC-32s when there is more than one piece.
+    fn finish(mut self) -> (crc32fast::Hasher, Vec<u32>) {
+        if self.filled > 0 {
+            self.close();
+        }
+        if self.done.len() <= 1 {
+            self.done.clear();
+        }
+        (self.whole, self.done)
+    }
 }
 
 /// Writes `index` as the index of the checkpoint in `dir`, atomically and last (its data files
@@ -665,11 +724,56 @@ impl Files<'_> {
             if n == 0 || !overlaps {
                 continue;
             }
-            let mut data = vec![T::default(); n];
-            self.shard(e, s, &mut data)?;
-            copy_overlap(out, start, shape, &data, &s.start, &s.shape);
+            // The elements of the shard (row-major) from the first to the last it shares with
+            // the block: all that is read, widened to whole checksummed pieces.
+            let lo: Vec<usize> = (0..shape.len()).map(|d| start[d].max(s.start[d]) - s.start[d]).collect();
+            let hi: Vec<usize> =
+                (0..shape.len()).map(|d| (start[d] + shape[d]).min(s.start[d] + s.shape[d]) - s.start[d] - 1).collect();
+            let (first, last) = (linear(&lo, &s.shape), linear(&hi, &s.shape) + 1);
+            let (from, data) = match s.chunk {
+                Some(chunk) if last - first < n => {
+                    let per = chunk as usize / T::SIZE;
+                    let (p0, p1) = (first / per, last.div_ceil(per));
+                    let mut data = vec![T::default(); (p1 * per).min(n) - p0 * per];
+                    self.pieces(e, s, p0, per, &mut data)?;
+                    (p0 * per, data)
+                }
+                _ => {
+                    let mut data = vec![T::default(); n];
+                    self.shard(e, s, &mut data)?;
+                    (0, data)
+                }
+            };
+            copy_overlap(out, start, shape, &data, from, &s.start, &s.shape);
         }
         Ok(())
+    }
+
+    /// Reads the pieces of shard `s` of `e` from piece `p0` on (`per` elements each, the last
+    /// one maybe shorter) into `out`, each checked against its CRC-32.
+    fn pieces<T: Le>(
+        &mut self,
+        e: &TensorEntry,
+        s: &Shard,
+        p0: usize,
+        per: usize,
+        out: &mut [T],
+    ) -> Result<(), KernelError> {
+        let begin = s.bytes[0] + (p0 * per * T::SIZE) as u64;
+        let f = self.file(s.file)?;
+        let read = (|| {
+            let io = |e: io::Error| format!("cannot read its data: {e}");
+            f.seek(SeekFrom::Start(begin)).map_err(io)?;
+            for (k, part) in out.chunks_mut(per).enumerate() {
+                let mut crc = crc32fast::Hasher::new();
+                T::read_into(f, part, &mut crc).map_err(io)?;
+                if s.chunk_crc32.get(p0 + k) != Some(&crc.finalize()) {
+                    return Err("its data does not match its checksum".to_string());
+                }
+            }
+            Ok(())
+        })();
+        read.map_err(|m| self.bad(e, m))
     }
 
     /// Checks, before anything is read, that each shard of `e` (`blocks[i]` elements) has a
@@ -689,6 +793,13 @@ impl Files<'_> {
             if end > size {
                 let m = format!("its byte range {begin}..{end} lies past the end of its file ({size} bytes)");
                 return Err(self.bad(e, m));
+            }
+            if let Some(chunk) = s.chunk {
+                let pieces = if chunk == 0 { None } else { Some(want.div_ceil(chunk)) };
+                if chunk % T::SIZE as u64 != 0 || pieces != Some(s.chunk_crc32.len() as u64) {
+                    let m = format!("its {} checksums do not fit pieces of {chunk} bytes", s.chunk_crc32.len());
+                    return Err(self.bad(e, m));
+                }
             }
             ranges.push((s.file, begin, end));
         }
@@ -789,16 +900,22 @@ fn overlap(a: &Shard, b: &Shard) -> bool {
         && (0..a.start.len()).all(|d| a.start[d] < b.start[d] + b.shape[d] && b.start[d] < a.start[d] + a.shape[d])
 }
 
+/// The row-major position of the element at `idx` in a block of `shape`.
+fn linear(idx: &[usize], shape: &[usize]) -> usize {
+    idx.iter().zip(shape).fold(0, |a, (i, n)| a * n + i)
+}
+
 /// A tensor to read and the block of it wanted (`None`: all of it).
 type Part<'a> = (&'a TensorEntry, Option<&'a (Vec<usize>, Vec<usize>)>);
 
-/// Copies the part of the block `src` (row-major, at `src_start` of the global tensor, shape
-/// `src_shape`) that lies inside the block `dst` (at `dst_start`, shape `dst_shape`).
+/// Copies the part of the block `src` (row-major from its element `src_from` on, at
+/// `src_start` of the global tensor, shape `src_shape`) that lies inside the block `dst` (at `dst_start`, shape `dst_shape`).
 fn copy_overlap<T: Copy>(
     dst: &mut [T],
     dst_start: &[usize],
     dst_shape: &[usize],
     src: &[T],
+    src_from: usize,
     src_start: &[usize],
     src_shape: &[usize],
 ) {
@@ -818,7 +935,7 @@ fn copy_overlap<T: Copy>(
     let mut idx = lo.clone();
     loop {
         let offset = |start: &[usize], shape: &[usize]| (0..rank).fold(0, |a, d| a * shape[d] + idx[d] - start[d]);
-        let (from, to) = (offset(src_start, src_shape), offset(dst_start, dst_shape));
+        let (from, to) = (offset(src_start, src_shape) - src_from, offset(dst_start, dst_shape));
         dst[to..to + row].copy_from_slice(&src[from..from + row]);
         // The next row: the dims before the last, last-but-one fastest.
         let mut d = rank - 1;

@@ -160,6 +160,8 @@ fn shards_are_assembled() {
         shape: vec![2, 3],
         bytes: [lo as u64, hi as u64],
         crc32: crc(&bytes[lo..hi]),
+        chunk: None,
+        chunk_crc32: Vec::new(),
     };
     let mut index = Index {
         format: FORMAT.into(),
@@ -262,5 +264,55 @@ fn a_sharded_checkpoint_reads_whole_or_by_block() {
     let t = read_checkpoint(&dir, &[want(Some((vec![2, 0], vec![2, 6])))]).unwrap();
     assert_eq!(t[0].as_f32().unwrap(), &whole[12..]);
     assert!(read_checkpoint(&dir, &[want(Some((vec![3, 0], vec![2, 6])))]).is_err(), "a block past the end");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A long shard is checksummed in pieces of [`CHUNK`] bytes, and a block of it reads only the
+/// pieces that hold the block: damage in another piece goes unnoticed by that read (it reads
+/// none of those bytes) and is reported by a read that needs it.
+#[test]
+fn a_block_of_a_long_shard_reads_only_its_pieces() {
+    let dir = scratch("pieces");
+    prepare_checkpoint(&dir).unwrap();
+    // [1024, 1024] f32: 4 MiB, four pieces of 256 rows each.
+    let whole: Vec<f32> = (0..1 << 20).map(|i| i as f32).collect();
+    let t = Tensor::from_f32(vec![1024, 1024], whole.clone()).unwrap();
+    let (file, mut shards) = write_data_file(&dir, 0, &[("w".into(), t)]).unwrap();
+    let shard = shards.remove(0);
+    assert_eq!(shard.chunk, Some(CHUNK));
+    assert_eq!(shard.chunk_crc32.len(), 4);
+    let begin = shard.bytes[0];
+    let index = Index {
+        format: FORMAT.into(),
+        version: VERSION,
+        mesh: None,
+        files: vec![file.clone()],
+        tensors: vec![TensorEntry {
+            name: "w".into(),
+            dtype: "F32".into(),
+            shape: vec![1024, 1024],
+            layout: vec![vec![], vec![]],
+            shards: vec![shard],
+        }],
+    };
+    write_index(&dir, &index).unwrap();
+    let want = |region| {
+        [Wanted { name: "w".into(), dtype: DType::F32, shape: vec![Some(1024), Some(1024)], group: None, region }]
+    };
+    // Rows 300..310, columns 5..8: inside the second piece.
+    let t = read_checkpoint(&dir, &want(Some((vec![300, 5], vec![10, 3])))).unwrap();
+    let expect: Vec<f32> = (300..310).flat_map(|r| (5..8).map(move |c| (r * 1024 + c) as f32)).collect();
+    assert_eq!(t[0].as_f32().unwrap(), &expect[..]);
+    // Damage one byte of the last piece (row 900).
+    let path = dir.join(&file.name);
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[(begin + 900 * 4096) as usize] ^= 1;
+    std::fs::write(&path, &bytes).unwrap();
+    let t = read_checkpoint(&dir, &want(Some((vec![0, 0], vec![512, 1024])))).unwrap();
+    assert_eq!(t[0].as_f32().unwrap(), &whole[..512 * 1024]);
+    for region in [Some((vec![700, 0], vec![300, 1024])), None] {
+        let e = read_checkpoint(&dir, &want(region)).unwrap_err().to_string();
+        assert!(e.contains("does not match its checksum"), "{e}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
