@@ -68,15 +68,21 @@ impl Mpi {
         Ok(f(c))
     }
 
-    fn reduce<T: Equivalence + Clone>(&self, axes: &[AxisId], op: ReduceKind, data: &mut [T]) -> Result<(), String> {
+    fn reduce<T: Equivalence + Clone + Default>(
+        &self,
+        axes: &[AxisId],
+        op: ReduceKind,
+        data: &[T],
+    ) -> Result<Vec<T>, String> {
         self.sent.set(self.sent.get() + std::mem::size_of_val(data) as u64);
-        let send = data.to_vec();
+        let mut out = vec![T::default(); data.len()];
         let op = match op {
             ReduceKind::Sum => SystemOperation::sum(),
             ReduceKind::Max => SystemOperation::max(),
             ReduceKind::Min => SystemOperation::min(),
         };
-        self.with_group(axes, |c| c.all_reduce_into(&send[..], data, op))
+        self.with_group(axes, |c| c.all_reduce_into(data, &mut out[..], op))?;
+        Ok(out)
     }
 
     fn gather<T: Equivalence + Clone + Default>(&self, axes: &[AxisId], block: &[T]) -> Result<Vec<T>, String> {
@@ -112,13 +118,13 @@ impl Collectives for Mpi {
     fn world(&self) -> usize {
         self.size()
     }
-    fn all_reduce_f32(&self, axes: &[AxisId], op: ReduceKind, data: &mut [f32]) -> Result<(), String> {
+    fn all_reduce_f32(&self, axes: &[AxisId], op: ReduceKind, data: &[f32]) -> Result<Vec<f32>, String> {
         self.reduce(axes, op, data)
     }
-    fn all_reduce_f64(&self, axes: &[AxisId], op: ReduceKind, data: &mut [f64]) -> Result<(), String> {
+    fn all_reduce_f64(&self, axes: &[AxisId], op: ReduceKind, data: &[f64]) -> Result<Vec<f64>, String> {
         self.reduce(axes, op, data)
     }
-    fn all_reduce_i32(&self, axes: &[AxisId], op: ReduceKind, data: &mut [i32]) -> Result<(), String> {
+    fn all_reduce_i32(&self, axes: &[AxisId], op: ReduceKind, data: &[i32]) -> Result<Vec<i32>, String> {
         self.reduce(axes, op, data)
     }
     fn all_gather_f32(&self, axes: &[AxisId], block: &[f32]) -> Result<Vec<f32>, String> {

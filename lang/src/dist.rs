@@ -86,10 +86,11 @@ pub trait Collectives {
     fn rank(&self) -> usize;
     /// The number of processes in the job.
     fn world(&self) -> usize;
-    /// Reduces `data` element-wise over the ranks that differ from this one only in `axes`.
-    fn all_reduce_f32(&self, axes: &[AxisId], op: ReduceKind, data: &mut [f32]) -> Result<(), String>;
-    fn all_reduce_f64(&self, axes: &[AxisId], op: ReduceKind, data: &mut [f64]) -> Result<(), String>;
-    fn all_reduce_i32(&self, axes: &[AxisId], op: ReduceKind, data: &mut [i32]) -> Result<(), String>;
+    /// `data` reduced element-wise over the ranks that differ from this one only in `axes`
+    /// (sent from where it lies: no copy of it is made first).
+    fn all_reduce_f32(&self, axes: &[AxisId], op: ReduceKind, data: &[f32]) -> Result<Vec<f32>, String>;
+    fn all_reduce_f64(&self, axes: &[AxisId], op: ReduceKind, data: &[f64]) -> Result<Vec<f64>, String>;
+    fn all_reduce_i32(&self, axes: &[AxisId], op: ReduceKind, data: &[i32]) -> Result<Vec<i32>, String>;
     /// Every rank's equal-sized block, concatenated in group order.
     fn all_gather_f32(&self, axes: &[AxisId], block: &[f32]) -> Result<Vec<f32>, String>;
     fn all_gather_f64(&self, axes: &[AxisId], block: &[f64]) -> Result<Vec<f64>, String>;
@@ -125,14 +126,14 @@ impl Collectives for Solo {
     fn world(&self) -> usize {
         1
     }
-    fn all_reduce_f32(&self, _: &[AxisId], _: ReduceKind, _: &mut [f32]) -> Result<(), String> {
-        Ok(())
+    fn all_reduce_f32(&self, _: &[AxisId], _: ReduceKind, data: &[f32]) -> Result<Vec<f32>, String> {
+        Ok(data.to_vec())
     }
-    fn all_reduce_f64(&self, _: &[AxisId], _: ReduceKind, _: &mut [f64]) -> Result<(), String> {
-        Ok(())
+    fn all_reduce_f64(&self, _: &[AxisId], _: ReduceKind, data: &[f64]) -> Result<Vec<f64>, String> {
+        Ok(data.to_vec())
     }
-    fn all_reduce_i32(&self, _: &[AxisId], _: ReduceKind, _: &mut [i32]) -> Result<(), String> {
-        Ok(())
+    fn all_reduce_i32(&self, _: &[AxisId], _: ReduceKind, data: &[i32]) -> Result<Vec<i32>, String> {
+        Ok(data.to_vec())
     }
     fn all_gather_f32(&self, _: &[AxisId], block: &[f32]) -> Result<Vec<f32>, String> {
         Ok(block.to_vec())
@@ -204,19 +205,13 @@ impl Spmd {
         let shape = x.shape().to_vec();
         match x.dtype() {
             DType::F32 => {
-                let mut v = x.as_f32().map(<[f32]>::to_vec).unwrap_or_default();
-                self.comm.all_reduce_f32(axes, op, &mut v)?;
-                Tensor::from_f32(shape, v).map_err(err)
+                Tensor::from_f32(shape, self.comm.all_reduce_f32(axes, op, x.as_f32().unwrap_or(&[]))?).map_err(err)
             }
             DType::F64 => {
-                let mut v = x.as_f64().map(<[f64]>::to_vec).unwrap_or_default();
-                self.comm.all_reduce_f64(axes, op, &mut v)?;
-                Tensor::from_f64(shape, v).map_err(err)
+                Tensor::from_f64(shape, self.comm.all_reduce_f64(axes, op, x.as_f64().unwrap_or(&[]))?).map_err(err)
             }
             DType::I32 => {
-                let mut v = x.as_i32().map(<[i32]>::to_vec).unwrap_or_default();
-                self.comm.all_reduce_i32(axes, op, &mut v)?;
-                Tensor::from_i32(shape, v).map_err(err)
+                Tensor::from_i32(shape, self.comm.all_reduce_i32(axes, op, x.as_i32().unwrap_or(&[]))?).map_err(err)
             }
             DType::Bool => Ok(self.all_reduce(axes, op, &x.cast(DType::I32))?.cast(DType::Bool)),
         }
@@ -252,8 +247,8 @@ impl Spmd {
     /// Every rank's `bytes`, in rank order (each rank passes its own; lengths may differ).
     pub fn exchange(&self, bytes: &[u8]) -> Result<Vec<Vec<u8>>, String> {
         let all = self.mesh.all_axes();
-        let mut n = [i32::try_from(bytes.len()).map_err(|_| "a message over 2 GiB".to_string())?];
-        self.comm.all_reduce_i32(&all, ReduceKind::Max, &mut n)?;
+        let n = [i32::try_from(bytes.len()).map_err(|_| "a message over 2 GiB".to_string())?];
+        let n = self.comm.all_reduce_i32(&all, ReduceKind::Max, &n)?;
         let words = (n[0] as usize).div_ceil(4) + 1;
         let mut block = vec![0i32; words];
         block[0] = bytes.len() as i32;
@@ -274,8 +269,7 @@ impl Spmd {
 
     /// Returns once every rank has called it.
     pub fn barrier(&self) -> Result<(), String> {
-        let mut x = [0i32];
-        self.comm.all_reduce_i32(&self.mesh.all_axes(), ReduceKind::Sum, &mut x)
+        self.comm.all_reduce_i32(&self.mesh.all_axes(), ReduceKind::Sum, &[0]).map(|_| ())
     }
 
     /// `x` summed over the group, keeping this rank's block of dim `dim` (one message of the
