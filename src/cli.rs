@@ -81,6 +81,10 @@ enum Cmd {
         /// the communicator counted them (compare `msl check --emit collectives`).
         #[arg(long)]
         comm_report: bool,
+        /// Write a timeline of the run to FILE (Chrome trace events: open it in Perfetto):
+        /// every kernel, collective, fused tree and call, each rank a process.
+        #[arg(long, value_name = "FILE")]
+        trace: Option<PathBuf>,
         /// The folder `log_scalar` writes TensorBoard event files into (default: `runs/<file
         /// stem>` in the working directory).
         #[arg(long, value_name = "DIR")]
@@ -218,6 +222,7 @@ pub fn main() -> u8 {
             consts,
             deny_warnings,
             comm_report,
+            trace,
         } => {
             if let Some(n) = ranks {
                 if n == 0 {
@@ -233,6 +238,9 @@ pub fn main() -> u8 {
             let logdir = logdir.unwrap_or_else(|| crate::metrics::default_logdir(&file));
             crate::run::NAN_CHECK.store(nan_check, std::sync::atomic::Ordering::Relaxed);
             crate::spmd::COMM_REPORT.store(comm_report, std::sync::atomic::Ordering::Relaxed);
+            if let Some(t) = trace {
+                let _ = crate::trace::TRACE.set(t);
+            }
             if device == DeviceKind::Cuda {
                 eprintln!("error: no CUDA device: this build of msl has no CUDA support; run with `--device cpu`");
                 return 2;

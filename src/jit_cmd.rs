@@ -33,6 +33,7 @@ pub fn run(file: &Path, logdir: &Path, level: u8, explain: bool, json: bool) -> 
     let report = jit::install(&mut it, opts);
     let n_moves = it.moves.len();
     let result = crate::alloc::with_sources(&c.sources, || it.run_main(main));
+    let traced = crate::trace::finish(&mut it, &c, result.is_ok());
     drop(it);
     let (_, peak) = crate::alloc::heap();
     if explain {
@@ -65,7 +66,7 @@ pub fn run(file: &Path, logdir: &Path, level: u8, explain: bool, json: bool) -> 
     match result {
         Ok(_) => {
             crate::spmd::comm_report(&c);
-            0
+            traced.err().unwrap_or(0)
         }
         Err(e) => crate::run::run_failed(&e, &c, json),
     }

@@ -12,6 +12,7 @@ mod repl;
 mod run;
 mod spmd;
 mod tfevents;
+mod trace;
 
 use std::process::ExitCode;
 

@@ -91,6 +91,7 @@ pub(crate) fn interpreter<'p>(prog: &'p lang::ir::Program, file: &Path, logdir: 
     it.scalars = Box::new(crate::metrics::TensorBoard::new(logdir.to_path_buf()));
     it.nan_check = NAN_CHECK.load(std::sync::atomic::Ordering::Relaxed);
     it.source_dir = file.parent().map(Path::to_path_buf);
+    crate::trace::start(&mut it);
     if std::io::stderr().is_terminal() && crate::spmd::rank() == 0 {
         it.observer = Box::new(Progress { bar: None });
     }
@@ -107,10 +108,12 @@ pub fn run_cmd(file: &Path, logdir: &Path, json: bool) -> u8 {
     };
     let mut it = interpreter(&c.program, file, logdir);
     it.move_at_last_uses();
-    match crate::alloc::with_sources(&c.sources, || it.run_main(main)) {
+    let result = crate::alloc::with_sources(&c.sources, || it.run_main(main));
+    let traced = crate::trace::finish(&mut it, &c, result.is_ok());
+    match result {
         Ok(_) => {
             crate::spmd::comm_report(&c);
-            0
+            traced.err().unwrap_or(0)
         }
         Err(e) => {
             drop(it);

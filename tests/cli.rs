@@ -265,3 +265,53 @@ fn spec_files_pass_from_any_folder() {
     let o = msl(&dir, &["test", "."]);
     assert!(o.status.success(), "{}{}", text(&o.stdout), text(&o.stderr));
 }
+
+/// The events of a `--trace` file, each as (cat, name, ts, dur, args); panics on a file that is
+/// not a Chrome trace-event document.
+fn trace_events(path: &Path) -> Vec<(String, String, f64, f64, serde_json::Value)> {
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("the trace")).expect("JSON");
+    let events = doc["traceEvents"].as_array().expect("traceEvents");
+    events
+        .iter()
+        .filter(|e| e["ph"] == "X")
+        .map(|e| {
+            let s = |k: &str| e[k].as_str().unwrap_or_default().to_string();
+            (s("cat"), s("name"), e["ts"].as_f64().expect("ts"), e["dur"].as_f64().expect("dur"), e["args"].clone())
+        })
+        .collect()
+}
+
+#[test]
+fn a_trace_holds_the_kernels_calls_and_fused_trees_of_the_run() {
+    let src = "fn loss(w: f32[4, 3], x: f32[8, 4]) -> f32 {\n    sum(tanh(x @ w) * 2.0 + 1.0)\n}\n\nfn main() {\n    let x = normal(8, 4, seed: 1)\n    let w = normal(4, 3, seed: 2)\n    print(grad(loss)(w, x)[0, 0] != 0.0)\n}\n";
+    let dir = scratch("trace", &[("p.msl", src)]);
+    for (mode, fused) in [(&["--mode", "eager"][..], false), (&["--mode", "jit", "-O2"], true)] {
+        let o = msl(&dir, &[&["run", "--trace", "t.json"][..], mode, &["p.msl"]].concat());
+        assert!(o.status.success(), "{mode:?}: {}", text(&o.stderr));
+        assert_eq!(text(&o.stdout).trim(), "true");
+        let ev = trace_events(&dir.join("t.json"));
+        // The backward pass's `xᵀ @ g`, at the `@` it differentiates.
+        let mm = ev.iter().filter(|e| e.0 == "kernel" && e.1 == "matmul");
+        assert!(mm.clone().any(|e| e.4["shape"] == "f32[4, 3]" && e.4["at"] == "p.msl:2:14"), "{mode:?}: {ev:?}");
+        assert!(ev.iter().any(|e| e.0 == "io" && e.1 == "print"), "{mode:?}");
+        let main = ev.iter().find(|e| e.1 == "main" && (e.0 == "call" || e.0 == "compiled")).expect("main");
+        for e in &ev {
+            assert!(e.2 >= main.2 && e.2 + e.3 <= main.2 + main.3 + 1.0, "{mode:?}: {e:?} lies inside main {main:?}");
+        }
+        assert_eq!(ev.iter().any(|e| e.0 == "fused"), fused, "{mode:?}: fused trees");
+        assert!(ev.iter().any(|e| e.1 == "grad(loss)"), "{mode:?}: the derivative's body, named as --explain names it");
+    }
+    // A failing run still writes what happened before the failure (one process).
+    let bad = "fn main() {\n    let a = ones(3)\n    print(sum(a))\n    print(a[i32(sum(a)) + 2])\n}\n";
+    std::fs::write(dir.join("bad.msl"), bad).expect("write");
+    let o = msl(&dir, &["run", "--trace", "bad.json", "bad.msl"]);
+    assert_eq!(o.status.code(), Some(2));
+    let ev = trace_events(&dir.join("bad.json"));
+    assert!(ev.iter().any(|e| e.1 == "sum") && ev.iter().any(|e| e.1 == "print"), "{ev:?}");
+    // A trace that cannot be written is exit 2 naming the file.
+    std::fs::create_dir_all(dir.join("adir")).expect("mkdir");
+    let o = msl(&dir, &["run", "--trace", "adir", "p.msl"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o.stderr).contains("error: --trace adir:"), "{}", text(&o.stderr));
+}

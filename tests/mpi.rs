@@ -339,3 +339,27 @@ fn the_sharding_pass_partitions_random_programs() {
         assert!(out.contains("collectives on mesh [dp = 2, mp = 2]"), "seed {seed}: {out}");
     }
 }
+
+#[test]
+fn a_trace_of_two_ranks_holds_both_and_their_collectives() {
+    if !have_mpirun("a_trace_of_two_ranks_holds_both_and_their_collectives") {
+        return;
+    }
+    let src = MLP.replace("mesh M[dp = 2, mp = 2]", "mesh M[dp = 2]").replace(" @mp", "");
+    let dir = scratch("trace", &[("mlp.msl", &src)]);
+    let o = mpirun(&dir, 2, &["run", "--trace", "t.json", "mlp.msl"]);
+    assert!(o.status.success(), "{:?}", text(&o));
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("t.json")).expect("the trace")).expect("JSON");
+    let events = doc["traceEvents"].as_array().expect("traceEvents");
+    for rank in 0..2 {
+        let mine: Vec<&serde_json::Value> = events.iter().filter(|e| e["pid"] == rank).collect();
+        assert!(mine.iter().any(|e| e["ph"] == "M" && e["args"]["name"] == format!("rank {rank}")), "rank {rank}");
+        let reduces: Vec<&&serde_json::Value> =
+            mine.iter().filter(|e| e["cat"] == "collective" && e["name"] == "all_reduce_sum").collect();
+        // The gradient all-reduce of w1 (4 × 8 f32) in each of the 4 steps.
+        let w1 = reduces.iter().filter(|e| e["args"]["bytes"] == 128 && e["args"]["shape"] == "f32[4, 8]").count();
+        assert_eq!(w1, 4, "rank {rank}: {reduces:?}");
+        assert!(mine.iter().any(|e| e["cat"] == "kernel" && e["name"] == "matmul"), "rank {rank}");
+    }
+}

@@ -174,6 +174,15 @@ fn mpi_outcome(code: &str, root: &Path, n: usize, label: &str) -> Result<Option<
     // Next to the spec files, so that `use "./fixtures/…"` resolves as it does in-process.
     let file = root.join(format!(".mpi-{}-{}.msl", std::process::id(), label.replace([':', '.'], "_")));
     std::fs::write(&file, code).map_err(|e| e.to_string())?;
+    // Run in a folder of its own, as the in-process runs are, so that what a block saves
+    // (`save("big.ckpt/", m)`) lands there, not among the spec files (relative loads are also
+    // tried next to the source, so `data/…` still resolves).
+    let work = std::env::temp_dir().join(format!(
+        "msl-spec-mpi-{}-{}",
+        std::process::id(),
+        label.replace([':', '.', '/'], "_")
+    ));
+    std::fs::create_dir_all(&work).map_err(|e| e.to_string())?;
     let out = std::process::Command::new("mpirun")
         .args(["-n", &n.to_string(), "--oversubscribe"])
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
@@ -182,10 +191,11 @@ fn mpi_outcome(code: &str, root: &Path, n: usize, label: &str) -> Result<Option<
         .arg(env!("CARGO_BIN_EXE_msl"))
         .arg("run")
         .arg(&file)
-        .current_dir(root)
+        .current_dir(&work)
         .output()
         .map_err(|e| e.to_string())?;
     let _ = std::fs::remove_file(&file);
+    let _ = std::fs::remove_dir_all(&work);
     if !out.status.success() {
         return Err(format!(
             "exit {:?}\nstdout:\n{}stderr:\n{}",

@@ -136,7 +136,9 @@ impl Interp<'_> {
         for l in leaves {
             vals.push(self.eval(l, frame)?);
         }
+        let t0 = self.trace_start();
         if let Some(r) = self.run_flat_models(e, &vals) {
+            self.trace_span(t0, "fused", super::trace::Kind::Fused, self.span(e));
             return r;
         }
         if vals.iter().all(|v| matches!(v, Value::Tensor(_))) {
@@ -150,6 +152,7 @@ impl Interp<'_> {
                 .collect();
             let r = self.accel.as_mut().and_then(|a| a.try_eval(e, &mut ts));
             if let Some(r) = r {
+                self.trace_span(t0, "fused", super::trace::Kind::Fused, self.span(e));
                 return r.map(Value::Tensor).map_err(|k| kerr(k, self.span(e)));
             }
             vals = ts.into_iter().map(Value::Tensor).collect();

@@ -11,6 +11,7 @@ mod data;
 pub mod host;
 mod prims;
 mod shards;
+pub mod trace;
 mod transforms;
 pub mod value;
 
@@ -196,6 +197,8 @@ pub struct Interp<'p> {
     /// A sharded run (`mpirun`): this rank's mesh and communicator. Values hold this rank's
     /// blocks; dims keep their global sizes. `None` runs every layout whole.
     pub spmd: Option<Rc<crate::dist::Spmd>>,
+    /// `msl run --trace`: the timeline being recorded; `None` records nothing.
+    pub trace: Option<Box<trace::Trace>>,
 }
 
 impl<'p> Interp<'p> {
@@ -216,6 +219,7 @@ impl<'p> Interp<'p> {
             moves: Default::default(),
             preset: Vec::new(),
             spmd: None,
+            trace: None,
         }
     }
 
@@ -273,10 +277,13 @@ impl<'p> Interp<'p> {
             frame.locals[l.0 as usize] = Some(v);
         }
         let compiled = if self.nan_check { None } else { self.accel.as_mut().and_then(|a| a.body(f)) };
+        let t0 = self.trace_start();
+        let kind = if compiled.is_some() { trace::Kind::Compiled } else { trace::Kind::Call };
         let r = match compiled {
             Some(code) => code.run(self, &mut frame),
             None => self.eval(&func.body, &mut frame),
         };
+        self.trace_call(t0, f, kind);
         match r {
             Ok(v) => Ok(v),
             Err(Ctrl::Return(v)) => Ok(v),
@@ -846,7 +853,22 @@ impl Interp<'_> {
         for a in args {
             vals.push(self.eval(a, frame)?);
         }
-        self.prim(prim, vals, attrs, e, frame)
+        if self.trace.is_none() {
+            return self.prim(prim, vals, attrs, e, frame);
+        }
+        let sent = match prim {
+            // As the communicator counts them: bools travel as i32.
+            crate::collective_prims!() if prim != ir::Prim::LocalSlice => {
+                vals.first().and_then(Value::tensor).map(|t| {
+                    (t.len() * t.dtype().size_in_bytes().max(4 * usize::from(t.dtype() == kernels::DType::Bool))) as u64
+                })
+            }
+            _ => None,
+        };
+        let t0 = self.trace_start();
+        let r = self.prim(prim, vals, attrs, e, frame);
+        self.trace_prim(t0, prim, e, &r, sent);
+        r
     }
 
     /// `--nan-check`: an error at `e` when a float tensor of `v` holds a NaN or an infinity.

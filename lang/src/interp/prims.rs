@@ -104,12 +104,16 @@ impl Interp<'_> {
             let v = self.eval(inner.unwrap_or(a), frame)?;
             if let (1, false, Value::Quant(q)) = (i, flags[1], &v) {
                 // An int8 weight (`quantize`): the int8 kernel.
+                let t0 = self.trace_start();
                 let x = self.undo_swap(ts.pop(), flags[0], span)?;
-                return super::compress::matmul(x, q).map(Value::Tensor).map_err(|k| kerr(k, span));
+                let r = super::compress::matmul(x, q).map(Value::Tensor).map_err(|k| kerr(k, span));
+                self.trace_prim(t0, Prim::MatMul, e, &r, None);
+                return r;
             }
             let v = super::compress::plain(v);
             ts.push(t(&v, span)?.clone());
         }
+        let t0 = self.trace_start();
         let (Some(b), Some(a)) = (ts.pop(), ts.pop()) else {
             return Err(rt(Code::E0605, "`@` takes two operands", span));
         };
@@ -122,7 +126,9 @@ impl Interp<'_> {
         } else {
             ops::matmul_t(&a, &b, flags[0], flags[1])
         };
-        r.map(Value::Tensor).map_err(|k| kerr(k, span))
+        let r = r.map(Value::Tensor).map_err(|k| kerr(k, span));
+        self.trace_prim(t0, Prim::MatMul, e, &r, None);
+        r
     }
 
     pub(crate) fn prim(
