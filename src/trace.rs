@@ -3,7 +3,8 @@
 //! of a sharded run is one process of the file (`rank 0`, `rank 1`, …) on a common time axis;
 //! every event is a complete event (`"ph": "X"`) whose `cat` says what it is (kernel,
 //! collective, io, fused, compiled, call) and whose `args` give its source location, its
-//! result's type and, for a collective, the bytes this rank sent.
+//! result's type and, for a collective, the bytes this rank sent. A counter track, `heap`,
+//! follows the bytes of heap in use (MiB) at the end of each event.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -20,7 +21,9 @@ pub(crate) static TRACE: OnceLock<PathBuf> = OnceLock::new();
 /// Starts recording when the command asked for a trace.
 pub(crate) fn start(it: &mut Interp) {
     if TRACE.get().is_some() {
-        it.trace = Some(Box::new(Trace::new()));
+        let mut t = Trace::new();
+        t.heap = Some(|| crate::alloc::heap().0);
+        it.trace = Some(Box::new(t));
     }
 }
 
@@ -66,7 +69,17 @@ fn events(trace: &Trace, c: &Checked, rank: usize, origin: f64) -> String {
     let mut s = format!(
         "{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{rank},\"tid\":0,\"args\":{{\"name\":\"rank {rank}\"}}}},\n"
     );
+    let mut last_heap = None;
     for e in &trace.events {
+        // The memory track: the heap in use at the end of each event, where it changed.
+        if let Some(h) = e.heap.filter(|h| Some(*h) != last_heap) {
+            last_heap = Some(h);
+            s.push_str(&format!(
+                "{{\"name\":\"heap\",\"ph\":\"C\",\"ts\":{:.3},\"pid\":{rank},\"tid\":0,\"args\":{{\"MiB\":{:.3}}}}},\n",
+                e.start_us + e.dur_us + shift,
+                h as f64 / (1 << 20) as f64
+            ));
+        }
         let mut args = Vec::new();
         if let Some(span) = e.span {
             let (line, col) = c.sources.line_col(span.file, span.start);

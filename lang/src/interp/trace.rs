@@ -53,6 +53,8 @@ pub struct Event {
     pub shape: Option<String>,
     /// For a collective: the bytes this rank sent.
     pub bytes: Option<u64>,
+    /// Bytes of heap in use when it ended (where the embedder counts them, [`Trace::heap`]).
+    pub heap: Option<usize>,
 }
 
 /// The events of a run, in the order they ended.
@@ -65,6 +67,9 @@ pub struct Trace {
     /// Events recorded at most (later ones are counted in `dropped`).
     limit: usize,
     pub dropped: u64,
+    /// The heap bytes in use now, where the embedder's allocator counts them (`msl` does):
+    /// each event then records it, and the file has a memory track.
+    pub heap: Option<fn() -> usize>,
     /// Function names as events show them (`grad(loss)` for a derived one), made once each.
     names: std::collections::HashMap<crate::types::FuncId, Rc<str>>,
 }
@@ -87,6 +92,7 @@ impl Trace {
             events: Vec::new(),
             limit: LIMIT,
             dropped: 0,
+            heap: None,
             names: Default::default(),
         }
     }
@@ -105,7 +111,8 @@ impl Trace {
         }
         let at = start.saturating_duration_since(self.origin).as_secs_f64() * 1e6;
         let dur_us = start.elapsed().as_secs_f64() * 1e6;
-        self.events.push(Event { name, kind, start_us: at, dur_us, span, shape: None, bytes: None });
+        let heap = self.heap.map(|f| f());
+        self.events.push(Event { name, kind, start_us: at, dur_us, span, shape: None, bytes: None, heap });
         self.events.last_mut()
     }
 }
