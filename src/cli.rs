@@ -366,9 +366,11 @@ fn collectives_text(c: &mut lang::check::Checked, f: &std::path::Path) -> String
     for k in &report.collectives {
         let (line, col) = c.sources.line_col(k.span.file, k.span.start);
         let why = if k.requested { "" } else { "  (W0510: not asked for by an annotation)" };
+        let sites: Vec<String> =
+            std::iter::once(k.site).chain(k.same.iter().copied()).map(|s| format!("#{s}")).collect();
         out.push_str(&format!(
-            "  #{}  {line}:{col}  {}  over {}  {}{}  {} bytes per rank{why}\n",
-            k.site,
+            "  {}  {line}:{col}  {}  over {}  {}{}  {} bytes per rank{why}\n",
+            sites.join(","),
             k.prim.name(),
             k.axes.join(", "),
             k.elem,

@@ -234,7 +234,10 @@ fn predicted(out: &str) -> std::collections::HashMap<String, (String, u64)> {
         let f: Vec<&str> = line.split_whitespace().collect();
         let Some(i) = f.iter().position(|w| *w == "bytes") else { continue };
         if let Ok(b) = f[i - 1].parse::<u64>() {
-            m.insert(f[0].to_string(), (f[2].to_string(), b));
+            // `#3,#11`: the same collective at the same place, in a function and its derivative.
+            for site in f[0].split(',') {
+                m.insert(site.to_string(), (f[2].to_string(), b));
+            }
         }
     }
     m

@@ -63,6 +63,16 @@ pub(super) enum Node {
         span: SpanId,
     },
     Loop(Box<LoopNode>),
+    /// A call of a `@recompute` function in reverse mode: none of its forward values are kept
+    /// for the backward pass, which walks its body again (`ctx`: the frames with the callee's,
+    /// binding its parameters to `free`) before running the body's backward.
+    Recompute {
+        body: Rc<Expr>,
+        ctx: Vec<FrameCx>,
+        out: Local,
+        free: Vec<Local>,
+        span: SpanId,
+    },
     /// A call of a function with a `@custom_vjp`: its cotangent function runs in the backward.
     Custom {
         out: Local,
@@ -397,10 +407,16 @@ impl Gen<'_> {
         self.blocks.last_mut().unwrap().push(s);
     }
 
-    /// Emits a primitive application on locals.
+    /// Emits a primitive application on locals (at the function's span: generated code).
     pub fn p(&mut self, prim: Prim, args: &[Local], attrs: Attrs, ty: Type) -> Local {
+        self.p_at(prim, args, attrs, ty, self.sid)
+    }
+
+    /// Emits a primitive application on locals at `span`: the source expression it replays, so
+    /// that a run-time error or a `--trace` event of the derivative's forward pass names it.
+    pub fn p_at(&mut self, prim: Prim, args: &[Local], attrs: Attrs, ty: Type, span: SpanId) -> Local {
         let a = args.iter().map(|l| self.local(*l)).collect();
-        let e = mk(ExprKind::Prim { prim, args: a, attrs: Box::new(attrs) }, ty.clone(), self.sid);
+        let e = mk(ExprKind::Prim { prim, args: a, attrs: Box::new(attrs) }, ty.clone(), span);
         self.emit(e, ty, "t")
     }
 
@@ -534,7 +550,7 @@ impl Gen<'_> {
                     attrs.axis = attrs.axis.map(|k| s.len().saturating_sub(k));
                     attrs.from_end = false;
                 }
-                let out = self.p(*prim, &vs, attrs.clone(), ty.clone());
+                let out = self.p_at(*prim, &vs, attrs.clone(), ty.clone(), e.span);
                 self.mark(*prim, &vs, out, &ty, e)?;
                 if self.is_active(out) {
                     tape.push(Node::Op { out, op: Op::Prim(*prim, attrs), args: vs, span: e.span });
@@ -781,11 +797,26 @@ impl Gen<'_> {
             }
         }
         let recompute = self.frame().recompute || is_recompute(self.prog, f);
+        // Reverse mode through a plain call of a `@recompute` function: its own tape is
+        // dropped, and the backward pass recomputes the body from the arguments.
+        let free: Vec<Local> = {
+            let mut v: Vec<Local> = env.values().copied().collect();
+            v.sort();
+            v.dedup();
+            v
+        };
+        let lean = is_recompute(self.prog, f) && !self.no_custom && closure.is_none();
         self.frames.push(FrameCx { env, subst: flat, base, returned: None, recompute });
-        let r = self.fwd(&func.body, tape);
+        let ctx = if lean { self.frames.clone() } else { Vec::new() };
+        let mut own = Vec::new();
+        let r = self.fwd(&func.body, if lean { &mut own } else { tape });
         let fr = self.frames.pop().unwrap();
-        let r = r?;
-        Ok(fr.returned.unwrap_or(r))
+        let r = fr.returned.unwrap_or(r?);
+        if lean && !own.is_empty() {
+            let span = self.prog.funcs[f.0 as usize].span;
+            tape.push(Node::Recompute { body: Rc::new(func.body.clone()), ctx, out: r, free, span });
+        }
+        Ok(r)
     }
 
     fn stmt(&mut self, s: &Stmt, tape: &mut Vec<Node>) -> Res<()> {

@@ -181,6 +181,29 @@ impl Gen<'_> {
         self.p(Prim::MatMul, &[a, b], Attrs::default(), tensor(et, out))
     }
 
+    /// `Σ_batch a[.., n, k]ᵀ @ g[.., n, m]` as one product of `[rows, k]ᵀ @ [rows, m]`, the
+    /// batch dims folded into the rows: the gradient of a matrix applied to every row of a
+    /// batch (`x[B, T, D] @ w[D, F]`) without a `[B, D, F]` intermediate. `None` when `a` has
+    /// no batch dims or a shape is not fixed.
+    fn rows_product(&mut self, a: Local, g: Local) -> Res<Option<Local>> {
+        let (at, gt) = (self.ty_of(a), self.ty_of(g));
+        let (Some(sa), Some(sg)) = (fixed(&shape(&at)), fixed(&shape(&gt))) else { return Ok(None) };
+        if sa.len() < 3 || sg.len() != sa.len() {
+            return Ok(None);
+        }
+        let rows = sa[..sa.len() - 1].iter().fold(Dim::constant(1), |r, d| r.mul(d));
+        let et = elem(&at);
+        let flat = |gen: &mut Self, x: Local, last: &Dim| {
+            let d = vec![rows.clone(), last.clone()];
+            let ty = tensor(et, d.iter().cloned().map(ShapeItem::Dim).collect());
+            gen.p(Prim::Reshape, &[x], Attrs { shape: d, ..Attrs::default() }, ty)
+        };
+        let a2 = flat(self, a, &sa[sa.len() - 1]);
+        let g2 = flat(self, g, &sg[sg.len() - 1]);
+        let a2t = self.swap_last(a2)?;
+        Ok(Some(self.matmul(a2t, g2)))
+    }
+
     fn expand(&mut self, x: Local, axis: usize) -> Local {
         let t = self.ty_of(x);
         let mut s = shape(&t);
@@ -611,8 +634,14 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
                         v.push((0, g.unbroadcast(m, &tys[0])?));
                     }
                     if act[1] {
-                        let at = g.swap_last(a)?;
-                        let m = g.matmul(at, bar);
+                        let folded = if rb == 2 { g.rows_product(a, bar)? } else { None };
+                        let m = match folded {
+                            Some(m) => m,
+                            None => {
+                                let at = g.swap_last(a)?;
+                                g.matmul(at, bar)
+                            }
+                        };
                         v.push((1, g.unbroadcast(m, &tys[1])?));
                     }
                 }

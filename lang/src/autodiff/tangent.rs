@@ -410,6 +410,10 @@ impl Gen<'_> {
                 Node::Custom { span, .. } => {
                     return Err(err(self.prog.span(*span), "internal: a custom derivative in forward mode"));
                 }
+                // Forward mode inlines `@recompute` calls: it keeps nothing for a backward pass.
+                Node::Recompute { span, .. } => {
+                    return Err(err(self.prog.span(*span), "internal: a recomputed call in forward mode"));
+                }
             }
         }
         Ok(())

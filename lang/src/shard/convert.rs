@@ -239,6 +239,7 @@ impl Fcx<'_> {
         }
         self.inserted.push(Inserted {
             site,
+            same: Vec::new(),
             span: span_v,
             prim: p,
             axes: names,

@@ -22,6 +22,9 @@ use std::collections::HashMap;
 pub struct Inserted {
     /// Its number (`Attrs::site`), from 1 in the order the pass inserted them.
     pub site: u32,
+    /// The numbers of the same collective at the same place elsewhere (in a derivative's
+    /// forward pass, which replays its function's operations at their locations), listed once.
+    pub same: Vec<u32>,
     pub span: crate::source::Span,
     pub prim: Prim,
     pub axes: Vec<String>,
@@ -227,7 +230,13 @@ pub fn run(prog: &mut Program) -> Report {
         }
     }
     report.collectives.sort_by_key(|c| (c.span.file, c.span.start));
-    report.collectives.dedup_by(|a, b| a.span == b.span && a.prim == b.prim && a.shape == b.shape && a.axes == b.axes);
+    report.collectives.dedup_by(|a, b| {
+        let same = a.span == b.span && a.prim == b.prim && a.shape == b.shape && a.axes == b.axes;
+        if same {
+            b.same.push(a.site);
+        }
+        same
+    });
     report.warnings.dedup();
     report
 }

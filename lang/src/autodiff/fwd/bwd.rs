@@ -207,6 +207,46 @@ impl Gen<'_> {
                     }
                 }
                 Node::Loop(l) => self.loop_bwd(l, contribs)?,
+                Node::Recompute { body, ctx, out, free, span } => {
+                    if !self.has(out, contribs) {
+                        continue;
+                    }
+                    self.sid = *span;
+                    let seed = self.total(*out, contribs)?;
+                    // The body runs again on copies of its free values that are assigned (`var`
+                    // copies): common-subexpression elimination never shares a value that reads
+                    // an assigned local, so the recomputation is not merged back into the
+                    // forward values it exists to drop (at any level, `-O2` included).
+                    let mut ctx = ctx.clone();
+                    let mut copies = Vec::with_capacity(free.len());
+                    for v in free {
+                        let ty = self.ty_of(*v);
+                        let c = self.new_local(ty, "rcv", true);
+                        self.push_stmt(Stmt::Let { pat: Pat::Local(c), value: self.local(*v) });
+                        self.push_stmt(Stmt::Assign { pat: Pat::Local(c), value: self.local(*v) });
+                        if self.is_active(*v) {
+                            self.active.insert(c);
+                        }
+                        if let Some(fr) = ctx.last_mut() {
+                            fr.env.values_mut().filter(|x| **x == *v).for_each(|x| *x = c);
+                        }
+                        copies.push((*v, c));
+                    }
+                    let (free_act, copy_act): (Vec<Local>, Vec<Local>) =
+                        copies.iter().copied().filter(|(v, _)| self.is_active(*v)).unzip();
+                    let block = self.if_branch_bwd(body, &ctx, &[], &[Some(seed)], &copy_act)?;
+                    let ty = block.ty.clone();
+                    let tup = self.emit(block, ty.clone(), "rc");
+                    let Type::Tuple(parts) = ty else { unreachable!() };
+                    for (i, (v, t)) in free_act.iter().zip(parts).enumerate() {
+                        let b = self.emit(
+                            mk(ExprKind::TupleGet(Box::new(self.local(tup)), i), t.clone(), self.sid),
+                            t,
+                            "rcf",
+                        );
+                        contribs.entry(*v).or_default().push(b);
+                    }
+                }
                 Node::Custom { out, args, bwd, dims, rests, span } => {
                     let Some(cs) = self.take(*out, contribs)? else { continue };
                     if cs.is_empty() {
@@ -251,7 +291,8 @@ impl Gen<'_> {
         Ok(())
     }
 
-    /// Backward of one `if` branch: recompute its forward values, then run its backward.
+    /// Backward of one `if` branch, or of a `@recompute` function's body: recompute its forward
+    /// values, then run its backward.
     pub(in crate::autodiff) fn if_branch_bwd(
         &mut self,
         b: &Expr,
@@ -264,6 +305,8 @@ impl Gen<'_> {
         self.blocks.push(vec![]);
         let mut sub = Vec::new();
         let r = self.fwd(b, &mut sub)?;
+        // A function body (`@recompute`) may end in `return` (an `if` branch may not).
+        let r = self.frame().returned.unwrap_or(r);
         let mut local: HashMap<Local, Vec<Local>> = HashMap::new();
         let results: Vec<Local> = std::iter::once(r).chain(assigned.iter().map(|l| self.frame().env[l])).collect();
         for (res, seed) in results.iter().zip(seeds) {
