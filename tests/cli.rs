@@ -301,6 +301,8 @@ fn a_trace_holds_the_kernels_calls_and_fused_trees_of_the_run() {
         }
         assert_eq!(ev.iter().any(|e| e.0 == "fused"), fused, "{mode:?}: fused trees");
         assert!(ev.iter().any(|e| e.1 == "grad(loss)"), "{mode:?}: the derivative's body, named as --explain names it");
+        let doc = std::fs::read_to_string(dir.join("t.json")).expect("the trace");
+        assert!(doc.contains("{\"name\":\"heap\",\"ph\":\"C\","), "{mode:?}: a heap counter track");
     }
     // A failing run still writes what happened before the failure (one process).
     let bad = "fn main() {\n    let a = ones(3)\n    print(sum(a))\n    print(a[i32(sum(a)) + 2])\n}\n";
