@@ -181,7 +181,9 @@ fn attend_block<F: Float>(g: &Geometry, q: &[F], k: &[F], v: &[F], first: usize,
             let mut top = m[r];
             for x in &mut s[..n] {
                 *x = *x * scale;
-                top = top.max_p(*x);
+            }
+            for &x in &s[..n] {
+                top = top.max_p(x);
             }
             let correction = (m[r] - top).exp();
             // The exponentials in their own loop, so that it vectorises.
@@ -218,19 +220,59 @@ fn attend_block<F: Float>(g: &Geometry, q: &[F], k: &[F], v: &[F], first: usize,
 #[inline(always)]
 fn weights_block<F: Float>(g: &Geometry, q: &[F], k: &[F], first: usize, out: &mut [F], scale: F) {
     let zero = F::from_usize(0);
+    let rows = out.len() / g.s.max(1);
+    // The scores. A block of several queries computes them across a tile of transposed keys
+    // (as `attend_block` does: vector registers over keys, not strided loads); a block of a few
+    // queries (a generation step) reads the keys directly. Both sum in the order of c.
+    if rows >= 4 {
+        let most = (0..rows).map(|r| g.visible(first + r)).max().unwrap_or(0);
+        let mut kt = vec![zero; g.d * KEY_TILE];
+        for t0 in (0..most).step_by(KEY_TILE) {
+            let width = (most - t0).min(KEY_TILE);
+            for j in 0..width {
+                for c in 0..g.d {
+                    kt[c * KEY_TILE + j] = k[(t0 + j) * g.d + c];
+                }
+            }
+            for (r, row) in out.chunks_mut(g.s).enumerate() {
+                let n = g.visible(first + r).saturating_sub(t0).min(KEY_TILE);
+                if n == 0 {
+                    continue;
+                }
+                let qi = &q[(first + r) * g.d..(first + r + 1) * g.d];
+                let sc = &mut row[t0..t0 + n];
+                sc.fill(zero);
+                for (c, &qc) in qi.iter().enumerate() {
+                    for (x, &kv) in sc.iter_mut().zip(&kt[c * KEY_TILE..c * KEY_TILE + n]) {
+                        *x = *x + qc * kv;
+                    }
+                }
+            }
+        }
+    } else {
+        for (r, row) in out.chunks_mut(g.s).enumerate() {
+            let n = g.visible(first + r);
+            let qi = &q[(first + r) * g.d..(first + r + 1) * g.d];
+            dots(qi, &k[..n * g.d], &mut row[..n]);
+        }
+    }
     for (r, row) in out.chunks_mut(g.s).enumerate() {
         let n = g.visible(first + r);
-        let qi = &q[(first + r) * g.d..(first + r + 1) * g.d];
         let mut top = F::NEG_INFINITY;
-        dots(qi, &k[..n * g.d], &mut row[..n]);
+        // Each elementwise step in a loop of its own, so that it vectorises (a loop that also
+        // sums or takes the maximum does not); the sum still runs in key order.
         for w in &mut row[..n] {
             *w = *w * scale;
-            top = top.max_p(*w);
         }
-        let mut sum = zero;
+        for &w in &row[..n] {
+            top = top.max_p(w);
+        }
         for w in &mut row[..n] {
             *w = (*w - top).exp();
-            sum = sum + *w;
+        }
+        let mut sum = zero;
+        for &w in &row[..n] {
+            sum = sum + w;
         }
         let inv = F::from_usize(1) / sum;
         for w in &mut row[..n] {

@@ -133,3 +133,20 @@ fn f64_and_leading_dims_and_errors() {
     let ints = Tensor::from_i32(vec![2, 3, 4, 5], vec![0; 120]).unwrap();
     assert!(ops::attention_weights(&ints, &ints, AttentionMask { len: 4, causal: false }).is_err());
 }
+
+#[test]
+fn weights_of_a_block_of_queries_are_bit_identical_to_one_query_at_a_time() {
+    // A block of ≥ 4 queries computes its scores across transposed key tiles, a single query
+    // with dot products: both sum in feature order, so the weights have the same bits.
+    let (nq, s, d) = (20, 150, 8);
+    let qv = f32s(nq * d, 11);
+    let k = Tensor::from_f32(vec![1, s, d], f32s(s * d, 12)).unwrap();
+    let q = Tensor::from_f32(vec![1, nq, d], qv.clone()).unwrap();
+    let m = AttentionMask { len: s as i64, causal: false };
+    let all = ops::attention_weights(&q, &k, m).unwrap();
+    for t in 0..nq {
+        let qt = Tensor::from_f32(vec![1, 1, d], qv[t * d..(t + 1) * d].to_vec()).unwrap();
+        let w = ops::attention_weights(&qt, &k, m).unwrap();
+        assert_eq!(w.as_f32().unwrap(), &all.as_f32().unwrap()[t * s..(t + 1) * s], "query {t}");
+    }
+}
