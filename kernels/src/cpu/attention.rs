@@ -136,6 +136,42 @@ fn dots<F: Float>(q: &[F], k: &[F], s: &mut [F]) {
     }
 }
 
+/// The scores of `rows` queries (from query `first`) against a tile of transposed keys `kt`
+/// (`[D, KEY_TILE]`): `out[r·KEY_TILE + j] = Σ_c q[r][c]·kt[c][j]`, summed in the order of c.
+/// Four queries at a time, so that their accumulators stay in vector registers while the tile's
+/// rows stream past; entries past a tile's last key are computed but never read.
+#[inline(always)]
+fn tile_scores<F: Float>(g: &Geometry, q: &[F], first: usize, rows: usize, kt: &[F], out: &mut [F]) {
+    let zero = F::from_usize(0);
+    let query = |r: usize| &q[(first + r) * g.d..(first + r + 1) * g.d];
+    let mut r = 0;
+    while r + 4 <= rows {
+        let qs = [query(r), query(r + 1), query(r + 2), query(r + 3)];
+        let mut acc = [[zero; KEY_TILE]; 4];
+        for (c, kr) in kt.chunks_exact(KEY_TILE).enumerate() {
+            for (a, qi) in acc.iter_mut().zip(&qs) {
+                let qc = qi[c];
+                for (x, &kv) in a.iter_mut().zip(kr) {
+                    *x = *x + qc * kv;
+                }
+            }
+        }
+        for (i, a) in acc.iter().enumerate() {
+            out[(r + i) * KEY_TILE..(r + i + 1) * KEY_TILE].copy_from_slice(a);
+        }
+        r += 4;
+    }
+    for r in r..rows {
+        let o = &mut out[r * KEY_TILE..(r + 1) * KEY_TILE];
+        o.fill(zero);
+        for (&qc, kr) in query(r).iter().zip(kt.chunks_exact(KEY_TILE)) {
+            for (x, &kv) in o.iter_mut().zip(kr) {
+                *x = *x + qc * kv;
+            }
+        }
+    }
+}
+
 /// The attention output of one block of queries (`out` holds `rows × E`). It and its caller's
 /// closure are inlined into [`run`]'s `simd::vectorized` call, so its loops get the AVX2 build.
 #[inline(always)]
@@ -150,6 +186,7 @@ fn attend_block<F: Float>(g: &Geometry, q: &[F], k: &[F], v: &[F], first: usize,
     // The tile's keys transposed ([D, KEY_TILE]), shared by the block's queries, so that each
     // query's scores are computed across keys in vector registers.
     let mut kt = vec![zero; g.d * KEY_TILE];
+    let mut scores = vec![zero; rows * KEY_TILE];
     for t0 in (0..most).step_by(KEY_TILE) {
         let width = (most - t0).min(KEY_TILE);
         // A block of a few queries (a generation step) reads the keys directly instead.
@@ -161,6 +198,9 @@ fn attend_block<F: Float>(g: &Geometry, q: &[F], k: &[F], v: &[F], first: usize,
                 }
             }
         }
+        if transposed {
+            tile_scores(g, q, first, rows, &kt, &mut scores);
+        }
         for r in 0..rows {
             let n = g.visible(first + r).saturating_sub(t0).min(KEY_TILE);
             if n == 0 {
@@ -169,12 +209,7 @@ fn attend_block<F: Float>(g: &Geometry, q: &[F], k: &[F], v: &[F], first: usize,
             let qi = &q[(first + r) * g.d..(first + r + 1) * g.d];
             // s[j] = Σ_c q[c]·k[j][c], summed in the order of c either way (the same bits).
             if transposed {
-                s[..n].fill(zero);
-                for (c, &qc) in qi.iter().enumerate() {
-                    for (x, &kv) in s[..n].iter_mut().zip(&kt[c * KEY_TILE..c * KEY_TILE + n]) {
-                        *x = *x + qc * kv;
-                    }
-                }
+                s[..n].copy_from_slice(&scores[r * KEY_TILE..r * KEY_TILE + n]);
             } else {
                 dots(qi, &k[t0 * g.d..(t0 + n) * g.d], &mut s[..n]);
             }
