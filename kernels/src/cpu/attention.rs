@@ -262,6 +262,7 @@ fn weights_block<F: Float>(g: &Geometry, q: &[F], k: &[F], first: usize, out: &m
     if rows >= 4 {
         let most = (0..rows).map(|r| g.visible(first + r)).max().unwrap_or(0);
         let mut kt = vec![zero; g.d * KEY_TILE];
+        let mut scores = vec![zero; rows * KEY_TILE];
         for t0 in (0..most).step_by(KEY_TILE) {
             let width = (most - t0).min(KEY_TILE);
             for j in 0..width {
@@ -269,19 +270,10 @@ fn weights_block<F: Float>(g: &Geometry, q: &[F], k: &[F], first: usize, out: &m
                     kt[c * KEY_TILE + j] = k[(t0 + j) * g.d + c];
                 }
             }
+            tile_scores(g, q, first, rows, &kt, &mut scores);
             for (r, row) in out.chunks_mut(g.s).enumerate() {
                 let n = g.visible(first + r).saturating_sub(t0).min(KEY_TILE);
-                if n == 0 {
-                    continue;
-                }
-                let qi = &q[(first + r) * g.d..(first + r + 1) * g.d];
-                let sc = &mut row[t0..t0 + n];
-                sc.fill(zero);
-                for (c, &qc) in qi.iter().enumerate() {
-                    for (x, &kv) in sc.iter_mut().zip(&kt[c * KEY_TILE..c * KEY_TILE + n]) {
-                        *x = *x + qc * kv;
-                    }
-                }
+                row[t0..t0 + n].copy_from_slice(&scores[r * KEY_TILE..r * KEY_TILE + n]);
             }
         }
     } else {
