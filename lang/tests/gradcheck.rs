@@ -539,6 +539,48 @@ fn models() {
             .prelude("fn loss[D](g: G[D], x: f64[D]) -> f64 { sum(exp(g.a) * x) + sum(g.b * g.b) }")
             .param("g", gm(4))
             .param("x", f64t(&[4])),
+        // A loop or a branch that reads some fields of a model while code outside reads others:
+        // the outside cotangents must be counted once, not once per iteration (or only in one
+        // branch).
+        Case::new(
+            "model fields read inside and outside a loop",
+            "var h = x\n    for i in 0..3 {\n        h = tanh(h * m.a + m.s)\n    }\n    sum(h @ transpose(m.b) * m.inner.v)",
+        )
+        .prelude(prelude)
+        .param("m", m())
+        .param("x", f64t(&[3])),
+        Case::new(
+            "model fields read inside and outside an if (else taken)",
+            "let h = if sum(x) > 1000.0 { tanh(x * m.a) } else { x * m.s }\n    sum(h @ transpose(m.b) * m.inner.v)",
+        )
+        .prelude(prelude)
+        .param("m", m())
+        .param("x", f64t(&[3])),
+        Case::new(
+            "model fields read inside and outside an if (then taken)",
+            "let h = if sum(x) > -1000.0 { tanh(x * m.a) } else { x * m.s }\n    sum(h @ transpose(m.b) * m.inner.v)",
+        )
+        .prelude(prelude)
+        .param("m", m())
+        .param("x", f64t(&[3])),
+        // A stack of models (`[Blk; 3]`) run layer by layer in a loop.
+        Case::new(
+            "a stack of models in a loop",
+            "var y = x\n    for l in 0..3 {\n        let k = s.layers[l]\n        y = tanh(y @ k.w + k.b)\n    }\n    sum(y * s.h)",
+        )
+        .prelude("model Blk { w: f64[2, 2] = zeros(2, 2), b: f64[2] = zeros(2) }\nmodel S { layers: [Blk; 3], h: f64[2] = zeros(2) }")
+        .param(
+            "s",
+            Arg::Model {
+                name: "S".into(),
+                dims: vec![],
+                fields: vec![
+                    Arg::Model { name: "[Blk; …]".into(), dims: vec![3], fields: vec![f64t(&[3, 2, 2]), f64t(&[3, 2])] },
+                    f64t(&[2]),
+                ],
+            },
+        )
+        .param("x", f64t(&[2])),
     ];
     run_all("models", cases);
 }

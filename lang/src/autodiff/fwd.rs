@@ -124,7 +124,7 @@ pub(super) struct Gen<'p> {
     closure_envs: HashMap<ClosureId, FrameCx>,
     /// Cotangents of single model fields, merged into one model value when the model's
     /// cotangent is needed (so `m.w1`, `m.b1`, … do not each build a whole zero model).
-    field_contribs: HashMap<Local, HashMap<usize, Vec<Local>>>,
+    field_contribs: FieldContribs,
     /// Forward mode differentiates through `@custom_vjp` functions by inlining them.
     no_custom: bool,
     /// Reverse mode keeps a tape of each active loop's states (O(n) backward for n
@@ -380,6 +380,9 @@ fn assigned_locals(e: &Expr) -> Vec<Local> {
     out.dedup();
     out
 }
+
+/// Cotangent contributions to single fields of a model value, merged when it is taken.
+pub(in crate::autodiff) type FieldContribs = HashMap<Local, HashMap<usize, Vec<Local>>>;
 
 impl Gen<'_> {
     pub fn new_local(&mut self, ty: Type, name: &str, mutable: bool) -> Local {

@@ -112,6 +112,13 @@ impl FnCx {
         Local(self.locals.len() as u32 - 1)
     }
 
+    /// An immutable local that no name refers to (a value the checker's lowering reads twice).
+    pub fn new_temp_local(&mut self, c: &mut Checker, name: &str, ty: Type) -> Local {
+        let n = c.prog.names.intern(name);
+        self.locals.push(ir::LocalInfo { name: n, ty, mutable: false });
+        Local(self.locals.len() as u32 - 1)
+    }
+
     /// Every local visible now (captured by a closure created here).
     pub fn visible_locals(&self) -> Vec<Local> {
         let mut v: Vec<Local> = self

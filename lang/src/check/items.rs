@@ -83,7 +83,14 @@ impl Checker {
                     });
                     let name = self.prog.names.intern(&md.name.name);
                     let sid = self.span_id(md.name.span);
-                    self.prog.models.push(ir::Model { name, dims: vec![], models: vec![], fields: vec![], span: sid });
+                    self.prog.models.push(ir::Model {
+                        name,
+                        dims: vec![],
+                        models: vec![],
+                        fields: vec![],
+                        span: sid,
+                        stack: None,
+                    });
                     self.define(m, &md.name, ItemRef::Model(id));
                     if is_root_or_user {
                         self.index.items.push((md.name.name.clone(), "model", md.name.span, doc));
@@ -281,6 +288,8 @@ impl Checker {
             }
         }
         let mut declared = Vec::new();
+        // Stacks of this module's models get their fields once every model here is declared.
+        self.declaring_models = true;
         for item in &ast.items {
             if let ItemKind::Model(md) = &item.kind {
                 let ItemRef::Model(id) = self.scopes[m.0 as usize][&md.name.name].clone() else { continue };
@@ -289,6 +298,8 @@ impl Checker {
             }
         }
         self.break_model_cycles(&declared);
+        self.declaring_models = false;
+        self.fill_pending_stacks();
         for item in &ast.items {
             if let ItemKind::Fn(f) = &item.kind {
                 let Some(ItemRef::Func(id)) = self.scopes[m.0 as usize].get(&f.name.name).cloned() else { continue };
@@ -370,27 +381,33 @@ impl Checker {
     /// error type so that no later stage follows the cycle. Models of other modules cannot be in
     /// a cycle with these (modules do not use each other in a cycle).
     fn break_model_cycles(&mut self, declared: &[ModelId]) {
-        fn contained(t: &Type, out: &mut Vec<ModelId>) {
+        // A stack (`[A; L]`) contains what its inner model does: the edge goes to the inner.
+        fn contained(t: &Type, stacks: &[Option<ModelId>], out: &mut Vec<ModelId>) {
             match t {
                 Type::Model(id, args) => {
-                    out.push(*id);
+                    let mut id = *id;
+                    while let Some(inner) = stacks.get(id.0 as usize).copied().flatten() {
+                        id = inner;
+                    }
+                    out.push(id);
                     for a in args {
                         if let crate::types::TypeArg::Type(t) = a {
-                            contained(t, out);
+                            contained(t, stacks, out);
                         }
                     }
                 }
-                Type::Tuple(ts) | Type::List(ts) => ts.iter().for_each(|t| contained(t, out)),
+                Type::Tuple(ts) | Type::List(ts) => ts.iter().for_each(|t| contained(t, stacks, out)),
                 _ => {}
             }
         }
         // The containment edges (model, field index, contained model) of these models, then a
         // depth-first search; an edge back to a model on the current path closes a cycle.
+        let stacks: Vec<Option<ModelId>> = self.prog.models.iter().map(|m| m.stack).collect();
         let edges = |sigs: &[super::ModelSig], id: ModelId| -> Vec<(usize, ModelId)> {
             let mut out = Vec::new();
             for (k, (_, t, _)) in sigs[id.0 as usize].fields.iter().enumerate() {
                 let mut inner = Vec::new();
-                contained(t, &mut inner);
+                contained(t, &stacks, &mut inner);
                 out.extend(inner.into_iter().map(|m| (k, m)));
             }
             out

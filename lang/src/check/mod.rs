@@ -9,6 +9,7 @@ mod expr;
 mod items;
 pub mod modules;
 mod resolve;
+mod stacks;
 
 use crate::diag::{Code, Diagnostic};
 use crate::ir::{self, Program};
@@ -122,6 +123,11 @@ pub struct Checker {
     suggest_budget: usize,
     /// Spans of expressions reported as too large for a tensor (see `check_static_size`).
     oversized: Vec<Span>,
+    /// The stack model of each model stacked (`[Block[D]; L]`), and those whose fields are
+    /// derived once the module's models are declared (see `stacks.rs`).
+    stacks: HashMap<ModelId, ModelId>,
+    pending_stacks: Vec<ModelId>,
+    declaring_models: bool,
 }
 
 /// The result of checking a program.
@@ -232,6 +238,9 @@ impl Checker {
             body_done: Vec::new(),
             suggest_budget: SUGGEST_BUDGET,
             oversized: Vec::new(),
+            stacks: HashMap::new(),
+            pending_stacks: Vec::new(),
+            declaring_models: false,
         }
     }
 

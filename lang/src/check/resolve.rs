@@ -152,6 +152,7 @@ impl Checker {
                 params: params.iter().map(|t| self.resolve_type(m, t, env)).collect(),
                 ret: Box::new(self.resolve_type(m, ret, env)),
             }),
+            TypeKind::Stack { elem, len } => self.resolve_stack_type(m, elem, len, t.span, env),
             TypeKind::Named { path, args } => {
                 if path.len() == 1 {
                     let name = path[0].name.as_str();
@@ -291,7 +292,7 @@ impl Checker {
     }
 
     /// The axis a sharding annotation names, with its size; reports `E0501` for an unknown one.
-    fn check_shard_axis(&mut self, m: ModuleId, axis: &ast::Ident) -> Option<(AxisId, i64)> {
+    pub(crate) fn check_shard_axis(&mut self, m: ModuleId, axis: &ast::Ident) -> Option<(AxisId, i64)> {
         let found = self.prog.meshes.first().and_then(|mesh| {
             mesh.axes
                 .iter()

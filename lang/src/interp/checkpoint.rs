@@ -25,7 +25,16 @@ use std::rc::Rc;
 pub(crate) enum Node {
     Tensor,
     Tuple(Vec<Node>),
-    Model { id: ModelId, dims: Vec<i64>, fields: Vec<Node> },
+    Model {
+        id: ModelId,
+        dims: Vec<i64>,
+        fields: Vec<Node>,
+    },
+    /// A stack of models (`id`), read layer by layer (`layers.0.w`, …) and stacked.
+    Stack {
+        id: ModelId,
+        layers: Vec<Node>,
+    },
 }
 
 /// The name of the tensor at `path` (a lone tensor is `value`).
@@ -124,6 +133,18 @@ impl Interp<'_> {
                         }
                     }
                 }
+                if let Some(inner) = def.stack {
+                    // Its layers as the inner model: `path.0`, `path.1`, …
+                    let mut rest = args.to_vec();
+                    rest.remove(0);
+                    let n = values.first().copied().unwrap_or(0).max(0);
+                    let mut layers = Vec::with_capacity(n as usize);
+                    for l in 0..n {
+                        let t = Type::Model(inner, rest.clone());
+                        layers.push(self.plan(&t, &join(path, &l.to_string()), dims, models, span, wanted)?);
+                    }
+                    return Ok(Node::Stack { id: *id, layers });
+                }
                 let inner_dims: HashMap<Sym, i64> = def.dims.iter().copied().zip(values.iter().copied()).collect();
                 let mut fields = Vec::with_capacity(def.fields.len());
                 for f in &def.fields {
@@ -156,7 +177,9 @@ impl Interp<'_> {
 pub(crate) fn mark_groups(node: &Node, wanted: &mut [Wanted], at: &mut usize, next: &mut usize) {
     match node {
         Node::Tensor => *at += 1,
-        Node::Tuple(items) => items.iter().for_each(|n| mark_groups(n, wanted, at, next)),
+        Node::Tuple(items) | Node::Stack { layers: items, .. } => {
+            items.iter().for_each(|n| mark_groups(n, wanted, at, next))
+        }
         Node::Model { fields, .. } => {
             let n = leaves(node);
             let own = wanted.get(*at..*at + n).unwrap_or(&[]);
@@ -178,23 +201,34 @@ pub(crate) fn mark_groups(node: &Node, wanted: &mut [Wanted], at: &mut usize, ne
 fn leaves(node: &Node) -> usize {
     match node {
         Node::Tensor => 1,
-        Node::Tuple(items) | Node::Model { fields: items, .. } => items.iter().map(leaves).sum(),
+        Node::Tuple(items) | Node::Model { fields: items, .. } | Node::Stack { layers: items, .. } => {
+            items.iter().map(leaves).sum()
+        }
     }
 }
 
 /// The value with structure `node` made of `tensors` (in the order [`Interp::plan`] listed
 /// them).
-pub(crate) fn assemble(node: &Node, tensors: &mut impl Iterator<Item = Value>, span: Span) -> R<Value> {
+pub(crate) fn assemble(
+    prog: &crate::ir::Program,
+    node: &Node,
+    tensors: &mut impl Iterator<Item = Value>,
+    span: Span,
+) -> R<Value> {
     let short = || rt(Code::E0605, "internal error: fewer tensors than the type has", span);
     Ok(match node {
         Node::Tensor => tensors.next().ok_or_else(short)?,
         Node::Tuple(items) => {
-            let vs = items.iter().map(|n| assemble(n, tensors, span)).collect::<R<Vec<_>>>()?;
+            let vs = items.iter().map(|n| assemble(prog, n, tensors, span)).collect::<R<Vec<_>>>()?;
             Value::Tuple(Rc::new(vs))
         }
         Node::Model { id, dims, fields } => {
-            let fields = fields.iter().map(|n| assemble(n, tensors, span)).collect::<R<Vec<_>>>()?;
+            let fields = fields.iter().map(|n| assemble(prog, n, tensors, span)).collect::<R<Vec<_>>>()?;
             Value::Model(Rc::new(ModelValue { model: *id, dims: dims.clone(), fields }))
+        }
+        Node::Stack { id, layers } => {
+            let layers = layers.iter().map(|n| assemble(prog, n, tensors, span)).collect::<R<Vec<_>>>()?;
+            super::stacks::stack_layers(prog, *id, &layers).map_err(|e| rt(Code::E0601, e.to_string(), span))?
         }
     })
 }

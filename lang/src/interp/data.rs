@@ -99,7 +99,7 @@ impl Interp<'_> {
             let sharded = self.spmd.clone();
             let by_block = sharded.as_deref().is_some_and(|s| self.set_regions(s, &node, &mut wanted));
             let tensors = io::checkpoint::read_checkpoint(&full, &wanted).map_err(kerr)?;
-            let v = pack(assemble(&node, &mut tensors.into_iter().map(Value::Tensor), span)?);
+            let v = pack(assemble(self.prog, &node, &mut tensors.into_iter().map(Value::Tensor), span)?);
             return match sharded {
                 Some(s) if !by_block => self.localize(&s, v, span),
                 _ => Ok(v),
@@ -188,7 +188,7 @@ impl Interp<'_> {
                     io::check_loaded(&full, t, Some(w.dtype), Some(&shape)).map_err(kerr)?;
                     tensors.push(Value::Tensor(t.clone()));
                 }
-                Ok(pack(assemble(&node, &mut tensors.into_iter(), span)?))
+                Ok(pack(assemble(self.prog, &node, &mut tensors.into_iter(), span)?))
             }
             _ => Err(rt(Code::E0605, "`load` of this type is not supported", span)),
         }

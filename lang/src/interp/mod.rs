@@ -11,6 +11,7 @@ mod data;
 pub mod host;
 mod prims;
 mod shards;
+mod stacks;
 pub mod trace;
 mod transforms;
 pub mod value;
@@ -591,6 +592,16 @@ impl<'p> Interp<'p> {
         span: Span,
     ) -> R<Value> {
         let def = self.prog.model(id);
+        // A stack initialises layer `l` as its inner model under the path `prefix.l`.
+        if let Some(inner) = def.stack {
+            let n = dims.first().copied().unwrap_or(0).max(0);
+            let mut layers = Vec::with_capacity(n as usize);
+            for l in 0..n {
+                let path = if prefix.is_empty() { l.to_string() } else { format!("{prefix}.{l}") };
+                layers.push(self.init_model(inner, dims[1..].to_vec(), seed, path, span)?);
+            }
+            return stacks::stack_layers(self.prog, id, &layers).map_err(|e| rt(Code::E0605, e.to_string(), span));
+        }
         let mut env = HashMap::new();
         for (s, v) in def.dims.iter().zip(&dims) {
             env.insert(*s, *v);

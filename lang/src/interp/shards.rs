@@ -22,6 +22,12 @@ use std::path::Path;
 fn leaf_layouts(v: &Value, ty: &Type, prog: &crate::ir::Program, out: &mut Vec<Vec<Vec<AxisId>>>) {
     match v {
         Value::Tensor(_) => out.push(crate::shard::layout(ty)),
+        // Per layer, as `named_tensors` names a stack's tensors.
+        Value::Model(m) if prog.model(m.model).stack.is_some() => {
+            for l in super::stacks::layers(prog, m).unwrap_or_default() {
+                leaf_layouts(&l, &Type::Error, prog, out);
+            }
+        }
         Value::Model(m) => {
             for (f, fv) in prog.model(m.model).fields.iter().zip(&m.fields) {
                 leaf_layouts(fv, &f.ty, prog, out);
@@ -92,7 +98,7 @@ impl Interp<'_> {
                 }
                 ok
             }
-            Node::Tuple(ns) => {
+            Node::Tuple(ns) | Node::Stack { layers: ns, .. } => {
                 let mut ok = true;
                 for n in ns {
                     ok &= self.regions(s, n, None, wanted, at);

@@ -213,6 +213,13 @@ impl Value {
                 }
                 None => out.push((prefix.to_string(), q.dequantize())),
             },
+            // A stack's tensors are named per layer (`layers.0.w`), as `L` separate models.
+            Value::Model(m) if prog.model(m.model).stack.is_some() => {
+                for (l, v) in super::stacks::layers(prog, m).unwrap_or_default().iter().enumerate() {
+                    let path = if prefix.is_empty() { l.to_string() } else { format!("{prefix}.{l}") };
+                    v.named_leaves_with(prog, &path, out, int8.as_deref_mut());
+                }
+            }
             Value::Model(m) => {
                 let def = prog.model(m.model);
                 for (f, v) in def.fields.iter().zip(&m.fields) {
@@ -248,6 +255,15 @@ impl Value {
                 } else {
                     format!("({})", items.join(", "))
                 }
+            }
+            // A stack prints as the list of its layers.
+            Value::Model(m) if prog.model(m.model).stack.is_some() => {
+                let items: Vec<String> = super::stacks::layers(prog, m)
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|v| v.display_with(prog, precision))
+                    .collect();
+                format!("[{}]", items.join(", "))
             }
             Value::Model(m) => {
                 let def = prog.model(m.model);

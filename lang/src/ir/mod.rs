@@ -362,6 +362,10 @@ pub struct Model {
     pub models: Vec<TyVar>,
     pub fields: Vec<Field>,
     pub span: SpanId,
+    /// A stack of this model (`[Block[D]; L]`, LANGUAGE.md §8): its first dim is the number of
+    /// layers `L`, the rest are the inner model's, and each field is the inner model's with a
+    /// leading `L` (a nested model field is a stack of that model).
+    pub stack: Option<ModelId>,
 }
 
 impl Model {
@@ -474,6 +478,9 @@ impl crate::types::Names for Program {
     }
     fn model(&self, m: ModelId) -> String {
         self.models.get(m.0 as usize).map(|m| self.names.get(m.name).to_string()).unwrap_or_default()
+    }
+    fn stacked(&self, m: ModelId) -> Option<ModelId> {
+        self.models.get(m.0 as usize).and_then(|m| m.stack)
     }
     fn func(&self, f: FuncId) -> String {
         self.funcs.get(f.0 as usize).map(|f| self.names.get(f.name).to_string()).unwrap_or_default()

@@ -120,6 +120,11 @@ pub enum TypeKind {
         params: Vec<TypeExpr>,
         ret: Box<TypeExpr>,
     },
+    /// A stack of models, `[Block[D]; L]` (optionally `L @pp`): each field gains a leading `L`.
+    Stack {
+        elem: Box<TypeExpr>,
+        len: Box<DimArg>,
+    },
     Error,
 }
 

@@ -330,6 +330,9 @@ fn filter_newlines<'a>(file: FileId, raw: Vec<Spanned<'a>>, diags: &mut Vec<Diag
     let _ = n;
     while let Some((s, tok, e)) = iter.next() {
         match tok {
+            // Inside `[…]` an explicit `;` separates a stack's layer type from its length
+            // (`[Block[D]; L]`).
+            Tok::Semi if matches!(stack.last(), Some(Tok::LBracket)) => out.push((s, Tok::Semi, e)),
             Tok::Newline | Tok::Semi => {
                 let in_parens = matches!(stack.last(), Some(Tok::LParen | Tok::LBracket));
                 let after_cont = out.last().is_none_or(|(_, t, _)| t.continues_line());

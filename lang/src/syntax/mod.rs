@@ -212,6 +212,14 @@ fn type_deep(t: &ast::TypeExpr, d: usize) -> bool {
         }),
         Tuple(ts) => ts.iter().any(|t| type_deep(t, d)),
         Fn { params, ret } => params.iter().any(|t| type_deep(t, d)) || type_deep(ret, d),
+        Stack { elem, len } => {
+            type_deep(elem, d)
+                || match &**len {
+                    ast::DimArg::Dim { dim, .. } => dim_deep(dim, d),
+                    ast::DimArg::Rest(_) => false,
+                    ast::DimArg::Type(t) => type_deep(t, d),
+                }
+        }
         Error => false,
     }
 }

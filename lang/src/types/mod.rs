@@ -239,6 +239,10 @@ pub trait Names {
     fn rest(&self, r: RestSym) -> String;
     fn tyvar(&self, v: TyVar) -> String;
     fn model(&self, m: ModelId) -> String;
+    /// The inner model of a stack of models (`[Block[D]; L]`), if `m` is one.
+    fn stacked(&self, _m: ModelId) -> Option<ModelId> {
+        None
+    }
     fn func(&self, f: FuncId) -> String;
     /// The name of a mesh axis (`dp`).
     fn axis(&self, a: AxisId) -> String {
@@ -300,16 +304,22 @@ pub fn type_str(t: &Type, n: &dyn Names) -> String {
             let _ = write!(out, "list[{}]", items.join(", "));
         }
         Type::Model(m, args) => {
-            out.push_str(&n.model(*m));
-            if !args.is_empty() {
-                let items: Vec<String> = args
-                    .iter()
-                    .map(|a| match a {
-                        TypeArg::Dim(d) => dim_str(d, n),
-                        TypeArg::Type(t) => type_str(t, n),
-                    })
-                    .collect();
-                let _ = write!(out, "[{}]", items.join(", "));
+            let arg = |a: &TypeArg| match a {
+                TypeArg::Dim(d) => dim_str(d, n),
+                TypeArg::Type(t) => type_str(t, n),
+            };
+            match (n.stacked(*m), args.split_first()) {
+                // `[Block[D]; L]`: the stack's first argument is the number of layers.
+                (Some(inner), Some((len, rest))) => {
+                    let _ = write!(out, "[{}; {}]", type_str(&Type::Model(inner, rest.to_vec()), n), arg(len));
+                }
+                _ => {
+                    out.push_str(&n.model(*m));
+                    if !args.is_empty() {
+                        let items: Vec<String> = args.iter().map(arg).collect();
+                        let _ = write!(out, "[{}]", items.join(", "));
+                    }
+                }
             }
         }
         Type::ModelVar(v) => out.push_str(&n.tyvar(*v)),

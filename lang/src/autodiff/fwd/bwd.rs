@@ -58,6 +58,26 @@ impl Gen<'_> {
         Ok(cs)
     }
 
+    /// Starts the backward of a nested region (a loop body, an `if` branch, a `@recompute`
+    /// body): the per-field cotangents gathered outside it are set aside, so that the region's
+    /// cotangents of a free model (`take`) hold only what the region contributes; a loop body
+    /// runs once per iteration, and an outside contribution taken there would count each time.
+    pub(in crate::autodiff) fn enter_scope(&mut self) -> FieldContribs {
+        std::mem::take(&mut self.field_contribs)
+    }
+
+    /// Ends a region begun with `enter_scope`: the outside cotangents come back, with whatever
+    /// the region left (nothing, when every free value was taken).
+    pub(in crate::autodiff) fn leave_scope(&mut self, outer: FieldContribs) {
+        let inner = std::mem::replace(&mut self.field_contribs, outer);
+        for (v, fields) in inner {
+            let slot = self.field_contribs.entry(v).or_default();
+            for (i, cs) in fields {
+                slot.entry(i).or_default().extend(cs);
+            }
+        }
+    }
+
     pub(in crate::autodiff) fn sum(&mut self, cs: &[Local]) -> Local {
         let mut acc = cs[0];
         for c in &cs[1..] {
@@ -316,12 +336,14 @@ impl Gen<'_> {
                 }
             }
         }
+        let outer = self.enter_scope();
         self.bwd(&sub, &mut local)?;
         let mut outs = Vec::new();
         for v in free {
             let t = self.total(*v, &mut local)?;
             outs.push(self.local(t));
         }
+        self.leave_scope(outer);
         let stmts = self.blocks.pop().unwrap_or_default();
         self.frames = saved;
         let t = Type::Tuple(outs.iter().map(|o| o.ty.clone()).collect());
@@ -436,6 +458,7 @@ impl Gen<'_> {
                 local.entry(new).or_default().push(cur);
             }
         }
+        let outer = self.enter_scope();
         self.bwd(&sub, &mut local)?;
         for (v, s) in state.iter().zip(&sb) {
             let t = self.total(*v, &mut local)?;
@@ -451,6 +474,7 @@ impl Gen<'_> {
                 }
             }
         }
+        self.leave_scope(outer);
         self.frames = saved;
         let stmts = self.blocks.pop().unwrap_or_default();
         let body = mk(

@@ -261,6 +261,10 @@ impl Checker {
         args: &[crate::types::TypeArg],
         span: Span,
     ) {
+        // A stack initialises each layer as its inner model.
+        if let (Some(inner), Some((_, rest))) = (self.prog.models[id.0 as usize].stack, args.split_first()) {
+            return self.check_initialisable(inner, rest, span);
+        }
         let n = self.model_sigs[id.0 as usize].fields.len();
         for i in 0..n {
             let has_init = self.model_sigs[id.0 as usize].decl.fields.get(i).is_some_and(|f| f.init.is_some());

@@ -54,6 +54,11 @@ impl Checker {
             return mk(ExprKind::Tuple(vec![]), Type::ModelType(Box::new(t)), s);
         }
         let x = self.check_expr(cx, base, None);
+        if let Type::Model(id, _) = &x.ty {
+            if self.prog.models[id.0 as usize].stack.is_some() {
+                return self.index_stack(cx, x, args, span);
+            }
+        }
         let (elem, shape) = match &x.ty {
             Type::Tensor(TensorTy { elem: e, shape: s, .. }) => (*e, s.clone()),
             Type::Error => return self.error_expr(span),
