@@ -271,7 +271,16 @@ pub(super) fn generate(
         let v = g.frames[0].env[&func.params[i]];
         grads.push(g.total(v, &mut contribs)?);
     }
-    let gty: Vec<Type> = grads.iter().map(|v| g.ty_of(*v)).collect();
+    // A tensor's gradient has its parameter's type, layout included (LANGUAGE.md §8: `grad` of
+    // a sharded program has the layout of its parameter); the cotangent computed is made so.
+    let gty: Vec<Type> = grads
+        .iter()
+        .zip(&wrt)
+        .map(|(v, &i)| match (g.ty_of(*v), &func.locals[func.params[i].0 as usize].ty) {
+            (Type::Tensor(got), Type::Tensor(p)) if got.shape == p.shape => Type::Tensor(p.clone()),
+            (t, _) => t,
+        })
+        .collect();
     let (result, ret) = match mode {
         Mode::Grad { .. } => (g.local(grads[0]), gty[0].clone()),
         Mode::ValueAndGrad { .. } => {

@@ -27,6 +27,40 @@ pub(super) fn prim(cx: &mut Fcx, e: &mut Expr) {
     }
     let partial: Option<(Prim, Vec<AxisId>)>;
     match p {
+        // A loop's tape stores each iteration's state as this rank holds it: nothing is
+        // gathered. The tape's type (`list[(state…)]`) carries the layouts, through copies of
+        // the tape, to `TapeGet`, which gives the blocks back in them.
+        Prim::TapePush => {
+            let held = match args.first().map(|a| &a.ty) {
+                Some(Type::List(items)) if items.len() == 1 => Some(items[0].clone()),
+                _ => None,
+            };
+            match (held, args.get_mut(1)) {
+                (Some(t), Some(state)) if strip(&t) == strip(&state.ty) => {
+                    let x = std::mem::replace(state, dummy());
+                    *state = cx.convert(x, &t, false);
+                    e.ty = Type::List(vec![t]);
+                    return;
+                }
+                _ => return whole_result(cx, args, &mut e.ty),
+            }
+        }
+        Prim::TapeGet => {
+            let held = match args.first().map(|a| &a.ty) {
+                Some(Type::List(items)) if items.len() == 1 => Some(items[0].clone()),
+                _ => None,
+            };
+            match held {
+                Some(t) if strip(&t) == strip(&e.ty) => {
+                    if let Some(i) = args.get_mut(1) {
+                        cx.make_whole(i);
+                    }
+                    e.ty = t;
+                    return;
+                }
+                _ => return whole_result(cx, args, &mut e.ty),
+            }
+        }
         Prim::Save if super::sharded_save(args) => {
             // A checkpoint folder: each rank writes its own blocks (`interp::shards`), so
             // nothing is gathered, a model no more than a tuple.
@@ -287,8 +321,6 @@ pub(super) fn prim(cx: &mut Fcx, e: &mut Expr) {
         | Prim::Exists
         | Prim::Clock
         | Prim::TapeNew
-        | Prim::TapePush
-        | Prim::TapeGet
         | Prim::Conv2d
         | Prim::Conv2dInputGrad
         | Prim::Conv2dWeightGrad
@@ -490,12 +522,21 @@ pub(super) fn unique(l: &mut L) {
     }
 }
 
-/// `a @ b` for operands of rank ≥ 2: the result's layout and the axes of the contracted dim
-/// (a partial sum over them). `None` sends it to the whole-operand rule.
+/// `a @ b`: the result's layout and the axes of the contracted dim (a partial sum over them).
+/// A vector operand is a matrix of one row (`a`) or one column (`b`), as NumPy's `matmul`
+/// treats it, so `x[N @dp, D] @ v[D]` keeps its rows split. `None` sends it to the
+/// whole-operand rule.
 fn matmul(cx: &mut Fcx, args: &mut [Expr], out_ty: &Type) -> Option<(L, Vec<AxisId>)> {
-    let (la, lb) = (layout(&args.first()?.ty), layout(&args.get(1)?.ty));
+    let (mut la, mut lb) = (layout(&args.first()?.ty), layout(&args.get(1)?.ty));
+    let (va, vb) = (la.len() == 1, lb.len() == 1);
+    if va {
+        la.insert(0, Vec::new());
+    }
+    if vb {
+        lb.push(Vec::new());
+    }
     let (ra, rb) = (la.len(), lb.len());
-    if ra < 2 || rb < 2 || rank(out_ty) != ra.max(rb) {
+    if ra < 2 || rb < 2 || rank(out_ty) + usize::from(va) + usize::from(vb) != ra.max(rb) {
         return None;
     }
     let (mut ka, mut kb) = (la[ra - 1].clone(), lb[rb - 2].clone());
@@ -533,10 +574,20 @@ fn matmul(cx: &mut Fcx, args: &mut [Expr], out_ty: &Type) -> Option<(L, Vec<Axis
     let mut want_b: L = if rb == 2 { Vec::new() } else { batch[batch.len() - (rb - 2)..].to_vec() };
     want_b.push(kb);
     want_b.push(n.clone());
+    if va {
+        want_a.remove(want_a.len() - 2);
+    }
+    if vb {
+        want_b.pop();
+    }
     convert_to(cx, &mut args[0], want_a, false);
     convert_to(cx, &mut args[1], want_b, false);
     let mut out = batch;
-    out.push(m);
-    out.push(n);
+    if !va {
+        out.push(m);
+    }
+    if !vb {
+        out.push(n);
+    }
     Some((out, k))
 }

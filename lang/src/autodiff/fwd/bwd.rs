@@ -362,7 +362,12 @@ impl Gen<'_> {
         let mut sb = Vec::new();
         for (o, init) in l.outs.iter().zip(&l.init) {
             let v = if self.is_active(*o) { self.total(*o, contribs)? } else { self.zeros_like(*init)? };
-            let ty = self.ty_of(v);
+            // The slot has the state's own type, layout included, so that a sharded state's
+            // cotangent stays sharded across iterations (rather than being gathered each time).
+            let ty = match (self.ty_of(v), self.ty_of(*init)) {
+                (Type::Tensor(c), Type::Tensor(p)) if c.shape == p.shape && c.elem == p.elem => Type::Tensor(p),
+                (t, _) => t,
+            };
             let s = self.new_local(ty, "sb", true);
             self.push_stmt(Stmt::Let { pat: Pat::Local(s), value: self.local(v) });
             sb.push(s);
