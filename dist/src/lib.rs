@@ -154,6 +154,28 @@ impl Collectives for Mpi {
     fn all_to_all_i32(&self, axes: &[AxisId], data: &[i32]) -> Result<Vec<i32>, String> {
         self.all_to_all(axes, data)
     }
+    fn send_recv(&self, axes: &[AxisId], sends: &[(usize, &[u8])], recvs: &[usize]) -> Result<Vec<Vec<u8>>, String> {
+        // Every send is posted before the receives (non-blocking), so two stages that send to
+        // each other at one communication point cannot wait on each other.
+        const TAG: i32 = 7;
+        self.sent.set(self.sent.get() + sends.iter().map(|(_, b)| b.len() as u64).sum::<u64>());
+        self.with_group(axes, |c| {
+            mpi::request::scope(|scope| {
+                let pending: Vec<_> = sends
+                    .iter()
+                    .map(|(peer, b)| c.process_at_rank(*peer as i32).immediate_send_with_tag(scope, *b, TAG))
+                    .collect();
+                let got: Vec<Vec<u8>> = recvs
+                    .iter()
+                    .map(|peer| c.process_at_rank(*peer as i32).receive_vec_with_tag::<u8>(TAG).0)
+                    .collect();
+                for r in pending {
+                    r.wait();
+                }
+                got
+            })
+        })
+    }
     fn bytes_sent(&self) -> u64 {
         self.sent.get()
     }

@@ -128,6 +128,8 @@ pub enum Code {
     E0503,
     /// A mesh axis that splits two dims of one tensor.
     E0504,
+    /// A `@pipeline` function that cannot be cut into stages, or a schedule that cannot be built.
+    E0505,
     /// Run time: a file that is missing, corrupt, or does not match its annotation.
     E0601,
     /// Run time: an index out of range or a shape that does not fit.

@@ -105,6 +105,18 @@ pub trait Collectives {
     fn all_to_all_f32(&self, axes: &[AxisId], data: &[f32]) -> Result<Vec<f32>, String>;
     fn all_to_all_f64(&self, axes: &[AxisId], data: &[f64]) -> Result<Vec<f64>, String>;
     fn all_to_all_i32(&self, axes: &[AxisId], data: &[i32]) -> Result<Vec<i32>, String>;
+    /// One communication point of a pipeline schedule: posts every send (`(peer, bytes)`) and
+    /// every receive (from `peer`) among the ranks that differ from this one only in `axes`
+    /// (peers are their indices in that group) at once, and waits for all of them. Returns the
+    /// messages received, in the order of `recvs`. Messages between two ranks arrive in the
+    /// order they were sent.
+    fn send_recv(&self, axes: &[AxisId], sends: &[(usize, &[u8])], recvs: &[usize]) -> Result<Vec<Vec<u8>>, String> {
+        let _ = axes;
+        if sends.is_empty() && recvs.is_empty() {
+            return Ok(vec![]);
+        }
+        Err("a pipeline stage's messages need the ranks of its mesh axis (start the job with `mpirun`)".into())
+    }
     /// Bytes this rank sent through collectives so far (for `--explain`'s counters).
     fn bytes_sent(&self) -> u64 {
         0

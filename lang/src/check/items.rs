@@ -90,6 +90,7 @@ impl Checker {
                         fields: vec![],
                         span: sid,
                         stack: None,
+                        stack_axis: None,
                     });
                     self.define(m, &md.name, ItemRef::Model(id));
                     if is_root_or_user {
@@ -781,6 +782,10 @@ impl Checker {
     /// later passes (`@recompute`, `@pipeline`, `@copies`).
     fn check_annotations(&mut self, m: ModuleId, id: FuncId, anns: &[ast::Annotation]) {
         for a in anns {
+            if a.name.name == "pipeline" {
+                self.pipeline_annotation(id, a);
+                continue;
+            }
             if a.name.name != "custom_vjp" {
                 continue;
             }

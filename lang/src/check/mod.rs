@@ -8,6 +8,7 @@ mod call;
 mod expr;
 mod items;
 pub mod modules;
+mod pipeline;
 mod resolve;
 mod stacks;
 
@@ -125,8 +126,9 @@ pub struct Checker {
     oversized: Vec<Span>,
     /// The stack model of each model stacked (`[Block[D]; L]`), and those whose fields are
     /// derived once the module's models are declared (see `stacks.rs`).
-    stacks: HashMap<ModelId, ModelId>,
+    stacks: HashMap<(ModelId, Option<crate::types::AxisId>), ModelId>,
     pending_stacks: Vec<ModelId>,
+    pipeline_opts: Vec<pipeline::PipeOpts>,
     declaring_models: bool,
 }
 
@@ -240,6 +242,7 @@ impl Checker {
             oversized: Vec::new(),
             stacks: HashMap::new(),
             pending_stacks: Vec::new(),
+            pipeline_opts: Vec::new(),
             declaring_models: false,
         }
     }
@@ -276,6 +279,7 @@ impl Checker {
         }
         // Derivatives are generated from checked code only.
         if !self.diags.iter().any(|d| d.is_error()) {
+            self.build_pipelines();
             crate::autodiff::run(&mut self.prog, &mut self.diags);
         }
         // Functions synthesised while checking bodies (closures) are already checked.

@@ -10,7 +10,7 @@ use crate::diag::{Code, Diagnostic};
 use crate::ir::{self, Attrs, ExprKind, Prim};
 use crate::source::Span;
 use crate::syntax::ast;
-use crate::types::{Dim, ElemTy, ModelId, ShapeItem, TensorTy, Type, TypeArg};
+use crate::types::{AxisId, Dim, ElemTy, ModelId, ShapeItem, TensorTy, Type, TypeArg};
 use std::rc::Rc;
 
 impl Checker {
@@ -24,24 +24,18 @@ impl Checker {
         env: &mut super::resolve::TyEnv,
     ) -> Type {
         let inner = self.resolve_type(m, elem, env);
+        let axis;
         let n = match len {
             ast::DimArg::Dim { dim, shard } => {
                 let d = self.resolve_dim(m, dim, env);
-                if let Some(axis) = shard.first() {
-                    self.check_shard_axis(m, axis);
+                if let Some(extra) = shard.get(1) {
                     self.error(
-                        Diagnostic::error(
-                            Code::E0502,
-                            axis.span,
-                            format!(
-                                "a stack of layers split over `{}` (pipeline stages) is not supported yet",
-                                axis.name
-                            ),
-                        )
-                        .label("pipeline parallelism")
-                        .with_help("keep the stack whole (`[Block[D]; L]`) and shard the layers' own dims"),
+                        Diagnostic::error(Code::E0502, extra.span, "a stack of layers is split over one mesh axis")
+                            .label("a second axis")
+                            .with_help("write `[Block[D]; L @pp]`: each rank of `pp` holds a contiguous run of layers"),
                     );
                 }
+                axis = shard.first().and_then(|a| self.check_shard_axis(m, a)).map(|(a, _)| a);
                 d
             }
             ast::DimArg::Rest(n) => {
@@ -65,7 +59,7 @@ impl Checker {
                     );
                     return Type::Error;
                 }
-                let sid = self.stack_of(id);
+                let sid = self.stack_of(id, axis);
                 let mut out = vec![TypeArg::Dim(n)];
                 out.extend(args);
                 Type::Model(sid, out)
@@ -83,11 +77,13 @@ impl Checker {
         }
     }
 
-    /// The stack model of `inner` (made once). Its fields are derived from the inner model's
-    /// once those are known and free of cycles: at once outside a module's model declarations,
-    /// after them (`fill_pending_stacks`) inside.
-    pub(crate) fn stack_of(&mut self, inner: ModelId) -> ModelId {
-        if let Some(&s) = self.stacks.get(&inner) {
+    /// The stack model of `inner` (made once per axis): with `axis`, every field's leading dim
+    /// is split over it, so each rank of the axis holds a contiguous run of layers (pipeline
+    /// stages). Its fields are derived from the inner model's once those are known and free of
+    /// cycles: at once outside a module's model declarations, after them
+    /// (`fill_pending_stacks`) inside.
+    pub(crate) fn stack_of(&mut self, inner: ModelId, axis: Option<AxisId>) -> ModelId {
+        if let Some(&s) = self.stacks.get(&(inner, axis)) {
             return s;
         }
         let isig = &self.model_sigs[inner.0 as usize];
@@ -116,8 +112,9 @@ impl Checker {
             fields: vec![],
             span,
             stack: Some(inner),
+            stack_axis: axis,
         });
-        self.stacks.insert(inner, id);
+        self.stacks.insert((inner, axis), id);
         if self.declaring_models {
             self.pending_stacks.push(id);
         } else {
@@ -136,6 +133,7 @@ impl Checker {
 
     fn fill_stack(&mut self, id: ModelId) {
         let Some(inner) = self.prog.models[id.0 as usize].stack else { return };
+        let axis = self.prog.models[id.0 as usize].stack_axis;
         let isig = self.model_sigs[inner.0 as usize].clone();
         let len = self.new_sym("L");
         let l = Dim::var(len);
@@ -145,13 +143,16 @@ impl Checker {
                 Type::Tensor(tt) => {
                     let mut tt = tt.clone();
                     tt.shape.insert(0, ShapeItem::Dim(l.clone()));
-                    if !tt.layout.0.is_empty() {
-                        tt.layout.0.insert(0, vec![]);
+                    if !tt.layout.0.is_empty() || axis.is_some() {
+                        if tt.layout.0.is_empty() {
+                            tt.layout.0 = vec![vec![]; tt.shape.len() - 1];
+                        }
+                        tt.layout.0.insert(0, axis.into_iter().collect());
                     }
                     Type::Tensor(tt)
                 }
                 Type::Model(m, args) => {
-                    let (m, mut args) = (self.stack_of(*m), args.clone());
+                    let (m, mut args) = (self.stack_of(*m, axis), args.clone());
                     args.insert(0, TypeArg::Dim(l.clone()));
                     Type::Model(m, args)
                 }

@@ -9,6 +9,7 @@ mod checkpoint;
 mod compress;
 mod data;
 pub mod host;
+mod pipeline;
 mod prims;
 mod shards;
 mod stacks;
@@ -259,6 +260,10 @@ impl<'p> Interp<'p> {
         dims: HashMap<Sym, i64>,
         captures: Vec<(Local, Value)>,
     ) -> R<Value> {
+        if let Some(pi) = self.pipeline_of(f) {
+            let span = self.prog.span(self.prog.func(f).span);
+            return self.run_pipeline(pi, args, false, span).map(|(v, _)| v);
+        }
         let func = self.prog.func(f);
         let mut dims = dims;
         if !captures.is_empty() || func.n_captures > 0 {
@@ -595,8 +600,16 @@ impl<'p> Interp<'p> {
         // A stack initialises layer `l` as its inner model under the path `prefix.l`.
         if let Some(inner) = def.stack {
             let n = dims.first().copied().unwrap_or(0).max(0);
-            let mut layers = Vec::with_capacity(n as usize);
-            for l in 0..n {
+            // Split over a mesh axis (pipeline stages), a rank makes only its run of layers.
+            let (lo, hi) = match (def.stack_axis, &self.spmd) {
+                (Some(a), Some(s)) => {
+                    let (k, i) = (s.mesh.size(a).max(1), s.mesh.group_index(s.rank(), &[a]));
+                    (i * n / k, (i + 1) * n / k)
+                }
+                _ => (0, n),
+            };
+            let mut layers = Vec::with_capacity((hi - lo) as usize);
+            for l in lo..hi {
                 let path = if prefix.is_empty() { l.to_string() } else { format!("{prefix}.{l}") };
                 layers.push(self.init_model(inner, dims[1..].to_vec(), seed, path, span)?);
             }

@@ -18,6 +18,23 @@ impl Interp<'_> {
         args: Vec<Value>,
         span: Span,
     ) -> R<Value> {
+        if let FnTarget::Grad { inner, wrt, with_value } = target {
+            if let Some(pi) = match &**inner {
+                FnTarget::Func(f) => self.pipeline_of(*f),
+                _ => None,
+            } {
+                if *wrt != 0 {
+                    return Err(rt(
+                        Code::E0605,
+                        "a pipelined function is differentiated with respect to its model",
+                        span,
+                    ));
+                }
+                let (v, g) = self.run_pipeline(pi, args, true, span)?;
+                let g = g.unwrap_or(Value::unit());
+                return Ok(if *with_value { Value::Tuple(Rc::new(vec![v, g])) } else { g });
+            }
+        }
         let Some(f) = crate::autodiff::target_func(self.prog, target) else {
             return Err(rt(
                 Code::E0605,

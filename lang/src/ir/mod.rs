@@ -366,6 +366,8 @@ pub struct Model {
     /// layers `L`, the rest are the inner model's, and each field is the inner model's with a
     /// leading `L` (a nested model field is a stack of that model).
     pub stack: Option<ModelId>,
+    /// The mesh axis a stack's layers are split over (`[Block[D]; L @pp]`: pipeline stages).
+    pub stack_axis: Option<crate::types::AxisId>,
 }
 
 impl Model {
@@ -452,6 +454,28 @@ pub struct Program {
     pub derived: derived::Derived,
     /// Functions of the root file, by name (for `msl grad FILE FN`).
     pub root_funcs: Vec<(String, FuncId)>,
+    /// `@pipeline` functions, split into their stages' pieces.
+    pub pipelines: Vec<Pipeline>,
+}
+
+/// A `@pipeline` loss function (LANGUAGE.md §8) cut at its layer loop into three pieces, each an
+/// ordinary function with its pullback generated: `pre(params…) -> h` runs on the first stage,
+/// `layer(block, h, params…) -> h` is one iteration of the loop (the stack's layer given as
+/// `block`, `params…` without the model), `post(params…, h)` runs on the last stage.
+#[derive(Clone, Debug)]
+pub struct Pipeline {
+    pub func: FuncId,
+    pub pre: FuncId,
+    pub layer: FuncId,
+    pub post: FuncId,
+    /// The field of the model (parameter 0) that holds the stack of layers.
+    pub stack_field: usize,
+    /// The mesh axis the stack is split over (`None`: one stage).
+    pub axis: Option<crate::types::AxisId>,
+    pub microbatches: usize,
+    pub schedule: crate::shard::schedule::Kind,
+    pub virtual_stages: usize,
+    pub span: SpanId,
 }
 
 impl Program {

@@ -10,6 +10,7 @@
 mod convert;
 mod mono;
 mod rules;
+pub mod schedule;
 
 use crate::diag::Diagnostic;
 use crate::dist::Mesh;
@@ -205,12 +206,27 @@ pub fn run(prog: &mut Program) -> Report {
     let mut report = Report::default();
     let mut site = 0;
     let mut out = Vec::with_capacity(pristine.len() + st.specs.len());
+    // A `@pipeline` function (and its derivatives) never runs whole: the pipeline driver runs
+    // its pieces, which are partitioned like any function.
+    let whole: std::collections::HashSet<usize> = prog
+        .pipelines
+        .iter()
+        .flat_map(|p| {
+            let derived = prog.derived.funcs.iter().filter(move |((f, _), _)| *f == p.func).map(|(_, d)| *d);
+            let twins = derived.clone().filter_map(|d| prog.derived.twins.get(&d).copied());
+            std::iter::once(p.func).chain(derived).chain(twins).map(|f| f.0 as usize)
+        })
+        .collect();
     for i in 0..pristine.len() + st.specs.len() {
         let (base, params) = match i.checked_sub(pristine.len()) {
             None => (i, None),
             Some(j) => (st.specs[j].base, Some(st.specs[j].params.clone())),
         };
         let f = &pristine[base];
+        if whole.contains(&base) {
+            out.push(f.clone());
+            continue;
+        }
         let mut cx = Fcx::new(prog, &mesh, &st, f, base, params, true);
         cx.site = site;
         let mut func = f.clone();
