@@ -25,6 +25,8 @@ enum Emit {
     Ir,
     /// Every collective the sharding pass inserts for the file's mesh.
     Collectives,
+    /// The static schedule of every `@pipeline` function, per stage and time step.
+    Schedule,
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -341,6 +343,9 @@ fn check_cmd(files: &[PathBuf], format: MessageFormat, emit: Option<Emit>) -> u8
         if emit == Some(Emit::Ir) {
             print!("{}", lang::ir::dump::dump(&c.program));
         }
+        if emit == Some(Emit::Schedule) {
+            print!("{}", schedule_text(&c.program, f));
+        }
         if emit == Some(Emit::Collectives) {
             let mut c = c;
             print!("{}", collectives_text(&mut c, f));
@@ -351,6 +356,33 @@ fn check_cmd(files: &[PathBuf], format: MessageFormat, emit: Option<Emit>) -> u8
         eprintln!("ok: {n} file{} checked", if n == 1 { "" } else { "s" });
     }
     status
+}
+
+/// `msl check --emit schedule`: each `@pipeline` function's schedule for the file's mesh, as
+/// the checker built and proved it.
+fn schedule_text(p: &lang::ir::Program, f: &Path) -> String {
+    use lang::shard::schedule;
+    if p.pipelines.is_empty() {
+        return format!("{}: no `@pipeline` function, so no schedule\n", f.display());
+    }
+    let mesh = lang::dist::Mesh::of(p);
+    let mut out = String::new();
+    for pl in &p.pipelines {
+        let name = p.names.get(p.func(pl.func).name);
+        let (stages, axis) = match (pl.axis, &mesh) {
+            (Some(a), Some(m)) => (m.size(a) as usize, m.names[a.0 as usize].clone()),
+            _ => (1, "(no axis)".to_string()),
+        };
+        out.push_str(&format!("{}: `{name}` on {axis} = {stages}\n", f.display()));
+        match schedule::build(pl.schedule, stages, pl.microbatches, pl.virtual_stages)
+            .and_then(|s| schedule::prove(&s).map(|t| schedule::render(&s, &t)))
+        {
+            Ok(t) => out.push_str(t.trim_end()),
+            Err(e) => out.push_str(&format!("error: {e}")),
+        }
+        out.push('\n');
+    }
+    out
 }
 
 /// `msl check --emit collectives`: partitions the program for its mesh and lists what the

@@ -366,3 +366,72 @@ fn a_trace_of_two_ranks_holds_both_and_their_collectives() {
         assert!(mine.iter().any(|e| e["cat"] == "kernel" && e["name"] == "matmul"), "rank {rank}");
     }
 }
+
+/// A stack of eight layers over `pp`, trained as a pipeline.
+const PIPE: &str = r#"mesh M[pp = 4]
+
+model Block[D] {
+    w: f32[D, D] = glorot_uniform(D, D)
+    b: f32[D]    = normal(D) * 0.1
+}
+
+model Net[D, L] {
+    inp: f32[D, D] = glorot_uniform(D, D)
+    layers: [Block[D]; L @pp]
+    head: f32[D] = ones(D)
+}
+
+@pipeline(microbatches: 4, schedule: "1f1b")
+fn loss[N, D, L](m: Net[D, L], x: f32[N, D], y: f32[N]) -> f32 {
+    var h = x @ m.inp
+    for l in 0..L {
+        h = tanh(h @ m.layers[l].w + m.layers[l].b)
+    }
+    mean((h @ m.head - y) ** 2)
+}
+
+fn main() {
+    var m = init(Net[4, 8], seed: 0)
+    let x = normal(8, 4, seed: 1)
+    let y = normal(8, seed: 2)
+    for step in 0..3 {
+        let (l, g) = value_and_grad(loss)(m, x, y)
+        print(step, l)
+        m = m - 0.1 * g
+    }
+    print(sum(m.layers.w), loss(m, x, y))
+}
+"#;
+
+#[test]
+fn pipelines_of_two_and_four_stages_print_what_one_process_prints() {
+    let dir = scratch("pipe", &[("pipe.msl", PIPE), ("gpipe.msl", &PIPE.replace("\"1f1b\"", "\"gpipe\""))]);
+    // The schedule, as the checker built and proved it.
+    let o = msl(&dir, &["check", "--emit", "schedule", "pipe.msl"]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(out.contains("pipeline schedule 1f1b: 4 stages, 4 microbatches"), "{out}");
+    assert!(out.contains("bubble 0.429 (ideal (p-1)/(m+p-1) = 0.429)"), "{out}");
+    assert!(out.contains("every send has its matching receive, in order (checked)"), "{out}");
+    let o = msl(&dir, &["check", "--mesh", "pp=2", "--emit", "schedule", "gpipe.msl"]);
+    assert!(text(&o).0.contains("pipeline schedule gpipe: 2 stages"), "{:?}", text(&o));
+    let one = msl(&dir, &["run", "pipe.msl"]);
+    let (want, err) = text(&one);
+    assert!(one.status.success(), "{err}");
+    assert_eq!(want.lines().count(), 4, "{want}");
+    if !have_mpirun("pipelines_of_two_and_four_stages_print_what_one_process_prints") {
+        return;
+    }
+    for (file, ranks) in [("pipe.msl", "4"), ("gpipe.msl", "4"), ("pipe.msl", "2")] {
+        let mut args = vec!["run", "--ranks", ranks];
+        if ranks == "2" {
+            args.extend(["--mesh", "pp=2"]);
+        }
+        args.push(file);
+        let o = msl(&dir, &args);
+        let (got, err) = text(&o);
+        assert!(o.status.success(), "{args:?}: {err}");
+        assert!(same_up_to_rounding(&got, &want), "{args:?}\none process:\n{want}\npipelined:\n{got}");
+        assert!(!err.contains("W0510"), "a pipeline gathers no layers: {err}");
+    }
+}

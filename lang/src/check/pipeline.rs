@@ -84,7 +84,9 @@ impl Checker {
                 .with_help(shape_help));
         };
         let ExprKind::Block { stmts, result } = &f.body.kind else {
-            return Err(bad(fspan, "a `@pipeline` function's body runs its layers in one loop").with_help(shape_help));
+            return Err(bad(fspan, "this `@pipeline` function has no loop over a stack of layers")
+                .label("no `for l in 0..L { … m.layers[l] … }`")
+                .with_help(shape_help));
         };
         // The loop over the layers: the one top-level `for` whose body indexes a stack field.
         let mut found = None;
@@ -225,18 +227,29 @@ impl Checker {
         for id in ids {
             crate::autodiff::derive(&mut self.prog, id, mode, fspan)?;
         }
+        if let Some(mesh) = crate::dist::Mesh::of(&self.prog) {
+            let other = mesh
+                .names
+                .iter()
+                .zip(&mesh.sizes)
+                .enumerate()
+                .find(|(i, (_, s))| **s > 1 && axis.map(|a| a.0 as usize) != Some(*i));
+            if let Some((_, (name, size))) = other {
+                return Err(bad(
+                    o.span,
+                    format!(
+                    "a pipeline runs on a mesh of its stages' axis alone for now; this mesh also has `{name} = {size}`"
+                ),
+                )
+                .label("pipelined")
+                .with_help(format!("run with `--mesh {name}=1`, or drop the `@pipeline` to shard over `{name}`")));
+            }
+        }
         // The schedule for the mesh this program declares, proved before anything runs.
         let stages = axis.map_or(1, |a| crate::dist::Mesh::of(&self.prog).map_or(1, |m| m.size(a) as usize));
         schedule::build(o.kind, stages, o.microbatches, o.virtual_stages)
             .and_then(|s| schedule::prove(&s).map(|_| ()))
             .map_err(|e| bad(o.span, e).label("this schedule"))?;
-        if o.virtual_stages > 1 {
-            return Err(bad(
-                o.span,
-                "interleaved schedules are checked and printed (`msl check --emit schedule`) but not run yet",
-            )
-            .with_help("run with `virtual_stages: 1` (\"1f1b\" or \"gpipe\")"));
-        }
         let span = self.span_id(o.span);
         Ok(ir::Pipeline {
             func: o.func,

@@ -44,6 +44,13 @@ impl Interp<'_> {
         span: Span,
     ) -> R<(Value, Option<Value>)> {
         let p: Pipeline = self.prog.pipelines[pi].clone();
+        if p.virtual_stages > 1 {
+            return Err(rt(
+                Code::E0605,
+                "interleaved schedules (`virtual_stages` > 1) are checked and printed (`msl check --emit schedule`) but not run yet; run with `virtual_stages: 1`",
+                span,
+            ));
+        }
         let (stages, stage, axes) = match (p.axis, &self.spmd) {
             (Some(a), Some(s)) => (s.mesh.size(a) as usize, s.mesh.group_index(s.rank(), &[a]) as usize, vec![a]),
             _ => (1, 0, vec![]),

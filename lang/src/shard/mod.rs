@@ -241,6 +241,11 @@ pub fn run(prog: &mut Program) -> Report {
     prog.funcs = out;
     for (j, sp) in st.specs.iter().enumerate() {
         let base = crate::types::FuncId(sp.base as u32);
+        // A copy of a pipelined function for its call's layouts is the same pipeline.
+        if let Some(p) = prog.pipelines.iter().find(|p| p.func == base).cloned() {
+            let func = crate::types::FuncId((st.n_funcs + j) as u32);
+            prog.pipelines.push(crate::ir::Pipeline { func, ..p });
+        }
         if let Some(r) = prog.derived.residuals.get(&base).cloned() {
             prog.derived.residuals.insert(crate::types::FuncId((st.n_funcs + j) as u32), r);
         }
