@@ -43,7 +43,29 @@ impl Mpi {
     pub fn start(mesh: Mesh) -> Option<Mpi> {
         let universe = mpi::initialize()?;
         let world = universe.world();
-        Some(Mpi { groups: RefCell::new(HashMap::new()), world, mesh, sent: Cell::new(0), _universe: universe })
+        let mpi = Mpi { groups: RefCell::new(HashMap::new()), world, mesh, sent: Cell::new(0), _universe: universe };
+        // Splitting a communicator is collective over the whole job, but a pipeline stage may
+        // need a group's first collective while other stages wait for a message: every group
+        // (each ordered choice of axes) is split here, while every rank is at the same point.
+        if mpi.size() > 1 && mpi.mesh.names.len() <= 4 {
+            let n = mpi.mesh.names.len() as u32;
+            let mut orders: Vec<Vec<AxisId>> = (0..n).map(|a| vec![AxisId(a)]).collect();
+            let mut i = 0;
+            while i < orders.len() {
+                for a in 0..n {
+                    if !orders[i].contains(&AxisId(a)) {
+                        let mut o = orders[i].clone();
+                        o.push(AxisId(a));
+                        orders.push(o);
+                    }
+                }
+                i += 1;
+            }
+            for axes in orders {
+                mpi.with_group(&axes, |_| ()).ok()?;
+            }
+        }
+        Some(mpi)
     }
 
     pub fn size(&self) -> usize {

@@ -218,32 +218,16 @@ impl Checker {
                 ));
             }
         }
-        let ids = [pre, lf, post].map(|mut g| {
+        let fname = self.prog.names.get(f.name).to_string();
+        let ids = [(pre, "pre"), (lf, "layer"), (post, "post")].map(|(mut g, part)| {
             g.annotations.retain(|a| self.prog.names.get(*a) != "pipeline");
+            g.name = self.prog.names.intern(&format!("{fname}.{part}"));
             self.prog.funcs.push(g);
             FuncId(self.prog.funcs.len() as u32 - 1)
         });
         let mode = crate::autodiff::mode_of(usize::MAX, false);
         for id in ids {
             crate::autodiff::derive(&mut self.prog, id, mode, fspan)?;
-        }
-        if let Some(mesh) = crate::dist::Mesh::of(&self.prog) {
-            let other = mesh
-                .names
-                .iter()
-                .zip(&mesh.sizes)
-                .enumerate()
-                .find(|(i, (_, s))| **s > 1 && axis.map(|a| a.0 as usize) != Some(*i));
-            if let Some((_, (name, size))) = other {
-                return Err(bad(
-                    o.span,
-                    format!(
-                    "a pipeline runs on a mesh of its stages' axis alone for now; this mesh also has `{name} = {size}`"
-                ),
-                )
-                .label("pipelined")
-                .with_help(format!("run with `--mesh {name}=1`, or drop the `@pipeline` to shard over `{name}`")));
-            }
         }
         // The schedule for the mesh this program declares, proved before anything runs.
         let stages = axis.map_or(1, |a| crate::dist::Mesh::of(&self.prog).map_or(1, |m| m.size(a) as usize));
@@ -257,6 +241,7 @@ impl Checker {
             layer: ids[1],
             post: ids[2],
             stack_field: field,
+            carried: h,
             axis,
             microbatches: o.microbatches,
             schedule: o.kind,

@@ -11,6 +11,7 @@ pub fn dump(p: &Program) -> String {
     let mut seen = vec![false; p.funcs.len()];
     let mut todo: Vec<crate::types::FuncId> = p.root_funcs.iter().map(|(_, f)| *f).collect();
     todo.extend(p.tests.iter().map(|t| t.func));
+    todo.extend(p.pipelines.iter().flat_map(|pl| [pl.pre, pl.layer, pl.post]));
     let mut order = Vec::new();
     while let Some(f) = todo.pop() {
         if std::mem::replace(&mut seen[f.0 as usize], true) {

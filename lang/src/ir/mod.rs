@@ -470,6 +470,8 @@ pub struct Pipeline {
     pub post: FuncId,
     /// The field of the model (parameter 0) that holds the stack of layers.
     pub stack_field: usize,
+    /// The local of `func` that the layer loop carries.
+    pub carried: Local,
     /// The mesh axis the stack is split over (`None`: one stage).
     pub axis: Option<crate::types::AxisId>,
     pub microbatches: usize,

@@ -86,7 +86,7 @@ pub fn inferred_locals(prog: &Program) -> Option<Vec<Vec<Type>>> {
 pub fn run(prog: &mut Program) -> Report {
     let Some(mesh) = Mesh::of(prog) else { return Report::default() };
     mono::run(prog);
-    let pristine: Vec<Func> = prog.funcs.clone();
+    let mut pristine: Vec<Func> = prog.funcs.clone();
     let dynamic = pristine.iter().any(|f| has_dynamic_call(&f.body));
     let mut st = State {
         params: pristine
@@ -153,55 +153,9 @@ pub fn run(prog: &mut Program) -> Report {
             }
         }
     }
-    for _round in 0..16 {
-        let mut changed = false;
-        let mut obs = Vec::new();
-        let mut calls = Vec::new();
-        let n_specs = st.specs.len();
-        for i in 0..pristine.len() + n_specs {
-            let (base, params) = match i.checked_sub(pristine.len()) {
-                None => (i, None),
-                Some(j) => (st.specs[j].base, Some(st.specs[j].params.clone())),
-            };
-            let mut cx = Fcx::new(prog, &mesh, &st, &pristine[base], base, params, false);
-            let ret = cx.body();
-            obs.append(&mut cx.obs);
-            calls.append(&mut cx.calls);
-            let slot = match i.checked_sub(pristine.len()) {
-                None => &mut st.rets[i],
-                Some(j) => &mut st.specs[j].ret,
-            };
-            if slot.as_ref() != Some(&ret) {
-                *slot = Some(ret);
-                changed = true;
-            }
-        }
-        for (g, args) in obs {
-            for (slot, a) in st.params[g.0 as usize].iter_mut().zip(args) {
-                let next = match &*slot {
-                    Lat::Unknown => Lat::Known(a),
-                    Lat::Known(t) if *t == a => continue,
-                    Lat::Known(t) => match join(t, &a) {
-                        Some(j) if j == *t => continue,
-                        Some(j) => Lat::Known(j),
-                        None => Lat::Fixed(strip(t)),
-                    },
-                    Lat::Fixed(_) => continue,
-                };
-                *slot = next;
-                changed = true;
-            }
-        }
-        for (g, key, params) in calls {
-            if !st.spec_index.contains_key(&(g, key.clone())) {
-                st.spec_index.insert((g, key), st.specs.len());
-                st.specs.push(Spec { base: g.0 as usize, params, ret: None });
-                changed = true;
-            }
-        }
-        if !changed {
-            break;
-        }
+    fixpoint(prog, &mesh, &mut st, &pristine);
+    if pipeline_params(prog, &mesh, &mut st, &mut pristine) {
+        fixpoint(prog, &mesh, &mut st, &pristine);
     }
     let mut report = Report::default();
     let mut site = 0;
@@ -312,6 +266,119 @@ fn target_of(t: &FnTarget) -> Option<crate::types::FuncId> {
         FnTarget::Grad { inner, .. } | FnTarget::Vmap { inner, .. } => target_of(inner),
         FnTarget::Dynamic => None,
     }
+}
+
+/// Infers the parameter layouts of every function (and of its copies) until nothing changes.
+fn fixpoint(prog: &Program, mesh: &Mesh, st: &mut State, pristine: &[Func]) {
+    for _round in 0..16 {
+        let mut changed = false;
+        let mut obs = Vec::new();
+        let mut calls = Vec::new();
+        let n_specs = st.specs.len();
+        for i in 0..pristine.len() + n_specs {
+            let (base, params) = match i.checked_sub(pristine.len()) {
+                None => (i, None),
+                Some(j) => (st.specs[j].base, Some(st.specs[j].params.clone())),
+            };
+            let mut cx = Fcx::new(prog, &mesh, &st, &pristine[base], base, params, false);
+            let ret = cx.body();
+            obs.append(&mut cx.obs);
+            calls.append(&mut cx.calls);
+            let slot = match i.checked_sub(pristine.len()) {
+                None => &mut st.rets[i],
+                Some(j) => &mut st.specs[j].ret,
+            };
+            if slot.as_ref() != Some(&ret) {
+                *slot = Some(ret);
+                changed = true;
+            }
+        }
+        for (g, args) in obs {
+            for (slot, a) in st.params[g.0 as usize].iter_mut().zip(args) {
+                let next = match &*slot {
+                    Lat::Unknown => Lat::Known(a),
+                    Lat::Known(t) if *t == a => continue,
+                    Lat::Known(t) => match join(t, &a) {
+                        Some(j) if j == *t => continue,
+                        Some(j) => Lat::Known(j),
+                        None => Lat::Fixed(strip(t)),
+                    },
+                    Lat::Fixed(_) => continue,
+                };
+                *slot = next;
+                changed = true;
+            }
+        }
+        for (g, key, params) in calls {
+            if !st.spec_index.contains_key(&(g, key.clone())) {
+                st.spec_index.insert((g, key), st.specs.len());
+                st.specs.push(Spec { base: g.0 as usize, params, ret: None });
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+}
+
+/// The pieces of a `@pipeline` function (and their pullbacks) are called by the pipeline driver,
+/// not by the program: they take the layouts the function's own values have there (the
+/// activation's as the loss function's loop carries it, the parameters' as written).
+fn pipeline_params(prog: &Program, mesh: &Mesh, st: &mut State, pristine: &mut [Func]) -> bool {
+    let mode = crate::ir::derived::mode_of(usize::MAX, false);
+    let (mut sets, mut rets) = (Vec::new(), Vec::new());
+    for p in &prog.pipelines {
+        let f = p.func.0 as usize;
+        let Some(func) = pristine.get(f) else { continue };
+        let mut cx = Fcx::new(prog, mesh, st, func, f, None, false);
+        cx.body();
+        let h = Lat::Fixed(cx.locals[p.carried.0 as usize].ty.clone());
+        let lp = st.params[f].clone();
+        let block = pristine[p.layer.0 as usize]
+            .params
+            .first()
+            .map(|b| pristine[p.layer.0 as usize].locals[b.0 as usize].ty.clone());
+        let layer: Vec<Lat> =
+            [Lat::Fixed(block.unwrap_or(Type::Error)), h.clone()].into_iter().chain(lp[1..].iter().cloned()).collect();
+        let post: Vec<Lat> = lp.iter().cloned().chain([h.clone()]).collect();
+        let ret = Lat::Fixed(strip(&func.ret));
+        let Lat::Fixed(hty) = h.clone() else { continue };
+        // The activation's cotangent, which a pullback returns, has the activation's layout.
+        let pieces = [
+            (p.pre, lp.clone(), h.clone(), None),
+            (p.layer, layer, h.clone(), Some(1)),
+            (p.post, post, ret, Some(lp.len())),
+        ];
+        for (piece, params, cot, dh) in pieces {
+            if let Some(pb) = prog.derived.funcs.get(&(piece, mode)) {
+                let mut with_cot = params.clone();
+                with_cot.push(cot);
+                sets.push((pb.0 as usize, with_cot));
+                if let Some(i) = dh {
+                    rets.push((pb.0 as usize, i, hty.clone()));
+                }
+            }
+            sets.push((piece.0 as usize, params));
+        }
+    }
+    for (g, i, t) in rets {
+        if let Some(Type::Tuple(items)) = pristine.get_mut(g).map(|f| &mut f.ret) {
+            if let Some(slot) = items.get_mut(i) {
+                *slot = t;
+            }
+        }
+    }
+    let mut changed = false;
+    for (g, params) in sets {
+        if let Some(slot) = st.params.get_mut(g) {
+            if slot.len() == params.len() && *slot != params {
+                *slot = params;
+                changed = true;
+            }
+        }
+    }
+    changed
 }
 
 /// Whether `save(args…)` writes a checkpoint folder named by a literal (`save("ckpt/", s)`):
