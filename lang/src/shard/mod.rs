@@ -280,7 +280,7 @@ fn fixpoint(prog: &Program, mesh: &Mesh, st: &mut State, pristine: &[Func]) {
                 None => (i, None),
                 Some(j) => (st.specs[j].base, Some(st.specs[j].params.clone())),
             };
-            let mut cx = Fcx::new(prog, &mesh, &st, &pristine[base], base, params, false);
+            let mut cx = Fcx::new(prog, mesh, st, &pristine[base], base, params, false);
             let ret = cx.body();
             obs.append(&mut cx.obs);
             calls.append(&mut cx.calls);
