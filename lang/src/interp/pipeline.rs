@@ -96,6 +96,7 @@ impl Interp<'_> {
         let mut dlayers: Vec<Option<Value>> = vec![None; n_local];
         let model_v = Value::Model(model.clone());
         for op in &ops {
+            let t0 = self.trace_start();
             match op {
                 Op::Fwd { mb, .. } => {
                     let rest = &parts[*mb];
@@ -183,7 +184,18 @@ impl Interp<'_> {
                             Msg::Grad { mb, .. } => grad_in.insert(*mb, v),
                         };
                     }
+                    let sent = bytes.iter().map(|(_, b)| b.len() as u64).sum();
+                    if let (Some(t0), Some(tr)) = (t0, self.trace.as_mut()) {
+                        if let Some(ev) = tr.end(t0, "send/recv".into(), super::trace::Kind::Collective, Some(span)) {
+                            ev.bytes = Some(sent);
+                        }
+                    }
+                    continue;
                 }
+            }
+            if let Op::Fwd { mb, .. } | Op::Bwd { mb, .. } = op {
+                let name = format!("{}{mb}", if matches!(op, Op::Fwd { .. }) { "F" } else { "B" });
+                self.trace_span(t0, &name, super::trace::Kind::Stage, span);
             }
         }
         // The value: the mean over the microbatches, on the last stage, then on every stage.

@@ -24,6 +24,9 @@ pub enum Kind {
     Compiled,
     /// A call of an msl function (interpreted).
     Call,
+    /// A pipeline stage's forward or backward of one microbatch (`F3`, `B3`); its messages are
+    /// collectives named `send/recv`.
+    Stage,
 }
 
 impl Kind {
@@ -35,6 +38,7 @@ impl Kind {
             Kind::Fused => "fused",
             Kind::Compiled => "compiled",
             Kind::Call => "call",
+            Kind::Stage => "stage",
         }
     }
 }
