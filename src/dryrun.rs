@@ -66,8 +66,9 @@ pub fn main(a: &Args) -> u8 {
             );
             return 2;
         }
+        let bubble = bubble_text(&c.program, None);
         let r = analyse(a.file, c);
-        print!("{}", render(a.file, None, &r));
+        print!("{}{bubble}", render(a.file, None, &r));
         return fits(&r, limit);
     };
     if a.search {
@@ -84,9 +85,42 @@ pub fn main(a: &Args) -> u8 {
         );
         return 2;
     }
+    let bubble = bubble_text(&c.program, Some(&mesh));
     let r = analyse(a.file, c);
-    print!("{}", render(a.file, Some(&mesh), &r));
+    print!("{}{bubble}", render(a.file, Some(&mesh), &r));
     fits(&r, limit)
+}
+
+/// The idle fraction of each `@pipeline` function's schedule for the mesh, as the checker's
+/// simulation of it gives (a forward costs one unit, a backward two).
+fn bubble_text(p: &lang::ir::Program, mesh: Option<&Mesh>) -> String {
+    use lang::shard::schedule;
+    if p.pipelines.is_empty() {
+        return "pipeline bubble: none (no `@pipeline` function: every rank works through the whole step)\n".into();
+    }
+    let mut s = String::new();
+    for pl in &p.pipelines {
+        let name = p.names.get(p.func(pl.func).name);
+        let stages = match (pl.axis, mesh) {
+            (Some(a), Some(m)) => m.size(a) as usize,
+            _ => 1,
+        };
+        let line = schedule::build(pl.schedule, stages, pl.microbatches, pl.virtual_stages)
+            .and_then(|sc| schedule::prove(&sc))
+            .map(|t| {
+                let peak: Vec<String> = t.peak_activations.iter().map(usize::to_string).collect();
+                format!(
+                    "{:.3} ({} over {stages} stages, {} microbatches); microbatches held per stage: {}",
+                    t.bubble(),
+                    pl.schedule.name(),
+                    pl.microbatches,
+                    peak.join(" ")
+                )
+            })
+            .unwrap_or_else(|e| format!("none: {e}"));
+        s.push_str(&format!("pipeline bubble of `{name}`: {line}\n"));
+    }
+    s
 }
 
 /// Exit 2 when a size does not split over its axes (the run would stop there) or the peak
@@ -172,7 +206,6 @@ fn render(file: &Path, mesh: Option<&Mesh>, r: &Report) -> String {
     s.push_str("communication in the whole run, from each rank:\n");
     traffic(&mut s, &r.per_run);
     s.push_str(&format!("products per training step: {:.3e} flops per rank\n", r.step_flops));
-    s.push_str("pipeline bubble: none (no `@pipeline` function: every rank works through the whole step)\n");
     for n in &r.notes {
         s.push_str(&format!("note: {n}\n"));
     }

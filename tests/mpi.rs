@@ -413,6 +413,10 @@ fn pipelines_of_two_and_four_stages_print_what_one_process_prints() {
     assert!(out.contains("pipeline schedule 1f1b: 4 stages, 4 microbatches"), "{out}");
     assert!(out.contains("bubble 0.429 (ideal (p-1)/(m+p-1) = 0.429)"), "{out}");
     assert!(out.contains("every send has its matching receive, in order (checked)"), "{out}");
+    let o = msl(&dir, &["dryrun", "--devices", "4", "pipe.msl"]);
+    let (out, err) = text(&o);
+    assert!(out.contains("pipeline bubble of `loss`: 0.429 (1f1b over 4 stages, 4 microbatches)"), "{out}{err}");
+    assert!(out.contains("microbatches held per stage: 4 3 2 1"), "{out}");
     let o = msl(&dir, &["check", "--mesh", "pp=2", "--emit", "schedule", "gpipe.msl"]);
     assert!(text(&o).0.contains("pipeline schedule gpipe: 2 stages"), "{:?}", text(&o));
     let one = msl(&dir, &["run", "pipe.msl"]);
