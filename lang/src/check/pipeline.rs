@@ -65,7 +65,39 @@ impl Checker {
 
     /// Cuts every `@pipeline` function into its pieces and generates their pullbacks.
     pub(crate) fn build_pipelines(&mut self) {
-        for o in std::mem::take(&mut self.pipeline_opts) {
+        let opts = std::mem::take(&mut self.pipeline_opts);
+        if opts.is_empty() {
+            return;
+        }
+        let piped: HashSet<FuncId> = opts.iter().map(|o| o.func).collect();
+        // The driver runs calls, `grad` and `value_and_grad` with respect to the model.
+        let mut bad_uses = Vec::new();
+        for f in &self.prog.funcs {
+            walk::walk(&f.body, &mut |e| {
+                let target = match &e.kind {
+                    ExprKind::CallValue { target, .. } | ExprKind::Transform { target, .. } => Some(target),
+                    ExprKind::Jvp { target, .. } | ExprKind::Vjp { target, .. } => Some(target),
+                    _ => None,
+                };
+                let Some(t) = target else { return };
+                let direct = matches!(t, ir::FnTarget::Func(_))
+                    && !matches!(e.kind, ExprKind::Jvp { .. } | ExprKind::Vjp { .. });
+                let ok = direct
+                    || matches!(t, ir::FnTarget::Grad { inner, wrt: 0, .. } if matches!(**inner, ir::FnTarget::Func(_)));
+                if !ok && mentions(t, &piped) {
+                    bad_uses.push(e.span);
+                }
+            });
+        }
+        for sp in bad_uses {
+            let span = self.prog.span(sp);
+            self.error(
+                bad(span, "a `@pipeline` function is called, or differentiated with respect to its model (`grad`, `value_and_grad`)")
+                    .label("another transform of it")
+                    .with_help("a pipeline runs forward and reverse mode over the model; drop `@pipeline` for other transforms"),
+            );
+        }
+        for o in opts {
             match self.split_pipeline(&o) {
                 Ok(p) => self.prog.pipelines.push(p),
                 Err(d) => self.error(d),
@@ -357,4 +389,13 @@ fn reads_field(e: &Expr, model: Local, k: usize) -> bool {
         }
     });
     found
+}
+
+/// Whether the target applies one of the functions `fs` somewhere.
+fn mentions(t: &ir::FnTarget, fs: &HashSet<FuncId>) -> bool {
+    match t {
+        ir::FnTarget::Func(f) => fs.contains(f),
+        ir::FnTarget::Grad { inner, .. } | ir::FnTarget::Vmap { inner, .. } => mentions(inner, fs),
+        ir::FnTarget::Dynamic => false,
+    }
 }
