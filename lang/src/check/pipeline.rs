@@ -89,8 +89,11 @@ impl Checker {
                 }
             });
         }
-        for sp in bad_uses {
-            let span = self.prog.span(sp);
+        let mut spans: Vec<Span> = bad_uses.into_iter().map(|sp| self.prog.span(sp)).collect();
+        // A call of a transform and the transform itself start at the same place: one error.
+        spans.sort_by_key(|s| (s.file.0, s.start, std::cmp::Reverse(s.end)));
+        spans.dedup_by_key(|s| (s.file.0, s.start));
+        for span in spans {
             self.error(
                 bad(span, "a `@pipeline` function is called, or differentiated with respect to its model (`grad`, `value_and_grad`)")
                     .label("another transform of it")
