@@ -405,7 +405,9 @@ fn main() {
 
 #[test]
 fn pipelines_of_two_and_four_stages_print_what_one_process_prints() {
-    let dir = scratch("pipe", &[("pipe.msl", PIPE), ("gpipe.msl", &PIPE.replace("\"1f1b\"", "\"gpipe\""))]);
+    let interleaved = PIPE.replace("schedule: \"1f1b\"", "schedule: \"interleaved\", virtual_stages: 2");
+    let gpipe = PIPE.replace("\"1f1b\"", "\"gpipe\"");
+    let dir = scratch("pipe", &[("pipe.msl", PIPE), ("gpipe.msl", &gpipe), ("interleaved.msl", &interleaved)]);
     // The schedule, as the checker built and proved it.
     let o = msl(&dir, &["check", "--emit", "schedule", "pipe.msl"]);
     let (out, err) = text(&o);
@@ -426,7 +428,7 @@ fn pipelines_of_two_and_four_stages_print_what_one_process_prints() {
     if !have_mpirun("pipelines_of_two_and_four_stages_print_what_one_process_prints") {
         return;
     }
-    for (file, ranks) in [("pipe.msl", "4"), ("gpipe.msl", "4"), ("pipe.msl", "2")] {
+    for (file, ranks) in [("pipe.msl", "4"), ("gpipe.msl", "4"), ("interleaved.msl", "4"), ("pipe.msl", "2")] {
         let mut args = vec!["run", "--ranks", ranks];
         if ranks == "2" {
             args.extend(["--mesh", "pp=2"]);

@@ -44,18 +44,11 @@ impl Interp<'_> {
         span: Span,
     ) -> R<(Value, Option<Value>)> {
         let p: Pipeline = self.prog.pipelines[pi].clone();
-        if p.virtual_stages > 1 {
-            return Err(rt(
-                Code::E0605,
-                "interleaved schedules (`virtual_stages` > 1) are checked and printed (`msl check --emit schedule`) but not run yet; run with `virtual_stages: 1`",
-                span,
-            ));
-        }
         let (stages, stage, axes) = match (p.axis, &self.spmd) {
             (Some(a), Some(s)) => (s.mesh.size(a) as usize, s.mesh.group_index(s.rank(), &[a]) as usize, vec![a]),
             _ => (1, 0, vec![]),
         };
-        let kind = if grad { p.schedule } else { Kind::GPipe };
+        let kind = if grad || p.virtual_stages > 1 { p.schedule } else { Kind::GPipe };
         let sched =
             schedule::build(kind, stages, p.microbatches, p.virtual_stages).map_err(|e| rt(Code::E0605, e, span))?;
         let mut ops = sched.ranks[stage].clone();
@@ -69,14 +62,44 @@ impl Interp<'_> {
         let Some(Value::Model(stack)) = model.fields.get(p.stack_field).cloned() else {
             return Err(rt(Code::E0605, "internal: the stack of layers is missing", span));
         };
-        let stack_v = Value::Model(stack.clone());
+        // With virtual stages a rank runs `v` runs of layers, not its own contiguous block: it
+        // gathers the stack for the step and reduce-scatters the stack's gradient at the end.
+        let v = p.virtual_stages.max(1);
+        let gathered = v > 1 && !axes.is_empty();
+        let whole = if gathered {
+            self.map_leaves(&Value::Model(stack.clone()), &mut |it, t| it.comm(|c| c.all_gather(&axes, 0, t), span))?
+        } else {
+            Value::Model(stack.clone())
+        };
+        let Value::Model(whole) = whole else { return Err(rt(Code::E0605, "internal: a stack", span)) };
         let mut leaves = Vec::new();
-        stack_v.leaves(&mut leaves);
-        let n_local = leaves.first().and_then(|t| t.shape().first().copied()).unwrap_or(0);
-        let layers: Vec<Value> = (0..n_local)
-            .map(|l| super::stacks::layer(self.prog, &stack, l))
+        let whole_v = Value::Model(whole.clone());
+        whole_v.leaves(&mut leaves);
+        let n_rows = leaves.first().and_then(|t| t.shape().first().copied()).unwrap_or(0);
+        let layers: Vec<Value> = (0..n_rows)
+            .map(|l| super::stacks::layer(self.prog, &whole, l))
             .collect::<Result<_, _>>()
             .map_err(|e| rt(Code::E0605, e.to_string(), span))?;
+        let n_virtual = stages * v;
+        if v > 1 && n_rows % n_virtual != 0 {
+            return Err(rt(
+                Code::E0602,
+                format!(
+                    "{n_rows} layers do not split into {n_virtual} runs ({stages} stages, {v} virtual stages each)"
+                ),
+                span,
+            ));
+        }
+        // The layers (indices into `layers`) of this rank's chunk `c`: virtual stage `c * p + stage`.
+        let per = if v > 1 { n_rows / n_virtual } else { n_rows };
+        let run = |c: usize| {
+            if v > 1 {
+                let k = c * stages + stage;
+                k * per..(k + 1) * per
+            } else {
+                0..n_rows
+            }
+        };
         let parts = split_batch(&args[1..], n_mb, span)?;
         let mode = crate::autodiff::mode_of(usize::MAX, false);
         let pullback = |f: FuncId| self.prog.derived.funcs.get(&(f, mode)).copied();
@@ -84,37 +107,39 @@ impl Interp<'_> {
         else {
             return Err(rt(Code::E0605, "internal: a pipeline piece has no pullback", span));
         };
-        let last = stage + 1 == stages;
+        let vstage = |c: usize| c * stages + stage;
         let scale = |t: DType| match t {
             DType::F64 => Value::Tensor(Tensor::scalar_f64(1.0 / n_mb as f64)),
             _ => Value::Tensor(Tensor::scalar_f32(1.0 / n_mb as f32)),
         };
         let (mut held, mut act_in, mut grad_in, mut act_out, mut grad_out) =
-            (HashMap::<usize, Held>::new(), HashMap::new(), HashMap::new(), HashMap::new(), HashMap::new());
+            (HashMap::<(usize, usize), Held>::new(), HashMap::new(), HashMap::new(), HashMap::new(), HashMap::new());
         let mut total: Option<Value> = None;
         let mut dm: Option<Value> = None;
-        let mut dlayers: Vec<Option<Value>> = vec![None; n_local];
+        let mut dlayers: Vec<Option<Value>> = vec![None; n_rows];
         let model_v = Value::Model(model.clone());
         for op in &ops {
             let t0 = self.trace_start();
             match op {
-                Op::Fwd { mb, .. } => {
-                    let rest = &parts[*mb];
-                    let mut h = if stage == 0 {
+                Op::Fwd { mb, chunk } => {
+                    let (rest, k) = (&parts[*mb], vstage(*chunk));
+                    let mut h = if k == 0 {
                         self.call(p.pre, with_first(&model_v, rest), HashMap::new(), vec![])?
                     } else {
+                        // From the previous stage, or from this rank's previous chunk (one stage).
                         act_in
-                            .remove(mb)
+                            .remove(&(*mb, k - 1))
+                            .or_else(|| act_out.remove(&(*mb, k - 1)))
                             .ok_or_else(|| rt(Code::E0605, "internal: an activation did not arrive", span))?
                     };
                     let mut hd = Held::default();
-                    for b in &layers {
+                    for b in &layers[run(*chunk)] {
                         let mut a = vec![b.clone(), h.clone()];
                         a.extend(rest.iter().cloned());
                         hd.inputs.push(std::mem::replace(&mut h, Value::unit()));
                         h = self.call(p.layer, a, HashMap::new(), vec![])?;
                     }
-                    if last {
+                    if k + 1 == n_virtual {
                         let mut a = with_first(&model_v, rest);
                         a.push(h.clone());
                         let v = self.call(p.post, a, HashMap::new(), vec![])?;
@@ -124,14 +149,14 @@ impl Interp<'_> {
                         });
                         hd.out = Some(h);
                     } else {
-                        act_out.insert(*mb, h);
+                        act_out.insert((*mb, k), h);
                     }
-                    held.insert(*mb, hd);
+                    held.insert((*mb, k), hd);
                 }
-                Op::Bwd { mb, .. } => {
-                    let rest = &parts[*mb];
-                    let mut hd = held.remove(mb).unwrap_or_default();
-                    let mut dh = if last {
+                Op::Bwd { mb, chunk } => {
+                    let (rest, k) = (&parts[*mb], vstage(*chunk));
+                    let mut hd = held.remove(&(*mb, k)).unwrap_or_default();
+                    let mut dh = if k + 1 == n_virtual {
                         let mut a = with_first(&model_v, rest);
                         let out = hd.out.take().ok_or_else(|| rt(Code::E0605, "internal: no output held", span))?;
                         let dt = out_dtype(&total);
@@ -142,10 +167,13 @@ impl Interp<'_> {
                         cot.last().cloned().unwrap_or(Value::unit())
                     } else {
                         grad_in
-                            .remove(mb)
+                            .remove(&(*mb, k + 1))
+                            .or_else(|| grad_out.remove(&(*mb, k + 1)))
                             .ok_or_else(|| rt(Code::E0605, "internal: a gradient did not arrive", span))?
                     };
-                    for (j, input) in hd.inputs.into_iter().enumerate().rev() {
+                    let first = run(*chunk).start;
+                    for (i, input) in hd.inputs.into_iter().enumerate().rev() {
+                        let j = first + i;
                         let mut a = vec![layers[j].clone(), input];
                         a.extend(rest.iter().cloned());
                         a.push(dh);
@@ -153,21 +181,21 @@ impl Interp<'_> {
                         accumulate(self, &mut dlayers[j], cot.first().cloned(), span)?;
                         dh = cot.get(1).cloned().unwrap_or(Value::unit());
                     }
-                    if stage == 0 {
+                    if k == 0 {
                         let mut a = with_first(&model_v, rest);
                         a.push(dh);
                         let cot = items(self.call(pre_pb, a, HashMap::new(), vec![])?);
                         accumulate(self, &mut dm, cot.first().cloned(), span)?;
                     } else {
-                        grad_out.insert(*mb, dh);
+                        grad_out.insert((*mb, k), dh);
                     }
                 }
                 Op::Comm { sends, recvs } => {
                     let mut bytes = Vec::with_capacity(sends.len());
                     for (peer, msg) in sends {
                         let v = match msg {
-                            Msg::Act { mb, .. } => act_out.remove(mb),
-                            Msg::Grad { mb, .. } => grad_out.remove(mb),
+                            Msg::Act { mb, vstage } => act_out.remove(&(*mb, *vstage)),
+                            Msg::Grad { mb, vstage } => grad_out.remove(&(*mb, *vstage)),
                         };
                         let v = v.ok_or_else(|| rt(Code::E0605, "internal: a message to send is missing", span))?;
                         let mut b = Vec::new();
@@ -180,8 +208,8 @@ impl Interp<'_> {
                     for ((_, msg), b) in recvs.iter().zip(got) {
                         let v = decode(&mut &b[..]).map_err(|e| rt(Code::E0605, e, span))?;
                         match msg {
-                            Msg::Act { mb, .. } => act_in.insert(*mb, v),
-                            Msg::Grad { mb, .. } => grad_in.insert(*mb, v),
+                            Msg::Act { mb, vstage } => act_in.insert((*mb, *vstage), v),
+                            Msg::Grad { mb, vstage } => grad_in.insert((*mb, *vstage), v),
                         };
                     }
                     let sent = bytes.iter().map(|(_, b)| b.len() as u64).sum();
@@ -232,6 +260,12 @@ impl Interp<'_> {
         if !dl.is_empty() {
             let s = super::stacks::stack_layers(self.prog, stack.model, &dl)
                 .map_err(|e| rt(Code::E0605, e.to_string(), span))?;
+            let s = if gathered {
+                // Every rank holds the gradient of the layers it ran: summed onto their owners.
+                self.map_leaves(&s, &mut |it, t| it.comm(|c| c.reduce_scatter(&axes, 0, t), span))?
+            } else {
+                s
+            };
             let Value::Model(s) = s else { return Err(rt(Code::E0605, "internal: a stack's gradient", span)) };
             let s = ModelValue { model: s.model, dims: stack.dims.clone(), fields: s.fields.clone() };
             fields[p.stack_field] = Value::Model(Rc::new(s));
@@ -266,6 +300,21 @@ impl Interp<'_> {
             }
             other => Ok(other),
         }
+    }
+
+    /// `v` with `f` applied to every tensor in it.
+    fn map_leaves(&mut self, v: &Value, f: &mut dyn FnMut(&mut Self, &Tensor) -> R<Tensor>) -> R<Value> {
+        Ok(match v {
+            Value::Tensor(t) => Value::Tensor(f(self, t)?),
+            Value::Model(m) => {
+                let mut fields = Vec::with_capacity(m.fields.len());
+                for x in &m.fields {
+                    fields.push(self.map_leaves(x, f)?);
+                }
+                Value::Model(Rc::new(ModelValue { model: m.model, dims: m.dims.clone(), fields }))
+            }
+            other => other.clone(),
+        })
     }
 
     /// Runs `f` on this job's communicator (the one-process one without a job).
