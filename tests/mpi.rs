@@ -440,4 +440,28 @@ fn pipelines_of_two_and_four_stages_print_what_one_process_prints() {
         assert!(same_up_to_rounding(&got, &want), "{args:?}\none process:\n{want}\npipelined:\n{got}");
         assert!(!err.contains("W0510"), "a pipeline gathers no layers: {err}");
     }
+    // A checkpoint of the stack saved from four stages loads on one process, and back.
+    let ck = r#"mesh M[pp = 4]
+model Block[D] { w: f32[D, D] = glorot_uniform(D, D) }
+model Net[D, L] { layers: [Block[D]; L @pp], head: f32[D] = ones(D) }
+fn main() {
+    if exists("ck/") {
+        let m: Net[3, 8] = load("ck/")
+        print(sum(m.layers.w), m.layers.w[5])
+    } else {
+        let m = init(Net[3, 8], seed: 4)
+        save("ck/", m)
+        print(sum(m.layers.w), m.layers.w[5])
+    }
+}
+"#;
+    std::fs::write(dir.join("ck.msl"), ck).unwrap();
+    let saved = msl(&dir, &["run", "--ranks", "4", "ck.msl"]);
+    let (want, err) = text(&saved);
+    assert!(saved.status.success(), "{err}");
+    let loaded = msl(&dir, &["run", "ck.msl"]);
+    let (got, err) = text(&loaded);
+    assert!(same_up_to_rounding(&got, &want), "saved from 4 stages:\n{want}loaded on one process:\n{got}{err}");
+    let again = msl(&dir, &["run", "--ranks", "4", "ck.msl"]);
+    assert!(same_up_to_rounding(&text(&again).0, &want), "{:?}", text(&again));
 }

@@ -102,6 +102,8 @@ impl Interp<'_> {
             let v = pack(assemble(self.prog, &node, &mut tensors.into_iter().map(Value::Tensor), span)?);
             return match sharded {
                 Some(s) if !by_block => self.localize(&s, v, span),
+                // A stack split over an axis is read layer by layer, whole: keep this rank's run.
+                Some(s) => self.stacks_split(&s, v, span),
                 _ => Ok(v),
             };
         }

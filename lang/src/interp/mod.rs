@@ -613,7 +613,12 @@ impl<'p> Interp<'p> {
                 let path = if prefix.is_empty() { l.to_string() } else { format!("{prefix}.{l}") };
                 layers.push(self.init_model(inner, dims[1..].to_vec(), seed, path, span)?);
             }
-            return stacks::stack_layers(self.prog, id, &layers).map_err(|e| rt(Code::E0605, e.to_string(), span));
+            let v = stacks::stack_layers(self.prog, id, &layers).map_err(|e| rt(Code::E0605, e.to_string(), span))?;
+            // Dims keep their global sizes in a sharded run: the stack has `n` layers.
+            return Ok(match v {
+                Value::Model(m) => Value::Model(Rc::new(ModelValue { model: m.model, dims, fields: m.fields.clone() })),
+                v => v,
+            });
         }
         let mut env = HashMap::new();
         for (s, v) in def.dims.iter().zip(&dims) {

@@ -155,6 +155,10 @@ impl Interp<'_> {
         span: Span,
     ) -> R<()> {
         let fail = |m: String| rt(Code::E0601, format!("{shown}: {m}"), span);
+        // A stack split over an axis is saved whole (its layers gathered), by the ranks at index
+        // 0 of that axis, so its tensors are named per layer as on one process.
+        let whole = self.stacks_whole(s, v.clone(), span)?;
+        let v = &whole;
         let named = named_tensors(v, self.prog);
         let mut layouts = Vec::new();
         leaf_layouts(v, ty, self.prog, &mut layouts);
@@ -236,5 +240,76 @@ impl Interp<'_> {
         }
         // No rank goes on (to a `load` of this folder, say) before the index is there.
         s.barrier().map_err(fail)
+    }
+}
+
+impl Interp<'_> {
+    /// `v` with every stack split over a mesh axis (`[Block[D]; L @pp]`) gathered whole.
+    pub(crate) fn stacks_whole(&self, s: &Spmd, v: Value, span: Span) -> R<Value> {
+        self.map_stacks(s, v, span, &|s, axes, t| s.all_gather(axes, 0, t))
+    }
+
+    /// `v` with every stack split over a mesh axis cut to this rank's run of layers.
+    pub(crate) fn stacks_split(&self, s: &Spmd, v: Value, span: Span) -> R<Value> {
+        self.map_stacks(s, v, span, &|s, axes, t| s.local_slice(axes, 0, t))
+    }
+
+    fn map_stacks(
+        &self,
+        s: &Spmd,
+        v: Value,
+        span: Span,
+        f: &dyn Fn(&Spmd, &[AxisId], &kernels::Tensor) -> Result<kernels::Tensor, String>,
+    ) -> R<Value> {
+        let each = |x: Value, axis: Option<AxisId>| -> R<Value> {
+            match (x, axis) {
+                (Value::Tensor(t), Some(a)) => Ok(Value::Tensor(f(s, &[a], &t).map_err(|m| rt(Code::E0602, m, span))?)),
+                (x, None) => self.map_stacks(s, x, span, f),
+                (x, Some(a)) => self.map_stacks_over(s, x, a, span, f),
+            }
+        };
+        match v {
+            Value::Model(m) => {
+                let axis = self.prog.model(m.model).stack_axis;
+                let fields = m.fields.iter().map(|x| each(x.clone(), axis)).collect::<R<Vec<_>>>()?;
+                Ok(Value::Model(std::rc::Rc::new(super::value::ModelValue {
+                    model: m.model,
+                    dims: m.dims.clone(),
+                    fields,
+                })))
+            }
+            Value::Tuple(vs) => {
+                let items = vs.iter().map(|x| each(x.clone(), None)).collect::<R<Vec<_>>>()?;
+                Ok(Value::Tuple(items.into()))
+            }
+            other => Ok(other),
+        }
+    }
+
+    /// Every tensor of a stack's nested model field, which is split over `axis` too.
+    fn map_stacks_over(
+        &self,
+        s: &Spmd,
+        v: Value,
+        axis: AxisId,
+        span: Span,
+        f: &dyn Fn(&Spmd, &[AxisId], &kernels::Tensor) -> Result<kernels::Tensor, String>,
+    ) -> R<Value> {
+        match v {
+            Value::Tensor(t) => Ok(Value::Tensor(f(s, &[axis], &t).map_err(|m| rt(Code::E0602, m, span))?)),
+            Value::Model(m) => {
+                let fields = m
+                    .fields
+                    .iter()
+                    .map(|x| self.map_stacks_over(s, x.clone(), axis, span, f))
+                    .collect::<R<Vec<_>>>()?;
+                Ok(Value::Model(std::rc::Rc::new(super::value::ModelValue {
+                    model: m.model,
+                    dims: m.dims.clone(),
+                    fields,
+                })))
+            }
+            other => Ok(other),
+        }
     }
 }
