@@ -243,6 +243,9 @@ impl Interp<'_> {
     }
 }
 
+/// What is done to each tensor of a split stack (gather it, or keep this rank's block).
+type BlockOp<'a> = &'a dyn Fn(&Spmd, &[AxisId], &kernels::Tensor) -> Result<kernels::Tensor, String>;
+
 impl Interp<'_> {
     /// `v` with every stack split over a mesh axis (`[Block[D]; L @pp]`) gathered whole.
     pub(crate) fn stacks_whole(&self, s: &Spmd, v: Value, span: Span) -> R<Value> {
@@ -259,7 +262,7 @@ impl Interp<'_> {
         s: &Spmd,
         v: Value,
         span: Span,
-        f: &dyn Fn(&Spmd, &[AxisId], &kernels::Tensor) -> Result<kernels::Tensor, String>,
+        f: BlockOp,
     ) -> R<Value> {
         let each = |x: Value, axis: Option<AxisId>| -> R<Value> {
             match (x, axis) {
@@ -293,7 +296,7 @@ impl Interp<'_> {
         v: Value,
         axis: AxisId,
         span: Span,
-        f: &dyn Fn(&Spmd, &[AxisId], &kernels::Tensor) -> Result<kernels::Tensor, String>,
+        f: BlockOp,
     ) -> R<Value> {
         match v {
             Value::Tensor(t) => Ok(Value::Tensor(f(s, &[axis], &t).map_err(|m| rt(Code::E0602, m, span))?)),
