@@ -145,3 +145,12 @@ fn parallel_transformer_on_four_ranks_prints_what_one_process_prints() {
     assert!(figure(&one, "test_acc") >= 0.85, "{one}");
     same_on_four_ranks("examples/parallel/transformer.msl", &one);
 }
+
+/// The residual digits classifier over two pipeline stages of two data-parallel replicas
+/// learns, and prints on four ranks what it prints on one process.
+#[test]
+fn pipeline_example_on_four_ranks_prints_what_one_process_prints() {
+    let one = run_example("examples/parallel/pipeline.msl");
+    assert!(figure(&one, "test_acc") >= 0.95, "{one}");
+    same_on_four_ranks("examples/parallel/pipeline.msl", &one);
+}

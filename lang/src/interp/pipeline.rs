@@ -103,9 +103,11 @@ impl Interp<'_> {
         let parts = split_batch(&args[1..], n_mb, span)?;
         let mode = crate::autodiff::mode_of(usize::MAX, false);
         let pullback = |f: FuncId| self.prog.derived.funcs.get(&(f, mode)).copied();
-        let (Some(pre_pb), Some(layer_pb), Some(post_pb)) = (pullback(p.pre), pullback(p.layer), pullback(p.post))
-        else {
-            return Err(rt(Code::E0605, "internal: a pipeline piece has no pullback", span));
+        let pbs = (pullback(p.pre), pullback(p.layer), pullback(p.post));
+        let (pre_pb, layer_pb, post_pb) = match pbs {
+            (Some(a), Some(b), Some(c)) => (a, b, c),
+            _ if !grad => (p.pre, p.layer, p.post),
+            _ => return Err(rt(Code::E0605, "internal: a pipeline piece has no pullback", span)),
         };
         let vstage = |c: usize| c * stages + stage;
         let scale = |t: DType| match t {

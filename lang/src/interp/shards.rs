@@ -257,13 +257,7 @@ impl Interp<'_> {
         self.map_stacks(s, v, span, &|s, axes, t| s.local_slice(axes, 0, t))
     }
 
-    fn map_stacks(
-        &self,
-        s: &Spmd,
-        v: Value,
-        span: Span,
-        f: BlockOp,
-    ) -> R<Value> {
+    fn map_stacks(&self, s: &Spmd, v: Value, span: Span, f: BlockOp) -> R<Value> {
         let each = |x: Value, axis: Option<AxisId>| -> R<Value> {
             match (x, axis) {
                 (Value::Tensor(t), Some(a)) => Ok(Value::Tensor(f(s, &[a], &t).map_err(|m| rt(Code::E0602, m, span))?)),
@@ -290,14 +284,7 @@ impl Interp<'_> {
     }
 
     /// Every tensor of a stack's nested model field, which is split over `axis` too.
-    fn map_stacks_over(
-        &self,
-        s: &Spmd,
-        v: Value,
-        axis: AxisId,
-        span: Span,
-        f: BlockOp,
-    ) -> R<Value> {
+    fn map_stacks_over(&self, s: &Spmd, v: Value, axis: AxisId, span: Span, f: BlockOp) -> R<Value> {
         match v {
             Value::Tensor(t) => Ok(Value::Tensor(f(s, &[axis], &t).map_err(|m| rt(Code::E0602, m, span))?)),
             Value::Model(m) => {
