@@ -119,6 +119,10 @@ fn bubble_text(p: &lang::ir::Program, mesh: Option<&Mesh>) -> String {
             })
             .unwrap_or_else(|e| format!("none: {e}"));
         s.push_str(&format!("pipeline bubble of `{name}`: {line}\n"));
+        s.push_str(&format!(
+            "note: `{name}` runs as a pipeline: the messages between its stages and the collectives inside them are not \
+             counted above (`msl run --comm-report` counts them)\n"
+        ));
     }
     s
 }

@@ -215,6 +215,10 @@ impl Interp<'_> {
                         };
                     }
                     let sent = bytes.iter().map(|(_, b)| b.len() as u64).sum();
+                    // `--comm-report` lists the stages' messages as site #0.
+                    if let (Some(s), true) = (&self.spmd, !bytes.is_empty()) {
+                        s.count(0, span, "pipeline send", sent);
+                    }
                     if let (Some(t0), Some(tr)) = (t0, self.trace.as_mut()) {
                         if let Some(ev) = tr.end(t0, "send/recv".into(), super::trace::Kind::Collective, Some(span)) {
                             ev.bytes = Some(sent);
