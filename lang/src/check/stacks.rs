@@ -228,6 +228,25 @@ impl Checker {
                 return self.error_expr(span);
             }
         }
+        if let Some(axis) = self.prog.model(id).stack_axis {
+            let piped = cx.func.is_some_and(|f| {
+                self.fn_sigs.get(f.0 as usize).is_some_and(|s| s.annotations.iter().any(|a| a == "pipeline"))
+            });
+            if !piped {
+                let name = self.prog.meshes.first().and_then(|m| m.axes.get(axis.0 as usize)).map(|(n, _)| *n);
+                let name = name.map_or("its axis".to_string(), |n| format!("`{}`", self.prog.names.get(n)));
+                self.error(
+                    Diagnostic::error(
+                        Code::E0505,
+                        span,
+                        format!("a stack of layers split over {name} is indexed only by a `@pipeline` function's layer loop"),
+                    )
+                    .label("each stage holds only its run of layers")
+                    .with_help("run the layers in a `@pipeline` function, or keep the stack whole (`[Block[D]; L]`)"),
+                );
+                return self.error_expr(span);
+            }
+        }
         let v = self.coerce(v, &i32t, i.span, "layer index");
         let sid = self.span_id(span);
         let at = cx.new_temp_local(self, "layer", i32t.clone());
