@@ -604,6 +604,14 @@ impl<'p> Interp<'p> {
             let (lo, hi) = match (def.stack_axis, &self.spmd) {
                 (Some(a), Some(s)) => {
                     let (k, i) = (s.mesh.size(a).max(1), s.mesh.group_index(s.rank(), &[a]));
+                    if n % k != 0 {
+                        let axis = &s.mesh.names[a.0 as usize];
+                        return Err(rt(
+                            Code::E0602,
+                            format!("a stack of {n} layers does not split evenly over `{axis}` ({k} parts)"),
+                            span,
+                        ));
+                    }
                     (i * n / k, (i + 1) * n / k)
                 }
                 _ => (0, n),
