@@ -23,6 +23,10 @@ pub(crate) struct PipeOpts {
     pub span: Span,
 }
 
+/// The schedule is a table of every microbatch's work on every stage, built at check time.
+const MAX_MICROBATCHES: i64 = 4096;
+const MAX_VIRTUAL: i64 = 64;
+
 fn bad(span: Span, msg: impl Into<String>) -> Diagnostic {
     Diagnostic::error(Code::E0505, span, msg)
 }
@@ -34,8 +38,8 @@ impl Checker {
         for arg in &a.args {
             let name = arg.name.as_ref().map(|n| n.name.as_str()).unwrap_or("");
             match (name, &arg.value.kind) {
-                ("microbatches", ast::ExprKind::Int(k)) if *k >= 1 => mb = Some(*k as usize),
-                ("virtual_stages", ast::ExprKind::Int(k)) if *k >= 1 => v = *k as usize,
+                ("microbatches", ast::ExprKind::Int(k)) if (1..=MAX_MICROBATCHES).contains(k) => mb = Some(*k as usize),
+                ("virtual_stages", ast::ExprKind::Int(k)) if (1..=MAX_VIRTUAL).contains(k) => v = *k as usize,
                 ("schedule", ast::ExprKind::Str(s)) => match Kind::parse(s) {
                     Some(k) => kind = k,
                     None => {
@@ -48,7 +52,7 @@ impl Checker {
                 },
                 _ => {
                     return self.error(
-                        bad(arg.value.span, "`@pipeline` takes `microbatches:` (a positive integer), `schedule:` (\"gpipe\", \"1f1b\" or \"interleaved\") and `virtual_stages:` (a positive integer)")
+                        bad(arg.value.span, format!("`@pipeline` takes `microbatches:` (1 to {MAX_MICROBATCHES}), `schedule:` (\"gpipe\", \"1f1b\" or \"interleaved\") and `virtual_stages:` (1 to {MAX_VIRTUAL})"))
                             .label("not one of them"),
                     )
                 }
@@ -268,6 +272,13 @@ impl Checker {
         }
         // The schedule for the mesh this program declares, proved before anything runs.
         let stages = axis.map_or(1, |a| crate::dist::Mesh::of(&self.prog).map_or(1, |m| m.size(a) as usize));
+        let work = stages.saturating_mul(o.microbatches).saturating_mul(o.virtual_stages);
+        if work > 1 << 17 {
+            return Err(bad(o.span, format!(
+                "this schedule has {work} forwards per step ({stages} stages, {} microbatches, {} virtual stages), more than the checker builds (131072)",
+                o.microbatches, o.virtual_stages
+            )));
+        }
         schedule::build(o.kind, stages, o.microbatches, o.virtual_stages)
             .and_then(|s| schedule::prove(&s).map(|_| ()))
             .map_err(|e| bad(o.span, e).label("this schedule"))?;
