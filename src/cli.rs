@@ -361,7 +361,6 @@ fn check_cmd(files: &[PathBuf], format: MessageFormat, emit: Option<Emit>) -> u8
 /// `msl check --emit schedule`: each `@pipeline` function's schedule for the file's mesh, as
 /// the checker built and proved it.
 fn schedule_text(p: &lang::ir::Program, f: &Path) -> String {
-    use lang::shard::schedule;
     if p.pipelines.is_empty() {
         return format!("{}: no `@pipeline` function, so no schedule\n", f.display());
     }
@@ -369,14 +368,13 @@ fn schedule_text(p: &lang::ir::Program, f: &Path) -> String {
     let mut out = String::new();
     for pl in &p.pipelines {
         let name = p.names.get(p.func(pl.func).name);
-        let (stages, axis) = match (pl.axis, &mesh) {
-            (Some(a), Some(m)) => (m.size(a) as usize, m.names[a.0 as usize].clone()),
-            _ => (1, "(no axis)".to_string()),
+        let stages = pl.stages(mesh.as_ref());
+        let axis = match (pl.axis, &mesh) {
+            (Some(a), Some(m)) => m.names[a.0 as usize].clone(),
+            _ => "(no axis)".to_string(),
         };
         out.push_str(&format!("{}: `{name}` on {axis} = {stages}\n", f.display()));
-        match schedule::build(pl.schedule, stages, pl.microbatches, pl.virtual_stages)
-            .and_then(|s| schedule::prove(&s).map(|t| schedule::render(&s, &t)))
-        {
+        match pl.proved(stages).map(|(s, t)| lang::shard::schedule::render(&s, &t)) {
             Ok(t) => out.push_str(t.trim_end()),
             Err(e) => out.push_str(&format!("error: {e}")),
         }

@@ -94,20 +94,16 @@ pub fn main(a: &Args) -> u8 {
 /// The idle fraction of each `@pipeline` function's schedule for the mesh, as the checker's
 /// simulation of it gives (a forward costs one unit, a backward two).
 fn bubble_text(p: &lang::ir::Program, mesh: Option<&Mesh>) -> String {
-    use lang::shard::schedule;
     if p.pipelines.is_empty() {
         return "pipeline bubble: none (no `@pipeline` function: every rank works through the whole step)\n".into();
     }
     let mut s = String::new();
     for pl in &p.pipelines {
         let name = p.names.get(p.func(pl.func).name);
-        let stages = match (pl.axis, mesh) {
-            (Some(a), Some(m)) => m.size(a) as usize,
-            _ => 1,
-        };
-        let line = schedule::build(pl.schedule, stages, pl.microbatches, pl.virtual_stages)
-            .and_then(|sc| schedule::prove(&sc))
-            .map(|t| {
+        let stages = pl.stages(mesh);
+        let line = pl
+            .proved(stages)
+            .map(|(_, t)| {
                 let peak: Vec<String> = t.peak_activations.iter().map(usize::to_string).collect();
                 format!(
                     "{:.3} ({} over {stages} stages, {} microbatches); microbatches held per stage: {}",

@@ -7,7 +7,7 @@
 use super::Checker;
 use crate::diag::{Code, Diagnostic};
 use crate::ir::{self, walk, Expr, ExprKind, Local, Pat, Stmt};
-use crate::shard::schedule::{self, Kind};
+use crate::shard::schedule::Kind;
 use crate::source::Span;
 use crate::syntax::ast;
 use crate::types::{FuncId, Type, TypeArg};
@@ -131,7 +131,7 @@ impl Checker {
         let mut found = None;
         for (i, s) in stmts.iter().enumerate() {
             if let Stmt::Expr(Expr { kind: ExprKind::ForRange { var, body, .. }, .. }) = s {
-                if let Some(k) = stack_index(body, model).map(|(k, _)| k) {
+                if let Some(k) = stack_index(body, model) {
                     if found.is_some() {
                         return Err(bad(fspan, "a `@pipeline` function runs its layers in one loop, not two")
                             .with_help(shape_help));
@@ -270,20 +270,8 @@ impl Checker {
         for id in ids {
             let _ = crate::autodiff::derive(&mut self.prog, id, mode, fspan);
         }
-        // The schedule for the mesh this program declares, proved before anything runs.
-        let stages = axis.map_or(1, |a| crate::dist::Mesh::of(&self.prog).map_or(1, |m| m.size(a) as usize));
-        let work = stages.saturating_mul(o.microbatches).saturating_mul(o.virtual_stages);
-        if work > 1 << 17 {
-            return Err(bad(o.span, format!(
-                "this schedule has {work} forwards per step ({stages} stages, {} microbatches, {} virtual stages), more than the checker builds (131072)",
-                o.microbatches, o.virtual_stages
-            )));
-        }
-        schedule::build(o.kind, stages, o.microbatches, o.virtual_stages)
-            .and_then(|s| schedule::prove(&s).map(|_| ()))
-            .map_err(|e| bad(o.span, e).label("this schedule"))?;
         let span = self.span_id(o.span);
-        Ok(ir::Pipeline {
+        let p = ir::Pipeline {
             func: o.func,
             pre: ids[0],
             layer: ids[1],
@@ -295,7 +283,18 @@ impl Checker {
             schedule: o.kind,
             virtual_stages: o.virtual_stages,
             span,
-        })
+        };
+        // The schedule for the mesh this program declares, proved before anything runs.
+        let stages = p.stages(crate::dist::Mesh::of(&self.prog).as_ref());
+        let work = stages.saturating_mul(o.microbatches).saturating_mul(o.virtual_stages);
+        if work > 1 << 17 {
+            return Err(bad(o.span, format!(
+                "this schedule has {work} forwards per step ({stages} stages, {} microbatches, {} virtual stages), more than the checker builds (131072)",
+                o.microbatches, o.virtual_stages
+            )));
+        }
+        p.proved(stages).map_err(|e| bad(o.span, e).label("this schedule"))?;
+        Ok(p)
     }
 }
 
@@ -322,11 +321,12 @@ fn stack_parts(e: &Expr, model: Local) -> Option<(usize, &Expr)> {
     (b == model && matches!(build.kind, ExprKind::ModelBuild { .. })).then_some((*k, index))
 }
 
-fn stack_index(e: &Expr, model: Local) -> Option<(usize, ())> {
+/// The stack field that `e` indexes somewhere (`m.layers[…]`).
+fn stack_index(e: &Expr, model: Local) -> Option<usize> {
     let mut found = None;
     walk::walk(e, &mut |x| {
         if found.is_none() {
-            found = stack_parts(x, model).map(|(k, _)| (k, ()));
+            found = stack_parts(x, model).map(|(k, _)| k);
         }
     });
     found

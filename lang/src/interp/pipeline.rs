@@ -67,7 +67,7 @@ impl Interp<'_> {
         let v = p.virtual_stages.max(1);
         let gathered = v > 1 && !axes.is_empty();
         let whole = if gathered {
-            self.map_leaves(&Value::Model(stack.clone()), &mut |it, t| it.comm(|c| c.all_gather(&axes, 0, t), span))?
+            Value::Model(stack.clone()).map_tensors(&mut |t| self.comm(|c| c.all_gather(&axes, 0, t), span))?
         } else {
             Value::Model(stack.clone())
         };
@@ -206,7 +206,7 @@ impl Interp<'_> {
                     }
                     let s: Vec<(usize, &[u8])> = bytes.iter().map(|(p, b)| (*p, &b[..])).collect();
                     let from: Vec<usize> = recvs.iter().map(|(p, _)| *p).collect();
-                    let got = self.comm(|c| c.send_recv(&axes, &s, &from), span)?;
+                    let got = self.comm(|c| c.comm.send_recv(&axes, &s, &from), span)?;
                     for ((_, msg), b) in recvs.iter().zip(got) {
                         let v = decode(&mut &b[..]).map_err(|e| rt(Code::E0605, e, span))?;
                         match msg {
@@ -268,7 +268,7 @@ impl Interp<'_> {
                 .map_err(|e| rt(Code::E0605, e.to_string(), span))?;
             let s = if gathered {
                 // Every rank holds the gradient of the layers it ran: summed onto their owners.
-                self.map_leaves(&s, &mut |it, t| it.comm(|c| c.reduce_scatter(&axes, 0, t), span))?
+                s.map_tensors(&mut |t| self.comm(|c| c.reduce_scatter(&axes, 0, t), span))?
             } else {
                 s
             };
@@ -281,45 +281,16 @@ impl Interp<'_> {
     }
 
     /// `v` summed over the ranks of `axes` (every float tensor in it); `v` itself on one stage.
-    fn sum_over(&mut self, axes: &[AxisId], v: Value, span: Span) -> R<Value> {
+    fn sum_over(&self, axes: &[AxisId], v: Value, span: Span) -> R<Value> {
         if axes.is_empty() {
             return Ok(v);
         }
-        match v {
-            Value::Tensor(t) if t.dtype().is_float() => {
-                let t = self.comm(|c| c.all_reduce_tensor(axes, &t), span)?;
-                Ok(Value::Tensor(t))
+        v.map_tensors(&mut |t| {
+            if t.dtype().is_float() {
+                self.comm(|c| c.all_reduce(axes, crate::dist::ReduceKind::Sum, t), span)
+            } else {
+                Ok(t.clone())
             }
-            Value::Model(m) => {
-                let mut fields = Vec::with_capacity(m.fields.len());
-                for f in &m.fields {
-                    fields.push(self.sum_over(axes, f.clone(), span)?);
-                }
-                Ok(Value::Model(Rc::new(ModelValue { model: m.model, dims: m.dims.clone(), fields })))
-            }
-            Value::Tuple(xs) => {
-                let mut out = Vec::with_capacity(xs.len());
-                for x in xs.iter() {
-                    out.push(self.sum_over(axes, x.clone(), span)?);
-                }
-                Ok(Value::Tuple(Rc::new(out)))
-            }
-            other => Ok(other),
-        }
-    }
-
-    /// `v` with `f` applied to every tensor in it.
-    fn map_leaves(&mut self, v: &Value, f: &mut dyn FnMut(&mut Self, &Tensor) -> R<Tensor>) -> R<Value> {
-        Ok(match v {
-            Value::Tensor(t) => Value::Tensor(f(self, t)?),
-            Value::Model(m) => {
-                let mut fields = Vec::with_capacity(m.fields.len());
-                for x in &m.fields {
-                    fields.push(self.map_leaves(x, f)?);
-                }
-                Value::Model(Rc::new(ModelValue { model: m.model, dims: m.dims.clone(), fields }))
-            }
-            other => other.clone(),
         })
     }
 
@@ -330,16 +301,6 @@ impl Interp<'_> {
             None => f(&crate::dist::Spmd::new(Default::default(), Box::new(crate::dist::Solo)))
                 .map_err(|e| rt(Code::E0605, e, span)),
         }
-    }
-}
-
-impl crate::dist::Spmd {
-    fn send_recv(&self, axes: &[AxisId], sends: &[(usize, &[u8])], recvs: &[usize]) -> Result<Vec<Vec<u8>>, String> {
-        self.comm.send_recv(axes, sends, recvs)
-    }
-
-    fn all_reduce_tensor(&self, axes: &[AxisId], t: &Tensor) -> Result<Tensor, String> {
-        self.all_reduce(axes, crate::dist::ReduceKind::Sum, t)
     }
 }
 

@@ -259,10 +259,11 @@ impl Interp<'_> {
 
     fn map_stacks(&self, s: &Spmd, v: Value, span: Span, f: BlockOp) -> R<Value> {
         let each = |x: Value, axis: Option<AxisId>| -> R<Value> {
-            match (x, axis) {
-                (Value::Tensor(t), Some(a)) => Ok(Value::Tensor(f(s, &[a], &t).map_err(|m| rt(Code::E0602, m, span))?)),
-                (x, None) => self.map_stacks(s, x, span, f),
-                (x, Some(a)) => self.map_stacks_over(s, x, a, span, f),
+            match axis {
+                None => self.map_stacks(s, x, span, f),
+                // A field of a split stack (a nested model field is a stack too): every tensor
+                // in it is split.
+                Some(a) => x.map_tensors(&mut |t| f(s, &[a], t).map_err(|m| rt(Code::E0602, m, span))),
             }
         };
         match v {
@@ -278,26 +279,6 @@ impl Interp<'_> {
             Value::Tuple(vs) => {
                 let items = vs.iter().map(|x| each(x.clone(), None)).collect::<R<Vec<_>>>()?;
                 Ok(Value::Tuple(items.into()))
-            }
-            other => Ok(other),
-        }
-    }
-
-    /// Every tensor of a stack's nested model field, which is split over `axis` too.
-    fn map_stacks_over(&self, s: &Spmd, v: Value, axis: AxisId, span: Span, f: BlockOp) -> R<Value> {
-        match v {
-            Value::Tensor(t) => Ok(Value::Tensor(f(s, &[axis], &t).map_err(|m| rt(Code::E0602, m, span))?)),
-            Value::Model(m) => {
-                let fields = m
-                    .fields
-                    .iter()
-                    .map(|x| self.map_stacks_over(s, x.clone(), axis, span, f))
-                    .collect::<R<Vec<_>>>()?;
-                Ok(Value::Model(std::rc::Rc::new(super::value::ModelValue {
-                    model: m.model,
-                    dims: m.dims.clone(),
-                    fields,
-                })))
             }
             other => Ok(other),
         }

@@ -171,6 +171,20 @@ impl Value {
         }
     }
 
+    /// This value with `f` applied to every tensor in it (models field by field, tuples item
+    /// by item; anything else as it is).
+    pub(crate) fn map_tensors<E>(&self, f: &mut dyn FnMut(&Tensor) -> Result<Tensor, E>) -> Result<Value, E> {
+        Ok(match self {
+            Value::Tensor(t) => Value::Tensor(f(t)?),
+            Value::Model(m) => {
+                let fields = m.fields.iter().map(|x| x.map_tensors(f)).collect::<Result<Vec<_>, E>>()?;
+                Value::Model(Rc::new(ModelValue { model: m.model, dims: m.dims.clone(), fields }))
+            }
+            Value::Tuple(xs) => Value::Tuple(Rc::new(xs.iter().map(|x| x.map_tensors(f)).collect::<Result<_, E>>()?)),
+            other => other.clone(),
+        })
+    }
+
     /// Tensor leaves in field order (depth first), for `params`, `save` and `map`.
     pub fn leaves<'a>(&'a self, out: &mut Vec<&'a Tensor>) {
         match self {

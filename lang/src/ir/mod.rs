@@ -480,6 +480,26 @@ pub struct Pipeline {
     pub span: SpanId,
 }
 
+impl Pipeline {
+    /// The number of stages on `mesh`: the size of the stack's axis (one without either).
+    pub fn stages(&self, mesh: Option<&crate::dist::Mesh>) -> usize {
+        match (self.axis, mesh) {
+            (Some(a), Some(m)) => m.size(a).max(1) as usize,
+            _ => 1,
+        }
+    }
+
+    /// The schedule for `stages` stages and its simulation, which proves it deadlock-free.
+    pub fn proved(
+        &self,
+        stages: usize,
+    ) -> Result<(crate::shard::schedule::Schedule, crate::shard::schedule::Timeline), String> {
+        let s = crate::shard::schedule::build(self.schedule, stages, self.microbatches, self.virtual_stages)?;
+        let t = crate::shard::schedule::prove(&s)?;
+        Ok((s, t))
+    }
+}
+
 impl Program {
     pub fn span(&self, id: SpanId) -> Span {
         self.spans.get(id.0 as usize).copied().unwrap_or_default()
