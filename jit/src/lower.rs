@@ -432,6 +432,7 @@ impl<'a, 'f> Lower<'a, 'f> {
             | Prim::Params
             | Prim::Map
             | Prim::ModelSum
+            | Prim::ShardState
             | Prim::StopGradient
             | Prim::Print
             | Prim::Load

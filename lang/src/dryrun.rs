@@ -16,7 +16,7 @@ use crate::dist::Mesh;
 use crate::ir::derived::target_func;
 use crate::ir::memplan::{self, MemPlan};
 use crate::ir::{walk, Expr, ExprId, ExprKind, FnTarget, Lit, Local, Pat, Prim, Program, SpanId, Stmt};
-use crate::types::{Dim, FuncId, ShapeItem, Sym, Type, TypeArg};
+use crate::types::{AxisId, Dim, FuncId, ShapeItem, Sym, Type, TypeArg};
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 
@@ -108,6 +108,7 @@ pub fn run(prog: &Program, sources: &crate::source::SourceMap, files: &Files) ->
         step_found: false,
         flops: 0.0,
         noted: std::collections::HashSet::new(),
+        stack: Vec::new(),
     };
     let Some(main) = prog.main else { return cx.report };
     let env = cx.frame_env(main, Env::new());
@@ -146,6 +147,8 @@ struct Cx<'p> {
     step_found: bool,
     flops: f64,
     noted: std::collections::HashSet<String>,
+    /// The functions being walked, innermost last.
+    stack: Vec<FuncId>,
 }
 
 /// Calls deeper than this are not followed (recursion is rejected by the checker; this bounds
@@ -329,7 +332,10 @@ impl<'p> Cx<'p> {
         }
         let prog = self.prog;
         let Some(func) = prog.funcs.get(f.0 as usize) else { return Some(0) };
-        self.expr(&func.body, env, mult, t, depth)
+        self.stack.push(f);
+        let r = self.expr(&func.body, env, mult, t, depth);
+        self.stack.pop();
+        r
     }
 
     /// Walks `e` (see [`Cx::func`]).
@@ -415,6 +421,13 @@ impl<'p> Cx<'p> {
                 self.flops += mult as f64 * self.prim_flops(*prim, args, attrs.spec.as_deref(), &e.ty, env);
             }
             ExprKind::Call { .. } | ExprKind::CallValue { .. } => {
+                // A step on a state held in pieces all-gathers the model's pieces.
+                if let (Some(mesh), Some((axis, bytes))) = (&self.mesh, self.sharded_step(e, env)) {
+                    let key = CommKey { kind: "all_gather", axes: vec![mesh.names[axis.0 as usize].clone()] };
+                    let c = t.entry(key).or_default();
+                    c.calls = c.calls.saturating_add(mult);
+                    c.bytes = c.bytes.saturating_add(mult.saturating_mul(bytes));
+                }
                 if let Some((f, cenv)) = self.callee(e, env) {
                     add(&mut steps, self.func(f, &cenv, mult, t, depth + 1));
                 }
@@ -601,8 +614,16 @@ impl<'p> Cx<'p> {
             let main_func = prog.func(main);
             let mut kinds = [0u64; 3]; // parameters, optimizer, data
             let mut seen = std::collections::HashSet::new();
+            let sharded = sharded_locals(prog, main);
             for (l, bufs) in &c.held {
-                let k = match kind_of(self.prog, &main_func.locals[l.0 as usize].ty) {
+                let ty = &main_func.locals[l.0 as usize].ty;
+                if let (Some(&axis), Some(mesh)) = (sharded.get(l), &self.mesh) {
+                    // A state held in pieces: the rank's pieces (`interp::zero`).
+                    seen.extend(bufs.iter().copied());
+                    kinds[1] += piece_bytes(prog, mesh, ty, axis, env, 0);
+                    continue;
+                }
+                let k = match kind_of(self.prog, ty) {
                     Kind::Optimizer => 1,
                     Kind::Model => 0,
                     Kind::Other => 2,
@@ -695,6 +716,81 @@ enum Kind {
     Model,
     Optimizer,
     Other,
+}
+
+impl Cx<'_> {
+    /// For a call of an `@optimizer_step` function whose state is a local of the calling
+    /// function held in pieces: the axis, and the bytes of the model's pieces that each rank
+    /// all-gathers.
+    fn sharded_step(&self, e: &Expr, env: &Env) -> Option<(AxisId, u64)> {
+        let ExprKind::Call { func, args, .. } = &e.kind else { return None };
+        let prog = self.prog;
+        if !prog.func(*func).annotations.iter().any(|n| prog.names.get(*n) == "optimizer_step") {
+            return None;
+        }
+        let (Some(ExprKind::Local(l)), Some(m)) = (args.get(2).map(|a| &a.kind), args.first()) else { return None };
+        let axis = *sharded_locals(prog, *self.stack.last()?).get(l)?;
+        Some((axis, piece_bytes(prog, self.mesh.as_ref()?, &m.ty, axis, env, 0)))
+    }
+}
+
+/// The locals of `f` bound to an optimizer state made with `shard:` (a `shard_state`), with
+/// its axis.
+fn sharded_locals(prog: &Program, f: FuncId) -> HashMap<Local, AxisId> {
+    let mut out = HashMap::new();
+    let func = prog.func(f);
+    walk::walk(&func.body, &mut |e| {
+        let ExprKind::Block { stmts, .. } = &e.kind else { return };
+        for s in stmts {
+            let (Stmt::Let { pat, value } | Stmt::Assign { pat, value }) = s else { continue };
+            let mut axis = None;
+            walk::walk(value, &mut |x| {
+                if let ExprKind::Prim { prim: Prim::ShardState, attrs, .. } = &x.kind {
+                    axis = axis.or(attrs.mesh_axes.first().copied());
+                }
+            });
+            if let Some(a) = axis {
+                pat.each_local(&mut |l| {
+                    if matches!(kind_of(prog, &func.locals[l.0 as usize].ty), Kind::Optimizer) {
+                        out.insert(l, a);
+                    }
+                });
+            }
+        }
+    });
+    out
+}
+
+/// This rank's bytes of a value of type `t` held in pieces over `axis`: a tensor of rank ≥ 1
+/// whole over the axis is `⌈elements / size(axis)⌉` of its elements, the rest whole.
+fn piece_bytes(prog: &Program, mesh: &Mesh, t: &Type, axis: AxisId, env: &Env, depth: usize) -> u64 {
+    if depth > 16 {
+        return 0;
+    }
+    match t {
+        Type::Tensor(tt) if !tt.shape.is_empty() => {
+            let Some(b) = memplan::tensor_bytes(prog, tt).and_then(|d| eval_i(&d, env)) else { return 0 };
+            let b = b.max(0) as u64;
+            if tt.layout.0.iter().any(|a| a.contains(&axis)) {
+                return b;
+            }
+            let elem = memplan::tensor_bytes(prog, &crate::types::TensorTy { shape: vec![], ..tt.clone() })
+                .and_then(|d| d.as_const())
+                .unwrap_or(4)
+                .max(1) as u64;
+            (b / elem).div_ceil(mesh.size(axis).max(1) as u64) * elem
+        }
+        Type::Tuple(ts) => ts.iter().map(|t| piece_bytes(prog, mesh, t, axis, env, depth + 1)).sum(),
+        Type::Model(id, args) => {
+            let Some(def) = prog.models.get(id.0 as usize) else { return 0 };
+            let s = def.arg_subst(args);
+            def.fields
+                .iter()
+                .map(|f| piece_bytes(prog, mesh, &crate::ir::Model::field_ty(&s, f), axis, env, depth + 1))
+                .sum()
+        }
+        _ => 0,
+    }
 }
 
 /// What a local of type `t` holds, for the memory report.

@@ -947,6 +947,7 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
         | Prim::Params
         | Prim::Map
         | Prim::ModelSum
+        | Prim::ShardState
         | Prim::Print
         | Prim::Load
         | Prim::Save

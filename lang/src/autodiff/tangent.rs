@@ -355,6 +355,7 @@ impl Gen<'_> {
             | Prim::Params
             | Prim::Map
             | Prim::ModelSum
+            | Prim::ShardState
             | Prim::Print
             | Prim::Load
             | Prim::Save

@@ -755,6 +755,7 @@ impl Checker {
             | Prim::TapePush
             | Prim::TapeGet
             | Prim::ModelSum
+            | Prim::ShardState
             | crate::collective_prims!() => {
                 self.error(Diagnostic::error(Code::E0325, span, format!("`{name}` cannot be called directly")));
                 self.error_expr(span)

@@ -19,6 +19,7 @@ mod dims;
 mod index;
 mod jacobian;
 mod mismatch;
+mod optimizer;
 
 /// Special builtins whose arguments are not ordinary values.
 use crate::ir::prim::SPECIAL_FORMS as SPECIAL;
@@ -285,7 +286,8 @@ impl Checker {
         let sig = self.fn_sigs[id.0 as usize].clone();
         let names: Vec<String> = sig.params.iter().map(|p| p.name.clone()).collect();
         let what = format!("`{}`", sig.name);
-        let given = self.arg_list(cx, &names, args, &what, span);
+        let (args, opt) = self.optimizer_args(cx, &sig.annotations, args);
+        let given = self.arg_list(cx, &names, &args, &what, span);
         let mut vals = Vec::new();
         let mut spans = Vec::new();
         let mut missing = false;
@@ -357,7 +359,8 @@ impl Checker {
             .iter()
             .map(|r| subst.rests.get(r).cloned().unwrap_or_else(|| vec![ShapeItem::Rest(*r)]))
             .collect();
-        mk(ExprKind::Call { func: id, dims, rests, args: out }, ret, s)
+        let call = mk(ExprKind::Call { func: id, dims, rests, args: out }, ret, s);
+        self.shard_state(call, &opt)
     }
 
     /// Unifies a named function's parameters with argument types; reports mismatches.

@@ -16,6 +16,7 @@ mod stacks;
 pub mod trace;
 mod transforms;
 pub mod value;
+mod zero;
 
 use crate::diag::{Code, Diagnostic};
 use crate::ir::{self, Expr, ExprKind, FnTarget, Lit, Local, Pat, Program, Stmt};
@@ -264,6 +265,21 @@ impl<'p> Interp<'p> {
             let span = self.prog.span(self.prog.func(f).span);
             return self.run_pipeline(pi, args, false, span).map(|(v, _)| v);
         }
+        if zero::is_sharded_step(self.prog, f, &args) {
+            let span = self.prog.span(self.prog.func(f).span);
+            return self.sharded_step(f, args, dims, span);
+        }
+        self.call_body(f, args, dims, captures)
+    }
+
+    /// [`Interp::call`] without the calls that run another way (pipelines, sharded steps).
+    pub(crate) fn call_body(
+        &mut self,
+        f: FuncId,
+        args: Vec<Value>,
+        dims: HashMap<Sym, i64>,
+        captures: Vec<(Local, Value)>,
+    ) -> R<Value> {
         let func = self.prog.func(f);
         let mut dims = dims;
         if !captures.is_empty() || func.n_captures > 0 {
@@ -395,8 +411,13 @@ impl<'p> Interp<'p> {
                         env.insert(*s, v);
                     }
                 }
-                self.call(*func, vals, env, vec![])
-                    .map_err(|c| called_from(c, self.prog.names.get(callee.name), self.span(e)))
+                // A sharded step here counts its gather at the call (`Interp::call` has no site).
+                let r = if zero::is_sharded_step(self.prog, *func, &vals) {
+                    self.sharded_step(*func, vals, env, self.span(e))
+                } else {
+                    self.call(*func, vals, env, vec![])
+                };
+                r.map_err(|c| called_from(c, self.prog.names.get(callee.name), self.span(e)))
             }
             ExprKind::CallValue { callee, target, args } => {
                 let f = self.eval(callee, frame)?;
@@ -454,6 +475,7 @@ impl<'p> Interp<'p> {
                 Value::Model(m) => {
                     m.fields.get(*i).cloned().ok_or_else(|| rt(Code::E0605, "no such field", self.span(e)))
                 }
+                Value::Sharded(s) => self.sharded_field(&s, *i, self.span(e)),
                 _ => Err(rt(Code::E0605, "not a model", self.span(e))),
             },
             ExprKind::ModelInit { model, args, seed } => {
@@ -858,6 +880,7 @@ pub(crate) fn bind_dims_from(ty: &Type, v: &Value, frame: &mut Frame, mesh: Opti
                 }
             }
         }
+        (_, Value::Sharded(s)) => bind_dims_from(ty, &s.value, frame, mesh),
         (Type::Tuple(ts), Value::Tuple(vs)) => {
             for (t, v) in ts.iter().zip(vs.iter()) {
                 bind_dims_from(t, v, frame, mesh);

@@ -151,6 +151,10 @@ impl Interp<'_> {
             if matches!(a, Value::Quant(_)) && !keeps(i) {
                 *a = super::compress::plain(std::mem::replace(a, Value::unit()));
             }
+            // A sharded optimizer state is whole to everything but an optimizer step.
+            if super::zero::holds_pieces(a) {
+                *a = self.whole_value(std::mem::replace(a, Value::unit()), span)?;
+            }
         }
         let normalised;
         let attrs = if attrs.from_end {
@@ -354,6 +358,13 @@ impl Interp<'_> {
             }
             Prim::Params => Ok(Value::Tensor(Tensor::scalar_i32(super::compress::count(&args[0]) as i32))),
             Prim::StopGradient => Ok(args.into_iter().next().unwrap_or_else(Value::unit)),
+            Prim::ShardState => {
+                let v = args.into_iter().next().unwrap_or_else(Value::unit);
+                match attrs.mesh_axes.first() {
+                    Some(&axis) => self.shard_state(v, axis, span),
+                    None => Ok(v),
+                }
+            }
             Prim::TapeNew => Ok(Value::Tape(value::Tape::default())),
             Prim::TapePush => {
                 let mut it = args.into_iter();

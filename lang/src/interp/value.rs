@@ -19,6 +19,8 @@ pub enum Value {
     Tape(Tape),
     /// An `f32` matrix held as int8 values with per-channel scales (`quantize`, `interp::compress`).
     Quant(Rc<kernels::QuantMatrix>),
+    /// An optimizer state held in pieces over a mesh axis (`shard: dp`, `interp::zero`).
+    Sharded(Rc<super::zero::Sharded>),
 }
 
 /// An append-only sequence shared by all its versions: each version sees its first `len`
@@ -293,6 +295,8 @@ impl Value {
             Value::Type => "<type>".to_string(),
             Value::Tape(t) => format!("<tape of {}>", t.len()),
             Value::Quant(q) => format_tensor_with(&q.dequantize(), precision.map(|k| k as usize)),
+            // Gathered before `print` sees it; this is the rank's piece.
+            Value::Sharded(s) => s.value.display_with(prog, precision),
         }
     }
 }

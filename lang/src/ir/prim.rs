@@ -176,6 +176,10 @@ prims! {
     /// `sum(m)` of a model: the sum of every element of every float tensor in it, as `f32`
     /// (`sum(map(|t| t * t, g))` is the squared global norm). No derivative, like `map`.
     ModelSum: "model_sum" internal,
+    /// `shard_state(s)` over `mesh_axes: [a]`: an optimizer state made by an `@optimizer_init`
+    /// call with `shard: a`. At run time under a launcher each rank keeps its piece of every
+    /// tensor of `s` that is whole over `a` (`interp::zero`); elsewhere it is `s`.
+    ShardState: "shard_state" internal,
     // Differentiation.
     StopGradient: "stop_gradient" callable,
     /// Reverse mode's tape of a loop's states (generated, never written by users): `tape_new()`
@@ -342,9 +346,9 @@ impl Prim {
             | ExpandDims | Squeeze | BroadcastTo | Gather | OneHot | Einsum | Slice | ScatterAdd | Update | Argsort
             | TakeAlong | ScatterAddAlong | Attention | AttentionWeights | Quantize | Prune | Zeros | Ones | Conv2d
             | Conv2dInputGrad | Conv2dWeightGrad | MaxPool2d | MaxPool2dGrad | AvgPool2d | AvgPool2dGrad | Full
-            | Arange | Eye | Normal | Uniform | HeNormal | GlorotUniform | Params | Map | ModelSum | StopGradient
-            | Print | Load | Save | LogScalar | Exists | Clock | Assert | AssertClose | TapeNew | TapePush
-            | TapeGet => Class::Other,
+            | Arange | Eye | Normal | Uniform | HeNormal | GlorotUniform | Params | Map | ModelSum | ShardState
+            | StopGradient | Print | Load | Save | LogScalar | Exists | Clock | Assert | AssertClose | TapeNew
+            | TapePush | TapeGet => Class::Other,
             crate::collective_prims!() => Class::Other,
         }
     }
@@ -379,6 +383,7 @@ impl Prim {
                 | Floor
                 | OneHot
                 | Arange
+                | ShardState
         )
     }
 

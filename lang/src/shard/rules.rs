@@ -216,6 +216,8 @@ pub(super) fn prim(cx: &mut Fcx, e: &mut Expr) {
             e.ty = strip(&e.ty);
             return;
         }
+        // The state keeps its declared layouts; the pieces are cut at run time.
+        Prim::ShardState => return,
         Prim::Reshape => {
             let lx = layout(&args[0].ty);
             match reshaped(cx, &shape_items(&args[0].ty), &shape_items(&e.ty), &lx) {

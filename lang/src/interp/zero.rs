@@ -1,0 +1,296 @@
+//! Sharded optimizer state (`adam.init(m, lr: …, shard: dp)`, ZeRO stage 1; spec/sharding.md):
+//! each rank keeps its piece of every state tensor that is whole over the axis, an
+//! `@optimizer_step` call runs on the pieces of the model, the gradient and the state, and
+//! one all-gather over the axis makes the updated model whole again.
+//!
+//! A tensor of `n` elements is cut into `k = size(axis)` pieces of `⌈n/k⌉` elements, the last
+//! one padded with zeros; rank `i` of the axis keeps piece `i` as a rank-1 tensor. A tensor
+//! already split over the axis (its rank holds a block no other rank of the axis holds), and a
+//! scalar, is kept as it is. The pieces of one value share one buffer, so model arithmetic on
+//! them stays one kernel.
+
+use super::value::Value;
+use super::{rt, Interp, R};
+use crate::diag::Code;
+use crate::ir::Program;
+use crate::source::Span;
+use crate::types::{AxisId, Type};
+use kernels::Tensor;
+use std::rc::Rc;
+
+/// An optimizer state held in pieces.
+#[derive(Clone, Debug)]
+pub struct Sharded {
+    pub axis: AxisId,
+    /// The state with each cut tensor replaced by this rank's piece.
+    pub value: Value,
+    /// For each tensor leaf of the state (in `Value::leaves` order): its shape when it was
+    /// cut, `None` when it is kept whole.
+    pub cut: Vec<Option<Vec<usize>>>,
+}
+
+/// Whether each tensor leaf of `v` (in `Value::leaves` order) is cut over `axis`: tensors of
+/// rank ≥ 1 whose declared layout does not split them over it.
+fn plan(prog: &Program, v: &Value, decl: Option<&Type>, axis: AxisId, out: &mut Vec<bool>) {
+    match v {
+        Value::Tensor(t) => {
+            let split = match decl {
+                Some(Type::Tensor(tt)) => tt.layout.0.iter().any(|axes| axes.contains(&axis)),
+                _ => false,
+            };
+            out.push(t.rank() > 0 && !split);
+        }
+        Value::Model(m) => {
+            let fields = &prog.model(m.model).fields;
+            for (i, f) in m.fields.iter().enumerate() {
+                plan(prog, f, fields.get(i).map(|f| &f.ty), axis, out);
+            }
+        }
+        Value::Tuple(xs) => xs.iter().for_each(|x| plan(prog, x, None, axis, out)),
+        _ => {}
+    }
+}
+
+/// The elements of `t` from `start`, `len` of them, as a rank-1 view.
+fn run(t: &Tensor, start: usize, len: usize, span: Span) -> R<Tensor> {
+    t.view(start, vec![len]).map_err(|e| rt(Code::E0605, e.to_string(), span))
+}
+
+/// `v` with its tensor leaves replaced, in order, by `parts` reshaped to `shapes`, all in one
+/// new buffer when they have one element type.
+fn rebuild(v: &Value, parts: Vec<Tensor>, shapes: Vec<Vec<usize>>, span: Span) -> R<Value> {
+    let refs: Vec<&Tensor> = parts.iter().collect();
+    let packed = Tensor::concat_flat(&refs);
+    let mut leaves = Vec::with_capacity(parts.len());
+    let mut at = 0;
+    for (p, shape) in parts.iter().zip(shapes) {
+        let t = match &packed {
+            Some(buf) => buf.view(at, shape),
+            None => Tensor::concat_flat(&[p])
+                .ok_or_else(|| kernels::KernelError::Invalid("empty".into()))
+                .and_then(|t| t.with_shape(shape)),
+        };
+        leaves.push(t.map_err(|e| rt(Code::E0605, e.to_string(), span))?);
+        at += p.len();
+    }
+    let mut it = leaves.into_iter();
+    v.map_tensors(&mut |_| it.next().ok_or_else(|| rt(Code::E0605, "internal: a piece is missing", span)))
+}
+
+impl Interp<'_> {
+    /// The rank's index along `axis` and the axis's size; `None` when nothing is split.
+    fn zero_group(&self, axis: AxisId) -> Option<(usize, usize)> {
+        let s = self.spmd.as_deref()?;
+        let k = s.mesh.parts(&[axis]) as usize;
+        (k > 1).then(|| (s.mesh.group_index(s.rank(), &[axis]) as usize, k))
+    }
+
+    /// `shard_state(v)` over `axis`: the rank's pieces of `v` (`v` itself when the axis has
+    /// one rank or the run is not sharded).
+    pub(crate) fn shard_state(&self, v: Value, axis: AxisId, span: Span) -> R<Value> {
+        let Some((i, k)) = self.zero_group(axis) else { return Ok(v) };
+        let mut cut = Vec::new();
+        plan(self.prog, &v, None, axis, &mut cut);
+        let (value, shapes) = self.cut(&v, &cut, i, k, span)?;
+        Ok(Value::Sharded(Rc::new(Sharded { axis, value, cut: shapes })))
+    }
+
+    /// `v` with every leaf that `cut` marks replaced by piece `i` of `k`.
+    fn cut(&self, v: &Value, cut: &[bool], i: usize, k: usize, span: Span) -> R<(Value, Vec<Option<Vec<usize>>>)> {
+        let mut leaves = Vec::new();
+        v.leaves(&mut leaves);
+        if leaves.len() != cut.len() {
+            return Err(rt(Code::E0605, "internal: the optimizer state does not match its model", span));
+        }
+        let (mut parts, mut shapes, mut was) = (Vec::new(), Vec::new(), Vec::new());
+        for (t, &c) in leaves.iter().zip(cut) {
+            if !c {
+                parts.push(t.with_shape(vec![t.len()]).map_err(|e| rt(Code::E0605, e.to_string(), span))?);
+                shapes.push(t.shape().to_vec());
+                was.push(None);
+                continue;
+            }
+            let n = t.len();
+            let c = n.div_ceil(k);
+            let start = (i * c).min(n);
+            let len = c.min(n - start);
+            let mut p = run(t, start, len, span)?;
+            if len < c {
+                let pad =
+                    kernels::ops::zeros(t.dtype(), &[c - len]).map_err(|e| rt(Code::E0605, e.to_string(), span))?;
+                p = Tensor::concat_flat(&[&p, &pad]).unwrap_or(p);
+            }
+            parts.push(p);
+            shapes.push(vec![c]);
+            was.push(Some(t.shape().to_vec()));
+        }
+        Ok((rebuild(v, parts, shapes, span)?, was))
+    }
+
+    /// The whole value of `v`, whose leaves `cut` marks as pieces of their shapes: one
+    /// all-gather over `axis` of all the pieces (per element type).
+    fn gather(&mut self, v: &Value, cut: &[Option<Vec<usize>>], axis: AxisId, span: Span) -> R<Value> {
+        let Some((_, k)) = self.zero_group(axis) else { return Ok(v.clone()) };
+        let Some(s) = self.spmd.as_deref() else { return Ok(v.clone()) };
+        let mut leaves = Vec::new();
+        v.leaves(&mut leaves);
+        if leaves.len() != cut.len() {
+            return Err(rt(Code::E0605, "internal: the optimizer state lost a piece", span));
+        }
+        // One all-gather per element type, of that type's pieces one after another.
+        let mut gathered: Vec<(kernels::DType, Tensor, usize)> = Vec::new();
+        let mut offset = vec![0usize; leaves.len()];
+        for dt in [kernels::DType::F32, kernels::DType::F64, kernels::DType::I32, kernels::DType::Bool] {
+            let mine: Vec<usize> = (0..leaves.len()).filter(|&j| cut[j].is_some() && leaves[j].dtype() == dt).collect();
+            if mine.is_empty() {
+                continue;
+            }
+            let mut at = 0;
+            for &j in &mine {
+                offset[j] = at;
+                at += leaves[j].len();
+            }
+            let refs: Vec<&Tensor> = mine.iter().map(|&j| leaves[j]).collect();
+            let Some(cat) = Tensor::concat_flat(&refs) else { continue };
+            let before = s.comm.bytes_sent();
+            let t0 = self.trace_start();
+            let all = s.all_gather(&[axis], 0, &cat).map_err(|m| rt(Code::E0602, m, span))?;
+            let sent = s.comm.bytes_sent().saturating_sub(before);
+            s.count(0, span, "optimizer all_gather", sent);
+            gathered.push((dt, all, at));
+            if let (Some(t0), Some(tr)) = (t0, self.trace.as_mut()) {
+                if let Some(ev) = tr.end(t0, "optimizer all_gather".into(), super::trace::Kind::Collective, Some(span))
+                {
+                    ev.bytes = Some(sent);
+                }
+            }
+        }
+        let mut parts = Vec::with_capacity(leaves.len());
+        let mut shapes = Vec::with_capacity(leaves.len());
+        for (j, t) in leaves.iter().enumerate() {
+            let Some(shape) = &cut[j] else {
+                parts.push(t.with_shape(vec![t.len()]).map_err(|e| rt(Code::E0605, e.to_string(), span))?);
+                shapes.push(t.shape().to_vec());
+                continue;
+            };
+            let (_, all, width) = gathered
+                .iter()
+                .find(|(dt, ..)| *dt == t.dtype())
+                .ok_or_else(|| rt(Code::E0605, "internal: a piece was not gathered", span))?;
+            let n: usize = shape.iter().product();
+            let c = t.len();
+            let mut runs = Vec::with_capacity(k);
+            for r in 0..k {
+                let len = c.min(n.saturating_sub(r * c));
+                runs.push(run(all, r * width + offset[j], len, span)?);
+            }
+            let refs: Vec<&Tensor> = runs.iter().collect();
+            parts.push(match Tensor::concat_flat(&refs) {
+                Some(x) => x,
+                None => kernels::ops::zeros(t.dtype(), &[0]).map_err(|e| rt(Code::E0605, e.to_string(), span))?,
+            });
+            shapes.push(shape.clone());
+        }
+        rebuild(v, parts, shapes, span)
+    }
+
+    /// The whole value a sharded state stands for (its reader is not an optimizer step).
+    pub(crate) fn whole_state(&mut self, s: &Sharded, span: Span) -> R<Value> {
+        self.gather(&s.value, &s.cut, s.axis, span)
+    }
+
+    /// `v` with every state in it made whole (a tuple or model may hold one).
+    pub(crate) fn whole_value(&mut self, v: Value, span: Span) -> R<Value> {
+        Ok(match v {
+            Value::Sharded(s) => self.whole_state(&s, span)?,
+            Value::Tuple(xs) if xs.iter().any(holds_pieces) => {
+                let mut out = Vec::with_capacity(xs.len());
+                for x in xs.iter() {
+                    out.push(self.whole_value(x.clone(), span)?);
+                }
+                Value::Tuple(Rc::new(out))
+            }
+            Value::Model(m) if m.fields.iter().any(holds_pieces) => {
+                let mut fields = Vec::with_capacity(m.fields.len());
+                for x in m.fields.iter() {
+                    fields.push(self.whole_value(x.clone(), span)?);
+                }
+                Value::Model(Rc::new(super::value::ModelValue { model: m.model, dims: m.dims.clone(), fields }))
+            }
+            v => v,
+        })
+    }
+
+    /// Field `i` of a sharded state: read directly when it holds no piece.
+    pub(crate) fn sharded_field(&mut self, s: &Sharded, i: usize, span: Span) -> R<Value> {
+        let Value::Model(m) = &s.value else { return Err(rt(Code::E0605, "not a model", span)) };
+        let mut before = 0;
+        for f in &m.fields[..i.min(m.fields.len())] {
+            before += count(f);
+        }
+        let f = m.fields.get(i).ok_or_else(|| rt(Code::E0605, "no such field", span))?;
+        if s.cut[before..before + count(f)].iter().all(Option::is_none) {
+            return Ok(f.clone());
+        }
+        match self.whole_state(s, span)? {
+            Value::Model(w) => w.fields.get(i).cloned().ok_or_else(|| rt(Code::E0605, "no such field", span)),
+            _ => Err(rt(Code::E0605, "not a model", span)),
+        }
+    }
+
+    /// A call of `@optimizer_step` function `f` with a sharded state: the step on the rank's
+    /// pieces of `(m, g, state)`, then the model gathered whole and the state kept in pieces.
+    pub(crate) fn sharded_step(
+        &mut self,
+        f: crate::types::FuncId,
+        args: Vec<Value>,
+        dims: std::collections::HashMap<crate::types::Sym, i64>,
+        span: Span,
+    ) -> R<Value> {
+        let [m, g, Value::Sharded(st)] = <[Value; 3]>::try_from(args)
+            .map_err(|_| rt(Code::E0605, "an `@optimizer_step` function takes (model, gradient, state)", span))?
+        else {
+            return Err(rt(Code::E0605, "an `@optimizer_step` function takes (model, gradient, state)", span));
+        };
+        let Some((i, k)) = self.zero_group(st.axis) else {
+            return self.call_body(f, vec![m, g, st.value.clone()], dims, vec![]);
+        };
+        let mut plan_m = Vec::new();
+        plan(self.prog, &m, None, st.axis, &mut plan_m);
+        let (mp, cut_m) = self.cut(&m, &plan_m, i, k, span)?;
+        let (gp, _) = self.cut(&g, &plan_m, i, k, span)?;
+        let out = self.call_body(f, vec![mp, gp, st.value.clone()], dims, vec![])?;
+        let Value::Tuple(items) = &out else {
+            return Err(rt(Code::E0605, "an `@optimizer_step` function returns (model, state)", span));
+        };
+        let [m2, s2] = items.as_slice() else {
+            return Err(rt(Code::E0605, "an `@optimizer_step` function returns (model, state)", span));
+        };
+        let whole = self.gather(m2, &cut_m, st.axis, span)?;
+        let kept = Value::Sharded(Rc::new(Sharded { axis: st.axis, value: s2.clone(), cut: st.cut.clone() }));
+        Ok(Value::Tuple(Rc::new(vec![whole, kept])))
+    }
+}
+
+/// The number of tensor leaves of `v`.
+fn count(v: &Value) -> usize {
+    let mut l = Vec::new();
+    v.leaves(&mut l);
+    l.len()
+}
+
+/// Whether `v` holds a state in pieces, at any depth.
+pub(crate) fn holds_pieces(v: &Value) -> bool {
+    match v {
+        Value::Sharded(_) => true,
+        Value::Tuple(xs) => xs.iter().any(holds_pieces),
+        Value::Model(m) => m.fields.iter().any(holds_pieces),
+        _ => false,
+    }
+}
+
+/// Whether `f` is an `@optimizer_step` function called with a sharded state.
+pub(crate) fn is_sharded_step(prog: &Program, f: crate::types::FuncId, args: &[Value]) -> bool {
+    args.iter().any(|a| matches!(a, Value::Sharded(_)))
+        && prog.func(f).annotations.iter().any(|n| prog.names.get(*n) == "optimizer_step")
+}
