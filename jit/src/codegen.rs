@@ -203,6 +203,7 @@ fn size_shift(d: DType) -> i64 {
     match d {
         DType::F64 => 3,
         DType::F32 | DType::I32 => 2,
+        DType::Bf16 | DType::F16 => 1,
         DType::Bool => 0,
     }
 }
@@ -334,6 +335,8 @@ impl Gen<'_, '_, '_> {
             Storage::F64(v) => self.l.fconst(mode, DType::F64, v[0]),
             Storage::Bool(v) => self.l.bconst(mode, v[0]),
             Storage::I32(_) => unreachable!("i32 constants are not fused"),
+            // Storage-only types are never fused (`fuse::elem_ok`); a constant is its f32 value.
+            Storage::Bf16(_) | Storage::F16(_) => self.l.fconst(mode, DType::F32, t.scalar_value_f64().unwrap_or(0.0)),
         }
     }
 

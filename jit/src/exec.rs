@@ -106,6 +106,7 @@ fn take_unique(t: &mut Tensor) -> Option<Buf> {
         Storage::F64(a) => a.into_vec().map(Buf::F64).map_err(Storage::F64),
         Storage::I32(a) => a.into_vec().map(Buf::I32).map_err(Storage::I32),
         Storage::Bool(a) => a.into_vec().map(Buf::Bool).map_err(Storage::Bool),
+        s @ (Storage::Bf16(_) | Storage::F16(_)) => Err(s),
     };
     match r {
         Ok(b) => Some(b),
@@ -150,6 +151,8 @@ pub fn run(f: KernelFn, inputs: &mut [Tensor], lay: &Layout, out: DType, reuse: 
             DType::F64 => Buf::F64(Vec::with_capacity(lay.n)),
             DType::I32 => Buf::I32(Vec::with_capacity(lay.n)),
             DType::Bool => Buf::Bool(Vec::with_capacity(lay.n)),
+            // Never fused (`fuse::elem_ok`): computed in f32.
+            DType::Bf16 | DType::F16 => Buf::F32(Vec::with_capacity(lay.n)),
         },
     };
     let obase = match &mut buf {

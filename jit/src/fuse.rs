@@ -128,7 +128,8 @@ pub fn is_elementwise(p: Prim) -> bool {
 /// A tensor type whose element type the JIT handles (float or bool).
 fn elem_ok(ty: &Type) -> bool {
     match ty {
-        Type::Tensor(TensorTy { elem: Elem::T(t), .. }) => !matches!(t, ElemTy::I32),
+        // The storage-only types are computed by the interpreter (in f32, rounded to storage).
+        Type::Tensor(TensorTy { elem: Elem::T(t), .. }) => !matches!(t, ElemTy::I32 | ElemTy::Bf16 | ElemTy::F16),
         Type::Tensor(TensorTy { elem: Elem::WeakFloat, .. }) => true,
         _ => false,
     }
@@ -259,8 +260,9 @@ fn width(d: DType) -> u8 {
     match d {
         DType::Bool => 0,
         DType::I32 => 1,
-        DType::F32 => 2,
-        DType::F64 => 3,
+        DType::Bf16 | DType::F16 => 2,
+        DType::F32 => 3,
+        DType::F64 => 4,
     }
 }
 

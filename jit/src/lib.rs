@@ -474,6 +474,10 @@ impl Accel for JitAccel<'_> {
     }
 
     fn try_eval(&mut self, e: &Expr, inputs: &mut [Tensor]) -> Option<Result<Tensor, KernelError>> {
+        // Storage-only types (a model's bf16 buffer) are computed by the interpreter.
+        if inputs.iter().any(|t| t.dtype().is_half()) {
+            return None;
+        }
         let addr = e.id;
         let p = self.planned.get(&addr)?.as_ref()?;
         let site = p.site;

@@ -34,6 +34,10 @@ pub fn format_tensor_with(t: &Tensor, precision: Option<usize>) -> String {
         (Storage::F64(v), None) => Box::new(move |i| format_f64(v[i])),
         (Storage::I32(v), _) => Box::new(move |i| v[i].to_string()),
         (Storage::Bool(v), _) => Box::new(move |i| v[i].to_string()),
+        (Storage::Bf16(v), Some(k)) => Box::new(move |i| fixed(v[i].to_f64(), k)),
+        (Storage::F16(v), Some(k)) => Box::new(move |i| fixed(v[i].to_f64(), k)),
+        (Storage::Bf16(v), None) => Box::new(move |i| format_half(v[i].to_f32(), |x| half::bf16::from_f32(x).to_f32())),
+        (Storage::F16(v), None) => Box::new(move |i| format_half(v[i].to_f32(), |x| half::f16::from_f32(x).to_f32())),
     };
     let mut out = String::new();
     let summarize = t.len() > THRESHOLD;
@@ -84,6 +88,24 @@ fn write_axis(
 /// The shortest decimal that reads back as the same f32, in Python's `repr` style.
 pub fn format_f32(v: f32) -> String {
     python_style(format!("{v:?}"))
+}
+
+/// The shortest decimal that reads back as the same `bf16` or `f16` value (`round` rounds an
+/// `f32` to that type), as `ml_dtypes` and JAX print them: `bf16(0.1)` is `0.1`, not the
+/// `0.10009765625` it holds.
+pub fn format_half(v: f32, round: impl Fn(f32) -> f32) -> String {
+    if !v.is_finite() {
+        return format_f32(v);
+    }
+    for digits in 1..=9 {
+        let s = format!("{v:.*e}", digits - 1);
+        if let Ok(x) = s.parse::<f32>() {
+            if round(x) == v {
+                return format_f32(x);
+            }
+        }
+    }
+    format_f32(v)
 }
 
 /// The shortest decimal that reads back as the same f64, in Python's `repr` style.

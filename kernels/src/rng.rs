@@ -152,6 +152,7 @@ pub fn uniform_region(dtype: DType, r: &Region, key: [u32; 2], lo: f64, hi: f64)
             let v = generate(r, key, |b| unit_f64(b[0], b[1]) < 0.5)?;
             Tensor::from_parts(shape.to_vec(), v)
         }
+        DType::Bf16 | DType::F16 => uniform_region(DType::F32, r, key, lo, hi)?.cast(dtype),
     })
 }
 

@@ -13,6 +13,11 @@ pub enum DType {
     F64,
     I32,
     Bool,
+    /// Storage only: 2 bytes an element, computed in `f32` (bfloat16: f32's exponent, 8 bits
+    /// of mantissa).
+    Bf16,
+    /// Storage only: 2 bytes an element, computed in `f32` (IEEE half precision).
+    F16,
 }
 
 impl DType {
@@ -23,12 +28,19 @@ impl DType {
             DType::F64 => "f64",
             DType::I32 => "i32",
             DType::Bool => "bool",
+            DType::Bf16 => "bf16",
+            DType::F16 => "f16",
         }
     }
 
     /// True for `f32` and `f64`.
     pub fn is_float(self) -> bool {
-        matches!(self, DType::F32 | DType::F64)
+        matches!(self, DType::F32 | DType::F64 | DType::Bf16 | DType::F16)
+    }
+
+    /// True for the storage-only types `bf16` and `f16`, which kernels compute in `f32`.
+    pub fn is_half(self) -> bool {
+        matches!(self, DType::Bf16 | DType::F16)
     }
 
     /// The size of one element in bytes, as stored in files.
@@ -37,6 +49,7 @@ impl DType {
             DType::F32 | DType::I32 => 4,
             DType::F64 => 8,
             DType::Bool => 1,
+            DType::Bf16 | DType::F16 => 2,
         }
     }
 }
@@ -116,6 +129,8 @@ pub enum Storage {
     F64(Shared<f64>),
     I32(Shared<i32>),
     Bool(Shared<bool>),
+    Bf16(Shared<half::bf16>),
+    F16(Shared<half::f16>),
 }
 
 /// Applies a generic expression to storage of any element type: `each_storage!(s, v => expr)`
@@ -127,6 +142,8 @@ macro_rules! each_storage {
             $crate::tensor::Storage::F64($v) => $body,
             $crate::tensor::Storage::I32($v) => $body,
             $crate::tensor::Storage::Bool($v) => $body,
+            $crate::tensor::Storage::Bf16($v) => $body,
+            $crate::tensor::Storage::F16($v) => $body,
         }
     };
 }
@@ -140,6 +157,8 @@ impl Storage {
             Storage::F64(_) => DType::F64,
             Storage::I32(_) => DType::I32,
             Storage::Bool(_) => DType::Bool,
+            Storage::Bf16(_) => DType::Bf16,
+            Storage::F16(_) => DType::F16,
         }
     }
 
@@ -160,6 +179,8 @@ impl Storage {
             Storage::F64(v) => Storage::F64(v.view(start, len)?),
             Storage::I32(v) => Storage::I32(v.view(start, len)?),
             Storage::Bool(v) => Storage::Bool(v.view(start, len)?),
+            Storage::Bf16(v) => Storage::Bf16(v.view(start, len)?),
+            Storage::F16(v) => Storage::F16(v.view(start, len)?),
         })
     }
 
@@ -176,6 +197,8 @@ impl Storage {
             (Storage::F64(a), Storage::F64(b)) if a.is_followed_by(b) => Storage::F64(a.extend(b.len())?),
             (Storage::I32(a), Storage::I32(b)) if a.is_followed_by(b) => Storage::I32(a.extend(b.len())?),
             (Storage::Bool(a), Storage::Bool(b)) if a.is_followed_by(b) => Storage::Bool(a.extend(b.len())?),
+            (Storage::Bf16(a), Storage::Bf16(b)) if a.is_followed_by(b) => Storage::Bf16(a.extend(b.len())?),
+            (Storage::F16(a), Storage::F16(b)) if a.is_followed_by(b) => Storage::F16(a.extend(b.len())?),
             _ => return None,
         })
     }
@@ -196,6 +219,8 @@ impl Storage {
             DType::F64 => cat::<f64>(parts),
             DType::I32 => cat::<i32>(parts),
             DType::Bool => cat::<bool>(parts),
+            DType::Bf16 => cat::<half::bf16>(parts),
+            DType::F16 => cat::<half::f16>(parts),
         }
     }
 }
@@ -253,6 +278,8 @@ impl_element!(f32, F32, 0.0, 1.0, |x| x as f64, |v| v as f32);
 impl_element!(f64, F64, 0.0, 1.0, |x| x, |v| v);
 impl_element!(i32, I32, 0, 1, |x| x as f64, |v| v as i32);
 impl_element!(bool, Bool, false, true, |x| if x { 1.0 } else { 0.0 }, |v| v != 0.0);
+impl_element!(half::bf16, Bf16, half::bf16::ZERO, half::bf16::ONE, |x| x.to_f64(), half::bf16::from_f64);
+impl_element!(half::f16, F16, half::f16::ZERO, half::f16::ONE, |x| x.to_f64(), half::f16::from_f64);
 
 /// A host tensor: always contiguous and row-major. `Clone` is cheap (the storage is shared).
 #[derive(Clone, Debug, PartialEq)]
@@ -390,6 +417,8 @@ impl Tensor {
             Storage::F64(v) => v.to_vec(),
             Storage::I32(v) => v.iter().map(|&x| x as f64).collect(),
             Storage::Bool(v) => v.iter().map(|&x| if x { 1.0 } else { 0.0 }).collect(),
+            Storage::Bf16(v) => v.iter().map(|x| x.to_f64()).collect(),
+            Storage::F16(v) => v.iter().map(|x| x.to_f64()).collect(),
         }
     }
 
@@ -409,6 +438,8 @@ impl Tensor {
                     0.0
                 }
             }
+            Storage::Bf16(v) => v[0].to_f64(),
+            Storage::F16(v) => v[0].to_f64(),
         })
     }
 
@@ -462,9 +493,27 @@ impl Tensor {
             (Storage::Bool(v), DType::F32) => Storage::F32(Shared::from(map_slice(v, |x| u8::from(x) as f32))),
             (Storage::Bool(v), DType::F64) => Storage::F64(Shared::from(map_slice(v, |x| u8::from(x) as f64))),
             (Storage::Bool(v), DType::I32) => Storage::I32(Shared::from(map_slice(v, i32::from))),
+            // The storage-only types go through `f32`, rounding to nearest even on the way in.
+            (Storage::Bf16(v), _) => return Tensor::from_parts(shape, map_slice(v, half::bf16::to_f32)).cast(to),
+            (Storage::F16(v), _) => return Tensor::from_parts(shape, map_slice(v, half::f16::to_f32)).cast(to),
+            (Storage::F64(v), DType::Bf16) => Storage::Bf16(Shared::from(map_slice(v, half::bf16::from_f64))),
+            (Storage::F64(v), DType::F16) => Storage::F16(Shared::from(map_slice(v, half::f16::from_f64))),
+            (Storage::F32(v), DType::Bf16) => Storage::Bf16(Shared::from(map_slice(v, half::bf16::from_f32))),
+            (Storage::F32(v), DType::F16) => Storage::F16(Shared::from(map_slice(v, half::f16::from_f32))),
+            (_, DType::Bf16 | DType::F16) => return self.cast(DType::F32).cast(to),
             (s, _) => s.clone(),
         };
         Tensor { shape, storage }
+    }
+
+    /// `f` applied to this tensor, widened to `f32` when it is `bf16` or `f16`: storage-only
+    /// types are computed in `f32`, and a float result goes back to this tensor's type.
+    pub fn in_f32(&self, f: impl FnOnce(&Tensor) -> Result<Tensor, KernelError>) -> Result<Tensor, KernelError> {
+        if !self.dtype().is_half() {
+            return f(self);
+        }
+        let r = f(&self.cast(DType::F32))?;
+        Ok(if r.dtype() == DType::F32 { r.cast(self.dtype()) } else { r })
     }
 }
 

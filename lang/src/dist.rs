@@ -227,6 +227,8 @@ impl Spmd {
                 Tensor::from_i32(shape, self.comm.all_reduce_i32(axes, op, x.as_i32().unwrap_or(&[]))?).map_err(err)
             }
             DType::Bool => Ok(self.all_reduce(axes, op, &x.cast(DType::I32))?.cast(DType::Bool)),
+            // Storage-only types travel and accumulate as `f32`.
+            DType::Bf16 | DType::F16 => Ok(self.all_reduce(axes, op, &x.cast(DType::F32))?.cast(x.dtype())),
         }
     }
 
@@ -252,6 +254,7 @@ impl Spmd {
             DType::F64 => Tensor::from_f64(stacked, self.comm.all_gather_f64(axes, x.as_f64().unwrap_or(&[]))?),
             DType::I32 => Tensor::from_i32(stacked, self.comm.all_gather_i32(axes, x.as_i32().unwrap_or(&[]))?),
             DType::Bool => return Ok(self.all_gather(axes, dim, &x.cast(DType::I32))?.cast(DType::Bool)),
+            DType::Bf16 | DType::F16 => return Ok(self.all_gather(axes, dim, &x.cast(DType::F32))?.cast(x.dtype())),
         }
         .map_err(err)?;
         merge_blocks(&all, dim, shape)
@@ -302,6 +305,9 @@ impl Spmd {
             DType::F64 => Tensor::from_f64(out, self.comm.reduce_scatter_f64(axes, blocks.as_f64().unwrap_or(&[]))?),
             DType::I32 => Tensor::from_i32(out, self.comm.reduce_scatter_i32(axes, blocks.as_i32().unwrap_or(&[]))?),
             DType::Bool => return Ok(self.reduce_scatter(axes, dim, &x.cast(DType::I32))?.cast(DType::Bool)),
+            DType::Bf16 | DType::F16 => {
+                return Ok(self.reduce_scatter(axes, dim, &x.cast(DType::F32))?.cast(x.dtype()))
+            }
         }
         .map_err(err)
     }
@@ -325,6 +331,9 @@ impl Spmd {
             DType::F64 => Tensor::from_f64(stacked, self.comm.all_to_all_f64(axes, send.as_f64().unwrap_or(&[]))?),
             DType::I32 => Tensor::from_i32(stacked, self.comm.all_to_all_i32(axes, send.as_i32().unwrap_or(&[]))?),
             DType::Bool => return Ok(self.all_to_all(axes, from, to, &x.cast(DType::I32))?.cast(DType::Bool)),
+            DType::Bf16 | DType::F16 => {
+                return Ok(self.all_to_all(axes, from, to, &x.cast(DType::F32))?.cast(x.dtype()))
+            }
         }
         .map_err(err)?;
         merge_blocks(&got, from, chunk)

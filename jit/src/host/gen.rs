@@ -32,8 +32,9 @@ fn wider(a: DType, b: DType) -> DType {
     let w = |d: DType| match d {
         DType::Bool => 0,
         DType::I32 => 1,
-        DType::F32 => 2,
-        DType::F64 => 3,
+        DType::Bf16 | DType::F16 => 2,
+        DType::F32 => 3,
+        DType::F64 => 4,
     };
     if w(a) >= w(b) {
         a
@@ -425,6 +426,10 @@ impl<'a, 'f, 'p> HostGen<'a, 'f, 'p> {
             DType::F64 => self.l.b.ins().f64const(t.as_f64().map_or(0.0, |v| v[0])),
             DType::I32 => self.l.b.ins().iconst(types::I32, i64::from(t.as_i32().map_or(0, |v| v[0]))),
             DType::Bool => self.l.b.ins().iconst(types::I8, i64::from(t.as_bool().is_some_and(|v| v[0]))),
+            // Never compiled (`elem_ok`); a constant is its f32 value.
+            DType::Bf16 | DType::F16 => {
+                return (self.l.b.ins().f32const(t.scalar_value_f64().unwrap_or(0.0) as f32), DType::F32)
+            }
         };
         (v, d)
     }

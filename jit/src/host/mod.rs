@@ -303,6 +303,7 @@ pub fn slot(t: &Tensor) -> u64 {
         DType::F64 => t.as_f64().map_or(0.0, |v| v[0]).to_bits(),
         DType::I32 => u64::from(t.as_i32().map_or(0, |v| v[0]) as u32),
         DType::Bool => u64::from(t.as_bool().is_some_and(|v| v[0])),
+        DType::Bf16 | DType::F16 => u64::from((t.scalar_value_f64().unwrap_or(0.0) as f32).to_bits()),
     }
 }
 
@@ -313,5 +314,6 @@ pub fn from_slot(s: u64, d: DType) -> Tensor {
         DType::F64 => Tensor::scalar_f64(f64::from_bits(s)),
         DType::I32 => Tensor::scalar_i32(s as u32 as i32),
         DType::Bool => Tensor::scalar_bool(s as u8 != 0),
+        DType::Bf16 | DType::F16 => Tensor::scalar_f32(f32::from_bits(s as u32)).cast(d),
     }
 }

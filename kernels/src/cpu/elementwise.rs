@@ -127,6 +127,7 @@ pub fn unary(op: UnaryOp, x: &Tensor) -> Result<Tensor, KernelError> {
             UnaryOp::Not => Ok(Tensor::from_parts(shape, map_slice(v, |a| !a))),
             _ => Err(KernelError::dtype(op.name(), "a numeric tensor", DType::Bool)),
         },
+        Storage::Bf16(_) | Storage::F16(_) => x.in_f32(|w| unary(op, w)),
     }
 }
 
@@ -185,6 +186,10 @@ pub fn binary(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor, KernelErro
             expected: format!("operands of one element type ({})", a.dtype()),
             found: b.dtype().to_string(),
         });
+    }
+    if a.dtype().is_half() {
+        let w = b.cast(DType::F32);
+        return a.in_f32(|v| binary(op, v, &w));
     }
     let shape = broadcast_shapes(op.name(), a.shape(), b.shape())?;
     if op.is_comparison() {

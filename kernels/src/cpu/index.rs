@@ -175,6 +175,7 @@ pub fn scatter_add(x_shape: &[usize], idx: &Tensor, upd: &Tensor, axis: usize) -
         Storage::F64(u) => Ok(add(u, ix, x_shape, outer, inner)),
         Storage::I32(u) => Ok(add(u, ix, x_shape, outer, inner)),
         Storage::Bool(_) => Err(KernelError::dtype("scatter_add", "a numeric tensor", DType::Bool)),
+        Storage::Bf16(_) | Storage::F16(_) => upd.in_f32(|w| scatter_add(x_shape, idx, w, axis)),
     }
 }
 

@@ -83,6 +83,7 @@ pub fn reduce(op: ReduceOp, x: &Tensor, axis: Option<usize>, keepdims: bool) -> 
         )));
     }
     match x.storage() {
+        Storage::Bf16(_) | Storage::F16(_) => x.in_f32(|w| reduce(op, w, axis, keepdims)),
         Storage::F32(v) => Ok(Tensor::from_parts(s.out_shape.clone(), float_reduce(op, v, &s))),
         Storage::F64(v) => Ok(Tensor::from_parts(s.out_shape.clone(), float_reduce(op, v, &s))),
         Storage::I32(v) => {
@@ -294,6 +295,7 @@ fn arg_best(
         Storage::F64(v) => arg_rows(v, &s, largest),
         Storage::I32(v) => arg_rows(v, &s, largest),
         Storage::Bool(_) => arg_rows(x.cast(DType::I32).as_i32().expect("cast"), &s, largest),
+        Storage::Bf16(_) | Storage::F16(_) => return arg_best(op, &x.cast(DType::F32), axis, keepdims, largest),
     };
     Ok(Tensor::from_parts(s.out_shape, out))
 }
@@ -475,5 +477,6 @@ pub fn cumsum(x: &Tensor, axis: usize) -> Result<Tensor, KernelError> {
         Storage::F64(v) => Tensor::from_parts(shape, run(v, &s)),
         Storage::I32(v) => Tensor::from_parts(shape, run(v, &s)),
         Storage::Bool(_) => Tensor::from_parts(shape, run(x.cast(DType::I32).as_i32().expect("cast"), &s)),
+        Storage::Bf16(_) | Storage::F16(_) => return x.in_f32(|w| cumsum(w, axis)),
     })
 }

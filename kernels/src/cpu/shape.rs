@@ -241,6 +241,8 @@ pub fn concat(xs: &[Tensor], axis: usize) -> Result<Tensor, KernelError> {
         DType::F64 => Tensor::from_parts(shape, join::<f64>(xs, axis, outer, inner)),
         DType::I32 => Tensor::from_parts(shape, join::<i32>(xs, axis, outer, inner)),
         DType::Bool => Tensor::from_parts(shape, join::<bool>(xs, axis, outer, inner)),
+        DType::Bf16 => Tensor::from_parts(shape, join::<half::bf16>(xs, axis, outer, inner)),
+        DType::F16 => Tensor::from_parts(shape, join::<half::f16>(xs, axis, outer, inner)),
     })
 }
 
@@ -342,6 +344,8 @@ pub fn full(dtype: DType, shape: &[usize], v: f64) -> Result<Tensor, KernelError
         DType::F64 => fill::<f64>(shape, n, v),
         DType::I32 => fill::<i32>(shape, n, v),
         DType::Bool => fill::<bool>(shape, n, v),
+        DType::Bf16 => fill::<half::bf16>(shape, n, v),
+        DType::F16 => fill::<half::f16>(shape, n, v),
     })
 }
 

@@ -144,5 +144,6 @@ pub fn scatter_add_along(x_shape: &[usize], idx: &Tensor, upd: &Tensor, axis: us
         Storage::F64(u) => Ok(add(u, ix, x_shape, total, n, m, inner)),
         Storage::I32(u) => Ok(add(u, ix, x_shape, total, n, m, inner)),
         Storage::Bool(_) => Err(KernelError::dtype("scatter_add_along", "a numeric tensor", DType::Bool)),
+        Storage::Bf16(_) | Storage::F16(_) => upd.in_f32(|w| scatter_add_along(x_shape, idx, w, axis)),
     }
 }

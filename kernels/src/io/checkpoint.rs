@@ -453,6 +453,8 @@ fn dtype_of(name: &str) -> Option<DType> {
         "F64" => DType::F64,
         "I32" => DType::I32,
         "BOOL" => DType::Bool,
+        "BF16" => DType::Bf16,
+        "F16" => DType::F16,
         _ => return None,
     })
 }
@@ -586,6 +588,8 @@ macro_rules! le {
 le!(f32, 4);
 le!(f64, 8);
 le!(i32, 4);
+le!(half::bf16, 2);
+le!(half::f16, 2);
 
 impl Le for bool {
     const SIZE: usize = 1;
@@ -651,6 +655,8 @@ impl Files<'_> {
             DType::F64 => self.typed::<f64>(entries),
             DType::I32 => self.typed::<i32>(entries),
             DType::Bool => self.typed::<bool>(entries),
+            DType::Bf16 => self.typed::<half::bf16>(entries),
+            DType::F16 => self.typed::<half::f16>(entries),
         }
     }
 

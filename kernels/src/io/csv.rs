@@ -77,6 +77,7 @@ pub fn parse_csv_as(bytes: &[u8], name: &str, dtype: DType) -> Result<Tensor, Ke
     match dtype {
         DType::F64 => Tensor::from_f64(shape, values),
         DType::F32 => Tensor::from_f32(shape, values.iter().map(|&v| v as f32).collect()),
+        DType::Bf16 | DType::F16 => Ok(Tensor::from_f64(shape, values)?.cast(dtype)),
         DType::Bool => Tensor::from_bool(shape, values.iter().map(|&v| v != 0.0).collect()),
         DType::I32 => {
             let whole = |v: f64| v.fract() == 0.0 && crate::tensor::f64_fits_i32(v);
@@ -123,6 +124,8 @@ pub fn write_csv(path: &Path, t: &Tensor) -> Result<(), KernelError> {
             Storage::F64(v) => format_f64(v[i]),
             Storage::I32(v) => v[i].to_string(),
             Storage::Bool(v) => u8::from(v[i]).to_string(),
+            Storage::Bf16(v) => crate::format::format_half(v[i].to_f32(), |x| half::bf16::from_f32(x).to_f32()),
+            Storage::F16(v) => crate::format::format_half(v[i].to_f32(), |x| half::f16::from_f32(x).to_f32()),
         }
     };
     let mut out = String::new();

@@ -84,6 +84,16 @@ pub fn load_all_npz(path: &Path) -> Result<Vec<(String, Tensor)>, KernelError> {
 /// that a wrong file is reported as a [`KernelError::FileMismatch`] naming the file, e.g.
 /// "data/x.npy: expected f32 [1797, 64] but the file holds f64 [1797, 65]". `None` skips
 /// that part of the check.
+/// A loaded tensor as a program that wants `want` reads it: a file's `bf16` or `f16` values
+/// widen (exactly) to a wanted `f32` or `f64`; anything else is as the file holds it.
+pub fn widen_loaded(t: Tensor, want: DType) -> Tensor {
+    if t.dtype().is_half() && matches!(want, DType::F32 | DType::F64) {
+        t.cast(want)
+    } else {
+        t
+    }
+}
+
 pub fn check_loaded(path: &Path, t: &Tensor, dtype: Option<DType>, shape: Option<&[usize]>) -> Result<(), KernelError> {
     let dtype_ok = dtype.is_none_or(|d| d == t.dtype());
     let shape_ok = shape.is_none_or(|s| s == t.shape());
@@ -149,6 +159,8 @@ pub(crate) fn push_le_data(out: &mut Vec<u8>, t: &Tensor) {
         Storage::F64(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
         Storage::I32(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
         Storage::Bool(v) => out.extend(v.iter().map(|&b| u8::from(b))),
+        Storage::Bf16(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        Storage::F16(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
     }
 }
 
@@ -181,6 +193,8 @@ pub(crate) fn for_le_chunks(t: &Tensor, mut f: impl FnMut(&[u8]) -> std::io::Res
         Storage::F32(v) => pieces!(v),
         Storage::F64(v) => pieces!(v),
         Storage::I32(v) => pieces!(v),
+        Storage::Bf16(v) => pieces!(v),
+        Storage::F16(v) => pieces!(v),
         Storage::Bool(v) => {
             let mut buf = Vec::with_capacity(PIECE);
             for c in v.chunks(PIECE) {
@@ -191,23 +205,4 @@ pub(crate) fn for_le_chunks(t: &Tensor, mut f: impl FnMut(&[u8]) -> std::io::Res
         }
     }
     Ok(())
-}
-
-/// Widens an IEEE half-precision value to f32 exactly.
-pub(crate) fn f16_to_f32(h: u16) -> f32 {
-    let sign = ((h >> 15) as u32) << 31;
-    let exp = ((h >> 10) & 0x1f) as u32;
-    let man = (h & 0x3ff) as u32;
-    let magnitude = match exp {
-        0 => (man as f32) * f32::from_bits(0x3380_0000), // man × 2^-24 (zero and subnormals)
-        31 => {
-            if man == 0 {
-                f32::INFINITY
-            } else {
-                f32::NAN
-            }
-        }
-        _ => f32::from_bits(((exp + 112) << 23) | (man << 13)),
-    };
-    f32::from_bits(magnitude.to_bits() | sign)
 }

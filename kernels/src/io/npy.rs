@@ -346,7 +346,7 @@ fn decode(data: &[u8], d: &Descr, name: &str) -> Result<Storage, KernelError> {
     let chunks = data.chunks_exact(d.size);
     Ok(match (d.kind, d.size) {
         (Kind::Float, 2) => crate::tensor::Element::into_storage(
-            chunks.map(|c| super::f16_to_f32(word(c) as u16)).collect::<Vec<f32>>(),
+            chunks.map(|c| half::f16::from_bits(word(c) as u16)).collect::<Vec<half::f16>>(),
         ),
         (Kind::Float, 4) => {
             crate::tensor::Element::into_storage(chunks.map(|c| f32::from_bits(word(c) as u32)).collect::<Vec<f32>>())
@@ -383,6 +383,9 @@ pub fn npy_bytes(t: &Tensor) -> Vec<u8> {
         DType::F64 => "<f8",
         DType::I32 => "<i4",
         DType::Bool => "|b1",
+        DType::F16 => "<f2",
+        // NumPy has no bfloat16: its values are written as the f32 values they are (exactly).
+        DType::Bf16 => return npy_bytes(&t.cast(DType::F32)),
     };
     let dims: Vec<String> = t.shape().iter().map(|d| d.to_string()).collect();
     let shape = match dims.len() {

@@ -130,12 +130,13 @@ fn decode(dtype: Dtype, shape: &[usize], raw: &[u8]) -> Result<Tensor, String> {
     match dtype {
         Dtype::F32 => mk(Tensor::from_vec(shape.clone(), le!(4, f32::from_le_bytes).collect::<Vec<f32>>())),
         Dtype::F64 => mk(Tensor::from_vec(shape.clone(), le!(8, f64::from_le_bytes).collect::<Vec<f64>>())),
-        Dtype::F16 => {
-            mk(Tensor::from_vec(shape.clone(), le!(2, u16::from_le_bytes).map(super::f16_to_f32).collect::<Vec<f32>>()))
-        }
+        Dtype::F16 => mk(Tensor::from_vec(
+            shape.clone(),
+            le!(2, u16::from_le_bytes).map(half::f16::from_bits).collect::<Vec<half::f16>>(),
+        )),
         Dtype::BF16 => mk(Tensor::from_vec(
             shape.clone(),
-            le!(2, u16::from_le_bytes).map(|h| f32::from_bits((h as u32) << 16)).collect::<Vec<f32>>(),
+            le!(2, u16::from_le_bytes).map(half::bf16::from_bits).collect::<Vec<half::bf16>>(),
         )),
         Dtype::I32 => mk(Tensor::from_vec(shape.clone(), le!(4, i32::from_le_bytes).collect::<Vec<i32>>())),
         Dtype::I64 => ints(le!(8, i64::from_le_bytes).collect()),
@@ -207,6 +208,8 @@ pub fn dtype_name(d: DType) -> &'static str {
         DType::F64 => "F64",
         DType::I32 => "I32",
         DType::Bool => "BOOL",
+        DType::Bf16 => "BF16",
+        DType::F16 => "F16",
     }
 }
 

@@ -70,9 +70,10 @@ fn npy_files_written_by_numpy_load() {
     let s = io::load(&data("f4_scalar.npy"), None).unwrap();
     assert_eq!((s.shape(), s.as_f32().unwrap()), (&[] as &[usize], &[2.5f32][..]));
     assert_eq!(io::load(&data("f4_big.npy"), None).unwrap().as_f32().unwrap(), &[1.5, -2.25]);
-    // np.array([0.5, -1.0, 65504.0, 6e-8], dtype="<f2") widens exactly to f32.
+    // np.array([0.5, -1.0, 65504.0, 6e-8], dtype="<f2") loads as f16 and widens exactly to f32.
     let h = io::load(&data("f2.npy"), None).unwrap();
-    assert_eq!(h.as_f32().unwrap(), &[0.5, -1.0, 65504.0, 2f32.powi(-24)]);
+    assert_eq!(h.dtype(), DType::F16);
+    assert_eq!(h.cast(DType::F32).as_f32().unwrap(), &[0.5, -1.0, 65504.0, 2f32.powi(-24)]);
     let v2 = io::load(&data("f4_v2.npy"), None).unwrap();
     assert_eq!((v2.shape(), v2.as_f32().unwrap()), (&[1usize, 2][..], &[1.0f32, 2.0][..]));
     assert_eq!(io::load(&data("f4_v3.npy"), None).unwrap().as_f32().unwrap(), &[3.0]);
@@ -99,7 +100,8 @@ fn safetensors_from_python_and_by_hand() {
     //   "ids": int64 [[1, -2], [3, 2**31 - 1]], "mask": bool [True, False]}, "mixed.safetensors")
     let all = io::load_all_safetensors(&data("mixed.safetensors")).unwrap();
     let get = |n: &str| all.iter().find(|(k, _)| k == n).unwrap().1.clone();
-    assert_eq!(get("h").as_f32().unwrap(), &[1.0, -0.5, 0.099_975_586]);
+    assert_eq!(get("h").dtype(), DType::F16);
+    assert_eq!(get("h").cast(DType::F32).as_f32().unwrap(), &[1.0, -0.5, 0.099_975_586]);
     assert_eq!(get("ids").as_i32().unwrap(), &[1, -2, 3, i32::MAX]);
     assert_eq!(get("ids").shape(), &[2, 2]);
     assert_eq!(get("mask").as_bool().unwrap(), &[true, false]);
@@ -114,7 +116,9 @@ fn safetensors_from_python_and_by_hand() {
     let dir = scratch("by_hand");
     let p = dir.join("hand.safetensors");
     std::fs::write(&p, &bytes).unwrap();
-    assert_eq!(io::load(&p, Some("b")).unwrap().as_f32().unwrap(), &[1.5, -2.0]);
+    let b = io::load(&p, Some("b")).unwrap();
+    assert_eq!(b.dtype(), DType::Bf16);
+    assert_eq!(b.cast(DType::F32).as_f32().unwrap(), &[1.5, -2.0]);
     let e = io::load(&p, Some("big")).unwrap_err().to_string();
     assert!(e.contains("hand.safetensors") && e.contains("does not fit in i32"), "{e}");
 

@@ -176,7 +176,7 @@ impl Checker {
                     _ => {
                         let name = path.iter().map(|i| i.name.as_str()).collect::<Vec<_>>().join(".");
                         let mut cands: Vec<String> =
-                            ["f32", "f64", "i32", "bool"].iter().map(|s| s.to_string()).collect();
+                            ["f32", "f64", "i32", "bool", "bf16", "f16"].iter().map(|s| s.to_string()).collect();
                         cands.extend(env.models.keys().cloned());
                         cands.extend(
                             self.scopes[m.0 as usize]

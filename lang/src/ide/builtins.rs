@@ -161,6 +161,16 @@ const TABLE: &[(&str, &str, &str)] = &[
     ("f64", "f64(x: T[..S]) -> f64[..S]", "Converts to `f64`, keeping the shape."),
     ("i32", "i32(x: T[..S]) -> i32[..S]", "Converts to `i32`, keeping the shape."),
     ("bool", "bool(x: T[..S]) -> bool[..S]", "Converts to `bool`, keeping the shape."),
+    (
+        "bf16",
+        "bf16(x: T[..S]) -> bf16[..S]",
+        "Converts to `bf16` (2 bytes an element, f32's range; computed in f32), rounding to nearest even.",
+    ),
+    (
+        "f16",
+        "f16(x: T[..S]) -> f16[..S]",
+        "Converts to `f16` (IEEE half precision, 2 bytes an element; computed in f32), rounding to nearest even.",
+    ),
 ];
 
 /// The signature and description of a builtin, if `name` is one.

@@ -121,7 +121,8 @@ impl Interp<'_> {
                         t
                     }
                 } else {
-                    io::load(&full, entry).map_err(kerr)?
+                    // A file's bf16/f16 values widen exactly to a wanted f32 or f64.
+                    io::widen_loaded(io::load(&full, entry).map_err(kerr)?, want)
                 };
                 // Fixed dims are checked here; dims bound at run time are checked by BindDims.
                 let fixed: Option<Vec<usize>> = shape
@@ -187,8 +188,9 @@ impl Interp<'_> {
                         tensors.push(Value::Quant(std::rc::Rc::new(q)));
                         continue;
                     }
-                    io::check_loaded(&full, t, Some(w.dtype), Some(&shape)).map_err(kerr)?;
-                    tensors.push(Value::Tensor(t.clone()));
+                    let t = io::widen_loaded(t.clone(), w.dtype);
+                    io::check_loaded(&full, &t, Some(w.dtype), Some(&shape)).map_err(kerr)?;
+                    tensors.push(Value::Tensor(t));
                 }
                 Ok(pack(assemble(self.prog, &node, &mut tensors.into_iter(), span)?))
             }

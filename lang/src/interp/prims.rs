@@ -118,6 +118,8 @@ impl Interp<'_> {
             return Err(rt(Code::E0605, "`@` takes two operands", span));
         };
         let (a, b) = unify_dtypes(a, b);
+        // Products over storage-only types accumulate in f32 (LANGUAGE.md §10).
+        let (a, b) = (widened(a), widened(b));
         let r = if flags == [false; 2] || a.rank() < 2 || b.rank() < 2 {
             // Copies only where needed (a rank-1 operand is reshaped by `matmul`).
             let undo = |x: Tensor, f: bool| if f { ops::swap_last(&x) } else { Ok(x) };
@@ -126,12 +128,36 @@ impl Interp<'_> {
         } else {
             ops::matmul_t(&a, &b, flags[0], flags[1])
         };
-        let r = r.map(Value::Tensor).map_err(|k| kerr(k, span));
+        let r = r.map(|t| Value::Tensor(stored(t, &e.ty))).map_err(|k| kerr(k, span));
         self.trace_prim(t0, Prim::MatMul, e, &r, None);
         r
     }
 
-    pub(crate) fn prim(
+    /// [`Interp::prim_any`], with `bf16`/`f16` operands computed in f32 and the result
+    /// rounded to its storage type (`print`, `save`, conversions and collectives take them as
+    /// they are).
+    pub(crate) fn prim(&mut self, p: Prim, args: Vec<Value>, attrs: &Attrs, e: &Expr, frame: &mut Frame) -> R<Value> {
+        let keeps = matches!(p, Prim::Print | Prim::Save | Prim::Cast | Prim::LogScalar | Prim::Params)
+            || matches!(p, crate::collective_prims!());
+        let half = |v: &Value| matches!(v, Value::Tensor(t) if t.dtype().is_half());
+        let out_half = matches!(&e.ty, Type::Tensor(tt) if dtype_of_elem(tt.elem).is_some_and(DType::is_half));
+        if keeps || (!out_half && !args.iter().any(half)) {
+            return self.prim_any(p, args, attrs, e, frame);
+        }
+        let args = args
+            .into_iter()
+            .map(|v| match v {
+                Value::Tensor(t) if t.dtype().is_half() => Value::Tensor(widened(t)),
+                v => v,
+            })
+            .collect();
+        Ok(match self.prim_any(p, args, attrs, e, frame)? {
+            Value::Tensor(t) => Value::Tensor(stored(t, &e.ty)),
+            v => v,
+        })
+    }
+
+    pub(crate) fn prim_any(
         &mut self,
         p: Prim,
         mut args: Vec<Value>,
@@ -772,5 +798,33 @@ impl Interp<'_> {
         let r = ops::update(x, vt, at, axis).map_err(|e| kerr(e, span))?;
         frame.locals[l.0 as usize] = Some(Value::Tensor(r));
         Ok(true)
+    }
+}
+
+/// `t` in the type it is computed in: `f32` for the storage-only `bf16` and `f16`.
+fn widened(t: Tensor) -> Tensor {
+    if t.dtype().is_half() {
+        t.cast(DType::F32)
+    } else {
+        t
+    }
+}
+
+/// A float result `t` rounded to `ty`'s storage type when that is `bf16` or `f16`.
+fn stored(t: Tensor, ty: &Type) -> Tensor {
+    match ty {
+        Type::Tensor(tt) => match dtype_of_elem(tt.elem) {
+            Some(d) if d.is_half() && t.dtype().is_float() => t.cast(d),
+            _ => t,
+        },
+        _ => t,
+    }
+}
+
+/// The storage type of an element type, when it is a definite one.
+fn dtype_of_elem(e: crate::types::Elem) -> Option<DType> {
+    match e {
+        crate::types::Elem::T(t) => Some(super::dtype_of(t)),
+        _ => None,
     }
 }

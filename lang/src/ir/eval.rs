@@ -7,11 +7,14 @@ use crate::types::{ElemTy, TensorTy, Type};
 use kernels::ops::{self, BinaryOp, ReduceOp, UnaryOp};
 use kernels::{DType, KernelError, Tensor};
 
-/// The storage type of an element type (`bf16`/`f16` are computed in f32).
+/// The storage type of an element type (`bf16`/`f16` are stored in 2 bytes and computed in
+/// f32: `kernels::Tensor::in_f32`, `interp::prims`).
 pub fn dtype_of(t: crate::types::ElemTy) -> DType {
     use crate::types::ElemTy;
     match t {
-        ElemTy::F32 | ElemTy::Bf16 | ElemTy::F16 => DType::F32,
+        ElemTy::F32 => DType::F32,
+        ElemTy::Bf16 => DType::Bf16,
+        ElemTy::F16 => DType::F16,
         ElemTy::F64 => DType::F64,
         ElemTy::I32 => DType::I32,
         ElemTy::Bool => DType::Bool,
@@ -111,8 +114,9 @@ pub fn unify_dtypes(a: Tensor, b: Tensor) -> (Tensor, Tensor) {
     let rank = |d: DType| match d {
         DType::Bool => 0,
         DType::I32 => 1,
-        DType::F32 => 2,
-        DType::F64 => 3,
+        DType::Bf16 | DType::F16 => 2,
+        DType::F32 => 3,
+        DType::F64 => 4,
     };
     // A scalar adapts to a tensor; otherwise the wider type wins.
     if a.rank() == 0 && b.rank() > 0 {
@@ -217,5 +221,6 @@ fn scalar_of(t: crate::types::ElemTy, x: f64) -> Tensor {
         DType::F64 => Tensor::scalar_f64(x),
         DType::I32 => Tensor::scalar_i32(x as i32),
         DType::Bool => Tensor::scalar_bool(x != 0.0),
+        d @ (DType::Bf16 | DType::F16) => Tensor::scalar_f64(x).cast(d),
     }
 }

@@ -395,7 +395,8 @@ struct Planner<'p> {
 /// The bytes of one element of a tensor as the interpreter stores it.
 fn elem_bytes(e: Elem) -> i64 {
     match e.materialise() {
-        ElemTy::F32 | ElemTy::Bf16 | ElemTy::F16 | ElemTy::I32 => 4,
+        ElemTy::F32 | ElemTy::I32 => 4,
+        ElemTy::Bf16 | ElemTy::F16 => 2,
         ElemTy::F64 => 8,
         ElemTy::Bool => 1,
     }

@@ -94,6 +94,7 @@ fn fold_one(e: &Expr) -> Option<Lit> {
         DType::F64 => Lit::Float(v.as_f64()?[0]),
         DType::I32 => Lit::Int(i64::from(v.as_i32()?[0])),
         DType::Bool => Lit::Bool(v.as_bool()?[0]),
+        DType::Bf16 | DType::F16 => return None,
     };
     // Keep the literal only if it evaluates to exactly this value (type and bits).
     let w = super::eval::lit_tensor(&lit, &e.ty)?;
@@ -109,6 +110,7 @@ fn same_bits(a: &Tensor, b: &Tensor) -> bool {
         DType::F64 => a.as_f64().zip(b.as_f64()).is_some_and(|(x, y)| x[0].to_bits() == y[0].to_bits()),
         DType::I32 => a.as_i32() == b.as_i32(),
         DType::Bool => a.as_bool() == b.as_bool(),
+        DType::Bf16 | DType::F16 => a.to_f64_vec().iter().zip(b.to_f64_vec()).all(|(x, y)| x.to_bits() == y.to_bits()),
     }
 }
 

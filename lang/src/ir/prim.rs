@@ -316,6 +316,8 @@ pub const SPECIAL_FORMS: &[&str] = &[
     "f64",
     "i32",
     "bool",
+    "bf16",
+    "f16",
     "sort",
     "top_k",
     "categorical",

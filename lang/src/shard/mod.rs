@@ -941,8 +941,6 @@ fn model_has_layout(prog: &Program, id: crate::types::ModelId) -> bool {
     })
 }
 
-/// Bytes per element on the wire: booleans travel as `i32`, and `bf16`/`f16` values are held
-/// (and sent) as `f32` until those storage types exist.
 /// The bytes of this rank's block of a value of type `ty` that a collective sends (booleans
 /// travel as `i32`): what `--emit collectives` lists, `msl dryrun` adds up and `Spmd` counts.
 pub fn sent_bytes(mesh: &Mesh, ty: &Type) -> crate::types::Dim {
@@ -960,6 +958,7 @@ pub fn sent_bytes(mesh: &Mesh, ty: &Type) -> crate::types::Dim {
     n.div(&Dim::constant(parts)).unwrap_or(n)
 }
 
+/// Bytes per element on the wire: `bf16`/`f16` blocks travel (and are reduced) as `f32`.
 fn elem_bytes(e: Elem) -> i64 {
     match e.materialise() {
         crate::types::ElemTy::F64 => 8,

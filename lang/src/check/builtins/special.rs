@@ -19,7 +19,7 @@ impl Checker {
         self.index.types.push((fspan, format!("builtin {name}"), None));
         match name {
             n if sorting::COMPOSED.contains(&n) => self.check_composed(cx, n, &a, span),
-            "f32" | "f64" | "i32" | "bool" => {
+            "f32" | "f64" | "i32" | "bool" | "bf16" | "f16" => {
                 self.check_named(name, &a, &[]);
                 if !self.arity(name, &a, 1, 1, span) {
                     return self.error_expr(span);
