@@ -101,12 +101,14 @@ def logsumexp(x, axis, keepdims=False):
     return r if keepdims else np.squeeze(r, axis=axis)
 
 
-def softmax(x):
-    return np.exp(x - logsumexp(x, -1, keepdims=True))
+def softmax(x, axis=-1):
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return e / np.sum(e, axis=axis, keepdims=True)
 
 
-def log_softmax(x):
-    return x - logsumexp(x, -1, keepdims=True)
+def log_softmax(x, axis=-1):
+    z = x - np.max(x, axis=axis, keepdims=True)
+    return z - np.log(np.sum(np.exp(z), axis=axis, keepdims=True))
 
 
 def layer_norm(x, g, b, dt):
@@ -172,7 +174,8 @@ def s_linear(dt):
 
 
 def s_relu(dt):
-    return [[np.maximum(xs(dt), 0), np.maximum(ar(6, dt).reshape(2, 3) - c(2.5, dt), 0)]]
+    step = vec([0, 0, 1], dt)
+    return [[np.maximum(xs(dt), 0), np.maximum(ar(6, dt).reshape(2, 3) - c(2.5, dt), 0), step, step]]
 
 
 def s_gelu(dt):
@@ -194,7 +197,17 @@ def s_softmax(dt):
 
 
 def s_log_softmax(dt):
-    return [[log_softmax(x23(dt)), log_softmax(vec([1000, 1001, 1002], dt).reshape(1, 3))]]
+    m = ar(6, dt).reshape(2, 3) * c(0.5, dt)
+    sm = softmax(m, axis=0)
+    ct = np.cos(sm)
+    return [[
+        log_softmax(x23(dt)),
+        log_softmax(vec([1000, 1001, 1002], dt).reshape(1, 3)),
+        sm,
+        log_softmax(m, axis=0),
+        sm * (ct - np.sum(ct * sm, axis=0, keepdims=True)),
+        softmax(m),
+    ]]
 
 
 def s_cross_entropy(dt):
@@ -246,6 +259,7 @@ def s_attention(dt):
     return [
         [attention(q, k, v, False, dt), attention(q, k, v, True, dt)],
         [attention(one, one, ar(4, dt).reshape(2, 1, 1, 2), False, dt)],
+        [[], []],  # attention_cached against the whole prefix: two `true` lines
     ]
 
 
@@ -331,6 +345,87 @@ def s_adamw(dt):
     return [[out[0], out[1]]]
 
 
+# --- mixed precision: bf16 and f16 emulated on float32 values ---------------------------------
+# Each msl operation on a half type computes in float32 and rounds its result once to the
+# storage type (round to nearest even); `hr` is that rounding. These sections ignore `dt`: their
+# numbers are what the half types give, computed the same way for both comparisons.
+
+
+def bf16r(a):
+    u = np.asarray(a, dtype=F).reshape(-1).view(np.uint32).astype(np.uint64)
+    r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
+    return r.astype(np.uint32).view(F).reshape(np.shape(a))
+
+
+def f16r(a):
+    return np.asarray(a, dtype=F).astype(np.float16).astype(F)
+
+
+def lin_bf16_grad(w, b, x, y):
+    """The derivative `msl grad` prints for `loss_bf16`: the cotangent rounds to bf16 at each
+    conversion, products and sums accumulate in float32."""
+    xb = bf16r(x)
+    p = bf16r(bf16r(xb @ bf16r(w)) + bf16r(b))
+    n = F(x.shape[0])
+    ct = bf16r((np.full(p.shape, F(1)) / n * F(2)) * (p - y))
+    return bf16r(xb.T @ ct), bf16r(ct.sum(axis=0))
+
+
+def s_amp(dt):
+    x = ar(24, F).reshape(8, 3) / F(24)
+    y = x @ vec([1, -2, 0.5], F).reshape(3, 1) + F(0.25)
+    w0, b0 = vec([0.3, -0.2, 0.1], F).reshape(3, 1), np.zeros(1, F)
+
+    def loss32(w, b):
+        return np.mean((x @ w + b - y) ** F(2), dtype=F)
+
+    def grad32(w, b):
+        ct = (np.full((8, 1), F(1)) / F(8) * F(2)) * (x @ w + b - y)
+        return x.T @ ct, ct.sum(axis=0)
+
+    def train(gradf):
+        lr, b1, b2, eps = F(0.05), F(0.9), F(0.999), F(1e-8)
+        p = [w0.copy(), b0.copy()]
+        mu = [np.zeros_like(a) for a in p]
+        nu = [np.zeros_like(a) for a in p]
+        for t in range(1, 21):
+            g = gradf(*p)
+            mu = [b1 * m + (F(1) - b1) * gi for m, gi in zip(mu, g)]
+            nu = [b2 * v + (F(1) - b2) * (gi * gi) for v, gi in zip(nu, g)]
+            c1, c2 = F(1) - b1 ** F(t), F(1) - b2 ** F(t)
+            p = [a - lr * ((m / c1) / (np.sqrt(v / c2) + eps)) for a, m, v in zip(p, mu, nu)]
+        return p
+
+    g0 = lin_bf16_grad(w0, b0, x, y)
+    (w, b), (w32, b32) = train(lambda w, b: lin_bf16_grad(w, b, x, y)), train(grad32)
+    block1 = [list(g0), [loss32(w, b), loss32(w32, b32)], [b, b32]]
+
+    x = ar(12, F).reshape(4, 3) / F(12)
+    w, b = vec([0.5, -0.5, 0.25, -0.75, 1.0, 0.125], F).reshape(3, 2), np.zeros(2, F)
+
+    def grad16(w, b, scale):
+        xh = f16r(x)
+        yh = f16r(f16r(xh @ f16r(w)) + f16r(b))
+        ct = f16r(F(1) * scale * F(1e-8))
+        c2 = f16r(f16r(ct * yh) + f16r(ct * yh))
+        return f16r(xh.T @ c2), f16r(c2.sum(axis=0))
+
+    block2 = [[grad16(w, b, F(1))[1]]]
+    scale, good = F(65536), 0
+    for step in range(3):
+        gw, gb = grad16(w, b, scale)
+        inv = F(1) / scale
+        block2.append([step, scale, inv * gb])
+        w, b = w - F(1e6) * (inv * gw), b - F(1e6) * (inv * gb)
+        good += 1
+        scale, good = (scale * F(2), 0) if good >= 2 else (scale, good)
+    with np.errstate(over="ignore", invalid="ignore"):
+        gw, gb = grad16(w, b, F(1e30))
+    finite = bool(np.isfinite(gw).all() and np.isfinite(gb).all())
+    block2.append([F(1e30) * F(0.5)] if not finite else [np.nan])
+    return [block1, block2]
+
+
 SECTIONS = {
     "nn.linear": s_linear,
     "nn.relu": s_relu,
@@ -351,6 +446,7 @@ SECTIONS = {
     "optim.momentum: init and step": s_momentum,
     "optim.adam: init and step": s_adam,
     "optim.adamw: init and step": s_adamw,
+    "amp: mixed precision": s_amp,
 }
 
 

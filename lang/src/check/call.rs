@@ -91,7 +91,7 @@ impl Checker {
         let callee = self.check_expr(cx, f, None);
         let mut vals = Vec::new();
         for a in args {
-            if let Some(n) = &a.name {
+            if let (Some(n), false) = (&a.name, matches!(callee.ty, Type::Error)) {
                 self.error(
                     Diagnostic::error(
                         Code::E0212,

@@ -750,6 +750,9 @@ impl Checker {
     }
 
     pub(crate) fn unknown_name(&mut self, cx: &FnCx, n: &str, span: Span) {
+        if self.unresolved.contains(&(cx.module.0, n.to_string())) {
+            return; // its `use` failed, and said so
+        }
         let mut cands: Vec<String> = Vec::new();
         if self.suggest_budget > 0 {
             cands = cx.names_in_scope();

@@ -169,6 +169,23 @@ impl Checker {
     pub(super) fn resolve_uses(&mut self, m: ModuleId) {
         let ast = self.module(m).ast.clone();
         let uses = self.module(m).uses.clone();
+        for (i, item) in ast.items.iter().enumerate() {
+            let ItemKind::Use(u) = &item.kind else { continue };
+            if uses.iter().any(|(j, _)| *j == i) {
+                continue;
+            }
+            // A `use` that failed (reported where it is written): the names it would bring.
+            let names: Vec<String> = match u {
+                ast::UseTarget::File(path, _) => std::path::Path::new(path)
+                    .file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .into_iter()
+                    .collect(),
+                ast::UseTarget::Module(path) => path.last().map(|i| i.name.clone()).into_iter().collect(),
+                ast::UseTarget::Names(_, names) => names.iter().map(|n| n.name.clone()).collect(),
+            };
+            self.unresolved.extend(names.into_iter().map(|n| (m.0, n)));
+        }
         for (i, target) in uses {
             let ItemKind::Use(u) = &ast.items[i].kind else { continue };
             match u {
@@ -215,6 +232,7 @@ impl Checker {
                     d = d.with_help(format!("did you mean `{s}`?"));
                 }
                 self.diags.push(d);
+                self.unresolved.insert((m.0, n.name.clone()));
             }
         }
     }

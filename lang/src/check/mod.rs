@@ -122,6 +122,9 @@ pub struct Checker {
     body_done: Vec<bool>,
     /// Candidates that "did you mean" hints may still compare in this run (see `suggest_budgeted`).
     suggest_budget: usize,
+    /// Names a failed `use` would have brought into a module (module index, name): their uses
+    /// are not reported again as unknown.
+    unresolved: std::collections::HashSet<(u32, String)>,
     /// Spans of expressions reported as too large for a tensor (see `check_static_size`).
     oversized: Vec<Span>,
     /// The stack model of each model stacked (`[Block[D]; L]`), and those whose fields are
@@ -239,6 +242,7 @@ impl Checker {
             checking: Vec::new(),
             body_done: Vec::new(),
             suggest_budget: SUGGEST_BUDGET,
+            unresolved: Default::default(),
             oversized: Vec::new(),
             stacks: HashMap::new(),
             pending_stacks: Vec::new(),
