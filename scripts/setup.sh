@@ -34,3 +34,23 @@ fi
 if ! command -v mpicc >/dev/null; then
     echo "note: building msl needs Open MPI and libclang: install libopenmpi-dev openmpi-bin libclang-dev" >&2
 fi
+
+# NVRTC, so that the test suite compiles every generated CUDA kernel to sm_90 CUBIN on a machine
+# with no GPU (`kernels::cuda`, `jit/tests/cuda.rs`; skipped with a printed reason where absent):
+# the library of PyPI's nvidia-cuda-nvrtc-cu12 wheel, unpacked into msl's cache folder.
+NVRTC_VERSION=12.9.86
+nvrtc_dir="${XDG_CACHE_HOME:-$HOME/.cache}/msl/nvrtc"
+if [ ! -f "$nvrtc_dir/nvidia/cuda_nvrtc/lib/libnvrtc.so.12" ] && command -v python3 >/dev/null; then
+    tmp="$(mktemp -d)"
+    pip=(python3 -m pip)
+    if ! python3 -m pip --version >/dev/null 2>&1; then
+        python3 -m venv "$tmp/venv" >/dev/null 2>&1 && pip=("$tmp/venv/bin/python" -m pip)
+    fi
+    if "${pip[@]}" download -q --no-deps "nvidia-cuda-nvrtc-cu12==$NVRTC_VERSION" -d "$tmp" >/dev/null 2>&1 &&
+        mkdir -p "$nvrtc_dir" && python3 -m zipfile -e "$tmp"/nvidia_cuda_nvrtc_cu12-*.whl "$nvrtc_dir"; then
+        echo "installed NVRTC $NVRTC_VERSION into $nvrtc_dir"
+    else
+        echo "note: could not install NVRTC; the CUDA kernel compile test will be skipped" >&2
+    fi
+    rm -rf "$tmp"
+fi

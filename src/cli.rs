@@ -35,13 +35,24 @@ enum Mode {
     Jit,
 }
 
-#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+/// `--device cpu`, `cuda` or `cuda:N`. CUDA is accepted so that a program asking for a GPU
+/// gets a clear answer (the contract's exit 2); `--help` lists only what runs in this build.
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum DeviceKind {
     Cpu,
-    /// Accepted so that a program asking for a GPU gets a clear answer (the contract's exit 2),
-    /// but hidden from `--help`, which lists only what works in this build.
-    #[value(hide = true)]
-    Cuda,
+    Cuda(u32),
+}
+
+fn parse_device(s: &str) -> Result<DeviceKind, String> {
+    match s {
+        "cpu" => Ok(DeviceKind::Cpu),
+        "cuda" => Ok(DeviceKind::Cuda(0)),
+        _ => s
+            .strip_prefix("cuda:")
+            .and_then(|n| n.parse().ok())
+            .map(DeviceKind::Cuda)
+            .ok_or_else(|| format!("`{s}` is not a device: use `cpu`, `cuda` or `cuda:N`")),
+    }
 }
 
 #[derive(Subcommand)]
@@ -56,7 +67,7 @@ enum Cmd {
         #[arg(short = 'O', default_value = "1")]
         opt: u8,
         /// The device that runs the program.
-        #[arg(long, value_enum, default_value = "cpu")]
+        #[arg(long, value_parser = parse_device, default_value = "cpu")]
         device: DeviceKind,
         #[arg(long, value_enum, default_value = "human")]
         message_format: MessageFormat,
@@ -243,8 +254,14 @@ pub fn main() -> u8 {
             if let Some(t) = trace {
                 let _ = crate::trace::TRACE.set(t);
             }
-            if device == DeviceKind::Cuda {
-                eprintln!("error: no CUDA device: this build of msl has no CUDA support; run with `--device cpu`");
+            if let DeviceKind::Cuda(n) = device {
+                let why = if kernels::cuda::driver_present() {
+                    "msl cannot run programs on a CUDA GPU yet (its generated CUDA kernels compile, \
+                     but the device that runs them is not built)"
+                } else {
+                    "the CUDA driver (libcuda.so) is not on this machine"
+                };
+                eprintln!("error: no CUDA device `cuda:{n}`: {why}; run with `--device cpu`");
                 return 2;
             }
             if mode == Mode::Jit {

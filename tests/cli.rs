@@ -59,11 +59,12 @@ fn help_offers_only_what_works() {
 #[test]
 fn an_absent_device_is_exit_2_with_a_clear_message() {
     let dir = scratch("cuda", &[("p.msl", "fn main() {\n    print(1)\n}\n")]);
-    for mode in ["eager", "jit"] {
-        let o = msl(&dir, &["run", "--mode", mode, "--device", "cuda", "p.msl"]);
+    for (mode, dev) in [("eager", "cuda"), ("jit", "cuda"), ("eager", "cuda:1")] {
+        let o = msl(&dir, &["run", "--mode", mode, "--device", dev, "p.msl"]);
         let err = text(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{mode}: {err}");
-        assert!(err.contains("no CUDA device: this build of msl has no CUDA support"), "{mode}: {err}");
+        let n = if dev == "cuda" { "0" } else { "1" };
+        assert!(err.contains(&format!("no CUDA device `cuda:{n}`")), "{mode}: {err}");
         assert!(o.stdout.is_empty(), "{mode}: the program ran");
     }
 }

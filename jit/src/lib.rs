@@ -17,6 +17,7 @@
 //! spec block both ways, and `tests/ops.rs` compares every op on random and special inputs.
 
 pub mod codegen;
+pub mod cuda;
 pub mod exec;
 pub mod fuse;
 mod helpers;
@@ -269,6 +270,11 @@ impl<'p> JitAccel<'p> {
                 Err(e) => Err(e.clone()),
             }
         })?;
+        RECORD.with(|r| {
+            if let Some(trees) = r.borrow_mut().as_mut() {
+                trees.entry(key.clone()).or_insert_with(|| ((*tree).clone(), typed.clone()));
+            }
+        });
         let mut r = self.report.borrow_mut();
         r.sites[site].vector = vector;
         if fresh {
@@ -282,6 +288,21 @@ impl<'p> JitAccel<'p> {
         };
         Ok((memo, lay))
     }
+}
+
+thread_local! {
+    static RECORD: RefCell<Option<std::collections::BTreeMap<String, (fuse::Tree, fuse::Typed)>>> =
+        const { RefCell::new(None) };
+}
+
+/// Runs `f` and returns with its result every distinct fused tree, with its typing, that the
+/// JIT compiled or took from its cache on this thread meanwhile (keyed by [`fuse::key`]): the
+/// trees a device code generator such as [`cuda::source`] must handle.
+pub fn recording_trees<R>(f: impl FnOnce() -> R) -> (R, Vec<(fuse::Tree, fuse::Typed)>) {
+    let outer = RECORD.with(|r| r.borrow_mut().replace(Default::default()));
+    let out = f();
+    let trees = RECORD.with(|r| std::mem::replace(&mut *r.borrow_mut(), outer)).unwrap_or_default();
+    (out, trees.into_values().collect())
 }
 
 /// The whole-program passes of `-O2` (none below): run on the checked program before an

@@ -453,7 +453,7 @@ impl<'a, 'f> Lower<'a, 'f> {
 }
 
 /// `x` rounded to `d` (as `T::from_f64c` does in the kernels), returned as f64.
-fn round(d: DType, x: f64) -> f64 {
+pub(crate) fn round(d: DType, x: f64) -> f64 {
     if d == DType::F32 {
         f64::from(x as f32)
     } else {

@@ -6,6 +6,7 @@
 //! functions from tensors to tensors that return a [`KernelError`] instead of panicking.
 
 mod cpu;
+pub mod cuda;
 pub mod device;
 pub mod error;
 pub mod format;
