@@ -129,7 +129,9 @@ fn input(rng: &mut Rng, d: DType, shape: &[usize]) -> Tensor {
     match d {
         DType::F32 => Tensor::from_vec(shape.to_vec(), (0..n).map(|_| rng.float() as f32).collect::<Vec<_>>()),
         DType::F64 => Tensor::from_vec(shape.to_vec(), (0..n).map(|_| rng.float()).collect::<Vec<_>>()),
-        DType::Bool => Tensor::from_vec(shape.to_vec(), (0..n).map(|_| rng.next().is_multiple_of(2)).collect::<Vec<_>>()),
+        DType::Bool => {
+            Tensor::from_vec(shape.to_vec(), (0..n).map(|_| rng.next().is_multiple_of(2)).collect::<Vec<_>>())
+        }
         other => panic!("no fused tree takes {other}"),
     }
     .unwrap()

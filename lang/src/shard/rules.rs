@@ -5,7 +5,7 @@
 
 use super::{dummy, has_rest, layout, strip, with_layout, Fcx};
 use crate::ir::{Expr, ExprKind, Prim};
-use crate::types::{AxisId, ShapeItem, Type};
+use crate::types::{AxisId, Elem, ElemTy, ShapeItem, TensorTy, Type};
 use std::collections::HashMap;
 
 type L = Vec<Vec<AxisId>>;
@@ -334,8 +334,36 @@ pub(super) fn prim(cx: &mut Fcx, e: &mut Expr) {
         }
     }
     if let Some((coll, axes)) = partial {
-        let inner = std::mem::replace(e, dummy());
+        let mut inner = std::mem::replace(e, dummy());
+        // A bf16/f16 partial sum or mean stays in f32 until it is combined across ranks, then rounds once,
+        // as the one-process reduction does (rounding each rank's part first would not).
+        let half = half_elem(&inner.ty).filter(|_| matches!(coll, Prim::AllReduceSum | Prim::AllReduceMean));
+        if half.is_some() {
+            inner.ty = with_elem(&inner.ty, ElemTy::F32);
+        }
         *e = cx.collective(coll, inner, None, axes, true);
+        if let Some(h) = half {
+            let (ty, span) = (with_elem(&e.ty, h), e.span);
+            let attrs = crate::ir::Attrs { dtype: Some(h), ..Default::default() };
+            let sum = std::mem::replace(e, dummy());
+            *e = Expr::new(ExprKind::Prim { prim: Prim::Cast, args: vec![sum], attrs: Box::new(attrs) }, ty, span);
+        }
+    }
+}
+
+/// The storage-only element type of a tensor type, if it has one.
+fn half_elem(t: &Type) -> Option<ElemTy> {
+    match t {
+        Type::Tensor(TensorTy { elem: Elem::T(h @ (ElemTy::Bf16 | ElemTy::F16)), .. }) => Some(*h),
+        _ => None,
+    }
+}
+
+/// `t` with element type `to` (shape and layout kept).
+fn with_elem(t: &Type, to: ElemTy) -> Type {
+    match t {
+        Type::Tensor(tt) => Type::Tensor(TensorTy { elem: Elem::T(to), ..tt.clone() }),
+        other => other.clone(),
     }
 }
 
