@@ -55,6 +55,8 @@ pub enum Code {
     E0212,
     /// A model that contains itself, directly or through other models (it would be infinite).
     E0213,
+    /// An unknown annotation, one on an item it does not apply to, or one with bad arguments.
+    E0214,
     /// Matrix product with inner dimensions that differ.
     E0301,
     /// Shapes that do not broadcast.

@@ -535,6 +535,14 @@ impl Checker {
     pub(super) fn check_bodies(&mut self, m: ModuleId) {
         let ast = self.module(m).ast.clone();
         for item in &ast.items {
+            if !matches!(item.kind, ItemKind::Fn(_)) {
+                for a in &item.annotations {
+                    self.diags.push(
+                        Diagnostic::error(Code::E0214, a.span, format!("`@{}` applies to functions only", a.name.name))
+                            .label("not on a function"),
+                    );
+                }
+            }
             match &item.kind {
                 ItemKind::Fn(f) => {
                     if let Some(ItemRef::Func(id)) = self.scopes[m.0 as usize].get(&f.name.name).cloned() {
@@ -794,12 +802,73 @@ fn model_generics(generics: &[ast::Generic]) -> Vec<(&ast::Ident, bool)> {
         .collect()
 }
 
+/// The annotations a function may carry.
+const ANNOTATIONS: &[&str] = &["custom_vjp", "pipeline", "recompute", "copies", "optimizer_init", "optimizer_step"];
+
 impl Checker {
+    /// Whether annotation `a` of function `id` is one msl knows, with arguments of the right
+    /// form where the annotation's own check does not look at them; `E0214` otherwise.
+    fn annotation_known(&mut self, id: FuncId, a: &ast::Annotation) -> bool {
+        let name = a.name.name.as_str();
+        let fail = |this: &mut Self, msg: String, help: String| {
+            this.diags.push(Diagnostic::error(Code::E0214, a.span, msg).label("this annotation").with_help(help));
+            false
+        };
+        if !ANNOTATIONS.contains(&name) {
+            let mut help = format!(
+                "the annotations are {}",
+                ANNOTATIONS.iter().map(|n| format!("`@{n}`")).collect::<Vec<_>>().join(", ")
+            );
+            if let Some(s) = super::suggest(name, ANNOTATIONS.iter().copied()) {
+                help = format!("did you mean `@{s}`?");
+            }
+            return fail(self, format!("unknown annotation `@{name}`"), help);
+        }
+        match name {
+            "recompute" | "optimizer_init" | "optimizer_step" if !a.args.is_empty() => {
+                fail(self, format!("`@{name}` takes no arguments"), format!("write `@{name}` alone"))
+            }
+            "copies" => {
+                let n = match a.args.as_slice() {
+                    [ast::Arg { name: None, value }] => match &value.kind {
+                        ast::ExprKind::Int(v) => Some(*v),
+                        _ => None,
+                    },
+                    _ => None,
+                };
+                if !n.is_some_and(|n| n >= 1) {
+                    return fail(
+                        self,
+                        "`@copies` takes the number of copies, an integer of at least 1".into(),
+                        "write `@copies(2)`".into(),
+                    );
+                }
+                let batched = self.fn_sigs[id.0 as usize]
+                    .params
+                    .iter()
+                    .any(|p| matches!(&p.ty, Type::Tensor(tt) if !tt.shape.is_empty()));
+                if !batched {
+                    let f = self.fn_sigs[id.0 as usize].name.clone();
+                    return fail(
+                        self,
+                        format!("`@copies` splits a batch, but `{f}` has no tensor parameter with a batch dim"),
+                        "put it on the function that takes the batch (its first dim is the batch dim)".into(),
+                    );
+                }
+                true
+            }
+            _ => true,
+        }
+    }
+
     /// Annotations on functions: `@custom_vjp(f_vjp)` names the function that computes the
     /// cotangents of `f`'s parameters from `(params…, out, g)`; other annotations are kept for
     /// later passes (`@recompute`, `@pipeline`, `@copies`).
     fn check_annotations(&mut self, m: ModuleId, id: FuncId, anns: &[ast::Annotation]) {
         for a in anns {
+            if !self.annotation_known(id, a) {
+                continue;
+            }
             if a.name.name == "pipeline" {
                 self.pipeline_annotation(id, a);
                 continue;
