@@ -836,7 +836,7 @@ impl Checker {
                     },
                     _ => None,
                 };
-                if !n.is_some_and(|n| n >= 1) {
+                if n.is_none_or(|n| n < 1) {
                     return fail(
                         self,
                         "`@copies` takes the number of copies, an integer of at least 1".into(),
