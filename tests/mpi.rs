@@ -526,12 +526,17 @@ fn a_sharded_optimizer_state_gives_the_numbers_and_checkpoint_of_a_whole_one() {
     assert!(o.status.success(), "{err}");
     let o = msl(&dir, &["dryrun", "--devices", "4", "whole.msl"]);
     let (out_whole, _) = text(&o);
-    let optimizer = |s: &str| -> u64 {
+    let figure = |s: &str, kind: &str| -> u64 {
         let line = s.lines().find(|l| l.contains("in bytes:")).unwrap_or_default();
-        let at = line.find("optimizer ").map(|i| &line[i + 10..]).unwrap_or_default();
+        let key = format!("{kind} ");
+        let at = line.find(&key).map(|i| &line[i + key.len()..]).unwrap_or_default();
         at.split(',').next().unwrap_or_default().trim().parse().unwrap_or(0)
     };
+    let optimizer = |s: &str| figure(s, "optimizer");
     assert!(optimizer(&out) > 0 && optimizer(&out) < optimizer(&out_whole), "{out}\n{out_whole}");
+    // The peak holds the pieces, not the whole state.
+    let saved = optimizer(&out_whole) - optimizer(&out);
+    assert_eq!(figure(&out, "peak"), figure(&out_whole, "peak") - saved, "{out}\n{out_whole}");
     assert!(out.contains("all_gather       over dp"), "{out}");
     assert!(!out_whole.contains("all_gather       over dp"), "{out_whole}");
     if !have_mpirun("a_sharded_optimizer_state_gives_the_numbers_and_checkpoint_of_a_whole_one") {

@@ -615,12 +615,17 @@ impl<'p> Cx<'p> {
             let mut kinds = [0u64; 3]; // parameters, optimizer, data
             let mut seen = std::collections::HashSet::new();
             let sharded = sharded_locals(prog, main);
+            let mut saved = 0u64;
             for (l, bufs) in &c.held {
                 let ty = &main_func.locals[l.0 as usize].ty;
                 if let (Some(&axis), Some(mesh)) = (sharded.get(l), &self.mesh) {
-                    // A state held in pieces: the rank's pieces (`interp::zero`).
-                    seen.extend(bufs.iter().copied());
-                    kinds[1] += piece_bytes(prog, mesh, ty, axis, env, 0);
+                    // A state held in pieces: the rank's pieces (`interp::zero`), which the
+                    // run's peak counts in place of the whole state the plan sized.
+                    let fresh: Vec<usize> = bufs.iter().copied().filter(|b| seen.insert(*b)).collect();
+                    let pieces = piece_bytes(prog, mesh, ty, axis, env, 0);
+                    let whole = plan.buffer_bytes(&fresh, &dims).unwrap_or(0);
+                    saved += whole.saturating_sub(pieces);
+                    kinds[1] += pieces;
                     continue;
                 }
                 let k = match kind_of(self.prog, ty) {
@@ -633,6 +638,7 @@ impl<'p> Cx<'p> {
             }
             let rest: Vec<usize> = c.live.iter().copied().filter(|b| seen.insert(*b)).collect();
             kinds[2] += plan.buffer_bytes(&rest, &dims).unwrap_or(0);
+            self.report.memory.peak = self.report.memory.peak.saturating_sub(saved);
             self.report.memory.parameters = kinds[0];
             self.report.memory.optimizer = kinds[1];
             self.report.memory.data = kinds[2];
