@@ -71,17 +71,6 @@ fn every_fused_tree_compiles_to_an_sm_90_cubin() {
     println!("NVRTC {major}.{minor}: {} kernels compiled for sm_90, {bytes} bytes of CUBIN", sources.len());
 }
 
-/// The host prelude: CUDA's built-ins the generated kernels use, for a C++ compiler.
-const HOST_PRELUDE: &str = r#"
-#include <math.h>
-#include <string.h>
-struct msl_dim { unsigned x; };
-static msl_dim gridDim = {1}, blockDim = {1}, blockIdx = {0}, threadIdx = {0};
-#define __global__
-static inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
-static inline double __longlong_as_double(long long i) { double d; memcpy(&d, &i, 8); return d; }
-"#;
-
 /// `extern "C" void run_{name}(ins, out, n, rank, dims, strides)`: fills the kernel's index
 /// struct and runs it as one thread of one block.
 fn host_wrapper(tree: &Tree, typed: &Typed, name: &str) -> String {
@@ -197,7 +186,7 @@ fn generated_kernels_compute_what_the_cranelift_kernels_compute() {
     }
     let dir = std::env::temp_dir().join(format!("msl_cuda_host_{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let mut unit = String::from(HOST_PRELUDE);
+    let mut unit = String::from(kernels::cuda::HOST_PRELUDE);
     for (i, (tree, typed)) in trees.iter().enumerate() {
         let name = format!("k{i}");
         unit.push_str(&cuda::source(tree, typed, &name).unwrap());

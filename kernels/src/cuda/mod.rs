@@ -14,6 +14,27 @@ use std::sync::OnceLock;
 
 use cudarc::nvrtc::sys as nv;
 
+/// The CUDA C of the kernels that are not fused elementwise trees (reductions, arg-max/min,
+/// softmax, running sums, gathers), one `extern "C"` kernel per operation and element type
+/// (`msl_sum_f32`, …); compiled with `--fmad=false` like the generated ones.
+pub const OPS_SOURCE: &str = include_str!("ops.cu");
+
+/// What a C++ compiler needs, besides the CUDA C itself, to build msl's kernels for the host:
+/// CUDA's few built-ins (one block of one thread, so a kernel's grid-stride loop runs every
+/// element in turn). The tests run every kernel source this way against the CPU kernels.
+pub const HOST_PRELUDE: &str = r#"
+#include <math.h>
+#include <string.h>
+#include <cmath>
+using std::isfinite;
+struct msl_dim { unsigned x; };
+static msl_dim gridDim = {1}, blockDim = {1}, blockIdx = {0}, threadIdx = {0};
+#define __global__
+#define __device__
+static inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
+static inline double __longlong_as_double(long long i) { double d; memcpy(&d, &i, 8); return d; }
+"#;
+
 /// The file name of NVRTC's library in the wheel and in CUDA 12 toolkits.
 const NVRTC_LIB: &str = "libnvrtc.so.12";
 

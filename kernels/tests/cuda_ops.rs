@@ -1,0 +1,179 @@
+//! msl's CUDA kernels for reductions, arg-max/min, softmax, running sums and gathers
+//! (`kernels/src/cuda/ops.cu`): NVRTC compiles them to an sm_90 CUBIN with no GPU present
+//! (skipped with a printed reason where NVRTC is absent; `scripts/setup.sh` installs it), and
+//! the same source built for the host by the C++ compiler computes what the CPU kernels
+//! compute, on every axis of a rank-3 tensor and on rows long enough that the CPU sums in lanes
+//! (f32 to 1e-5 relative, the contract's bound for a device; arg-max/min and gathers exactly).
+
+use kernels::cuda::{HOST_PRELUDE, OPS_SOURCE};
+use kernels::ops::{self, ReduceOp};
+use kernels::{DType, Tensor};
+
+#[test]
+fn the_ops_kernels_compile_to_an_sm_90_cubin() {
+    let (major, minor) = match kernels::cuda::nvrtc_version() {
+        Ok(v) => v,
+        Err(why) => {
+            println!("skipped: {why}");
+            return;
+        }
+    };
+    let cubin = kernels::cuda::compile_cubin(OPS_SOURCE, "sm_90", &["--fmad=false", "--std=c++17"]).unwrap();
+    assert_eq!(&cubin[..4], b"\x7fELF");
+    println!("NVRTC {major}.{minor}: ops.cu compiled for sm_90, {} bytes of CUBIN", cubin.len());
+}
+
+type Axis = unsafe extern "C" fn(*const u8, *mut u8, i64, i64, i64);
+type Gather = unsafe extern "C" fn(*const u8, *const i32, *mut u8, *mut i32, i64, i64, i64, i64);
+
+/// A small deterministic generator (xorshift64*).
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn float(&mut self) -> f64 {
+        (self.next() % 2_000_001) as f64 / 250_000.0 - 4.0
+    }
+}
+
+fn values(t: &Tensor) -> Vec<f64> {
+    t.to_f64_vec()
+}
+
+fn close(a: f64, b: f64, d: DType) -> bool {
+    if a.is_nan() || b.is_nan() {
+        return a.is_nan() && b.is_nan();
+    }
+    let (rel, abs) = if d == DType::F32 { (1e-5, 1e-6) } else { (1e-12, 1e-13) };
+    a == b || (a - b).abs() <= rel * b.abs() + abs
+}
+
+/// `(outer, n, inner)` of `shape` around `axis`.
+fn split(shape: &[usize], axis: usize) -> (i64, i64, i64) {
+    let outer: usize = shape[..axis].iter().product();
+    let inner: usize = shape[axis + 1..].iter().product();
+    (outer as i64, shape[axis] as i64, inner as i64)
+}
+
+#[test]
+fn the_ops_kernels_compute_what_the_cpu_kernels_compute() {
+    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+    if std::process::Command::new(&cxx).arg("--version").output().is_err() {
+        println!("skipped: no C++ compiler ({cxx}) to run the kernels on the host");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("msl_cuda_ops_{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (cpp, so) = (dir.join("ops.cpp"), dir.join("ops.so"));
+    std::fs::write(&cpp, format!("{HOST_PRELUDE}\n{OPS_SOURCE}")).unwrap();
+    let built = std::process::Command::new(&cxx)
+        .args(["-O1", "-std=c++17", "-shared", "-fPIC", "-ffp-contract=off", "-o"])
+        .arg(&so)
+        .arg(&cpp)
+        .output()
+        .unwrap();
+    assert!(built.status.success(), "{}", String::from_utf8_lossy(&built.stderr));
+    // SAFETY: the library is the one just compiled; its initialisers do nothing.
+    let lib = unsafe { libloading::Library::new(&so) }.unwrap();
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let mut checked = 0usize;
+    let shapes: [&[usize]; 4] = [&[3, 5, 4], &[7], &[2, 1000], &[1, 3, 1]];
+    for dtype in [DType::F32, DType::F64] {
+        let s = if dtype == DType::F32 { "f32" } else { "f64" };
+        for shape in shapes {
+            let n: usize = shape.iter().product();
+            let mut data: Vec<f64> = (0..n).map(|_| rng.float()).collect();
+            if n > 10 {
+                // A NaN and infinities somewhere, which max, min, arg-max and softmax treat apart.
+                data[n / 3] = f64::INFINITY;
+                data[n / 2] = f64::NEG_INFINITY;
+                if dtype == DType::F64 {
+                    data[n - 2] = f64::NAN;
+                }
+            }
+            let x = Tensor::from_vec(shape.to_vec(), data).unwrap().cast(dtype);
+            for axis in 0..shape.len() {
+                let (outer, len, inner) = split(shape, axis);
+                let cases: Vec<(&str, Tensor)> = vec![
+                    ("sum", ops::reduce(ReduceOp::Sum, &x, Some(axis), false).unwrap()),
+                    ("mean", ops::reduce(ReduceOp::Mean, &x, Some(axis), false).unwrap()),
+                    ("max", ops::reduce(ReduceOp::Max, &x, Some(axis), false).unwrap()),
+                    ("min", ops::reduce(ReduceOp::Min, &x, Some(axis), false).unwrap()),
+                    ("argmax", ops::argmax(&x, Some(axis), false).unwrap()),
+                    ("argmin", ops::argmin(&x, Some(axis), false).unwrap()),
+                    ("softmax", ops::softmax(&x, axis).unwrap()),
+                    ("log_softmax", ops::log_softmax(&x, axis).unwrap()),
+                    ("cumsum", ops::cumsum(&x, axis).unwrap()),
+                ];
+                for (name, want) in cases {
+                    let mut out = vec![0u64; want.len()];
+                    // SAFETY: the kernel reads `outer * len * inner` elements of `x`'s type and
+                    // writes `want.len()` elements (f32/f64, or i32 for arg-max/min) into `out`,
+                    // which holds 8 bytes per element.
+                    unsafe {
+                        let f: libloading::Symbol<Axis> = lib.get(format!("msl_{name}_{s}").as_bytes()).unwrap();
+                        f(x.storage().addr() as *const u8, out.as_mut_ptr() as *mut u8, outer, len, inner);
+                    }
+                    let got =
+                        Tensor::from_vec(want.shape().to_vec(), bytes_as(&out, want.dtype(), want.len())).unwrap();
+                    let got = got.cast(want.dtype());
+                    for (j, (a, b)) in values(&got).iter().zip(values(&want)).enumerate() {
+                        let exact = want.dtype() == DType::I32;
+                        assert!(
+                            if exact { *a == b } else { close(*a, b, dtype) },
+                            "{name}_{s} of {shape:?} over axis {axis}: element {j}: CUDA C {a} vs CPU {b}"
+                        );
+                    }
+                    checked += want.len();
+                }
+                // Gathers, with a repeated index; then an index out of range is reported.
+                let idx: Vec<i32> = (0..len as i32).rev().chain([0, 0]).collect();
+                let want = ops::gather(&x, &Tensor::from_vec(vec![idx.len()], idx.clone()).unwrap(), axis).unwrap();
+                let mut out = vec![0u64; want.len()];
+                let mut bad = 0i32;
+                // SAFETY: as above, with `idx.len()` indices and one flag.
+                unsafe {
+                    let f: libloading::Symbol<Gather> = lib.get(format!("msl_gather_{s}").as_bytes()).unwrap();
+                    let o = out.as_mut_ptr() as *mut u8;
+                    f(x.storage().addr() as *const u8, idx.as_ptr(), o, &mut bad, outer, len, inner, idx.len() as i64);
+                    assert_eq!(bad, 0);
+                    let far = [len as i32];
+                    let mut spare = vec![0u64; (outer * inner) as usize];
+                    let so = spare.as_mut_ptr() as *mut u8;
+                    f(x.storage().addr() as *const u8, far.as_ptr(), so, &mut bad, outer, len, inner, 1);
+                    assert_eq!(bad, 1, "an index past the axis is reported");
+                }
+                let got = Tensor::from_vec(want.shape().to_vec(), bytes_as(&out, dtype, want.len())).unwrap();
+                let (g, w) = (values(&got), values(&want));
+                assert!(
+                    g.iter().zip(&w).all(|(a, b)| a == b || a.is_nan() && b.is_nan()),
+                    "gather_{s} over axis {axis}"
+                );
+                checked += want.len();
+            }
+        }
+    }
+    println!("ops.cu on the host agrees with the CPU kernels on {checked} elements");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The first `n` elements of type `d` written into `buf`, widened to f64.
+fn bytes_as(buf: &[u64], d: DType, n: usize) -> Vec<f64> {
+    // SAFETY: `buf` holds at least `n` elements of any of these types (8 bytes per element).
+    unsafe {
+        match d {
+            DType::F32 => {
+                std::slice::from_raw_parts(buf.as_ptr() as *const f32, n).iter().map(|&v| f64::from(v)).collect()
+            }
+            DType::F64 => std::slice::from_raw_parts(buf.as_ptr() as *const f64, n).to_vec(),
+            DType::I32 => {
+                std::slice::from_raw_parts(buf.as_ptr() as *const i32, n).iter().map(|&v| f64::from(v)).collect()
+            }
+            other => panic!("no ops kernel gives {other}"),
+        }
+    }
+}
