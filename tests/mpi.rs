@@ -572,3 +572,58 @@ fn a_sharded_optimizer_state_gives_the_numbers_and_checkpoint_of_a_whole_one() {
         }
     }
 }
+
+/// Training that resumes from a checkpoint: the state loaded into a variable made by
+/// `adam.init(…, shard: dp)` is cut into pieces again (the resumed steps all-gather the model).
+const RESUME_ZERO: &str = r#"use nn
+use optim.adam
+
+mesh M[dp = 2]
+
+model Mlp { w1: f32[4, 6] = he_normal(4, 6), b1: f32[6] = zeros(6), w2: f32[6, 3] = he_normal(6, 3) }
+
+fn loss[N](m: Mlp, x: f32[N @dp, 4], y: i32[N @dp]) -> f32 {
+    mean(nn.cross_entropy(relu(x @ m.w1 + m.b1) @ m.w2, y))
+}
+
+fn main() {
+    var m = init(Mlp, seed: 1)
+    var opt = adam.init(m, lr: 0.05, shard: dp)
+    var start = 0
+    if exists("ck/") {
+        let state: (Mlp, adam.AdamState[Mlp], i32) = load("ck/")
+        (m, opt, start) = state
+    }
+    let x = normal(16, 4, seed: 2)
+    let y = i32(floor(uniform(16, seed: 3) * 2.99))
+    for step in start..STOP {
+        let (l, g) = value_and_grad(loss)(m, x, y)
+        (m, opt) = adam.step(m, g, opt)
+        print(step, l)
+        save("ck/", (m, opt, step + 1))
+    }
+}
+const STOP = 4"#;
+
+#[test]
+fn a_resumed_sharded_optimizer_state_stays_in_pieces() {
+    if !have_mpirun("a_resumed_sharded_optimizer_state_stays_in_pieces") {
+        return;
+    }
+    let dir = scratch("resume_zero", &[("r.msl", RESUME_ZERO)]);
+    let o = msl(&dir, &["run", "--ranks", "2", "r.msl"]);
+    let (whole_run, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(whole_run.lines().count(), 4, "{whole_run}");
+    for engine in [&["--mode", "eager"][..], &["--mode", "jit", "-O2"]] {
+        let _ = std::fs::remove_dir_all(dir.join("ck"));
+        let first = msl(&dir, &[&["run", "--ranks", "2", "--const", "STOP=2"][..], engine, &["r.msl"]].concat());
+        let (a, err) = text(&first);
+        assert!(first.status.success(), "{engine:?}: {err}");
+        let second = msl(&dir, &[&["run", "--ranks", "2", "--comm-report"][..], engine, &["r.msl"]].concat());
+        let (b, err) = text(&second);
+        assert!(second.status.success(), "{engine:?}: {err}");
+        assert_eq!(format!("{a}{b}"), whole_run, "{engine:?}: the resumed run prints what the whole run prints");
+        assert!(err.contains("24:20  optimizer all_gather  2 calls"), "{engine:?}: the resumed state is whole\n{err}");
+    }
+}

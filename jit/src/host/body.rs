@@ -24,7 +24,7 @@ use cranelift_codegen::ir::{types, AbiParam, Block, BlockArg, InstBuilder, MemFl
 use cranelift_frontend::FunctionBuilder;
 use lang::interp::host::{operands, Batches, CompiledBody};
 use lang::interp::{Ctrl, Frame, Interp, Value, R};
-use lang::ir::{Expr, ExprId, ExprKind, Local, Pat, Stmt};
+use lang::ir::{Expr, ExprId, ExprKind, Local, Pat, SpanId, Stmt};
 use std::hash::{DefaultHasher, Hash, Hasher};
 
 /// The op ran; go on.
@@ -46,10 +46,11 @@ pub enum Op {
         preset: Vec<(ExprId, u32)>,
         out: Option<u32>,
     },
-    /// Binds a slot's value to a pattern.
+    /// Binds a slot's value to a pattern; `assign`: the assignment's span (`None` for a `let`).
     Bind {
         pat: *const Pat,
         slot: u32,
+        assign: Option<SpanId>,
     },
     /// Runs a statement with no value (`BindDims`).
     Stmt {
@@ -230,8 +231,9 @@ impl<'e> Flattener<'e, '_> {
                     match s {
                         Stmt::Let { pat, value } | Stmt::Assign { pat, value } => {
                             let slot = self.slot();
+                            let assign = matches!(s, Stmt::Assign { .. }).then_some(value.span);
                             code.push(self.expr(value, Some(slot)));
-                            code.push(Code::Op(self.op(Op::Bind { pat, slot })));
+                            code.push(Code::Op(self.op(Op::Bind { pat, slot, assign })));
                         }
                         Stmt::Expr(x) => code.push(self.expr(x, None)),
                         Stmt::BindDims { .. } => code.push(Code::Op(self.op(Op::Stmt { s }))),
@@ -366,10 +368,10 @@ impl Ctx<'_, '_> {
                 let v = self.it.apply_node(unsafe { &**e }, vals, self.frame)?;
                 self.put(*out, v);
             }
-            Op::Bind { pat, slot } => {
+            Op::Bind { pat, slot, assign } => {
                 let v = self.take(*slot);
                 // SAFETY: as in `Op::Apply`.
-                self.it.bind(unsafe { &**pat }, v, self.frame);
+                self.it.bind(unsafe { &**pat }, v, self.frame, *assign)?;
             }
             // SAFETY: as in `Op::Apply`.
             Op::Stmt { s } => self.it.exec_stmt(unsafe { &**s }, self.frame)?,

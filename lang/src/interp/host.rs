@@ -12,7 +12,7 @@
 
 use super::{bind_pat, rt, truthy, value, Frame, Interp, Value, R};
 use crate::diag::Code;
-use crate::ir::{Expr, ExprKind, Pat, Prim, Stmt};
+use crate::ir::{Expr, ExprKind, Pat, Prim, SpanId, Stmt};
 
 /// A function body compiled to native code.
 pub trait CompiledBody {
@@ -79,9 +79,15 @@ impl Interp<'_> {
         Some(self.preset.swap_remove(i).1)
     }
 
-    /// Binds `v` to the pattern of a `let` or an assignment.
-    pub fn bind(&mut self, pat: &Pat, v: Value, frame: &mut Frame) {
+    /// Binds `v` to the pattern of a `let`, or of an assignment (`assign`: then a variable that
+    /// holds an optimizer state in pieces keeps it in pieces, as [`Interp::keep_pieces`] says).
+    pub fn bind(&mut self, pat: &Pat, v: Value, frame: &mut Frame, assign: Option<SpanId>) -> R<()> {
+        let v = match assign {
+            Some(span) => self.keep_pieces(pat, v, frame, self.prog.span(span))?,
+            None => v,
+        };
         bind_pat(pat, v, frame);
+        Ok(())
     }
 
     /// Runs one statement as the interpreter does.

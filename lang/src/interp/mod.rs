@@ -547,8 +547,14 @@ impl<'p> Interp<'p> {
     fn stmt(&mut self, s: &Stmt, frame: &mut Frame) -> R<()> {
         match s {
             Stmt::Assign { pat: Pat::Local(l), value } if self.assign_update(*l, value, frame)? => Ok(()),
-            Stmt::Let { pat, value } | Stmt::Assign { pat, value } => {
+            Stmt::Let { pat, value } => {
                 let v = self.eval(value, frame)?;
+                bind_pat(pat, v, frame);
+                Ok(())
+            }
+            Stmt::Assign { pat, value } => {
+                let v = self.eval(value, frame)?;
+                let v = self.keep_pieces(pat, v, frame, self.span(value))?;
                 bind_pat(pat, v, frame);
                 Ok(())
             }

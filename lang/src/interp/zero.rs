@@ -10,9 +10,10 @@
 //! them stays one kernel.
 
 use super::value::Value;
+use super::Frame;
 use super::{rt, Interp, R};
 use crate::diag::Code;
-use crate::ir::Program;
+use crate::ir::{Pat, Program};
 use crate::source::Span;
 use crate::types::{AxisId, Type};
 use kernels::Tensor;
@@ -83,6 +84,23 @@ impl Interp<'_> {
         let s = self.spmd.as_deref()?;
         let k = s.mesh.parts(&[axis]) as usize;
         (k > 1).then(|| (s.mesh.group_index(s.rank(), &[axis]) as usize, k))
+    }
+
+    /// `v` as it is assigned to `pat`: a whole state assigned to a variable that holds one in
+    /// pieces (a state resumed from a checkpoint over one made by `init(…, shard: dp)`) is cut
+    /// into the rank's pieces too, so the variable keeps its layout.
+    pub(crate) fn keep_pieces(&self, pat: &Pat, v: Value, frame: &Frame, span: Span) -> R<Value> {
+        match (pat, v) {
+            (Pat::Local(l), v) => match (&frame.locals[l.0 as usize], &v) {
+                (Some(Value::Sharded(old)), Value::Model(_) | Value::Tuple(_)) => self.shard_state(v, old.axis, span),
+                _ => Ok(v),
+            },
+            (Pat::Tuple(ps), Value::Tuple(vs)) => {
+                let parts = ps.iter().zip(vs.iter()).map(|(p, v)| self.keep_pieces(p, v.clone(), frame, span));
+                Ok(Value::Tuple(Rc::new(parts.collect::<R<Vec<_>>>()?)))
+            }
+            (_, v) => Ok(v),
+        }
     }
 
     /// `shard_state(v)` over `axis`: the rank's pieces of `v` (`v` itself when the axis has
