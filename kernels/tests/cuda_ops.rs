@@ -61,24 +61,7 @@ fn split(shape: &[usize], axis: usize) -> (i64, i64, i64) {
 
 #[test]
 fn the_ops_kernels_compute_what_the_cpu_kernels_compute() {
-    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
-    if std::process::Command::new(&cxx).arg("--version").output().is_err() {
-        println!("skipped: no C++ compiler ({cxx}) to run the kernels on the host");
-        return;
-    }
-    let dir = std::env::temp_dir().join(format!("msl_cuda_ops_{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let (cpp, so) = (dir.join("ops.cpp"), dir.join("ops.so"));
-    std::fs::write(&cpp, format!("{HOST_PRELUDE}\n{OPS_SOURCE}")).unwrap();
-    let built = std::process::Command::new(&cxx)
-        .args(["-O1", "-std=c++17", "-shared", "-fPIC", "-ffp-contract=off", "-o"])
-        .arg(&so)
-        .arg(&cpp)
-        .output()
-        .unwrap();
-    assert!(built.status.success(), "{}", String::from_utf8_lossy(&built.stderr));
-    // SAFETY: the library is the one just compiled; its initialisers do nothing.
-    let lib = unsafe { libloading::Library::new(&so) }.unwrap();
+    let Some(lib) = host_library("ops") else { return };
     let mut rng = Rng(0x2545_f491_4f6c_dd1d);
     let mut checked = 0usize;
     let shapes: [&[usize]; 4] = [&[3, 5, 4], &[7], &[2, 1000], &[1, 3, 1]];
@@ -158,7 +141,99 @@ fn the_ops_kernels_compute_what_the_cpu_kernels_compute() {
         }
     }
     println!("ops.cu on the host agrees with the CPU kernels on {checked} elements");
+}
+
+/// `msl_region` of ops.cu: part of a tensor of `rank` dims.
+#[repr(C)]
+struct Region {
+    rank: i32,
+    shape: [i64; 8],
+    start: [i64; 8],
+    len: [i64; 8],
+}
+
+fn region(shape: &[usize], start: &[usize], len: &[usize]) -> Region {
+    let mut r = Region { rank: shape.len() as i32, shape: [1; 8], start: [0; 8], len: [1; 8] };
+    for d in 0..shape.len() {
+        (r.shape[d], r.start[d], r.len[d]) = (shape[d] as i64, start[d] as i64, len[d] as i64);
+    }
+    r
+}
+
+#[test]
+fn uniform_and_normal_draw_the_cpus_philox_values() {
+    let Some(lib) = host_library("rng") else { return };
+    type UniF32 = unsafe extern "C" fn(*mut f32, i64, Region, u32, u32, f32, f32, f32);
+    type UniF64 = unsafe extern "C" fn(*mut f64, i64, Region, u32, u32, f64, f64);
+    type NormF64 = unsafe extern "C" fn(*mut f64, i64, Region, u32, u32, f64, f64);
+    type NormF32 = unsafe extern "C" fn(*mut f32, i64, Region, u32, u32, f64, f64);
+    let mut checked = 0;
+    // The whole tensor, then a rank's block of it (as a sharded `init` draws it).
+    for (shape, start, len) in
+        [(vec![5usize, 7], vec![0usize, 0], vec![5usize, 7]), (vec![6, 8], vec![3, 4], vec![3, 4])]
+    {
+        let key = kernels::rng::stream_key(7, "layers.0.w");
+        let r = kernels::rng::Region { shape: shape.clone(), start: start.clone(), len: len.clone() };
+        let n: usize = len.iter().product();
+        let (lo, hi) = (-0.5f64, 1.5f64);
+        let want_u32 = kernels::rng::uniform_region(DType::F32, &r, key, lo, hi).unwrap();
+        let want_u64 = kernels::rng::uniform_region(DType::F64, &r, key, lo, hi).unwrap();
+        let want_n64 = kernels::rng::normal_region(DType::F64, &r, key, 0.25, 2.0).unwrap();
+        let want_n32 = kernels::rng::normal_region(DType::F32, &r, key, 0.25, 2.0).unwrap();
+        let (mut u32s, mut u64s, mut n64s, mut n32s) = (vec![0f32; n], vec![0f64; n], vec![0f64; n], vec![0f32; n]);
+        // SAFETY: each kernel writes `n` elements of its output type into a buffer that long.
+        unsafe {
+            let f: libloading::Symbol<UniF32> = lib.get(b"msl_uniform_f32").unwrap();
+            f(
+                u32s.as_mut_ptr(),
+                n as i64,
+                region(&shape, &start, &len),
+                key[0],
+                key[1],
+                lo as f32,
+                (hi - lo) as f32,
+                hi as f32,
+            );
+            let f: libloading::Symbol<UniF64> = lib.get(b"msl_uniform_f64").unwrap();
+            f(u64s.as_mut_ptr(), n as i64, region(&shape, &start, &len), key[0], key[1], lo, hi - lo);
+            let f: libloading::Symbol<NormF64> = lib.get(b"msl_normal_f64").unwrap();
+            f(n64s.as_mut_ptr(), n as i64, region(&shape, &start, &len), key[0], key[1], 0.25, 2.0);
+            let f: libloading::Symbol<NormF32> = lib.get(b"msl_normal_f32").unwrap();
+            f(n32s.as_mut_ptr(), n as i64, region(&shape, &start, &len), key[0], key[1], 0.25, 2.0);
+        }
+        let bits32 = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let bits64 = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits32(&u32s), bits32(want_u32.as_f32().unwrap()), "uniform f32 {shape:?} {start:?}");
+        assert_eq!(bits64(&u64s), bits64(want_u64.as_f64().unwrap()), "uniform f64 {shape:?} {start:?}");
+        assert_eq!(bits64(&n64s), bits64(want_n64.as_f64().unwrap()), "normal f64 {shape:?} {start:?}");
+        assert_eq!(bits32(&n32s), bits32(want_n32.as_f32().unwrap()), "normal f32 {shape:?} {start:?}");
+        checked += 4 * n;
+    }
+    println!("the Philox kernels drew the CPU's {checked} values, bit for bit (host build)");
+}
+
+/// ops.cu built for the host by the C++ compiler and loaded, or `None` (said) without one.
+fn host_library(tag: &str) -> Option<libloading::Library> {
+    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+    if std::process::Command::new(&cxx).arg("--version").output().is_err() {
+        println!("skipped: no C++ compiler ({cxx}) to run the kernels on the host");
+        return None;
+    }
+    let dir = std::env::temp_dir().join(format!("msl_cuda_{tag}_{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (cpp, so) = (dir.join("ops.cpp"), dir.join("ops.so"));
+    std::fs::write(&cpp, format!("{HOST_PRELUDE}\n{OPS_SOURCE}")).unwrap();
+    let built = std::process::Command::new(&cxx)
+        .args(["-O1", "-std=c++17", "-shared", "-fPIC", "-ffp-contract=off", "-o"])
+        .arg(&so)
+        .arg(&cpp)
+        .output()
+        .unwrap();
+    assert!(built.status.success(), "{}", String::from_utf8_lossy(&built.stderr));
+    // SAFETY: the library is the one just compiled; its initialisers do nothing.
+    let lib = unsafe { libloading::Library::new(&so) }.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
+    Some(lib)
 }
 
 /// The first `n` elements of type `d` written into `buf`, widened to f64.

@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 use cudarc::nvrtc::sys as nv;
 
 /// The CUDA C of the kernels that are not fused elementwise trees (reductions, arg-max/min,
-/// softmax, running sums, gathers), one `extern "C"` kernel per operation and element type
+/// softmax, running sums, gathers, and the Philox streams of `uniform` and `normal`), one `extern "C"` kernel per operation and element type
 /// (`msl_sum_f32`, …); compiled with `--fmad=false` like the generated ones.
 pub const OPS_SOURCE: &str = include_str!("ops.cu");
 
@@ -32,6 +32,7 @@ static msl_dim gridDim = {1}, blockDim = {1}, blockIdx = {0}, threadIdx = {0};
 #define __global__
 #define __device__
 static inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
+static inline int __float_as_int(float f) { int i; memcpy(&i, &f, 4); return i; }
 static inline double __longlong_as_double(long long i) { double d; memcpy(&d, &i, 8); return d; }
 "#;
 

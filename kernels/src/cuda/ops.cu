@@ -115,3 +115,75 @@ __device__ inline void msl_gather(const T* __restrict__ x, const int* __restrict
 
 MSL_INSTANTIATE(float, f32)
 MSL_INSTANTIATE(double, f64)
+
+// Random numbers: the CPU's Philox4x32-10 streams (kernels/src/rng.rs), so that a tensor made
+// on the device holds the CPU's values. Element j of a region (`start`, `len` of each of `rank`
+// dims of a tensor of shape `shape`: a rank's block of a sharded init) draws the counter of its
+// row-major index g in the whole tensor, (g mod 2^32, g div 2^32, 0, 0).
+__device__ inline void msl_philox(unsigned c[4], unsigned k0, unsigned k1) {
+    for (int r = 0; r < 10; ++r) {
+        if (r > 0) { k0 += 0x9E3779B9u; k1 += 0xBB67AE85u; }
+        const unsigned long long p0 = (unsigned long long)0xD2511F53u * c[0];
+        const unsigned long long p1 = (unsigned long long)0xCD9E8D57u * c[2];
+        const unsigned n0 = (unsigned)(p1 >> 32) ^ c[1] ^ k0, n2 = (unsigned)(p0 >> 32) ^ c[3] ^ k1;
+        c[1] = (unsigned)p1;
+        c[3] = (unsigned)p0;
+        c[0] = n0;
+        c[2] = n2;
+    }
+}
+
+struct msl_region { int rank; long long shape[8], start[8], len[8]; };
+
+__device__ inline void msl_block(const msl_region& r, long long j, unsigned k0, unsigned k1, unsigned c[4]) {
+    unsigned long long g = 0, stride = 1;
+    for (int d = r.rank - 1; d >= 0; --d) {
+        const long long n = r.len[d] > 1 ? r.len[d] : 1;
+        g += (unsigned long long)(r.start[d] + j % n) * stride;
+        j /= n;
+        stride *= (unsigned long long)r.shape[d];
+    }
+    c[0] = (unsigned)g; c[1] = (unsigned)(g >> 32); c[2] = 0; c[3] = 0;
+    msl_philox(c, k0, k1);
+}
+
+// 53 random bits in [0, 1).
+__device__ inline double msl_unit_f64(unsigned lo, unsigned hi) {
+    return (double)((((unsigned long long)hi << 32) | lo) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+// Uniform in [lo, lo + scale): f32 from 24 bits of the first word, kept below `hi`.
+extern "C" __global__ void msl_uniform_f32(float* out, long long n, const msl_region r, unsigned k0, unsigned k1, float lo, float scale, float hi) {
+    MSL_LOOP(n) {
+        unsigned c[4];
+        msl_block(r, o, k0, k1, c);
+        const float u = lo + scale * (float)((double)(c[0] >> 8) * (1.0 / 16777216.0));
+        out[o] = (u >= hi && scale > 0.0f) ? __int_as_float(__float_as_int(hi) - 1) : u;
+    }
+}
+
+extern "C" __global__ void msl_uniform_f64(double* out, long long n, const msl_region r, unsigned k0, unsigned k1, double lo, double scale) {
+    MSL_LOOP(n) {
+        unsigned c[4];
+        msl_block(r, o, k0, k1, c);
+        out[o] = lo + scale * msl_unit_f64(c[0], c[1]);
+    }
+}
+
+// Normal: Box-Muller on the block's two 53-bit uniforms, in f64 (f32 results rounded from it).
+__device__ inline double msl_normal(const msl_region& r, long long o, unsigned k0, unsigned k1, double mean, double sd) {
+    unsigned c[4];
+    msl_block(r, o, k0, k1, c);
+    const double u1 = 1.0 - msl_unit_f64(c[0], c[1]);
+    const double u2 = msl_unit_f64(c[2], c[3]);
+    const double rad = sqrt(-2.0 * log(u1));
+    return mean + sd * rad * cos(6.283185307179586 * u2);
+}
+
+extern "C" __global__ void msl_normal_f64(double* out, long long n, const msl_region r, unsigned k0, unsigned k1, double mean, double sd) {
+    MSL_LOOP(n) { out[o] = msl_normal(r, o, k0, k1, mean, sd); }
+}
+
+extern "C" __global__ void msl_normal_f32(float* out, long long n, const msl_region r, unsigned k0, unsigned k1, double mean, double sd) {
+    MSL_LOOP(n) { out[o] = (float)msl_normal(r, o, k0, k1, mean, sd); }
+}
