@@ -212,6 +212,82 @@ fn uniform_and_normal_draw_the_cpus_philox_values() {
     println!("the Philox kernels drew the CPU's {checked} values, bit for bit (host build)");
 }
 
+#[test]
+fn fused_attention_computes_what_the_cpu_kernel_computes() {
+    let Some(lib) = host_library("attention") else { return };
+    type Att<T> = unsafe extern "C" fn(*const T, *const T, *const T, *mut T, i64, i64, i64, i64, i64, i64, i32, T);
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut checked = 0;
+    // (batch, queries, keys, D, E, visible keys, causal): more keys than one tile of 64, a
+    // cache that is partly filled, and one query against a cache (a generation step).
+    for (b, nq, s, d, e, len, causal) in
+        [(2, 5, 7, 4, 3, 7, false), (1, 70, 70, 8, 8, 70, true), (3, 1, 130, 16, 4, 97, true), (2, 4, 9, 3, 5, 6, true)]
+    {
+        for dtype in [DType::F32, DType::F64] {
+            let t = |n: &[usize], rng: &mut Rng| {
+                let len: usize = n.iter().product();
+                Tensor::from_vec(n.to_vec(), (0..len).map(|_| rng.float() / 2.0).collect::<Vec<_>>())
+                    .unwrap()
+                    .cast(dtype)
+            };
+            let (q, k, v) = (t(&[b, nq, d], &mut rng), t(&[b, s, d], &mut rng), t(&[b, s, e], &mut rng));
+            let mask = ops::AttentionMask { len: len as i64, causal };
+            let want = ops::attention(&q, &k, &v, mask).unwrap();
+            let mut out = vec![0u64; want.len()];
+            let args = (b as i64, nq as i64, s as i64, d as i64, e as i64, len as i64, i32::from(causal));
+            let ptr = |t: &Tensor| t.storage().addr() as *const u8;
+            // SAFETY: q, k and v hold [b, nq, d], [b, s, d] and [b, s, e] elements of `dtype`, and
+            // `out` has room for the [b, nq, e] result.
+            unsafe {
+                if dtype == DType::F32 {
+                    let f: libloading::Symbol<Att<f32>> = lib.get(b"msl_attention_f32").unwrap();
+                    let (p, kk, vv) = (ptr(&q) as *const f32, ptr(&k) as *const f32, ptr(&v) as *const f32);
+                    f(
+                        p,
+                        kk,
+                        vv,
+                        out.as_mut_ptr() as *mut f32,
+                        args.0,
+                        args.1,
+                        args.2,
+                        args.3,
+                        args.4,
+                        args.5,
+                        args.6,
+                        1.0 / (d as f32).sqrt(),
+                    );
+                } else {
+                    let f: libloading::Symbol<Att<f64>> = lib.get(b"msl_attention_f64").unwrap();
+                    let (p, kk, vv) = (ptr(&q) as *const f64, ptr(&k) as *const f64, ptr(&v) as *const f64);
+                    f(
+                        p,
+                        kk,
+                        vv,
+                        out.as_mut_ptr() as *mut f64,
+                        args.0,
+                        args.1,
+                        args.2,
+                        args.3,
+                        args.4,
+                        args.5,
+                        args.6,
+                        1.0 / (d as f64).sqrt(),
+                    );
+                }
+            }
+            let got = bytes_as(&out, dtype, want.len());
+            for (j, (a, w)) in got.iter().zip(values(&want)).enumerate() {
+                assert!(
+                    close(*a, w, dtype),
+                    "attention {dtype} ({b}, {nq}, {s}, {d}, {e}, {len}, {causal}): element {j}: CUDA C {a} vs CPU {w}"
+                );
+            }
+            checked += want.len();
+        }
+    }
+    println!("fused attention on the host agrees with the CPU kernel on {checked} elements");
+}
+
 /// ops.cu built for the host by the C++ compiler and loaded, or `None` (said) without one.
 fn host_library(tag: &str) -> Option<libloading::Library> {
     let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());

@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 use cudarc::nvrtc::sys as nv;
 
 /// The CUDA C of the kernels that are not fused elementwise trees (reductions, arg-max/min,
-/// softmax, running sums, gathers, and the Philox streams of `uniform` and `normal`), one `extern "C"` kernel per operation and element type
+/// softmax, running sums, gathers, the Philox streams of `uniform` and `normal`, fused attention), one `extern "C"` kernel per operation and element type
 /// (`msl_sum_f32`, …); compiled with `--fmad=false` like the generated ones.
 pub const OPS_SOURCE: &str = include_str!("ops.cu");
 

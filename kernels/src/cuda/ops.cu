@@ -187,3 +187,53 @@ extern "C" __global__ void msl_normal_f64(double* out, long long n, const msl_re
 extern "C" __global__ void msl_normal_f32(float* out, long long n, const msl_region r, unsigned k0, unsigned k1, double mean, double sd) {
     MSL_LOOP(n) { out[o] = (float)msl_normal(r, o, k0, k1, mean, sd); }
 }
+
+// Fused attention, softmax(q kᵀ / √D) v without the scores (kernels/src/cpu/attention.rs): one
+// thread per query row walks the visible keys in tiles of 64 with the CPU's online softmax
+// (running maximum `m`, sum `l`, output rescaled by exp(m_old - m_new) per tile), in its order
+// of operations. q[B, Q, D], k[B, S, D], v[B, S, E] -> out[B, Q, E]; the first `len` keys are
+// visible, and with `causal` query i (at position len - Q + i) sees the keys up to its own.
+template <typename T>
+__device__ inline void msl_attention(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                                     T* __restrict__ out, long long batch, long long nq, long long s, long long d,
+                                     long long e, long long len, int causal, T scale) {
+    MSL_LOOP(batch * nq) {
+        const long long b = o / nq, i = o % nq;
+        const T* qi = q + (b * nq + i) * d;
+        const T* kb = k + b * s * d;
+        const T* vb = v + b * s * e;
+        T* oi = out + (b * nq + i) * e;
+        const long long visible = causal ? len - nq + i + 1 : len;
+        T m = (T)__int_as_float(0xff800000), l = 0, sc[64];  // m starts at -inf
+        for (long long c = 0; c < e; ++c) oi[c] = 0;
+        for (long long t0 = 0; t0 < visible; t0 += 64) {
+            const long long n = visible - t0 < 64 ? visible - t0 : 64;
+            for (long long j = 0; j < n; ++j) {
+                T acc = 0;
+                for (long long c = 0; c < d; ++c) acc = acc + qi[c] * kb[(t0 + j) * d + c];
+                sc[j] = acc * scale;
+            }
+            T top = m;
+            for (long long j = 0; j < n; ++j) top = msl_max(top, sc[j]);
+            const T correction = msl_exp(m - top);
+            T sum = 0;
+            for (long long j = 0; j < n; ++j) { sc[j] = msl_exp(sc[j] - top); sum = sum + sc[j]; }
+            for (long long c = 0; c < e; ++c) oi[c] = oi[c] * correction;
+            for (long long j = 0; j < n; ++j)
+                for (long long c = 0; c < e; ++c) oi[c] = oi[c] + sc[j] * vb[(t0 + j) * e + c];
+            l = l * correction + sum;
+            m = top;
+        }
+        const T inv = (T)1 / l;
+        for (long long c = 0; c < e; ++c) oi[c] = oi[c] * inv;
+    }
+}
+
+#define MSL_ATTENTION(T, S)                                                                                       \
+    extern "C" __global__ void msl_attention_##S(const T* q, const T* k, const T* v, T* out, long long batch,      \
+                                                 long long nq, long long s, long long d, long long e, long long len, \
+                                                 int causal, T scale) {                                           \
+        msl_attention<T>(q, k, v, out, batch, nq, s, d, e, len, causal, scale);                                   \
+    }
+MSL_ATTENTION(float, f32)
+MSL_ATTENTION(double, f64)
