@@ -37,20 +37,21 @@ enum Mode {
 
 /// `--device cpu`, `cuda` or `cuda:N`. CUDA is accepted so that a program asking for a GPU
 /// gets a clear answer (the contract's exit 2); `--help` lists only what runs in this build.
+/// `cuda` alone is GPU 0, or under a launcher the GPU of the rank's local rank.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum DeviceKind {
     Cpu,
-    Cuda(u32),
+    Cuda(Option<u32>),
 }
 
 fn parse_device(s: &str) -> Result<DeviceKind, String> {
     match s {
         "cpu" => Ok(DeviceKind::Cpu),
-        "cuda" => Ok(DeviceKind::Cuda(0)),
+        "cuda" => Ok(DeviceKind::Cuda(None)),
         _ => s
             .strip_prefix("cuda:")
             .and_then(|n| n.parse().ok())
-            .map(DeviceKind::Cuda)
+            .map(|n| DeviceKind::Cuda(Some(n)))
             .ok_or_else(|| format!("`{s}` is not a device: use `cpu`, `cuda` or `cuda:N`")),
     }
 }
@@ -255,6 +256,7 @@ pub fn main() -> u8 {
                 let _ = crate::trace::TRACE.set(t);
             }
             if let DeviceKind::Cuda(n) = device {
+                let n = n.unwrap_or_else(|| dist::launcher_local_rank().unwrap_or(0) as u32);
                 let why = if kernels::cuda::driver_present() {
                     "msl cannot run programs on a CUDA GPU yet (its generated CUDA kernels compile, \
                      but the device that runs them is not built)"

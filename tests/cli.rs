@@ -67,6 +67,17 @@ fn an_absent_device_is_exit_2_with_a_clear_message() {
         assert!(err.contains(&format!("no CUDA device `cuda:{n}`")), "{mode}: {err}");
         assert!(o.stdout.is_empty(), "{mode}: the program ran");
     }
+    // Under a launcher, `cuda` is the GPU of the rank's local rank.
+    let o = Command::new(env!("CARGO_BIN_EXE_msl"))
+        .args(["run", "--device", "cuda", "p.msl"])
+        .current_dir(&dir)
+        .env("MPI_LOCALRANKID", "3")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run msl");
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("no CUDA device `cuda:3`"), "{err}");
 }
 
 #[test]

@@ -28,6 +28,15 @@ pub fn launcher_rank() -> Option<usize> {
         .and_then(|v| v.trim().parse().ok())
 }
 
+/// This process's rank among the job's processes on its node (Open MPI, PMIx, MPICH's Hydra):
+/// the GPU a rank takes under `--device cuda`.
+pub fn launcher_local_rank() -> Option<usize> {
+    ["OMPI_COMM_WORLD_LOCAL_RANK", "PMIX_LOCAL_RANK", "MPI_LOCALRANKID"]
+        .iter()
+        .find_map(|k| std::env::var(k).ok())
+        .and_then(|v| v.trim().parse().ok())
+}
+
 /// The MPI communicator of a job, split by mesh axes.
 pub struct Mpi {
     // Fields drop in order: the communicators before the universe, which finalises MPI.
