@@ -44,6 +44,18 @@ enum DeviceKind {
     Cuda(Option<u32>),
 }
 
+/// The device's name and why it cannot run here, or `None` for the CPU.
+fn absent_device(device: DeviceKind) -> Option<(String, &'static str)> {
+    let DeviceKind::Cuda(n) = device else { return None };
+    let n = n.unwrap_or_else(|| dist::launcher_local_rank().unwrap_or(0) as u32);
+    let why = if kernels::cuda::driver_present() {
+        "msl cannot run programs on a CUDA GPU yet (its CUDA kernels compile, but the device that runs them is not built)"
+    } else {
+        "the CUDA driver (libcuda.so) is not on this machine"
+    };
+    Some((format!("cuda:{n}"), why))
+}
+
 fn parse_device(s: &str) -> Result<DeviceKind, String> {
     match s {
         "cpu" => Ok(DeviceKind::Cpu),
@@ -152,6 +164,9 @@ enum Cmd {
         /// written).
         #[arg(long, value_name = "DIR")]
         logdir: Option<PathBuf>,
+        /// The device the tests run on; on an absent device they are skipped, with the reason.
+        #[arg(long, value_parser = parse_device, default_value = "cpu")]
+        device: DeviceKind,
     },
     /// Type-check files (names, types and every tensor shape) without running them.
     Check {
@@ -255,15 +270,8 @@ pub fn main() -> u8 {
             if let Some(t) = trace {
                 let _ = crate::trace::TRACE.set(t);
             }
-            if let DeviceKind::Cuda(n) = device {
-                let n = n.unwrap_or_else(|| dist::launcher_local_rank().unwrap_or(0) as u32);
-                let why = if kernels::cuda::driver_present() {
-                    "msl cannot run programs on a CUDA GPU yet (its generated CUDA kernels compile, \
-                     but the device that runs them is not built)"
-                } else {
-                    "the CUDA driver (libcuda.so) is not on this machine"
-                };
-                eprintln!("error: no CUDA device `cuda:{n}`: {why}; run with `--device cpu`");
+            if let Some((name, why)) = absent_device(device) {
+                eprintln!("error: no CUDA device `{name}`: {why}; run with `--device cpu`");
                 return 2;
             }
             if mode == Mode::Jit {
@@ -275,9 +283,13 @@ pub fn main() -> u8 {
             }
             crate::run::run_cmd(&file, &logdir, message_format == MessageFormat::Json)
         }
-        Cmd::Test { paths, mode, opt, mesh, consts, logdir } => {
+        Cmd::Test { paths, mode, opt, mesh, consts, logdir, device } => {
             if let Err(code) = mesh_override(mesh.as_deref()).and_then(|_| const_override(consts.as_deref())) {
                 return code;
+            }
+            if let Some((name, why)) = absent_device(device) {
+                println!("skipped: every test of this run: no CUDA device `{name}`: {why}");
+                return 0;
             }
             if opt > 2 {
                 eprintln!("error: `-O{opt}` is not an optimisation level (use 0, 1 or 2)");

@@ -67,6 +67,11 @@ fn an_absent_device_is_exit_2_with_a_clear_message() {
         assert!(err.contains(&format!("no CUDA device `cuda:{n}`")), "{mode}: {err}");
         assert!(o.stdout.is_empty(), "{mode}: the program ran");
     }
+    // A test run on an absent device is skipped, with the reason.
+    let o = msl(&dir, &["test", "--device", "cuda", "p.msl"]);
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    assert!(out.contains("skipped") && out.contains("no CUDA device `cuda:0`"), "{out}");
     // Under a launcher, `cuda` is the GPU of the rank's local rank.
     let o = Command::new(env!("CARGO_BIN_EXE_msl"))
         .args(["run", "--device", "cuda", "p.msl"])
