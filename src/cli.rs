@@ -49,7 +49,7 @@ fn absent_device(device: DeviceKind) -> Option<(String, &'static str)> {
     let DeviceKind::Cuda(n) = device else { return None };
     let n = n.unwrap_or_else(|| dist::launcher_local_rank().unwrap_or(0) as u32);
     let why = if kernels::cuda::driver_present() {
-        "msl cannot run programs on a CUDA GPU yet (its CUDA kernels compile, but the device that runs them is not built)"
+        "msl cannot run programs on a CUDA GPU yet (its CUDA kernels compile, but the interpreter does not run on the CUDA device)"
     } else {
         "the CUDA driver (libcuda.so) is not on this machine"
     };

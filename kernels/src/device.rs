@@ -150,6 +150,10 @@ impl DeviceTensor {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// The same buffer under another shape of as many elements (a reshape on any device).
+    pub fn with_shape(&self, shape: Vec<usize>) -> DeviceTensor {
+        DeviceTensor { shape, dtype: self.dtype, buffer: self.buffer.clone() }
+    }
     /// The buffer as the device's own type `B`, or `None` when another device made it.
     pub fn buffer<B: Any>(&self) -> Option<&B> {
         self.buffer.downcast_ref::<B>()

@@ -14,6 +14,9 @@ use std::sync::OnceLock;
 
 use cudarc::nvrtc::sys as nv;
 
+mod device;
+pub use device::CudaDevice;
+
 /// The CUDA C of the kernels that are not fused elementwise trees (reductions, arg-max/min,
 /// softmax, running sums, gathers, the Philox streams of `uniform` and `normal`, fused attention), one `extern "C"` kernel per operation and element type
 /// (`msl_sum_f32`, …); compiled with `--fmad=false` like the generated ones.

@@ -1,0 +1,232 @@
+//! The CUDA device behind the [`Device`] trait: `ops.cu` compiled by NVRTC for the GPU's own
+//! architecture, buffers and launches through cudarc on one stream.
+//!
+//! It runs the kernels `ops.cu` holds (reductions over one axis, arg-max/min, softmax,
+//! log-softmax, cumsum, gather) and the shape-only kernels (reshape, expand/squeeze dims), on
+//! f32 and f64; every other kernel answers an error naming it, so a caller falls back or stops
+//! clearly. Nothing here has run on a GPU yet: the test suite's machines have none, and
+//! `kernels/tests/cuda_device.rs` skips with the reason there; `scripts/gpu_check.sh` runs it
+//! on a machine that has one.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, CudaModule, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+
+use super::{compile_cubin, driver_present, OPS_SOURCE};
+use crate::cpu::reduce::ReduceOp;
+use crate::device::{Device, DeviceTensor, KernelId, KernelParams};
+use crate::error::KernelError;
+use crate::tensor::{DType, Tensor};
+
+/// A buffer on the GPU, of one element type.
+enum Buf {
+    F32(CudaSlice<f32>),
+    F64(CudaSlice<f64>),
+    I32(CudaSlice<i32>),
+}
+
+/// One CUDA GPU: its context, the stream every launch goes to, and the loaded `ops.cu` module.
+pub struct CudaDevice {
+    name: String,
+    stream: Arc<CudaStream>,
+    module: Arc<CudaModule>,
+}
+
+fn driver(e: impl std::fmt::Debug) -> KernelError {
+    KernelError::Invalid(format!("cuda: {e:?}"))
+}
+
+impl CudaDevice {
+    /// GPU `ordinal`, with `ops.cu` compiled for its compute capability; an error (never a
+    /// panic) when the driver or the GPU is absent.
+    pub fn new(ordinal: usize) -> Result<CudaDevice, KernelError> {
+        if !driver_present() {
+            return Err(KernelError::Invalid("no CUDA driver (libcuda.so) on this machine".into()));
+        }
+        let count = CudaContext::device_count().map_err(driver)?;
+        if ordinal as i64 >= i64::from(count) {
+            return Err(KernelError::Invalid(format!("no CUDA device cuda:{ordinal} ({count} on this machine)")));
+        }
+        let ctx = CudaContext::new(ordinal).map_err(driver)?;
+        let (major, minor) = ctx.compute_capability().map_err(driver)?;
+        let arch = format!("sm_{major}{minor}");
+        let cubin = compile_cubin(OPS_SOURCE, &arch, &["--fmad=false", "--std=c++17"]).map_err(KernelError::Invalid)?;
+        let module = ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin)).map_err(driver)?;
+        Ok(CudaDevice { name: format!("cuda:{ordinal}"), stream: ctx.default_stream(), module })
+    }
+
+    fn buf<'a>(&self, d: &'a DeviceTensor) -> Result<&'a Buf, KernelError> {
+        d.buffer::<Buf>()
+            .ok_or_else(|| KernelError::Invalid(format!("{}: this tensor belongs to another device", self.name)))
+    }
+
+    fn wrap(shape: Vec<usize>, dtype: DType, b: Buf) -> DeviceTensor {
+        DeviceTensor::new(shape, dtype, Arc::new(b))
+    }
+
+    /// Runs `msl_{name}_{f32|f64}` over `x` viewed as `[outer, n, inner]` around `axis`.
+    fn axis_kernel(
+        &self,
+        name: &str,
+        x: &DeviceTensor,
+        axis: usize,
+        out_shape: Vec<usize>,
+        ints: bool,
+    ) -> Result<DeviceTensor, KernelError> {
+        let shape = x.shape();
+        if axis >= shape.len() {
+            return Err(KernelError::AxisOutOfRange { op: "cuda kernel", axis, rank: shape.len() });
+        }
+        let outer: usize = shape[..axis].iter().product();
+        let inner: usize = shape[axis + 1..].iter().product();
+        let (o, n, i) = (outer as i64, shape[axis] as i64, inner as i64);
+        let len: usize = out_shape.iter().product();
+        let cfg = LaunchConfig::for_num_elems((outer * inner).clamp(1, u32::MAX as usize) as u32);
+        let s = &self.stream;
+        macro_rules! go {
+            ($src:expr, $suffix:literal, $out:ty, $variant:ident, $dt:expr) => {{
+                let f = self.module.load_function(&format!("msl_{name}_{}", $suffix)).map_err(driver)?;
+                let mut out: CudaSlice<$out> = s.alloc_zeros(len.max(1)).map_err(driver)?;
+                let mut b = s.launch_builder(&f);
+                b.arg($src).arg(&mut out).arg(&o).arg(&n).arg(&i);
+                // SAFETY: the kernel reads `outer * n * inner` elements of the input and writes
+                // `len` elements of `out`, both allocated with those lengths.
+                unsafe { b.launch(cfg) }.map_err(driver)?;
+                Ok(Self::wrap(out_shape, $dt, Buf::$variant(out)))
+            }};
+        }
+        match (self.buf(x)?, ints) {
+            (Buf::F32(v), false) => go!(v, "f32", f32, F32, DType::F32),
+            (Buf::F64(v), false) => go!(v, "f64", f64, F64, DType::F64),
+            (Buf::F32(v), true) => go!(v, "f32", i32, I32, DType::I32),
+            (Buf::F64(v), true) => go!(v, "f64", i32, I32, DType::I32),
+            (Buf::I32(_), _) => Err(KernelError::dtype("cuda kernel", "a float tensor", DType::I32)),
+        }
+    }
+}
+
+/// The shape a reduction over `axis` leaves.
+fn reduced(shape: &[usize], axis: usize, keepdims: bool) -> Vec<usize> {
+    let mut out = shape.to_vec();
+    if keepdims {
+        out[axis] = 1;
+    } else {
+        out.remove(axis);
+    }
+    out
+}
+
+impl Device for CudaDevice {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn alloc(&self, dtype: DType, len: usize) -> Result<DeviceTensor, KernelError> {
+        let s = &self.stream;
+        let b = match dtype {
+            DType::F32 => Buf::F32(s.alloc_zeros(len).map_err(driver)?),
+            DType::F64 => Buf::F64(s.alloc_zeros(len).map_err(driver)?),
+            DType::I32 => Buf::I32(s.alloc_zeros(len).map_err(driver)?),
+            d => return Err(KernelError::dtype("cuda alloc", "f32, f64 or i32", d)),
+        };
+        Ok(Self::wrap(vec![len], dtype, b))
+    }
+
+    fn upload(&self, t: &Tensor) -> Result<DeviceTensor, KernelError> {
+        let s = &self.stream;
+        let b = if let Some(v) = t.as_f32() {
+            Buf::F32(s.clone_htod(v).map_err(driver)?)
+        } else if let Some(v) = t.as_f64() {
+            Buf::F64(s.clone_htod(v).map_err(driver)?)
+        } else if let Some(v) = t.as_i32() {
+            Buf::I32(s.clone_htod(v).map_err(driver)?)
+        } else {
+            return Err(KernelError::dtype("cuda upload", "f32, f64 or i32", t.dtype()));
+        };
+        Ok(Self::wrap(t.shape().to_vec(), t.dtype(), b))
+    }
+
+    fn download(&self, d: &DeviceTensor) -> Result<Tensor, KernelError> {
+        let s = &self.stream;
+        let shape = d.shape().to_vec();
+        match self.buf(d)? {
+            Buf::F32(v) => Tensor::from_vec(shape, s.clone_dtoh(v).map_err(driver)?),
+            Buf::F64(v) => Tensor::from_vec(shape, s.clone_dtoh(v).map_err(driver)?),
+            Buf::I32(v) => Tensor::from_vec(shape, s.clone_dtoh(v).map_err(driver)?),
+        }
+    }
+
+    fn launch(
+        &self,
+        kernel: KernelId,
+        inputs: &[&DeviceTensor],
+        p: &KernelParams,
+    ) -> Result<DeviceTensor, KernelError> {
+        let one = |n: usize| -> Result<&DeviceTensor, KernelError> {
+            if inputs.len() == n {
+                Ok(inputs[0])
+            } else {
+                Err(KernelError::Invalid(format!("kernel {kernel:?} takes {n} inputs, got {}", inputs.len())))
+            }
+        };
+        let axis = || p.axis.ok_or_else(|| KernelError::Invalid(format!("kernel {kernel:?} needs an axis")));
+        match kernel {
+            KernelId::Reduce(op) => {
+                let x = one(1)?;
+                let a = axis()?;
+                let name = match op {
+                    ReduceOp::Sum => "sum",
+                    ReduceOp::Mean => "mean",
+                    ReduceOp::Max => "max",
+                    ReduceOp::Min => "min",
+                    ReduceOp::Prod => return Err(KernelError::Invalid(format!("{}: no prod kernel yet", self.name))),
+                };
+                self.axis_kernel(name, x, a, reduced(x.shape(), a, p.keepdims), false)
+            }
+            KernelId::ArgMax | KernelId::ArgMin => {
+                let x = one(1)?;
+                let a = axis()?;
+                let name = if kernel == KernelId::ArgMax { "argmax" } else { "argmin" };
+                self.axis_kernel(name, x, a, reduced(x.shape(), a, p.keepdims), true)
+            }
+            KernelId::Softmax | KernelId::LogSoftmax | KernelId::Cumsum => {
+                let x = one(1)?;
+                let name = match kernel {
+                    KernelId::Softmax => "softmax",
+                    KernelId::LogSoftmax => "log_softmax",
+                    _ => "cumsum",
+                };
+                self.axis_kernel(name, x, axis()?, x.shape().to_vec(), false)
+            }
+            KernelId::Reshape | KernelId::ExpandDims | KernelId::Squeeze => {
+                // Shape only: the same buffer under the new shape.
+                let x = one(1)?;
+                let mut shape = x.shape().to_vec();
+                match kernel {
+                    KernelId::Reshape => shape.clone_from(&p.shape),
+                    KernelId::ExpandDims => shape.insert(axis()?.min(shape.len()), 1),
+                    _ => match p.axis {
+                        Some(a) if shape.get(a) == Some(&1) => {
+                            shape.remove(a);
+                        }
+                        Some(a) => {
+                            return Err(KernelError::AxisOutOfRange { op: "squeeze", axis: a, rank: shape.len() })
+                        }
+                        None => shape.retain(|&d| d != 1),
+                    },
+                }
+                if shape.iter().product::<usize>() != x.len() {
+                    return Err(KernelError::DataLength { shape, len: x.len() });
+                }
+                Ok(x.with_shape(shape))
+            }
+            other => {
+                Err(KernelError::Invalid(format!("{}: kernel {other:?} does not run on this device yet", self.name)))
+            }
+        }
+    }
+
+    fn synchronize(&self) -> Result<(), KernelError> {
+        self.stream.synchronize().map_err(driver)
+    }
+}
