@@ -20,7 +20,7 @@ use std::fmt::Write as _;
 pub const MAX_RANK: usize = 8;
 
 /// The NVRTC options every generated kernel is compiled with (besides the architecture).
-pub const OPTIONS: &[&str] = &["--fmad=false", "--std=c++17"];
+pub const OPTIONS: &[&str] = kernels::cuda::NVRTC_OPTIONS;
 
 /// The C type holding an element of `d`, or `None` for types fused trees never hold.
 fn c_type(d: DType) -> Option<&'static str> {

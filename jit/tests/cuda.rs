@@ -7,6 +7,10 @@
 //! bounds a device's results). So the generator's semantics are checked on this machine, and
 //! only the GPU's own math library is left for a GPU machine.
 
+#[path = "../../kernels/tests/support/cuda_host.rs"]
+mod cuda_host;
+
+use cuda_host::{close, from_bytes, Rng};
 use jit::codegen::{Jit, Spec};
 use jit::fuse::{self, Node, Tree, Typed};
 use jit::{cuda, exec};
@@ -91,24 +95,14 @@ fn host_wrapper(tree: &Tree, typed: &Typed, name: &str) -> String {
     s
 }
 
-/// A small deterministic generator (xorshift64*).
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn float(&mut self) -> f64 {
-        // Mostly in [-3, 3], with zeros, integers and a few specials that the kernels treat apart.
-        match self.next() % 16 {
-            0 => 0.0,
-            1 => -0.0,
-            2 => (self.next() % 7) as f64 - 3.0,
-            3 => [f64::INFINITY, f64::NEG_INFINITY, f64::NAN, 20.0, -20.0][(self.next() % 5) as usize],
-            _ => (self.next() % 600_001) as f64 / 100_000.0 - 3.0,
-        }
+/// Mostly in [-3, 3], with zeros, integers and a few specials that the kernels treat apart.
+fn float(rng: &mut Rng) -> f64 {
+    match rng.next() % 16 {
+        0 => 0.0,
+        1 => -0.0,
+        2 => (rng.next() % 7) as f64 - 3.0,
+        3 => [f64::INFINITY, f64::NEG_INFINITY, f64::NAN, 20.0, -20.0][(rng.next() % 5) as usize],
+        _ => (rng.next() % 600_001) as f64 / 100_000.0 - 3.0,
     }
 }
 
@@ -116,8 +110,8 @@ impl Rng {
 fn input(rng: &mut Rng, d: DType, shape: &[usize]) -> Tensor {
     let n: usize = shape.iter().product();
     match d {
-        DType::F32 => Tensor::from_vec(shape.to_vec(), (0..n).map(|_| rng.float() as f32).collect::<Vec<_>>()),
-        DType::F64 => Tensor::from_vec(shape.to_vec(), (0..n).map(|_| rng.float()).collect::<Vec<_>>()),
+        DType::F32 => Tensor::from_vec(shape.to_vec(), (0..n).map(|_| float(rng) as f32).collect::<Vec<_>>()),
+        DType::F64 => Tensor::from_vec(shape.to_vec(), (0..n).map(|_| float(rng)).collect::<Vec<_>>()),
         DType::Bool => {
             Tensor::from_vec(shape.to_vec(), (0..n).map(|_| rng.next().is_multiple_of(2)).collect::<Vec<_>>())
         }
@@ -137,72 +131,16 @@ fn leaf_types(tree: &Tree, typed: &Typed) -> Vec<DType> {
     out
 }
 
-/// Values as f64 (bools as 0/1), for the comparison.
-fn values(t: &Tensor) -> Vec<f64> {
-    match t.dtype() {
-        DType::F32 => t.as_f32().unwrap().iter().map(|&v| f64::from(v)).collect(),
-        DType::F64 => t.as_f64().unwrap().to_vec(),
-        DType::Bool => t.as_bool().unwrap().iter().map(|&b| f64::from(u8::from(b))).collect(),
-        other => panic!("no fused tree gives {other}"),
-    }
-}
-
-/// The first `n` elements of type `d` written into `buf`, as f64.
-fn from_bytes(buf: &[u64], d: DType, n: usize) -> Vec<f64> {
-    // SAFETY: `buf` holds at least `n` elements of any of these types (8 bytes per element).
-    unsafe {
-        match d {
-            DType::F32 => {
-                std::slice::from_raw_parts(buf.as_ptr() as *const f32, n).iter().map(|&v| f64::from(v)).collect()
-            }
-            DType::F64 => std::slice::from_raw_parts(buf.as_ptr() as *const f64, n).to_vec(),
-            DType::Bool => {
-                std::slice::from_raw_parts(buf.as_ptr() as *const u8, n).iter().map(|&b| f64::from(b)).collect()
-            }
-            other => panic!("no fused tree gives {other}"),
-        }
-    }
-}
-
-fn close(a: f64, b: f64, d: DType) -> bool {
-    if a.is_nan() || b.is_nan() {
-        return a.is_nan() && b.is_nan();
-    }
-    let (rel, abs) = match d {
-        DType::F32 => (1e-5, 1e-6),
-        DType::F64 => (1e-12, 1e-14),
-        _ => (0.0, 0.0),
-    };
-    a == b || (a - b).abs() <= rel * b.abs() + abs
-}
-
 #[test]
 fn generated_kernels_compute_what_the_cranelift_kernels_compute() {
     let trees = trees(40);
-    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
-    if std::process::Command::new(&cxx).arg("--version").output().is_err() {
-        println!("skipped: no C++ compiler ({cxx}) to run the generated kernels on the host");
-        return;
-    }
-    let dir = std::env::temp_dir().join(format!("msl_cuda_host_{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut unit = String::from(kernels::cuda::HOST_PRELUDE);
+    let mut unit = String::new();
     for (i, (tree, typed)) in trees.iter().enumerate() {
         let name = format!("k{i}");
         unit.push_str(&cuda::source(tree, typed, &name).unwrap());
         unit.push_str(&host_wrapper(tree, typed, &name));
     }
-    let (cpp, so) = (dir.join("kernels.cpp"), dir.join("kernels.so"));
-    std::fs::write(&cpp, &unit).unwrap();
-    let st = std::process::Command::new(&cxx)
-        .args(["-O1", "-std=c++17", "-shared", "-fPIC", "-ffp-contract=off", "-o"])
-        .arg(&so)
-        .arg(&cpp)
-        .output()
-        .unwrap();
-    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
-    // SAFETY: the library is the one just compiled; its initialisers do nothing.
-    let lib = unsafe { libloading::Library::new(&so) }.unwrap();
+    let Some(lib) = cuda_host::build("fused", &unit) else { return };
     type Run = unsafe extern "C" fn(*const *const u8, *mut u8, i64, i32, *const i64, *const i64);
     let mut jit = Jit::new().unwrap();
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
@@ -263,7 +201,7 @@ fn generated_kernels_compute_what_the_cranelift_kernels_compute() {
                 strides.as_ptr(),
             );
         }
-        let (w, g) = (values(&want), from_bytes(&got, out_t, n));
+        let (w, g) = (want.to_f64_vec(), from_bytes(&got, out_t, n));
         for (j, (a, b)) in g.iter().zip(&w).enumerate() {
             assert!(close(*a, *b, out_t), "{}: element {j}: CUDA C {a} vs Cranelift {b}", tree.term());
         }
@@ -273,5 +211,4 @@ fn generated_kernels_compute_what_the_cranelift_kernels_compute() {
         "{} generated kernels agree with Cranelift's on {elements} elements ({broadcast} broadcast inputs)",
         trees.len()
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -195,7 +195,7 @@ impl CpuDevice {
     }
 }
 
-fn arity(kernel: KernelId, inputs: &[&DeviceTensor], n: usize) -> Result<(), KernelError> {
+pub(crate) fn arity(kernel: KernelId, inputs: &[&DeviceTensor], n: usize) -> Result<(), KernelError> {
     if inputs.len() == n {
         Ok(())
     } else {
@@ -203,7 +203,7 @@ fn arity(kernel: KernelId, inputs: &[&DeviceTensor], n: usize) -> Result<(), Ker
     }
 }
 
-fn need_axis(kernel: KernelId, p: &KernelParams) -> Result<usize, KernelError> {
+pub(crate) fn need_axis(kernel: KernelId, p: &KernelParams) -> Result<usize, KernelError> {
     p.axis.ok_or_else(|| KernelError::Invalid(format!("kernel {kernel:?} needs an axis")))
 }
 

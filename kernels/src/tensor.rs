@@ -33,7 +33,7 @@ impl DType {
         }
     }
 
-    /// True for `f32` and `f64`.
+    /// True for `f32` and `f64`, and for the storage-only `bf16` and `f16`.
     pub fn is_float(self) -> bool {
         matches!(self, DType::F32 | DType::F64 | DType::Bf16 | DType::F16)
     }

@@ -5,7 +5,11 @@
 //! compute, on every axis of a rank-3 tensor and on rows long enough that the CPU sums in lanes
 //! (f32 to 1e-5 relative, the contract's bound for a device; arg-max/min and gathers exactly).
 
-use kernels::cuda::{HOST_PRELUDE, OPS_SOURCE};
+#[path = "support/cuda_host.rs"]
+mod cuda_host;
+
+use cuda_host::{close, from_bytes, Rng};
+use kernels::cuda::OPS_SOURCE;
 use kernels::ops::{self, ReduceOp};
 use kernels::{DType, Tensor};
 
@@ -18,7 +22,7 @@ fn the_ops_kernels_compile_to_an_sm_90_cubin() {
             return;
         }
     };
-    let cubin = kernels::cuda::compile_cubin(OPS_SOURCE, "sm_90", &["--fmad=false", "--std=c++17"]).unwrap();
+    let cubin = kernels::cuda::compile_cubin(OPS_SOURCE, "sm_90", kernels::cuda::NVRTC_OPTIONS).unwrap();
     assert_eq!(&cubin[..4], b"\x7fELF");
     println!("NVRTC {major}.{minor}: ops.cu compiled for sm_90, {} bytes of CUBIN", cubin.len());
 }
@@ -26,30 +30,9 @@ fn the_ops_kernels_compile_to_an_sm_90_cubin() {
 type Axis = unsafe extern "C" fn(*const u8, *mut u8, i64, i64, i64);
 type Gather = unsafe extern "C" fn(*const u8, *const i32, *mut u8, *mut i32, i64, i64, i64, i64);
 
-/// A small deterministic generator (xorshift64*).
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn float(&mut self) -> f64 {
-        (self.next() % 2_000_001) as f64 / 250_000.0 - 4.0
-    }
-}
-
-fn values(t: &Tensor) -> Vec<f64> {
-    t.to_f64_vec()
-}
-
-fn close(a: f64, b: f64, d: DType) -> bool {
-    if a.is_nan() || b.is_nan() {
-        return a.is_nan() && b.is_nan();
-    }
-    let (rel, abs) = if d == DType::F32 { (1e-5, 1e-6) } else { (1e-12, 1e-13) };
-    a == b || (a - b).abs() <= rel * b.abs() + abs
+/// Mostly in [-4, 4].
+fn float(rng: &mut Rng) -> f64 {
+    (rng.next() % 2_000_001) as f64 / 250_000.0 - 4.0
 }
 
 /// `(outer, n, inner)` of `shape` around `axis`.
@@ -61,7 +44,7 @@ fn split(shape: &[usize], axis: usize) -> (i64, i64, i64) {
 
 #[test]
 fn the_ops_kernels_compute_what_the_cpu_kernels_compute() {
-    let Some(lib) = host_library("ops") else { return };
+    let Some(lib) = cuda_host::build("ops", OPS_SOURCE) else { return };
     let mut rng = Rng(0x2545_f491_4f6c_dd1d);
     let mut checked = 0usize;
     let shapes: [&[usize]; 4] = [&[3, 5, 4], &[7], &[2, 1000], &[1, 3, 1]];
@@ -69,7 +52,7 @@ fn the_ops_kernels_compute_what_the_cpu_kernels_compute() {
         let s = if dtype == DType::F32 { "f32" } else { "f64" };
         for shape in shapes {
             let n: usize = shape.iter().product();
-            let mut data: Vec<f64> = (0..n).map(|_| rng.float()).collect();
+            let mut data: Vec<f64> = (0..n).map(|_| float(&mut rng)).collect();
             if n > 10 {
                 // A NaN and infinities somewhere, which max, min, arg-max and softmax treat apart.
                 data[n / 3] = f64::INFINITY;
@@ -102,9 +85,9 @@ fn the_ops_kernels_compute_what_the_cpu_kernels_compute() {
                         f(x.storage().addr() as *const u8, out.as_mut_ptr() as *mut u8, outer, len, inner);
                     }
                     let got =
-                        Tensor::from_vec(want.shape().to_vec(), bytes_as(&out, want.dtype(), want.len())).unwrap();
+                        Tensor::from_vec(want.shape().to_vec(), from_bytes(&out, want.dtype(), want.len())).unwrap();
                     let got = got.cast(want.dtype());
-                    for (j, (a, b)) in values(&got).iter().zip(values(&want)).enumerate() {
+                    for (j, (a, b)) in got.to_f64_vec().iter().zip(want.to_f64_vec()).enumerate() {
                         let exact = want.dtype() == DType::I32;
                         assert!(
                             if exact { *a == b } else { close(*a, b, dtype) },
@@ -130,8 +113,8 @@ fn the_ops_kernels_compute_what_the_cpu_kernels_compute() {
                     f(x.storage().addr() as *const u8, far.as_ptr(), so, &mut bad, outer, len, inner, 1);
                     assert_eq!(bad, 1, "an index past the axis is reported");
                 }
-                let got = Tensor::from_vec(want.shape().to_vec(), bytes_as(&out, dtype, want.len())).unwrap();
-                let (g, w) = (values(&got), values(&want));
+                let got = Tensor::from_vec(want.shape().to_vec(), from_bytes(&out, dtype, want.len())).unwrap();
+                let (g, w) = (got.to_f64_vec(), want.to_f64_vec());
                 assert!(
                     g.iter().zip(&w).all(|(a, b)| a == b || a.is_nan() && b.is_nan()),
                     "gather_{s} over axis {axis}"
@@ -162,7 +145,7 @@ fn region(shape: &[usize], start: &[usize], len: &[usize]) -> Region {
 
 #[test]
 fn uniform_and_normal_draw_the_cpus_philox_values() {
-    let Some(lib) = host_library("rng") else { return };
+    let Some(lib) = cuda_host::build("rng", OPS_SOURCE) else { return };
     type UniF32 = unsafe extern "C" fn(*mut f32, i64, Region, u32, u32, f32, f32, f32);
     type UniF64 = unsafe extern "C" fn(*mut f64, i64, Region, u32, u32, f64, f64);
     type NormF64 = unsafe extern "C" fn(*mut f64, i64, Region, u32, u32, f64, f64);
@@ -212,10 +195,27 @@ fn uniform_and_normal_draw_the_cpus_philox_values() {
     println!("the Philox kernels drew the CPU's {checked} values, bit for bit (host build)");
 }
 
+type Att<T> = unsafe extern "C" fn(*const T, *const T, *const T, *mut T, i64, i64, i64, i64, i64, i64, i32, T);
+
+/// (batch, queries, keys, D, E, visible keys, causal) of one attention call.
+type Geometry = (i64, i64, i64, i64, i64, i64, i32);
+
+/// Runs the attention kernel `name` of element type `T` on q, k and v into `out`.
+///
+/// # Safety
+/// q, k and v hold `T`s in the shapes `g` gives, and `out` has room for the result.
+unsafe fn attend<T>(lib: &libloading::Library, name: &[u8], qkv: [&Tensor; 3], out: &mut [u64], g: Geometry, scale: T) {
+    let ptr = |t: &Tensor| t.storage().addr() as *const T;
+    // SAFETY: the caller's guarantee; the symbol is the kernel of that signature.
+    unsafe {
+        let f: libloading::Symbol<Att<T>> = lib.get(name).unwrap();
+        f(ptr(qkv[0]), ptr(qkv[1]), ptr(qkv[2]), out.as_mut_ptr() as *mut T, g.0, g.1, g.2, g.3, g.4, g.5, g.6, scale);
+    }
+}
+
 #[test]
 fn fused_attention_computes_what_the_cpu_kernel_computes() {
-    let Some(lib) = host_library("attention") else { return };
-    type Att<T> = unsafe extern "C" fn(*const T, *const T, *const T, *mut T, i64, i64, i64, i64, i64, i64, i32, T);
+    let Some(lib) = cuda_host::build("attention", OPS_SOURCE) else { return };
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let mut checked = 0;
     // (batch, queries, keys, D, E, visible keys, causal): more keys than one tile of 64, a
@@ -226,7 +226,7 @@ fn fused_attention_computes_what_the_cpu_kernel_computes() {
         for dtype in [DType::F32, DType::F64] {
             let t = |n: &[usize], rng: &mut Rng| {
                 let len: usize = n.iter().product();
-                Tensor::from_vec(n.to_vec(), (0..len).map(|_| rng.float() / 2.0).collect::<Vec<_>>())
+                Tensor::from_vec(n.to_vec(), (0..len).map(|_| float(rng) / 2.0).collect::<Vec<_>>())
                     .unwrap()
                     .cast(dtype)
             };
@@ -235,48 +235,19 @@ fn fused_attention_computes_what_the_cpu_kernel_computes() {
             let want = ops::attention(&q, &k, &v, mask).unwrap();
             let mut out = vec![0u64; want.len()];
             let args = (b as i64, nq as i64, s as i64, d as i64, e as i64, len as i64, i32::from(causal));
-            let ptr = |t: &Tensor| t.storage().addr() as *const u8;
+            // The scale as the CPU kernel rounds it: 1/√D in f64, then to the element type.
+            let scale = 1.0 / (d as f64).sqrt();
             // SAFETY: q, k and v hold [b, nq, d], [b, s, d] and [b, s, e] elements of `dtype`, and
             // `out` has room for the [b, nq, e] result.
             unsafe {
                 if dtype == DType::F32 {
-                    let f: libloading::Symbol<Att<f32>> = lib.get(b"msl_attention_f32").unwrap();
-                    let (p, kk, vv) = (ptr(&q) as *const f32, ptr(&k) as *const f32, ptr(&v) as *const f32);
-                    f(
-                        p,
-                        kk,
-                        vv,
-                        out.as_mut_ptr() as *mut f32,
-                        args.0,
-                        args.1,
-                        args.2,
-                        args.3,
-                        args.4,
-                        args.5,
-                        args.6,
-                        1.0 / (d as f32).sqrt(),
-                    );
+                    attend::<f32>(&lib, b"msl_attention_f32", [&q, &k, &v], &mut out, args, scale as f32);
                 } else {
-                    let f: libloading::Symbol<Att<f64>> = lib.get(b"msl_attention_f64").unwrap();
-                    let (p, kk, vv) = (ptr(&q) as *const f64, ptr(&k) as *const f64, ptr(&v) as *const f64);
-                    f(
-                        p,
-                        kk,
-                        vv,
-                        out.as_mut_ptr() as *mut f64,
-                        args.0,
-                        args.1,
-                        args.2,
-                        args.3,
-                        args.4,
-                        args.5,
-                        args.6,
-                        1.0 / (d as f64).sqrt(),
-                    );
+                    attend::<f64>(&lib, b"msl_attention_f64", [&q, &k, &v], &mut out, args, scale);
                 }
             }
-            let got = bytes_as(&out, dtype, want.len());
-            for (j, (a, w)) in got.iter().zip(values(&want)).enumerate() {
+            let got = from_bytes(&out, dtype, want.len());
+            for (j, (a, w)) in got.iter().zip(want.to_f64_vec()).enumerate() {
                 assert!(
                     close(*a, w, dtype),
                     "attention {dtype} ({b}, {nq}, {s}, {d}, {e}, {len}, {causal}): element {j}: CUDA C {a} vs CPU {w}"
@@ -286,45 +257,4 @@ fn fused_attention_computes_what_the_cpu_kernel_computes() {
         }
     }
     println!("fused attention on the host agrees with the CPU kernel on {checked} elements");
-}
-
-/// ops.cu built for the host by the C++ compiler and loaded, or `None` (said) without one.
-fn host_library(tag: &str) -> Option<libloading::Library> {
-    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
-    if std::process::Command::new(&cxx).arg("--version").output().is_err() {
-        println!("skipped: no C++ compiler ({cxx}) to run the kernels on the host");
-        return None;
-    }
-    let dir = std::env::temp_dir().join(format!("msl_cuda_{tag}_{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let (cpp, so) = (dir.join("ops.cpp"), dir.join("ops.so"));
-    std::fs::write(&cpp, format!("{HOST_PRELUDE}\n{OPS_SOURCE}")).unwrap();
-    let built = std::process::Command::new(&cxx)
-        .args(["-O1", "-std=c++17", "-shared", "-fPIC", "-ffp-contract=off", "-o"])
-        .arg(&so)
-        .arg(&cpp)
-        .output()
-        .unwrap();
-    assert!(built.status.success(), "{}", String::from_utf8_lossy(&built.stderr));
-    // SAFETY: the library is the one just compiled; its initialisers do nothing.
-    let lib = unsafe { libloading::Library::new(&so) }.unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
-    Some(lib)
-}
-
-/// The first `n` elements of type `d` written into `buf`, widened to f64.
-fn bytes_as(buf: &[u64], d: DType, n: usize) -> Vec<f64> {
-    // SAFETY: `buf` holds at least `n` elements of any of these types (8 bytes per element).
-    unsafe {
-        match d {
-            DType::F32 => {
-                std::slice::from_raw_parts(buf.as_ptr() as *const f32, n).iter().map(|&v| f64::from(v)).collect()
-            }
-            DType::F64 => std::slice::from_raw_parts(buf.as_ptr() as *const f64, n).to_vec(),
-            DType::I32 => {
-                std::slice::from_raw_parts(buf.as_ptr() as *const i32, n).iter().map(|&v| f64::from(v)).collect()
-            }
-            other => panic!("no ops kernel gives {other}"),
-        }
-    }
 }

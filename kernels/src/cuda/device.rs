@@ -12,9 +12,9 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaModule, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 
-use super::{compile_cubin, driver_present, OPS_SOURCE};
+use super::{compile_cubin, driver_present, NVRTC_OPTIONS, OPS_SOURCE};
 use crate::cpu::reduce::ReduceOp;
-use crate::device::{Device, DeviceTensor, KernelId, KernelParams};
+use crate::device::{arity, need_axis, Device, DeviceTensor, KernelId, KernelParams};
 use crate::error::KernelError;
 use crate::tensor::{DType, Tensor};
 
@@ -50,7 +50,7 @@ impl CudaDevice {
         let ctx = CudaContext::new(ordinal).map_err(driver)?;
         let (major, minor) = ctx.compute_capability().map_err(driver)?;
         let arch = format!("sm_{major}{minor}");
-        let cubin = compile_cubin(OPS_SOURCE, &arch, &["--fmad=false", "--std=c++17"]).map_err(KernelError::Invalid)?;
+        let cubin = compile_cubin(OPS_SOURCE, &arch, NVRTC_OPTIONS).map_err(KernelError::Invalid)?;
         let module = ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin)).map_err(driver)?;
         Ok(CudaDevice { name: format!("cuda:{ordinal}"), stream: ctx.default_stream(), module })
     }
@@ -162,17 +162,12 @@ impl Device for CudaDevice {
         inputs: &[&DeviceTensor],
         p: &KernelParams,
     ) -> Result<DeviceTensor, KernelError> {
-        let one = |n: usize| -> Result<&DeviceTensor, KernelError> {
-            if inputs.len() == n {
-                Ok(inputs[0])
-            } else {
-                Err(KernelError::Invalid(format!("kernel {kernel:?} takes {n} inputs, got {}", inputs.len())))
-            }
-        };
-        let axis = || p.axis.ok_or_else(|| KernelError::Invalid(format!("kernel {kernel:?} needs an axis")));
+        // Every kernel this device runs takes one input.
+        let one = || arity(kernel, inputs, 1).map(|()| inputs[0]);
+        let axis = || need_axis(kernel, p);
         match kernel {
             KernelId::Reduce(op) => {
-                let x = one(1)?;
+                let x = one()?;
                 let a = axis()?;
                 let name = match op {
                     ReduceOp::Sum => "sum",
@@ -184,13 +179,13 @@ impl Device for CudaDevice {
                 self.axis_kernel(name, x, a, reduced(x.shape(), a, p.keepdims), false)
             }
             KernelId::ArgMax | KernelId::ArgMin => {
-                let x = one(1)?;
+                let x = one()?;
                 let a = axis()?;
                 let name = if kernel == KernelId::ArgMax { "argmax" } else { "argmin" };
                 self.axis_kernel(name, x, a, reduced(x.shape(), a, p.keepdims), true)
             }
             KernelId::Softmax | KernelId::LogSoftmax | KernelId::Cumsum => {
-                let x = one(1)?;
+                let x = one()?;
                 let name = match kernel {
                     KernelId::Softmax => "softmax",
                     KernelId::LogSoftmax => "log_softmax",
@@ -199,8 +194,8 @@ impl Device for CudaDevice {
                 self.axis_kernel(name, x, axis()?, x.shape().to_vec(), false)
             }
             KernelId::Reshape | KernelId::ExpandDims | KernelId::Squeeze => {
+                let x = one()?;
                 // Shape only: the same buffer under the new shape.
-                let x = one(1)?;
                 let mut shape = x.shape().to_vec();
                 match kernel {
                     KernelId::Reshape => shape.clone_from(&p.shape),

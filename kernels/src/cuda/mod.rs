@@ -22,6 +22,10 @@ pub use device::CudaDevice;
 /// (`msl_sum_f32`, …); compiled with `--fmad=false` like the generated ones.
 pub const OPS_SOURCE: &str = include_str!("ops.cu");
 
+/// The NVRTC options of every msl kernel, generated or not (besides the architecture): no
+/// product and sum contracted into one rounding the CPU kernels do not make.
+pub const NVRTC_OPTIONS: &[&str] = &["--fmad=false", "--std=c++17"];
+
 /// What a C++ compiler needs, besides the CUDA C itself, to build msl's kernels for the host:
 /// CUDA's few built-ins (one block of one thread, so a kernel's grid-stride loop runs every
 /// element in turn). The tests run every kernel source this way against the CPU kernels.

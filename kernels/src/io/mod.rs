@@ -80,10 +80,6 @@ pub fn load_all_npz(path: &Path) -> Result<Vec<(String, Tensor)>, KernelError> {
     npz::read_all_npz(path)
 }
 
-/// Checks a loaded tensor against the element type and shape a program declares for it, so
-/// that a wrong file is reported as a [`KernelError::FileMismatch`] naming the file, e.g.
-/// "data/x.npy: expected f32 [1797, 64] but the file holds f64 [1797, 65]". `None` skips
-/// that part of the check.
 /// A loaded tensor as a program that wants `want` reads it: a file's `bf16` or `f16` values
 /// widen (exactly) to a wanted `f32` or `f64`; anything else is as the file holds it.
 pub fn widen_loaded(t: Tensor, want: DType) -> Tensor {
@@ -94,6 +90,10 @@ pub fn widen_loaded(t: Tensor, want: DType) -> Tensor {
     }
 }
 
+/// Checks a loaded tensor against the element type and shape a program declares for it, so
+/// that a wrong file is reported as a [`KernelError::FileMismatch`] naming the file, e.g.
+/// "data/x.npy: expected f32 [1797, 64] but the file holds f64 [1797, 65]". `None` skips
+/// that part of the check.
 pub fn check_loaded(path: &Path, t: &Tensor, dtype: Option<DType>, shape: Option<&[usize]>) -> Result<(), KernelError> {
     let dtype_ok = dtype.is_none_or(|d| d == t.dtype());
     let shape_ok = shape.is_none_or(|s| s == t.shape());

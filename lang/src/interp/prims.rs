@@ -147,7 +147,7 @@ impl Interp<'_> {
         let args = args
             .into_iter()
             .map(|v| match v {
-                Value::Tensor(t) if t.dtype().is_half() => Value::Tensor(widened(t)),
+                Value::Tensor(t) => Value::Tensor(widened(t)),
                 v => v,
             })
             .collect();

@@ -90,6 +90,9 @@ impl Interp<'_> {
     /// pieces (a state resumed from a checkpoint over one made by `init(…, shard: dp)`) is cut
     /// into the rank's pieces too, so the variable keeps its layout.
     pub(crate) fn keep_pieces(&self, pat: &Pat, v: Value, frame: &Frame, span: Span) -> R<Value> {
+        if !holds_sharded(pat, frame) {
+            return Ok(v); // nothing to keep: no tuple is rebuilt
+        }
         match (pat, v) {
             (Pat::Local(l), v) => match (&frame.locals[l.0 as usize], &v) {
                 (Some(Value::Sharded(old)), Value::Model(_) | Value::Tuple(_)) => self.shard_state(v, old.axis, span),
@@ -295,6 +298,15 @@ fn count(v: &Value) -> usize {
     let mut l = Vec::new();
     v.leaves(&mut l);
     l.len()
+}
+
+/// Whether a local the pattern assigns holds a state in pieces now.
+fn holds_sharded(pat: &Pat, frame: &Frame) -> bool {
+    match pat {
+        Pat::Local(l) => matches!(frame.locals[l.0 as usize], Some(Value::Sharded(_))),
+        Pat::Tuple(ps) => ps.iter().any(|p| holds_sharded(p, frame)),
+        Pat::Ignore => false,
+    }
 }
 
 /// Whether `v` holds a state in pieces, at any depth.
