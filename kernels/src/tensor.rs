@@ -90,6 +90,12 @@ impl<T> Shared<T> {
         (start.checked_add(len)? <= self.len).then(|| Shared { buf: self.buf.clone(), start: self.start + start, len })
     }
 
+    /// The elements for writing in place, when nothing else refers to the buffer.
+    pub fn as_mut_slice(&mut self) -> Option<&mut [T]> {
+        let (start, len) = (self.start, self.len);
+        Arc::get_mut(&mut self.buf).map(|v| &mut v[start..start + len])
+    }
+
     /// Whether `next` starts in the same buffer right where this view ends.
     pub fn is_followed_by(&self, next: &Shared<T>) -> bool {
         Arc::ptr_eq(&self.buf, &next.buf) && self.start + self.len == next.start
@@ -182,6 +188,31 @@ impl Storage {
             Storage::Bf16(v) => Storage::Bf16(v.view(start, len)?),
             Storage::F16(v) => Storage::F16(v.view(start, len)?),
         })
+    }
+
+    /// Overwrites these elements with `src`'s, in place: both of one type and length, and
+    /// nothing else referring to this buffer (a device's caller-provided output).
+    pub fn copy_from(&mut self, src: &Storage) -> Result<(), KernelError> {
+        let (have, len) = (src.dtype(), src.len());
+        if have != self.dtype() || len != self.len() {
+            return Err(KernelError::Invalid(format!(
+                "an output of {len} {} elements was written into a buffer of {} {}",
+                have.name(),
+                self.len(),
+                self.dtype().name()
+            )));
+        }
+        let shared = || KernelError::Invalid("an output buffer that something else still refers to".into());
+        macro_rules! copy {
+            ($($v:ident),*) => {
+                match (self, src) {
+                    $((Storage::$v(d), Storage::$v(s)) => d.as_mut_slice().ok_or_else(shared)?.copy_from_slice(s),)*
+                    _ => unreachable!("the element types were compared above"),
+                }
+            };
+        }
+        copy!(F32, F64, I32, Bool, Bf16, F16);
+        Ok(())
     }
 
     /// The address of the first element (identifies a buffer and a position in it).
@@ -356,6 +387,11 @@ impl Tensor {
     }
     pub fn storage(&self) -> &Storage {
         &self.storage
+    }
+
+    /// The storage for writing in place (see [`Storage::copy_from`]).
+    pub fn storage_mut(&mut self) -> &mut Storage {
+        &mut self.storage
     }
     /// The shape and storage, giving up the tensor (a caller that owns the only reference to
     /// the storage may reuse its buffer).

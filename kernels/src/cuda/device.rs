@@ -1,20 +1,22 @@
 //! The CUDA device behind the [`Device`] trait: `ops.cu` compiled by NVRTC for the GPU's own
-//! architecture, buffers and launches through cudarc on one stream.
+//! architecture, buffers and launches through cudarc on its streams (the context's default
+//! one and any `new_stream` makes; cudarc's events order a buffer's uses across them).
 //!
 //! It runs the kernels `ops.cu` holds (reductions over one axis, arg-max/min, softmax,
 //! log-softmax, cumsum, gather) and the shape-only kernels (reshape, expand/squeeze dims), on
 //! f32 and f64; every other kernel answers an error naming it, so a caller falls back or stops
-//! clearly. Nothing here has run on a GPU yet: the test suite's machines have none, and
+//! clearly. A view input is made contiguous first; a view is copied through the host (a
+//! strided-copy kernel is still to come), and device-to-device copies stay on the GPU. Nothing here has run on a GPU yet: the test suite's machines have none, and
 //! `kernels/tests/cuda_device.rs` skips with the reason there; `scripts/gpu_check.sh` runs it
 //! on a machine that has one.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{CudaContext, CudaModule, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 
 use super::{compile_cubin, driver_present, NVRTC_OPTIONS, OPS_SOURCE};
 use crate::cpu::reduce::ReduceOp;
-use crate::device::{arity, need_axis, Device, DeviceTensor, KernelId, KernelParams};
+use crate::device::{arity, gather_host, need_axis, Device, DeviceTensor, KernelId, KernelParams, MemoryStats, Stream};
 use crate::error::KernelError;
 use crate::tensor::{DType, Tensor};
 
@@ -25,10 +27,11 @@ enum Buf {
     I32(CudaSlice<i32>),
 }
 
-/// One CUDA GPU: its context, the stream every launch goes to, and the loaded `ops.cu` module.
+/// One CUDA GPU: its context's streams (`Stream(i)` is the i-th; 0 the default) and the
+/// loaded `ops.cu` module.
 pub struct CudaDevice {
     name: String,
-    stream: Arc<CudaStream>,
+    streams: Mutex<Vec<Arc<CudaStream>>>,
     module: Arc<CudaModule>,
 }
 
@@ -52,7 +55,31 @@ impl CudaDevice {
         let arch = format!("sm_{major}{minor}");
         let cubin = compile_cubin(OPS_SOURCE, &arch, NVRTC_OPTIONS).map_err(KernelError::Invalid)?;
         let module = ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin)).map_err(driver)?;
-        Ok(CudaDevice { name: format!("cuda:{ordinal}"), stream: ctx.default_stream(), module })
+        Ok(CudaDevice { name: format!("cuda:{ordinal}"), streams: Mutex::new(vec![ctx.default_stream()]), module })
+    }
+
+    fn stream(&self, s: Stream) -> Result<Arc<CudaStream>, KernelError> {
+        let streams =
+            self.streams.lock().map_err(|_| KernelError::Invalid(format!("{}: streams poisoned", self.name)))?;
+        streams
+            .get(s.0 as usize)
+            .cloned()
+            .ok_or_else(|| KernelError::Invalid(format!("{}: no stream {}", self.name, s.0)))
+    }
+
+    fn default_stream(&self) -> Result<Arc<CudaStream>, KernelError> {
+        self.stream(Stream::DEFAULT)
+    }
+
+    /// The whole buffer of `d` on the host, as a 1-D tensor.
+    fn download_base(&self, d: &DeviceTensor) -> Result<Tensor, KernelError> {
+        let s = self.default_stream()?;
+        let len = d.base_len();
+        match self.buf(d)? {
+            Buf::F32(v) => Tensor::from_vec(vec![len], s.clone_dtoh(v).map_err(driver)?),
+            Buf::F64(v) => Tensor::from_vec(vec![len], s.clone_dtoh(v).map_err(driver)?),
+            Buf::I32(v) => Tensor::from_vec(vec![len], s.clone_dtoh(v).map_err(driver)?),
+        }
     }
 
     fn buf<'a>(&self, d: &'a DeviceTensor) -> Result<&'a Buf, KernelError> {
@@ -72,6 +99,7 @@ impl CudaDevice {
         axis: usize,
         out_shape: Vec<usize>,
         ints: bool,
+        s: &Arc<CudaStream>,
     ) -> Result<DeviceTensor, KernelError> {
         let shape = x.shape();
         if axis >= shape.len() {
@@ -82,7 +110,6 @@ impl CudaDevice {
         let (o, n, i) = (outer as i64, shape[axis] as i64, inner as i64);
         let len: usize = out_shape.iter().product();
         let cfg = LaunchConfig::for_num_elems((outer * inner).clamp(1, u32::MAX as usize) as u32);
-        let s = &self.stream;
         macro_rules! go {
             ($src:expr, $suffix:literal, $out:ty, $variant:ident, $dt:expr) => {{
                 let f = self.module.load_function(&format!("msl_{name}_{}", $suffix)).map_err(driver)?;
@@ -122,7 +149,7 @@ impl Device for CudaDevice {
     }
 
     fn alloc(&self, dtype: DType, len: usize) -> Result<DeviceTensor, KernelError> {
-        let s = &self.stream;
+        let s = &self.default_stream()?;
         let b = match dtype {
             DType::F32 => Buf::F32(s.alloc_zeros(len).map_err(driver)?),
             DType::F64 => Buf::F64(s.alloc_zeros(len).map_err(driver)?),
@@ -133,7 +160,7 @@ impl Device for CudaDevice {
     }
 
     fn upload(&self, t: &Tensor) -> Result<DeviceTensor, KernelError> {
-        let s = &self.stream;
+        let s = &self.default_stream()?;
         let b = if let Some(v) = t.as_f32() {
             Buf::F32(s.clone_htod(v).map_err(driver)?)
         } else if let Some(v) = t.as_f64() {
@@ -147,21 +174,24 @@ impl Device for CudaDevice {
     }
 
     fn download(&self, d: &DeviceTensor) -> Result<Tensor, KernelError> {
-        let s = &self.stream;
-        let shape = d.shape().to_vec();
-        match self.buf(d)? {
-            Buf::F32(v) => Tensor::from_vec(shape, s.clone_dtoh(v).map_err(driver)?),
-            Buf::F64(v) => Tensor::from_vec(shape, s.clone_dtoh(v).map_err(driver)?),
-            Buf::I32(v) => Tensor::from_vec(shape, s.clone_dtoh(v).map_err(driver)?),
-        }
+        let base = self.download_base(d)?;
+        gather_host(&base, d)
     }
 
-    fn launch(
+    fn launch_on(
         &self,
+        stream: Stream,
         kernel: KernelId,
         inputs: &[&DeviceTensor],
         p: &KernelParams,
     ) -> Result<DeviceTensor, KernelError> {
+        let s = &self.stream(stream)?;
+        let dense: Vec<DeviceTensor> = inputs.iter().map(|d| self.contiguous(stream, d)).collect::<Result<_, _>>()?;
+        let inputs: Vec<&DeviceTensor> = dense.iter().collect();
+        let inputs = &inputs[..];
+        if kernel == KernelId::Contiguous {
+            return arity(kernel, inputs, 1).map(|()| inputs[0].clone());
+        }
         // Every kernel this device runs takes one input.
         let one = || arity(kernel, inputs, 1).map(|()| inputs[0]);
         let axis = || need_axis(kernel, p);
@@ -176,13 +206,13 @@ impl Device for CudaDevice {
                     ReduceOp::Min => "min",
                     ReduceOp::Prod => return Err(KernelError::Invalid(format!("{}: no prod kernel yet", self.name))),
                 };
-                self.axis_kernel(name, x, a, reduced(x.shape(), a, p.keepdims), false)
+                self.axis_kernel(name, x, a, reduced(x.shape(), a, p.keepdims), false, s)
             }
             KernelId::ArgMax | KernelId::ArgMin => {
                 let x = one()?;
                 let a = axis()?;
                 let name = if kernel == KernelId::ArgMax { "argmax" } else { "argmin" };
-                self.axis_kernel(name, x, a, reduced(x.shape(), a, p.keepdims), true)
+                self.axis_kernel(name, x, a, reduced(x.shape(), a, p.keepdims), true, s)
             }
             KernelId::Softmax | KernelId::LogSoftmax | KernelId::Cumsum => {
                 let x = one()?;
@@ -191,7 +221,7 @@ impl Device for CudaDevice {
                     KernelId::LogSoftmax => "log_softmax",
                     _ => "cumsum",
                 };
-                self.axis_kernel(name, x, axis()?, x.shape().to_vec(), false)
+                self.axis_kernel(name, x, axis()?, x.shape().to_vec(), false, s)
             }
             KernelId::Reshape | KernelId::ExpandDims | KernelId::Squeeze => {
                 let x = one()?;
@@ -221,7 +251,51 @@ impl Device for CudaDevice {
         }
     }
 
+    fn copy_into(&self, stream: Stream, src: &DeviceTensor, dst: &mut DeviceTensor) -> Result<(), KernelError> {
+        let s = self.stream(stream)?;
+        if !dst.is_contiguous() || dst.len() != src.len() || dst.dtype() != src.dtype() {
+            return Err(KernelError::Invalid(format!(
+                "{}: an output must be contiguous, of the input's size and dtype",
+                self.name
+            )));
+        }
+        let host = if src.is_contiguous() { None } else { Some(self.download(src)?) };
+        let name = self.name.clone();
+        let out = dst
+            .buffer_mut::<Buf>()
+            .ok_or_else(|| KernelError::Invalid(format!("{name}: an output that is shared or on another device")))?;
+        let mismatch = || KernelError::Invalid(format!("{name}: copy between element types"));
+        match (host, out) {
+            (Some(h), Buf::F32(o)) => s.memcpy_htod(h.as_f32().ok_or_else(mismatch)?, o).map_err(driver),
+            (Some(h), Buf::F64(o)) => s.memcpy_htod(h.as_f64().ok_or_else(mismatch)?, o).map_err(driver),
+            (Some(h), Buf::I32(o)) => s.memcpy_htod(h.as_i32().ok_or_else(mismatch)?, o).map_err(driver),
+            (None, o) => match (src.buffer::<Buf>().ok_or_else(mismatch)?, o) {
+                (Buf::F32(i), Buf::F32(o)) => s.memcpy_dtod(i, o).map_err(driver),
+                (Buf::F64(i), Buf::F64(o)) => s.memcpy_dtod(i, o).map_err(driver),
+                (Buf::I32(i), Buf::I32(o)) => s.memcpy_dtod(i, o).map_err(driver),
+                _ => Err(mismatch()),
+            },
+        }
+    }
+
+    fn new_stream(&self) -> Result<Stream, KernelError> {
+        let s = self.default_stream()?.context().new_stream().map_err(driver)?;
+        let mut streams =
+            self.streams.lock().map_err(|_| KernelError::Invalid(format!("{}: streams poisoned", self.name)))?;
+        streams.push(s);
+        Ok(Stream(streams.len() as u32 - 1))
+    }
+
+    fn synchronize_stream(&self, stream: Stream) -> Result<(), KernelError> {
+        self.stream(stream)?.synchronize().map_err(driver)
+    }
+
     fn synchronize(&self) -> Result<(), KernelError> {
-        self.stream.synchronize().map_err(driver)
+        self.default_stream()?.context().synchronize().map_err(driver)
+    }
+
+    /// No caching allocator yet: cudarc allocates and frees each buffer on its stream.
+    fn memory(&self) -> MemoryStats {
+        MemoryStats::default()
     }
 }

@@ -58,3 +58,116 @@ fn launch_checks_arity_and_parameters() {
     let foreign = kernels::DeviceTensor::new(vec![2], DType::F32, std::sync::Arc::new(5u8));
     assert!(dev.download(&foreign).is_err());
 }
+
+fn f32s(shape: &[usize], seed: u64) -> kernels::Tensor {
+    let n = shape.iter().product();
+    t32(shape, &lcg(n, seed).iter().map(|&x| x as f32).collect::<Vec<_>>())
+}
+
+#[test]
+fn views_select_what_the_copying_kernels_make() {
+    let dev = CpuDevice;
+    let a = f32s(&[2, 3, 4], 3);
+    let d = dev.upload(&a).unwrap();
+    let down = |v: &kernels::DeviceTensor| dev.download(v).unwrap();
+    assert_eq!(down(&d.permuted(&[2, 0, 1]).unwrap()), ops::permute(&a, &[2, 0, 1]).unwrap());
+    assert_eq!(down(&d.transposed_last().unwrap()), ops::swap_last(&a).unwrap());
+    assert_eq!(down(&d.broadcast_to(&[5, 2, 3, 4]).unwrap()), ops::broadcast_to(&a, &[5, 2, 3, 4]).unwrap());
+    let col = dev.upload(&f32s(&[3, 1], 4)).unwrap();
+    assert_eq!(down(&col.broadcast_to(&[2, 3, 4]).unwrap()), ops::broadcast_to(&f32s(&[3, 1], 4), &[2, 3, 4]).unwrap());
+    let specs = [SliceSpec::Full, SliceSpec::Range { start: 1, end: 3 }];
+    assert_eq!(down(&d.narrowed(1, 1, 2).unwrap()), ops::slice(&a, &specs).unwrap());
+    assert_eq!(down(&d.expanded(1).unwrap()), ops::expand_dims(&a, 1).unwrap());
+    assert_eq!(down(&d.expanded(3).unwrap().squeezed(Some(3)).unwrap()), a);
+    // Views of views: a narrowed, permuted, broadcast tensor.
+    let chain = d.narrowed(2, 1, 3).unwrap().permuted(&[1, 0, 2]).unwrap().expanded(0).unwrap();
+    let step = ops::slice(&a, &[SliceSpec::Full, SliceSpec::Full, SliceSpec::Range { start: 1, end: 4 }]).unwrap();
+    let want = ops::expand_dims(&ops::permute(&step, &[1, 0, 2]).unwrap(), 0).unwrap();
+    assert_eq!(down(&chain), want);
+    assert!(!chain.is_contiguous() && d.is_contiguous());
+    // Every element type is viewed the same way.
+    let i = ti(&[2, 3], &[1, 2, 3, 4, 5, 6]);
+    let di = dev.upload(&i).unwrap().transposed_last().unwrap();
+    assert_eq!(down(&di), ops::swap_last(&i).unwrap());
+    let h = a.cast(DType::Bf16);
+    assert_eq!(down(&dev.upload(&h).unwrap().permuted(&[1, 2, 0]).unwrap()), ops::permute(&h, &[1, 2, 0]).unwrap());
+    // A row-major view reshapes in place; a transposed one must be copied first.
+    assert!(d.narrowed(0, 1, 1).unwrap().reshaped(&[12]).is_some());
+    assert!(d.transposed_last().unwrap().reshaped(&[24]).is_none());
+    let dense = dev.contiguous(kernels::Stream::DEFAULT, &d.transposed_last().unwrap()).unwrap();
+    assert!(dense.is_contiguous());
+    assert_eq!(down(&dense.reshaped(&[24]).unwrap()), ops::reshape(&ops::swap_last(&a).unwrap(), &[24]).unwrap());
+}
+
+#[test]
+fn views_outside_their_tensor_are_refused() {
+    let d = CpuDevice.upload(&f32s(&[2, 3], 5)).unwrap();
+    assert!(d.narrowed(1, 2, 2).is_err());
+    assert!(d.narrowed(2, 0, 1).is_err());
+    assert!(d.permuted(&[0, 0]).is_err());
+    assert!(d.permuted(&[1]).is_err());
+    assert!(d.broadcast_to(&[4, 3]).is_err());
+    assert!(d.broadcast_to(&[3]).is_err());
+    assert!(d.expanded(3).is_err());
+    assert!(d.squeezed(Some(0)).is_err());
+    assert!(d.narrowed(0, 1, 0).unwrap().is_empty());
+}
+
+#[test]
+fn kernels_read_views_through_their_strides() {
+    let dev = CpuDevice;
+    let (a, b) = (f32s(&[2, 4, 3], 6), f32s(&[2, 4, 5], 7));
+    let (da, db) = (dev.upload(&a).unwrap(), dev.upload(&b).unwrap());
+    let none = KernelParams::new();
+    // `transpose(a) @ b` reads `a` as stored (the GEMM's transposed operand), as the copy would.
+    let ta = da.transposed_last().unwrap();
+    let r = dev.launch(KernelId::Matmul, &[&ta, &db], &none).unwrap();
+    assert_eq!(dev.download(&r).unwrap(), ops::matmul(&ops::swap_last(&a).unwrap(), &b).unwrap());
+    let tb = db.transposed_last().unwrap();
+    let r = dev.launch(
+        KernelId::MatmulT { transpose_a: true, transpose_b: false },
+        &[&da, &tb.transposed_last().unwrap()],
+        &none,
+    );
+    assert_eq!(dev.download(&r.unwrap()).unwrap(), ops::matmul_t(&a, &b, true, false).unwrap());
+    // Elementwise kernels on a permuted and a broadcast view.
+    let p = da.permuted(&[0, 2, 1]).unwrap();
+    let row = dev.upload(&f32s(&[4], 8)).unwrap().broadcast_to(&[2, 3, 4]).unwrap();
+    let r = dev.launch(KernelId::Binary(BinaryOp::Mul), &[&p, &row], &none).unwrap();
+    let want = ops::binary(BinaryOp::Mul, &ops::permute(&a, &[0, 2, 1]).unwrap(), &f32s(&[4], 8)).unwrap();
+    assert_eq!(dev.download(&r).unwrap(), want);
+    let n = da.narrowed(1, 1, 2).unwrap();
+    let r = dev.launch(KernelId::Reduce(ReduceOp::Sum), &[&n], &KernelParams::new().axis(1)).unwrap();
+    let want = ops::reduce(
+        ReduceOp::Sum,
+        &ops::slice(&a, &[SliceSpec::Full, SliceSpec::Range { start: 1, end: 3 }]).unwrap(),
+        Some(1),
+        false,
+    );
+    assert_eq!(dev.download(&r).unwrap(), want.unwrap());
+}
+
+#[test]
+fn outputs_go_where_the_caller_says_on_any_stream() {
+    let dev = CpuDevice;
+    let a = f32s(&[3, 4], 9);
+    let da = dev.upload(&a).unwrap();
+    let (s1, s2) = (dev.new_stream().unwrap(), dev.new_stream().unwrap());
+    assert!(s1 != s2 && s1 != kernels::Stream::DEFAULT);
+    let mut out = dev.alloc(DType::F32, 12).unwrap().with_shape(vec![3, 4]);
+    dev.launch_into(s1, KernelId::Unary(UnaryOp::Exp), &[&da], &KernelParams::new(), &mut out).unwrap();
+    dev.synchronize_stream(s1).unwrap();
+    assert_eq!(dev.download(&out).unwrap(), ops::unary(UnaryOp::Exp, &a).unwrap());
+    // The same buffer takes the next result (no new allocation on the caller's side).
+    dev.launch_into(s2, KernelId::Unary(UnaryOp::Tanh), &[&da], &KernelParams::new(), &mut out).unwrap();
+    dev.synchronize().unwrap();
+    assert_eq!(dev.download(&out).unwrap(), ops::unary(UnaryOp::Tanh, &a).unwrap());
+    // An output of the wrong shape, or one something else still reads, is refused.
+    let mut wrong = dev.alloc(DType::F32, 12).unwrap();
+    assert!(dev.launch_into(s1, KernelId::Unary(UnaryOp::Exp), &[&da], &KernelParams::new(), &mut wrong).is_err());
+    let held = out.clone();
+    assert!(dev.launch_into(s1, KernelId::Unary(UnaryOp::Exp), &[&da], &KernelParams::new(), &mut out).is_err());
+    assert_eq!(dev.download(&held).unwrap(), ops::unary(UnaryOp::Tanh, &a).unwrap());
+    let stats = dev.memory();
+    assert!(stats.cached_bytes >= stats.cached_blocks);
+}

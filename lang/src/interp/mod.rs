@@ -8,6 +8,7 @@ pub mod accel;
 mod checkpoint;
 mod compress;
 mod data;
+mod device;
 pub mod host;
 mod pipeline;
 mod prims;
@@ -191,6 +192,9 @@ pub struct Interp<'p> {
     /// stops at the first one that has them. Nothing is compiled then (like `jax_debug_nans`'
     /// op-by-op rerun), so the first such primitive is found whatever the engine.
     pub nan_check: bool,
+    /// Where primitives run (`interp::device`): the CPU device unless the embedder gives
+    /// another.
+    pub device: Arc<dyn kernels::Device>,
     /// Reads of locals that are their last (`ir::opt::last_uses`), by expression id: the value
     /// moves out of the frame there. Set for whole programs (`msl run`, `msl test`, spec files,
     /// the JIT at `-O2`), never in the REPL, whose later input may read any local again.
@@ -219,6 +223,7 @@ impl<'p> Interp<'p> {
             closure_dims: HashMap::new(),
             accel: None,
             nan_check: false,
+            device: Arc::new(kernels::CpuDevice),
             moves: Default::default(),
             preset: Vec::new(),
             spmd: None,

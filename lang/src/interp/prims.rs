@@ -4,18 +4,14 @@
 use super::value::{self, scalar_i64, ModelValue, Value};
 use super::{kerr, rt, Frame, Interp, R};
 use crate::diag::Code;
-use crate::ir::eval::{binary_op, dtype_of, elementwise, reduce_op, unary_op, unify_dtypes};
+use crate::ir::eval::{binary_op, dtype_of, reduce_op, unary_op, unary_operand, unify_dtypes};
 use crate::ir::{self, Attrs, Expr, ExprKind, Prim};
 use crate::source::Span;
 use crate::types::TensorTy;
 use crate::types::{ElemTy, Type};
 use kernels::ops::{self, BinaryOp, SliceSpec};
-use kernels::{rng, DType, Tensor};
+use kernels::{rng, DType, KernelId, KernelParams, Tensor};
 use std::rc::Rc;
-
-pub(crate) fn tensor_binary(op: BinaryOp, a: &Tensor, b: &Tensor, span: Span) -> R<Tensor> {
-    crate::ir::eval::binary(op, a, b).map_err(|e| kerr(e, span))
-}
 
 fn t(v: &Value, span: Span) -> R<&Tensor> {
     v.tensor().ok_or_else(|| rt(Code::E0605, "expected a tensor value", span))
@@ -120,15 +116,7 @@ impl Interp<'_> {
         let (a, b) = unify_dtypes(a, b);
         // Products over storage-only types accumulate in f32 (LANGUAGE.md §10).
         let (a, b) = (widened(a), widened(b));
-        let r = if flags == [false; 2] || a.rank() < 2 || b.rank() < 2 {
-            // Copies only where needed (a rank-1 operand is reshaped by `matmul`).
-            let undo = |x: Tensor, f: bool| if f { ops::swap_last(&x) } else { Ok(x) };
-            let (a, b) = (undo(a, flags[0]).map_err(|k| kerr(k, span))?, undo(b, flags[1]).map_err(|k| kerr(k, span))?);
-            ops::matmul(&a, &b)
-        } else {
-            ops::matmul_t(&a, &b, flags[0], flags[1])
-        };
-        let r = r.map(|t| Value::Tensor(stored(t, &e.ty))).map_err(|k| kerr(k, span));
+        let r = self.gemm(&a, &b, flags, span).map(|t| Value::Tensor(stored(t, &e.ty)));
         self.trace_prim(t0, Prim::MatMul, e, &r, None);
         r
     }
@@ -192,26 +180,28 @@ impl Interp<'_> {
             attrs
         };
         let k = |r: Result<Tensor, kernels::KernelError>| r.map(Value::Tensor).map_err(|e| kerr(e, span));
-        if unary_op(p).is_some() {
-            if let Some(r) = elementwise(p, None, std::slice::from_ref(t(&args[0], span)?)) {
-                return k(r);
-            }
+        let kt = |r: R<Tensor>| r.map(Value::Tensor);
+        let x0 = || t(&args[0], span);
+        let along = |axis: Option<usize>| KernelParams { axis, keepdims: attrs.keepdims, ..KernelParams::new() };
+        if let Some(op) = unary_op(p) {
+            return kt(self.kernel1(KernelId::Unary(op), &unary_operand(p, x0()?), KernelParams::new(), span));
         }
         if let Some(op) = binary_op(p) {
             return self.binary(op, &args[0], &args[1], span);
         }
         if let Some(op) = reduce_op(p) {
-            let x = t(&args[0], span)?;
+            let x = x0()?;
             let x = if x.dtype() == DType::Bool { x.cast(DType::I32) } else { x.clone() };
-            return k(ops::reduce(op, &x, attrs.axis, attrs.keepdims));
+            return kt(self.kernel1(KernelId::Reduce(op), &x, along(attrs.axis), span));
         }
+        let axis0 = Some(attrs.axis.unwrap_or(0));
         match p {
-            Prim::Argmax => k(ops::argmax(t(&args[0], span)?, attrs.axis, attrs.keepdims)),
-            Prim::Argmin => k(ops::argmin(t(&args[0], span)?, attrs.axis, attrs.keepdims)),
-            Prim::Logsumexp => k(ops::logsumexp(t(&args[0], span)?, attrs.axis, attrs.keepdims)),
-            Prim::Cumsum => k(ops::cumsum(t(&args[0], span)?, attrs.axis.unwrap_or(0))),
-            Prim::Softmax => k(ops::softmax(t(&args[0], span)?, attrs.axis.unwrap_or(0))),
-            Prim::LogSoftmax => k(ops::log_softmax(t(&args[0], span)?, attrs.axis.unwrap_or(0))),
+            Prim::Argmax => kt(self.kernel1(KernelId::ArgMax, x0()?, along(attrs.axis), span)),
+            Prim::Argmin => kt(self.kernel1(KernelId::ArgMin, x0()?, along(attrs.axis), span)),
+            Prim::Logsumexp => kt(self.kernel1(KernelId::LogSumExp, x0()?, along(attrs.axis), span)),
+            Prim::Cumsum => kt(self.kernel1(KernelId::Cumsum, x0()?, along(axis0), span)),
+            Prim::Softmax => kt(self.kernel1(KernelId::Softmax, x0()?, along(axis0), span)),
+            Prim::LogSoftmax => kt(self.kernel1(KernelId::LogSoftmax, x0()?, along(axis0), span)),
             Prim::Quantize => super::compress::quantize(&args[0]).map_err(|e| kerr(e, span)),
             Prim::Prune => {
                 let s = t(&args[1], span)?.scalar_value_f64().unwrap_or(f64::NAN);
@@ -222,14 +212,20 @@ impl Interp<'_> {
                     return k(super::compress::matmul(t(&args[0], span)?.clone(), q));
                 }
                 let (a, b) = unify_dtypes(t(&args[0], span)?.clone(), t(&args[1], span)?.clone());
-                k(ops::matmul(&a, &b))
+                kt(self.gemm(&a, &b, [false; 2], span))
             }
-            Prim::Where | Prim::Cast => {
+            Prim::Where => {
                 let ts = args.iter().map(|v| t(v, span).cloned()).collect::<R<Vec<_>>>()?;
-                match elementwise(p, attrs.dtype, &ts) {
-                    Some(r) => k(r),
-                    None => Err(rt(Code::E0605, format!("`{}` takes more operands", p.name()), span)),
-                }
+                let [c, a, b] = &ts[..] else {
+                    return Err(rt(Code::E0605, "`where` takes three operands", span));
+                };
+                let (a, b) = unify_dtypes(a.clone(), b.clone());
+                kt(self.kernel(KernelId::Where, &[c, &a, &b], &KernelParams::new(), span))
+            }
+            // A conversion that cannot hold the value (NaN, ±inf, out of range to i32) is an error.
+            Prim::Cast => {
+                let to = dtype_of(attrs.dtype.unwrap_or(ElemTy::F32));
+                kt(self.kernel1(KernelId::Cast, x0()?, KernelParams::new().dtype(to), span))
             }
             Prim::Reshape => {
                 // A sharded result (`shard::rules`): this rank reshapes its block.
@@ -249,19 +245,21 @@ impl Interp<'_> {
                         }
                     }
                 }
-                k(ops::reshape(t(&args[0], span)?, &shape))
+                kt(self.kernel1(KernelId::Reshape, x0()?, KernelParams::new().shape(&shape), span))
             }
             Prim::BroadcastTo => {
                 let shape = self.local_shape(&e.ty, self.dims_usize(frame, &attrs.shape, span)?);
-                k(ops::broadcast_to(t(&args[0], span)?, &shape))
+                kt(self.kernel1(KernelId::BroadcastTo, x0()?, KernelParams::new().shape(&shape), span))
             }
-            Prim::Transpose | Prim::Permute => k(ops::permute(t(&args[0], span)?, &attrs.perm)),
+            Prim::Transpose | Prim::Permute => {
+                kt(self.kernel1(KernelId::Permute, x0()?, KernelParams::new().perm(&attrs.perm), span))
+            }
             Prim::Concat | Prim::Stack => {
-                let ts: Vec<Tensor> = args.iter().map(|a| t(a, span).cloned()).collect::<R<_>>()?;
-                let axis = attrs.axis.unwrap_or(0);
-                k(if p == Prim::Concat { ops::concat(&ts, axis) } else { ops::stack(&ts, axis) })
+                let ts: Vec<&Tensor> = args.iter().map(|a| t(a, span)).collect::<R<_>>()?;
+                let id = if p == Prim::Concat { KernelId::Concat } else { KernelId::Stack };
+                kt(self.kernel(id, &ts, &along(axis0), span))
             }
-            Prim::ExpandDims => k(ops::expand_dims(t(&args[0], span)?, attrs.axis.unwrap_or(0))),
+            Prim::ExpandDims => kt(self.kernel1(KernelId::ExpandDims, x0()?, along(axis0), span)),
             Prim::Squeeze => {
                 // `squeeze(x)` removes exactly the dims the checker removed (literal 1s).
                 let x = t(&args[0], span)?;
@@ -269,16 +267,22 @@ impl Interp<'_> {
                     Type::Tensor(TensorTy { shape: s, .. }) => self.dims_usize(frame, &shape_dims(s), span)?,
                     _ => vec![],
                 };
-                k(ops::reshape(x, &out_shape))
+                kt(self.kernel1(KernelId::Reshape, x, KernelParams::new().shape(&out_shape), span))
             }
-            Prim::Gather => k(ops::gather(t(&args[0], span)?, t(&args[1], span)?, attrs.axis.unwrap_or(0))),
+            Prim::Gather => kt(self.kernel(KernelId::Gather, &[x0()?, t(&args[1], span)?], &along(axis0), span)),
             Prim::OneHot => {
                 let n = self.dims_usize(frame, &attrs.shape, span)?;
-                k(ops::one_hot(t(&args[0], span)?, n[0], dtype_of(attrs.dtype.unwrap_or(ElemTy::F32))))
+                let p = KernelParams::new().n(n[0]).dtype(dtype_of(attrs.dtype.unwrap_or(ElemTy::F32)));
+                kt(self.kernel1(KernelId::OneHot, x0()?, p, span))
             }
             Prim::Einsum => {
-                let ts: Vec<Tensor> = args.iter().map(|a| t(a, span).cloned()).collect::<R<_>>()?;
-                k(ops::einsum(attrs.spec.as_deref().unwrap_or(""), &ts))
+                let ts: Vec<&Tensor> = args.iter().map(|a| t(a, span)).collect::<R<_>>()?;
+                kt(self.kernel(
+                    KernelId::Einsum,
+                    &ts,
+                    &KernelParams::new().spec(attrs.spec.as_deref().unwrap_or("")),
+                    span,
+                ))
             }
             Prim::Conv2d
             | Prim::Conv2dInputGrad
@@ -290,12 +294,13 @@ impl Interp<'_> {
             Prim::Slice => {
                 let x = t(&args[0], span)?;
                 let specs = self.slice_specs(&attrs.perm, &args[1..], span)?;
-                k(ops::slice(x, &specs))
+                kt(self.kernel1(KernelId::Slice, x, KernelParams::new().slices(&specs), span))
             }
             Prim::ScatterAdd => {
                 // A split result (`shard::rules`) is this rank's block.
                 let shape = self.local_shape(&e.ty, self.dims_usize(frame, &attrs.shape, span)?);
-                k(ops::scatter_add(&shape, t(&args[1], span)?, t(&args[0], span)?, attrs.axis.unwrap_or(0)))
+                let p = KernelParams { axis: axis0, ..KernelParams::new().shape(&shape) };
+                kt(self.kernel(KernelId::ScatterAdd, &[t(&args[1], span)?, x0()?], &p, span))
             }
             Prim::Update => {
                 let at = scalar_i64(t(&args[2], span)?).unwrap_or(0);
@@ -558,10 +563,10 @@ impl Interp<'_> {
         }
         let model = matches!(a, Value::Model(_)) || matches!(b, Value::Model(_));
         if let Some((like, ts)) = if model { flat_operands([a, b]) } else { None } {
-            return wrap_flat(like, &tensor_binary(op, &ts[0], &ts[1], span)?, span);
+            return wrap_flat(like, &self.tensor_binary(op, &ts[0], &ts[1], span)?, span);
         }
         match (a, b) {
-            (Value::Tensor(x), Value::Tensor(y)) => tensor_binary(op, x, y, span).map(Value::Tensor),
+            (Value::Tensor(x), Value::Tensor(y)) => self.tensor_binary(op, x, y, span).map(Value::Tensor),
             // Model arithmetic works on the float tensors; integer and bool fields (counters,
             // masks) keep the model operand's values, as the model's type says they must.
             (Value::Model(m), Value::Model(n)) => {

@@ -25,14 +25,7 @@ pub fn dtype_of(t: crate::types::ElemTy) -> DType {
 /// `None` for any other primitive.
 pub fn elementwise(p: Prim, to: Option<ElemTy>, args: &[Tensor]) -> Option<Result<Tensor, KernelError>> {
     if let Some(op) = unary_op(p) {
-        let x = args.first()?;
-        // A weak integer literal under a float function is computed in floating point.
-        let x = if x.dtype() == DType::I32 && !matches!(p, Prim::Neg | Prim::Abs | Prim::Sign | Prim::Relu) {
-            x.cast(DType::F64)
-        } else {
-            x.clone()
-        };
-        return Some(ops::unary(op, &x));
+        return Some(ops::unary(op, &unary_operand(p, args.first()?)));
     }
     if let Some(op) = binary_op(p) {
         return Some(binary(op, args.first()?, args.get(1)?));
@@ -45,6 +38,16 @@ pub fn elementwise(p: Prim, to: Option<ElemTy>, args: &[Tensor]) -> Option<Resul
         // A conversion that cannot hold the value (NaN, ±inf, out of range to i32) is an error.
         Prim::Cast => Some(args.first()?.try_cast(dtype_of(to.unwrap_or(ElemTy::F32)))),
         _ => None,
+    }
+}
+
+/// The operand of unary primitive `p` as its kernel takes it: a weak integer literal under a
+/// float function is computed in floating point.
+pub fn unary_operand(p: Prim, x: &Tensor) -> Tensor {
+    if x.dtype() == DType::I32 && !matches!(p, Prim::Neg | Prim::Abs | Prim::Sign | Prim::Relu) {
+        x.cast(DType::F64)
+    } else {
+        x.clone()
     }
 }
 
@@ -149,7 +152,7 @@ pub fn binary(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor, KernelErro
 /// Host-code arithmetic on two scalars of one type, without going through a kernel (loop
 /// counters, accumulators). Integer division and remainder by zero take the kernel path, which
 /// reports the error.
-fn scalar_binary(op: BinaryOp, a: &Tensor, b: &Tensor) -> Option<Tensor> {
+pub fn scalar_binary(op: BinaryOp, a: &Tensor, b: &Tensor) -> Option<Tensor> {
     if a.rank() != 0 || b.rank() != 0 || a.dtype() != b.dtype() {
         return None;
     }

@@ -1,0 +1,144 @@
+//! The interpreter runs its primitives through the `kernels::Device` it is given: a device
+//! that records each launch sees a training step's kernels (the backward pass's GEMMs with
+//! transposed operands as strided views, not copies), and a device whose results differ
+//! changes what the program prints, so nothing bypasses it.
+
+use kernels::ops::BinaryOp;
+use kernels::{
+    CpuDevice, DType, Device, DeviceTensor, KernelError, KernelId, KernelParams, MemoryStats, Stream, Tensor,
+};
+use std::cell::RefCell;
+use std::io::Write;
+use std::path::Path;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+
+const SRC: &str = r#"
+model Mlp { w1: f32[4, 8] = glorot_uniform(4, 8), w2: f32[8, 3] = glorot_uniform(8, 3) }
+
+fn loss(m: Mlp, x: f32[16, 4], y: i32[16]) -> f32 {
+    let h = relu(x @ m.w1)
+    -mean(sum(log_softmax(h @ m.w2, axis: 1) * one_hot(y, 3), axis: 1))
+}
+
+fn main() {
+    let m = init(Mlp, seed: 1)
+    let x = normal(16, 4, seed: 2)
+    let y = arange(16) % 3
+    let (l, g) = value_and_grad(loss)(m, x, y)
+    print(l)
+    print(sum(g.w1) + sum(g.w2))
+}
+"#;
+
+/// Delegates to the CPU device and records every launch; `skew` adds 1 to the output of
+/// every `Binary(Mul)` (scalar arithmetic of one type stays on the host).
+#[derive(Default)]
+struct Recording {
+    launches: Mutex<Vec<(KernelId, bool)>>,
+    skew: bool,
+}
+
+impl Device for Recording {
+    fn name(&self) -> &str {
+        "recording"
+    }
+    fn alloc(&self, dtype: DType, len: usize) -> Result<DeviceTensor, KernelError> {
+        CpuDevice.alloc(dtype, len)
+    }
+    fn upload(&self, t: &Tensor) -> Result<DeviceTensor, KernelError> {
+        CpuDevice.upload(t)
+    }
+    fn download(&self, d: &DeviceTensor) -> Result<Tensor, KernelError> {
+        CpuDevice.download(d)
+    }
+    fn launch_on(
+        &self,
+        stream: Stream,
+        kernel: KernelId,
+        inputs: &[&DeviceTensor],
+        params: &KernelParams,
+    ) -> Result<DeviceTensor, KernelError> {
+        let viewed = inputs.iter().any(|d| !d.is_contiguous());
+        self.launches.lock().unwrap().push((kernel, viewed));
+        let out = CpuDevice.launch_on(stream, kernel, inputs, params)?;
+        if self.skew && kernel == KernelId::Binary(BinaryOp::Mul) {
+            let one = CpuDevice.upload(&kernels::ops::ones(out.dtype(), &[])?)?;
+            return CpuDevice.launch(KernelId::Binary(BinaryOp::Add), &[&out, &one], &KernelParams::new());
+        }
+        Ok(out)
+    }
+    fn copy_into(&self, stream: Stream, src: &DeviceTensor, dst: &mut DeviceTensor) -> Result<(), KernelError> {
+        CpuDevice.copy_into(stream, src, dst)
+    }
+    fn new_stream(&self) -> Result<Stream, KernelError> {
+        CpuDevice.new_stream()
+    }
+    fn synchronize_stream(&self, stream: Stream) -> Result<(), KernelError> {
+        CpuDevice.synchronize_stream(stream)
+    }
+    fn synchronize(&self) -> Result<(), KernelError> {
+        CpuDevice.synchronize()
+    }
+    fn memory(&self) -> MemoryStats {
+        CpuDevice.memory()
+    }
+}
+
+#[derive(Clone, Default)]
+struct Out(Rc<RefCell<Vec<u8>>>);
+
+impl Write for Out {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.borrow_mut().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// What `SRC` prints on `device`.
+fn run(device: Arc<dyn Device>) -> String {
+    let c = lang::check::check_source("device.msl", SRC, Path::new("."));
+    assert!(!c.has_errors(), "{:?}", c.diagnostics);
+    let main = c.program.root_funcs.iter().find(|(n, _)| n == "main").map(|(_, f)| *f).expect("main");
+    let out = Out::default();
+    let mut it = lang::interp::Interp::new(&c.program, Box::new(out.clone()));
+    it.device = device;
+    if let Err(e) = it.run_main(main) {
+        panic!("the program stops: {}", e.message);
+    }
+    drop(it);
+    let text = String::from_utf8(out.0.borrow().clone()).unwrap();
+    text
+}
+
+#[test]
+fn a_training_step_runs_through_the_device_it_is_given() {
+    let cpu = run(Arc::new(CpuDevice));
+    let rec = Arc::new(Recording::default());
+    assert_eq!(run(rec.clone()), cpu, "the same program on a device that delegates to the CPU prints the same");
+    let launches = rec.launches.lock().unwrap().clone();
+    let has = |k: KernelId| launches.iter().any(|(l, _)| *l == k);
+    for k in [
+        KernelId::Matmul,
+        KernelId::Unary(kernels::ops::UnaryOp::Relu),
+        KernelId::LogSoftmax,
+        KernelId::OneHot,
+        KernelId::Reduce(kernels::ops::ReduceOp::Sum),
+        KernelId::Binary(BinaryOp::Mul),
+    ] {
+        assert!(has(k), "no {k:?} launch among {launches:?}");
+    }
+    // The backward pass's `transpose(x) @ dh` and `dh @ transpose(w)` reach the GEMM as views.
+    let strided = launches.iter().filter(|(k, v)| *k == KernelId::Matmul && *v).count();
+    assert!(strided >= 2, "{strided} GEMMs took a strided view: {launches:?}");
+}
+
+#[test]
+fn nothing_bypasses_the_device() {
+    let cpu = run(Arc::new(CpuDevice));
+    let skewed = run(Arc::new(Recording { skew: true, ..Recording::default() }));
+    assert_ne!(skewed, cpu, "a device whose products are off by one changes what the program prints");
+}
