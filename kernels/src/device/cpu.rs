@@ -58,6 +58,14 @@ impl CpuDevice {
     }
 }
 
+/// The two integers of a convolution or pooling kernel.
+fn pair(kernel: KernelId, ints: &[i64]) -> Result<[usize; 2], KernelError> {
+    match ints {
+        &[a, b] if a >= 0 && b >= 0 => Ok([a as usize, b as usize]),
+        _ => Err(KernelError::Invalid(format!("kernel {kernel:?} needs two non-negative integers, got {ints:?}"))),
+    }
+}
+
 fn need_dtype(kernel: KernelId, p: &KernelParams) -> Result<DType, KernelError> {
     p.dtype.ok_or_else(|| KernelError::Invalid(format!("kernel {kernel:?} needs a dtype")))
 }
@@ -133,6 +141,92 @@ impl Device for CpuDevice {
             KernelId::Cumsum => ops::cumsum(one()?, need_axis(kernel, p)?)?,
             KernelId::Matmul | KernelId::MatmulT { .. } => unreachable!("run above"),
             KernelId::Contiguous => one()?.clone(),
+            KernelId::Conv2d => {
+                let (x, w) = two()?;
+                let [st, pad] = pair(kernel, &p.ints)?;
+                ops::conv2d(x, w, st, pad)?
+            }
+            KernelId::Conv2dInputGrad | KernelId::Conv2dWeightGrad => {
+                let (x, g) = two()?;
+                let [st, pad] = pair(kernel, &p.ints)?;
+                let size = [p.shape.first().copied().unwrap_or(0), p.shape.get(1).copied().unwrap_or(0)];
+                if kernel == KernelId::Conv2dInputGrad {
+                    ops::conv2d_input_grad(x, g, size, st, pad)?
+                } else {
+                    ops::conv2d_weight_grad(x, g, size, st, pad)?
+                }
+            }
+            KernelId::MaxPool2d => {
+                let [k, st] = pair(kernel, &p.ints)?;
+                match xs[..] {
+                    [x] => ops::max_pool2d(x, None, k, st)?,
+                    [x, v] => ops::max_pool2d(x, Some(v), k, st)?,
+                    _ => {
+                        return Err(KernelError::Invalid(format!(
+                            "kernel {kernel:?} takes 1 or 2 inputs, got {}",
+                            xs.len()
+                        )))
+                    }
+                }
+            }
+            KernelId::MaxPool2dGrad => {
+                let (x, g) = two()?;
+                let [k, st] = pair(kernel, &p.ints)?;
+                ops::max_pool2d_grad(x, g, k, st)?
+            }
+            KernelId::AvgPool2d => {
+                let [k, st] = pair(kernel, &p.ints)?;
+                ops::avg_pool2d(one()?, k, st)?
+            }
+            KernelId::AvgPool2dGrad => {
+                let [k, st] = pair(kernel, &p.ints)?;
+                let size = [p.shape.first().copied().unwrap_or(0), p.shape.get(1).copied().unwrap_or(0)];
+                ops::avg_pool2d_grad(one()?, size, k, st)?
+            }
+            KernelId::Attention | KernelId::AttentionWeights => {
+                let mask = ops::AttentionMask { len: p.ints.first().copied().unwrap_or(0), causal: p.flag };
+                if kernel == KernelId::Attention {
+                    arity(kernel, inputs, 3)?;
+                    ops::attention(xs[0], xs[1], xs[2], mask)?
+                } else {
+                    let (q, k) = two()?;
+                    ops::attention_weights(q, k, mask)?
+                }
+            }
+            KernelId::Argsort => ops::argsort(one()?, need_axis(kernel, p)?, p.flag, p.shape.first().copied())?,
+            KernelId::TakeAlong => {
+                let (x, idx) = two()?;
+                ops::take_along(x, idx, need_axis(kernel, p)?)?
+            }
+            KernelId::ScatterAddAlong => {
+                let (idx, upd) = two()?;
+                ops::scatter_add_along(&p.shape, idx, upd, need_axis(kernel, p)?)?
+            }
+            KernelId::Fill => {
+                arity(kernel, inputs, 0)?;
+                ops::full(need_dtype(kernel, p)?, &p.shape, p.value)?
+            }
+            KernelId::Arange => {
+                arity(kernel, inputs, 0)?;
+                ops::arange(p.n, need_dtype(kernel, p)?)?
+            }
+            KernelId::Eye => {
+                arity(kernel, inputs, 0)?;
+                ops::eye(p.n, need_dtype(kernel, p)?)?
+            }
+            KernelId::Uniform | KernelId::Normal => {
+                arity(kernel, inputs, 0)?;
+                let region = p
+                    .region
+                    .as_ref()
+                    .ok_or_else(|| KernelError::Invalid(format!("kernel {kernel:?} needs a region")))?;
+                let dt = need_dtype(kernel, p)?;
+                if kernel == KernelId::Uniform {
+                    crate::rng::uniform_region(dt, region, p.key, p.value, p.scale)?
+                } else {
+                    crate::rng::normal_region(dt, region, p.key, p.value, p.scale)?
+                }
+            }
             KernelId::Cast => one()?.try_cast(need_dtype(kernel, p)?)?,
             KernelId::Reshape => ops::reshape(one()?, &p.shape)?,
             KernelId::Transpose => ops::transpose(one()?),

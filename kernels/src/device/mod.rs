@@ -19,6 +19,7 @@ use crate::cpu::elementwise::{BinaryOp, UnaryOp};
 use crate::cpu::index::SliceSpec;
 use crate::cpu::reduce::ReduceOp;
 use crate::error::KernelError;
+use crate::rng::Region;
 use crate::tensor::{DType, Tensor};
 
 /// Names each kernel a device can run.
@@ -72,6 +73,46 @@ pub enum KernelId {
     Einsum,
     /// A view made contiguous.
     Contiguous,
+    /// Inputs: images `[N, C, H, W]`, weights `[O, C, KH, KW]`; uses `ints` = [stride, padding].
+    Conv2d,
+    /// Inputs: the output's gradient, weights; uses `shape` (the images' height and width)
+    /// and `ints`.
+    Conv2dInputGrad,
+    /// Inputs: images, the output's gradient; uses `shape` (the kernel's height and width)
+    /// and `ints`.
+    Conv2dWeightGrad,
+    /// Inputs: images, and optionally values taken where each window's maximum is; uses
+    /// `ints` = [window, stride].
+    MaxPool2d,
+    /// Inputs: images, the output's gradient; uses `ints`.
+    MaxPool2dGrad,
+    /// Uses `ints` = [window, stride].
+    AvgPool2d,
+    /// Input: the output's gradient; uses `shape` (the images' height and width) and `ints`.
+    AvgPool2dGrad,
+    /// Inputs: queries, keys, values; uses `ints[0]` (how many key positions are filled) and
+    /// `flag` (causal).
+    Attention,
+    /// Inputs: queries, keys; uses `ints[0]` and `flag`, as `Attention`.
+    AttentionWeights,
+    /// Uses `axis`, `flag` (descending) and `shape` (`[k]`: keep the first k; empty: all).
+    Argsort,
+    /// Inputs: data, indices; uses `axis`.
+    TakeAlong,
+    /// Inputs: indices, updates; uses `shape` (the data shape) and `axis`.
+    ScatterAddAlong,
+    /// No inputs; uses `dtype`, `shape` and `value`.
+    Fill,
+    /// No inputs: `0, 1, …, n - 1`; uses `n` and `dtype`.
+    Arange,
+    /// No inputs: the `n × n` identity; uses `n` and `dtype`.
+    Eye,
+    /// No inputs: the block `region` of a tensor drawn from the Philox stream `key`, element
+    /// `i` of the whole tensor from counter `i`; uses `dtype`, `region`, `key` and `value`,
+    /// `scale` (the bounds).
+    Uniform,
+    /// As `Uniform`, with `value` and `scale` the mean and the standard deviation.
+    Normal,
 }
 
 /// The non-tensor arguments of a kernel; each kernel reads the fields its [`KernelId`] lists.
@@ -85,6 +126,12 @@ pub struct KernelParams {
     pub n: usize,
     pub dtype: Option<DType>,
     pub spec: String,
+    pub ints: Vec<i64>,
+    pub flag: bool,
+    pub value: f64,
+    pub scale: f64,
+    pub key: [u32; 2],
+    pub region: Option<Region>,
 }
 
 impl KernelParams {
@@ -121,6 +168,30 @@ impl KernelParams {
     }
     pub fn spec(mut self, spec: &str) -> Self {
         self.spec = spec.to_string();
+        self
+    }
+    pub fn ints(mut self, ints: &[i64]) -> Self {
+        self.ints = ints.to_vec();
+        self
+    }
+    pub fn flag(mut self, flag: bool) -> Self {
+        self.flag = flag;
+        self
+    }
+    pub fn value(mut self, value: f64) -> Self {
+        self.value = value;
+        self
+    }
+    pub fn scale(mut self, scale: f64) -> Self {
+        self.scale = scale;
+        self
+    }
+    pub fn key(mut self, key: [u32; 2]) -> Self {
+        self.key = key;
+        self
+    }
+    pub fn region(mut self, region: Region) -> Self {
+        self.region = Some(region);
         self
     }
 }

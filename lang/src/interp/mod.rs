@@ -780,38 +780,40 @@ impl<'p> Interp<'p> {
                     (Value::Tensor(t), Some(ax)) => {
                         let mut specs = vec![kernels::ops::SliceSpec::Full; *ax];
                         specs.push(kernels::ops::SliceSpec::Index(i as i64));
-                        sub.push(Value::Tensor(kernels::ops::slice(t, &specs).map_err(|e| kerr(e, span))?));
+                        let p = kernels::KernelParams::new().slices(&specs);
+                        sub.push(Value::Tensor(self.kernel1(kernels::KernelId::Slice, t, p, span)?));
                     }
                     (v, _) => sub.push(v.clone()),
                 }
             }
             outs.push(self.apply_target(inner, closure, captures, sub, span)?);
         }
-        stack_values(outs, span)
+        self.stack_values(outs, span)
     }
-}
 
-fn stack_values(outs: Vec<Value>, span: Span) -> R<Value> {
-    match outs.first() {
-        Some(Value::Tensor(_)) => {
-            let ts: Vec<Tensor> =
-                outs.into_iter().filter_map(|v| if let Value::Tensor(t) = v { Some(t) } else { None }).collect();
-            Ok(Value::Tensor(kernels::ops::stack(&ts, 0).map_err(|e| kerr(e, span))?))
-        }
-        Some(Value::Tuple(first)) => {
-            let k = first.len();
-            let mut cols: Vec<Vec<Value>> = vec![Vec::new(); k];
-            for v in outs {
-                if let Value::Tuple(ts) = v {
-                    for (i, x) in ts.iter().enumerate() {
-                        cols[i].push(x.clone());
+    fn stack_values(&self, outs: Vec<Value>, span: Span) -> R<Value> {
+        match outs.first() {
+            Some(Value::Tensor(_)) => {
+                let ts: Vec<&Tensor> =
+                    outs.iter().filter_map(|v| if let Value::Tensor(t) = v { Some(t) } else { None }).collect();
+                let p = kernels::KernelParams::new().axis(0);
+                Ok(Value::Tensor(self.kernel(kernels::KernelId::Stack, &ts, &p, span)?))
+            }
+            Some(Value::Tuple(first)) => {
+                let k = first.len();
+                let mut cols: Vec<Vec<Value>> = vec![Vec::new(); k];
+                for v in outs {
+                    if let Value::Tuple(ts) = v {
+                        for (i, x) in ts.iter().enumerate() {
+                            cols[i].push(x.clone());
+                        }
                     }
                 }
+                let items = cols.into_iter().map(|c| self.stack_values(c, span)).collect::<R<Vec<_>>>()?;
+                Ok(Value::Tuple(Rc::new(items)))
             }
-            let items = cols.into_iter().map(|c| stack_values(c, span)).collect::<R<Vec<_>>>()?;
-            Ok(Value::Tuple(Rc::new(items)))
+            _ => Ok(Value::unit()),
         }
-        _ => Ok(Value::unit()),
     }
 }
 

@@ -314,41 +314,42 @@ impl Interp<'_> {
                 k(ops::update(x, &v, at, attrs.axis.unwrap_or(0)))
             }
             Prim::Argsort => {
-                let keep = self.dims_usize(frame, &attrs.shape, span)?.first().copied();
-                k(ops::argsort(t(&args[0], span)?, attrs.axis.unwrap_or(0), attrs.descending, keep))
+                let keep = self.dims_usize(frame, &attrs.shape, span)?;
+                let p = KernelParams::new().shape(&keep[..keep.len().min(1)]).flag(attrs.descending);
+                kt(self.kernel1(KernelId::Argsort, x0()?, KernelParams { axis: axis0, ..p }, span))
             }
             Prim::Attention | Prim::AttentionWeights => {
                 let n = args.len();
                 let len = scalar_i64(t(&args[n - 2], span)?).unwrap_or(0);
                 let causal = t(&args[n - 1], span)?.as_bool().is_some_and(|b| b.first() == Some(&true));
-                let mask = ops::AttentionMask { len, causal };
-                let (q, kk) = (t(&args[0], span)?, t(&args[1], span)?);
-                k(if p == Prim::Attention {
-                    ops::attention(q, kk, t(&args[2], span)?, mask)
+                let params = KernelParams::new().ints(&[len]).flag(causal);
+                let (q, kk) = (x0()?, t(&args[1], span)?);
+                kt(if p == Prim::Attention {
+                    self.kernel(KernelId::Attention, &[q, kk, t(&args[2], span)?], &params, span)
                 } else {
-                    ops::attention_weights(q, kk, mask)
+                    self.kernel(KernelId::AttentionWeights, &[q, kk], &params, span)
                 })
             }
-            Prim::TakeAlong => k(ops::take_along(t(&args[0], span)?, t(&args[1], span)?, attrs.axis.unwrap_or(0))),
+            Prim::TakeAlong => kt(self.kernel(KernelId::TakeAlong, &[x0()?, t(&args[1], span)?], &along(axis0), span)),
             Prim::ScatterAddAlong => {
                 let shape = self.local_shape(&e.ty, self.dims_usize(frame, &attrs.shape, span)?);
-                k(ops::scatter_add_along(&shape, t(&args[1], span)?, t(&args[0], span)?, attrs.axis.unwrap_or(0)))
+                let p = KernelParams { axis: axis0, ..KernelParams::new().shape(&shape) };
+                kt(self.kernel(KernelId::ScatterAddAlong, &[t(&args[1], span)?, x0()?], &p, span))
             }
             Prim::Zeros | Prim::Ones | Prim::Full | Prim::Arange | Prim::Eye => {
                 let shape = self.dims_usize(frame, &attrs.shape, span)?;
                 // A split result (the sharding pass made it one) is created as this rank's block.
                 let shape = if matches!(p, Prim::Arange | Prim::Eye) { shape } else { self.local_shape(&e.ty, shape) };
                 let dt = dtype_of(attrs.dtype.unwrap_or(ElemTy::F32));
-                k(match p {
-                    Prim::Zeros => ops::zeros(dt, &shape),
-                    Prim::Ones => ops::ones(dt, &shape),
-                    Prim::Full => {
-                        let v = t(&args[0], span)?.scalar_value_f64().unwrap_or(0.0);
-                        ops::full(dt, &shape, v)
-                    }
-                    Prim::Arange => ops::arange(shape[0], dt),
-                    _ => ops::eye(shape[0], dt),
-                })
+                let fill = |v: f64| (KernelId::Fill, KernelParams::new().dtype(dt).shape(&shape).value(v));
+                let (id, params) = match p {
+                    Prim::Zeros => fill(0.0),
+                    Prim::Ones => fill(1.0),
+                    Prim::Full => fill(x0()?.scalar_value_f64().unwrap_or(0.0)),
+                    Prim::Arange => (KernelId::Arange, KernelParams::new().n(shape[0]).dtype(dt)),
+                    _ => (KernelId::Eye, KernelParams::new().n(shape[0]).dtype(dt)),
+                };
+                kt(self.kernel(id, &[], &params, span))
             }
             Prim::Normal | Prim::Uniform | Prim::HeNormal | Prim::GlorotUniform => {
                 // `uniform(like: x, seed: s)` takes the (global) shape of its second operand.
@@ -366,23 +367,25 @@ impl Interp<'_> {
                         None => return Err(rt(Code::E0605, "random creation outside `init` needs `seed:`", span)),
                     },
                 };
-                k(match p {
-                    Prim::Normal => rng::normal_region(dt, &region, key, 0.0, 1.0),
-                    Prim::Uniform => rng::uniform_region(dt, &region, key, 0.0, 1.0),
-                    Prim::HeNormal => rng::normal_region(dt, &region, key, 0.0, (2.0 / shape[0].max(1) as f64).sqrt()),
+                let (id, lo, hi) = match p {
+                    Prim::Normal => (KernelId::Normal, 0.0, 1.0),
+                    Prim::Uniform => (KernelId::Uniform, 0.0, 1.0),
+                    Prim::HeNormal => (KernelId::Normal, 0.0, (2.0 / shape[0].max(1) as f64).sqrt()),
                     _ => {
                         let a = (6.0 / shape[0].saturating_add(shape[1]).max(1) as f64).sqrt();
-                        rng::uniform_region(dt, &region, key, -a, a)
+                        (KernelId::Uniform, -a, a)
                     }
-                })
+                };
+                let params = KernelParams::new().dtype(dt).key(key).region(region).value(lo).scale(hi);
+                kt(self.kernel(id, &[], &params, span))
             }
             Prim::ModelSum => {
                 let mut leaves = Vec::new();
                 args[0].leaves(&mut leaves);
                 let mut total = 0.0f64;
                 for t in leaves.iter().filter(|t| t.dtype().is_float()) {
-                    let s = kernels::ops::reduce(kernels::ops::ReduceOp::Sum, t, None, false)
-                        .map_err(|e| rt(Code::E0601, e.to_string(), span))?;
+                    let s =
+                        self.kernel1(KernelId::Reduce(kernels::ops::ReduceOp::Sum), t, KernelParams::new(), span)?;
                     total += s.scalar_value_f64().unwrap_or(0.0);
                 }
                 Ok(Value::Tensor(Tensor::scalar_f32(total as f32)))
@@ -478,33 +481,21 @@ impl Interp<'_> {
     /// (`check::builtins::conv`); a run whose sizes make it inexact stops here (exit 2).
     fn conv_pool(&mut self, p: Prim, args: &[Value], attrs: &Attrs, e: &Expr, frame: &Frame) -> R<Value> {
         let span = self.span(e);
-        let k = |r: Result<Tensor, kernels::KernelError>| r.map_err(|e| kerr(e, span));
         let (a, b) = (attrs.perm.first().copied().unwrap_or(1), attrs.perm.get(1).copied().unwrap_or(0));
-        let pair = |s: &[usize]| [s.first().copied().unwrap_or(0), s.get(1).copied().unwrap_or(0)];
-        let x = t(&args[0], span)?;
+        let ints = KernelParams::new().ints(&[a as i64, b as i64]);
+        let sized = || -> R<KernelParams> {
+            let s = self.dims_usize(frame, &attrs.shape, span)?;
+            Ok(ints.clone().shape(&[s.first().copied().unwrap_or(0), s.get(1).copied().unwrap_or(0)]))
+        };
+        let xs = args.iter().map(|v| t(v, span)).collect::<R<Vec<&Tensor>>>()?;
         let out = match p {
-            Prim::Conv2d => k(ops::conv2d(x, t(&args[1], span)?, a, b))?,
-            Prim::Conv2dInputGrad => {
-                let size = pair(&self.dims_usize(frame, &attrs.shape, span)?);
-                k(ops::conv2d_input_grad(x, t(&args[1], span)?, size, a, b))?
-            }
-            Prim::Conv2dWeightGrad => {
-                let size = pair(&self.dims_usize(frame, &attrs.shape, span)?);
-                k(ops::conv2d_weight_grad(x, t(&args[1], span)?, size, a, b))?
-            }
-            Prim::MaxPool2d => {
-                let v = match args.get(1) {
-                    Some(v) => Some(t(v, span)?),
-                    None => None,
-                };
-                k(ops::max_pool2d(x, v, a, b))?
-            }
-            Prim::MaxPool2dGrad => k(ops::max_pool2d_grad(x, t(&args[1], span)?, a, b))?,
-            Prim::AvgPool2d => k(ops::avg_pool2d(x, a, b))?,
-            _ => {
-                let size = pair(&self.dims_usize(frame, &attrs.shape, span)?);
-                k(ops::avg_pool2d_grad(x, size, a, b))?
-            }
+            Prim::Conv2d => self.kernel(KernelId::Conv2d, &xs, &ints, span)?,
+            Prim::Conv2dInputGrad => self.kernel(KernelId::Conv2dInputGrad, &xs, &sized()?, span)?,
+            Prim::Conv2dWeightGrad => self.kernel(KernelId::Conv2dWeightGrad, &xs, &sized()?, span)?,
+            Prim::MaxPool2d => self.kernel(KernelId::MaxPool2d, &xs, &ints, span)?,
+            Prim::MaxPool2dGrad => self.kernel(KernelId::MaxPool2dGrad, &xs, &ints, span)?,
+            Prim::AvgPool2d => self.kernel(KernelId::AvgPool2d, &xs, &ints, span)?,
+            _ => self.kernel(KernelId::AvgPool2dGrad, &xs, &sized()?, span)?,
         };
         // The type's spatial sizes: a symbolic one may be an exact division that the sizes of
         // this run do not divide.
