@@ -42,7 +42,8 @@ WORKLOADS = [
     ("W3 MLP train step", bench.W3, {"KERNEL": bench.W3_TRAIN}, 2, 22, ["interp", "O2"]),
     ("W3 MLP forward", bench.W3, {"KERNEL": bench.W3_FORWARD}, 2, 42, ["interp"]),
     ("W5 transformer block step", bench.W5, {}, 1, 4, ["interp", "O2"]),
-    ("W6 scalar loop (10M)", bench.W6, {}, 1000, 10_001_000, ["interp", "O2"]),
+    ("W6 scalar loop (1M)", bench.W6, {}, 1000, 1_001_000, ["interp"]),
+    ("W6 scalar loop (100M)", bench.W6, {}, 1000, 100_001_000, ["O2"]),
 ]
 
 

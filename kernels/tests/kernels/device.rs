@@ -171,3 +171,43 @@ fn outputs_go_where_the_caller_says_on_any_stream() {
     let stats = dev.memory();
     assert!(stats.cached_bytes >= stats.cached_blocks);
 }
+
+#[test]
+fn convolution_attention_sorting_and_creation_through_the_trait_equal_direct_calls() {
+    let dev = CpuDevice;
+    let run = |k: KernelId, xs: &[&kernels::Tensor], p: &KernelParams| {
+        let ds: Vec<_> = xs.iter().map(|x| dev.upload(x).unwrap()).collect();
+        let refs: Vec<&kernels::DeviceTensor> = ds.iter().collect();
+        dev.download(&dev.launch(k, &refs, p).unwrap()).unwrap()
+    };
+    let (x, w) = (f32s(&[2, 3, 6, 6], 11), f32s(&[4, 3, 3, 3], 12));
+    let conv = KernelParams::new().ints(&[1, 1]);
+    let y = ops::conv2d(&x, &w, 1, 1).unwrap();
+    assert_eq!(run(KernelId::Conv2d, &[&x, &w], &conv), y);
+    let sized = conv.clone().shape(&[6, 6]);
+    assert_eq!(run(KernelId::Conv2dInputGrad, &[&y, &w], &sized), ops::conv2d_input_grad(&y, &w, [6, 6], 1, 1).unwrap());
+    let ksize = conv.clone().shape(&[3, 3]);
+    assert_eq!(run(KernelId::Conv2dWeightGrad, &[&x, &y], &ksize), ops::conv2d_weight_grad(&x, &y, [3, 3], 1, 1).unwrap());
+    let pool = KernelParams::new().ints(&[2, 2]);
+    let m = ops::max_pool2d(&x, None, 2, 2).unwrap();
+    assert_eq!(run(KernelId::MaxPool2d, &[&x], &pool), m);
+    assert_eq!(run(KernelId::MaxPool2dGrad, &[&x, &m], &pool), ops::max_pool2d_grad(&x, &m, 2, 2).unwrap());
+    assert_eq!(run(KernelId::AvgPool2d, &[&x], &pool), ops::avg_pool2d(&x, 2, 2).unwrap());
+    assert!(dev.launch(KernelId::AvgPool2d, &[&dev.upload(&x).unwrap()], &KernelParams::new().ints(&[-1, 2])).is_err());
+    let (q, k, v) = (f32s(&[2, 5, 4], 13), f32s(&[2, 7, 4], 14), f32s(&[2, 7, 4], 15));
+    let att = KernelParams::new().ints(&[6]).flag(true);
+    let mask = ops::AttentionMask { len: 6, causal: true };
+    assert_eq!(run(KernelId::Attention, &[&q, &k, &v], &att), ops::attention(&q, &k, &v, mask).unwrap());
+    assert_eq!(run(KernelId::AttentionWeights, &[&q, &k], &att), ops::attention_weights(&q, &k, mask).unwrap());
+    let sort = KernelParams::new().axis(1).flag(true).shape(&[2]);
+    assert_eq!(run(KernelId::Argsort, &[&q], &sort), ops::argsort(&q, 1, true, Some(2)).unwrap());
+    let fill = KernelParams::new().dtype(DType::F64).shape(&[2, 3]).value(2.5);
+    assert_eq!(run(KernelId::Fill, &[], &fill), ops::full(DType::F64, &[2, 3], 2.5).unwrap());
+    assert_eq!(run(KernelId::Eye, &[], &KernelParams::new().n(3).dtype(DType::I32)), ops::eye(3, DType::I32).unwrap());
+    let region = kernels::rng::Region { shape: vec![4, 6], start: vec![2, 0], len: vec![2, 6] };
+    let key = kernels::rng::stream_key(7, "w");
+    let draw = KernelParams::new().dtype(DType::F32).key(key).region(region.clone()).value(0.0).scale(1.0);
+    assert_eq!(run(KernelId::Normal, &[], &draw), kernels::rng::normal_region(DType::F32, &region, key, 0.0, 1.0).unwrap());
+    assert_eq!(run(KernelId::Uniform, &[], &draw), kernels::rng::uniform_region(DType::F32, &region, key, 0.0, 1.0).unwrap());
+    assert!(dev.launch(KernelId::Normal, &[], &KernelParams::new().dtype(DType::F32)).is_err());
+}
