@@ -185,9 +185,15 @@ fn convolution_attention_sorting_and_creation_through_the_trait_equal_direct_cal
     let y = ops::conv2d(&x, &w, 1, 1).unwrap();
     assert_eq!(run(KernelId::Conv2d, &[&x, &w], &conv), y);
     let sized = conv.clone().shape(&[6, 6]);
-    assert_eq!(run(KernelId::Conv2dInputGrad, &[&y, &w], &sized), ops::conv2d_input_grad(&y, &w, [6, 6], 1, 1).unwrap());
+    assert_eq!(
+        run(KernelId::Conv2dInputGrad, &[&y, &w], &sized),
+        ops::conv2d_input_grad(&y, &w, [6, 6], 1, 1).unwrap()
+    );
     let ksize = conv.clone().shape(&[3, 3]);
-    assert_eq!(run(KernelId::Conv2dWeightGrad, &[&x, &y], &ksize), ops::conv2d_weight_grad(&x, &y, [3, 3], 1, 1).unwrap());
+    assert_eq!(
+        run(KernelId::Conv2dWeightGrad, &[&x, &y], &ksize),
+        ops::conv2d_weight_grad(&x, &y, [3, 3], 1, 1).unwrap()
+    );
     let pool = KernelParams::new().ints(&[2, 2]);
     let m = ops::max_pool2d(&x, None, 2, 2).unwrap();
     assert_eq!(run(KernelId::MaxPool2d, &[&x], &pool), m);
@@ -207,7 +213,13 @@ fn convolution_attention_sorting_and_creation_through_the_trait_equal_direct_cal
     let region = kernels::rng::Region { shape: vec![4, 6], start: vec![2, 0], len: vec![2, 6] };
     let key = kernels::rng::stream_key(7, "w");
     let draw = KernelParams::new().dtype(DType::F32).key(key).region(region.clone()).value(0.0).scale(1.0);
-    assert_eq!(run(KernelId::Normal, &[], &draw), kernels::rng::normal_region(DType::F32, &region, key, 0.0, 1.0).unwrap());
-    assert_eq!(run(KernelId::Uniform, &[], &draw), kernels::rng::uniform_region(DType::F32, &region, key, 0.0, 1.0).unwrap());
+    assert_eq!(
+        run(KernelId::Normal, &[], &draw),
+        kernels::rng::normal_region(DType::F32, &region, key, 0.0, 1.0).unwrap()
+    );
+    assert_eq!(
+        run(KernelId::Uniform, &[], &draw),
+        kernels::rng::uniform_region(DType::F32, &region, key, 0.0, 1.0).unwrap()
+    );
     assert!(dev.launch(KernelId::Normal, &[], &KernelParams::new().dtype(DType::F32)).is_err());
 }

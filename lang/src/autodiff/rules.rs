@@ -4,7 +4,7 @@
 
 use super::err;
 use super::fwd::{mk, Gen, Op, Res};
-use crate::ir::{Attrs, ExprKind, Local, Prim};
+use crate::ir::{Attrs, ExprKind, Local, Prim, SliceEntry};
 use crate::types::TensorTy;
 use crate::types::{Dim, Elem, ElemTy, ShapeItem, Type};
 
@@ -685,19 +685,19 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
             for (i, t) in tys.iter().enumerate() {
                 let s = shape(t);
                 let rank = shape(&ot).len();
-                let mut kinds = vec![2usize; rank];
+                let mut kinds = vec![SliceEntry::Full; rank];
                 let i32t = Type::scalar(ElemTy::I32);
                 let mut bounds = Vec::new();
                 if p == Prim::Concat {
                     let ShapeItem::Dim(size) = &s[axis] else { return Err(err(g.span, "concat over a rest")) };
-                    kinds[axis] = 1;
+                    kinds[axis] = SliceEntry::Range;
                     let end = off.add(size);
                     for d in [off.clone(), end.clone()] {
                         bounds.push(g.emit(mk(ExprKind::DimValue(d), i32t.clone(), g.sid), i32t.clone(), "b"));
                     }
                     off = end;
                 } else {
-                    kinds[axis] = 0;
+                    kinds[axis] = SliceEntry::Index;
                     bounds.push(g.emit(
                         mk(ExprKind::Lit(crate::ir::Lit::Int(i as i64)), i32t.clone(), g.sid),
                         i32t.clone(),
@@ -707,7 +707,7 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
                 if act[i] {
                     let mut xs = vec![bar];
                     xs.extend(bounds);
-                    v.push((i, g.p(Prim::Slice, &xs, Attrs { perm: kinds, ..Attrs::default() }, t.clone())));
+                    v.push((i, g.p(Prim::Slice, &xs, Attrs { slice: kinds, ..Attrs::default() }, t.clone())));
                 }
             }
         }
@@ -722,20 +722,20 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
             let mut k = 1;
             let mut out_axis = Vec::new();
             let mut oi = 0;
-            for kind in &attrs.perm {
+            for kind in &attrs.slice {
                 match kind {
-                    0 => {
+                    SliceEntry::Index => {
                         bounds.push(vec![args[k]]);
                         k += 1;
                         out_axis.push(None);
                     }
-                    1 => {
+                    SliceEntry::Range => {
                         bounds.push(vec![args[k], args[k + 1]]);
                         k += 2;
                         out_axis.push(Some(oi));
                         oi += 1;
                     }
-                    _ => {
+                    SliceEntry::Full => {
                         bounds.push(vec![]);
                         out_axis.push(Some(oi));
                         oi += 1;
@@ -744,10 +744,10 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
             }
             let mut cur = bar;
             let mut cur_dims = od.clone();
-            for j in (0..attrs.perm.len()).rev() {
-                let pos = attrs.perm[..j].iter().filter(|&&kd| kd != 0).count();
-                let (idx, new_dims) = match attrs.perm[j] {
-                    0 => {
+            for j in (0..attrs.slice.len()).rev() {
+                let pos = attrs.slice[..j].iter().filter(|&&kd| kd != SliceEntry::Index).count();
+                let (idx, new_dims) = match attrs.slice[j] {
+                    SliceEntry::Index => {
                         let i = bounds[j][0];
                         let zero =
                             g.emit(mk(ExprKind::Lit(crate::ir::Lit::Int(0)), i32t.clone(), g.sid), i32t.clone(), "z");
@@ -759,7 +759,7 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
                         nd.insert(pos, xd[j].clone());
                         (idx, nd)
                     }
-                    1 => {
+                    SliceEntry::Range => {
                         let len = od[out_axis[j].unwrap_or(0)].clone();
                         let ar = g.p(
                             Prim::Arange,
@@ -772,7 +772,7 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
                         nd[pos] = xd[j].clone();
                         (idx, nd)
                     }
-                    _ => continue,
+                    SliceEntry::Full => continue,
                 };
                 let ty = tensor(elem(&tys[0]), new_dims.iter().cloned().map(ShapeItem::Dim).collect());
                 cur = g.p(
@@ -808,17 +808,17 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
                 v.push((0, g.p(Prim::Update, &[bar, z, i], attrs.clone(), tys[0].clone())));
             }
             if act[1] {
-                let mut perm = vec![2usize; xd.len()];
+                let mut slice = vec![SliceEntry::Full; xd.len()];
                 let mut sargs = vec![bar, i];
                 if vd.len() == xd.len() {
-                    perm[k] = 1;
+                    slice[k] = SliceEntry::Range;
                     let i32t = Type::scalar(ElemTy::I32);
                     let m = g.emit(mk(ExprKind::DimValue(vd[k].clone()), i32t.clone(), g.sid), i32t.clone(), "m");
                     sargs.push(g.p(Prim::Add, &[i, m], Attrs::default(), i32t));
                 } else {
-                    perm[k] = 0;
+                    slice[k] = SliceEntry::Index;
                 }
-                v.push((1, g.p(Prim::Slice, &sargs, Attrs { perm, ..Attrs::default() }, tys[1].clone())));
+                v.push((1, g.p(Prim::Slice, &sargs, Attrs { slice, ..Attrs::default() }, tys[1].clone())));
             }
         }
         Prim::TakeAlong => {

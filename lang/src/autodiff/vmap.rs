@@ -726,10 +726,10 @@ impl V<'_> {
                 if vs[1..].iter().any(|(_, b)| b.any()) {
                     return Err(err(self.span, "`vmap` cannot batch an index that differs per element"));
                 }
-                let mut perm = vec![2];
-                perm.extend(attrs.perm.iter().copied());
+                let mut slice = vec![crate::ir::SliceEntry::Full];
+                slice.extend(attrs.slice.iter().copied());
                 let args: Vec<Local> = vs.iter().map(|(l, _)| *l).collect();
-                self.p(p, &args, Attrs { perm, ..attrs }, bt)
+                self.p(p, &args, Attrs { slice, ..attrs }, bt)
             }
             (Prim::Gather, _) => {
                 let ((x, xb), (i, ib)) = (vs[0].clone(), vs[1].clone());

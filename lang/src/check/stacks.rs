@@ -278,7 +278,7 @@ impl Checker {
             fields.push(match &fty {
                 Type::Tensor(TensorTy { elem, shape, .. }) => {
                     let row = Type::Tensor(TensorTy::new(*elem, shape[1..].to_vec()));
-                    let attrs = Attrs { perm: vec![0], ..Attrs::default() };
+                    let attrs = Attrs { slice: vec![crate::ir::SliceEntry::Index], ..Attrs::default() };
                     self.prim(Prim::Slice, vec![field, index.clone()], attrs, row, span)
                 }
                 Type::Model(m, margs) => {

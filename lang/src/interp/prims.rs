@@ -293,7 +293,7 @@ impl Interp<'_> {
             | Prim::AvgPool2dGrad => self.conv_pool(p, &args, attrs, e, frame),
             Prim::Slice => {
                 let x = t(&args[0], span)?;
-                let specs = self.slice_specs(&attrs.perm, &args[1..], span)?;
+                let specs = self.slice_specs(&attrs.slice, &args[1..], span)?;
                 kt(self.kernel1(KernelId::Slice, x, KernelParams::new().slices(&specs), span))
             }
             Prim::ScatterAdd => {
@@ -523,7 +523,7 @@ impl Interp<'_> {
         Ok(Value::Tensor(out))
     }
 
-    fn slice_specs(&self, kinds: &[usize], bounds: &[Value], span: Span) -> R<Vec<SliceSpec>> {
+    fn slice_specs(&self, kinds: &[ir::SliceEntry], bounds: &[Value], span: Span) -> R<Vec<SliceSpec>> {
         let mut it = bounds.iter();
         let next = |it: &mut std::slice::Iter<Value>| -> R<i64> {
             it.next()
@@ -534,13 +534,13 @@ impl Interp<'_> {
         let mut specs = Vec::new();
         for kind in kinds {
             specs.push(match kind {
-                0 => SliceSpec::Index(next(&mut it)?),
-                1 => {
+                ir::SliceEntry::Index => SliceSpec::Index(next(&mut it)?),
+                ir::SliceEntry::Range => {
                     let start = next(&mut it)?;
                     let end = next(&mut it)?;
                     SliceSpec::Range { start, end }
                 }
-                _ => SliceSpec::Full,
+                ir::SliceEntry::Full => SliceSpec::Full,
             });
         }
         Ok(specs)

@@ -142,6 +142,18 @@ impl Printer<'_> {
                 if !attrs.perm.is_empty() {
                     extra.push(format!("perm: {:?}", attrs.perm));
                 }
+                if !attrs.slice.is_empty() {
+                    let entries: Vec<&str> = attrs
+                        .slice
+                        .iter()
+                        .map(|k| match k {
+                            super::SliceEntry::Index => "i",
+                            super::SliceEntry::Range => "a:b",
+                            super::SliceEntry::Full => ":",
+                        })
+                        .collect();
+                    extra.push(format!("slice: [{}]", entries.join(", ")));
+                }
                 if let Some(s) = &attrs.spec {
                     extra.push(format!("spec: {s:?}"));
                 }

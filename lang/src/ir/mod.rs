@@ -73,6 +73,18 @@ pub enum Lit {
     Str(String),
 }
 
+/// One entry of an index expression `x[…]` as `Prim::Slice` takes it; the bounds it needs
+/// follow the sliced tensor among the operands, in entry order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SliceEntry {
+    /// `x[i]`: one position (one operand); the axis is removed.
+    Index,
+    /// `x[a:b]`: positions `a..b` (two operands).
+    Range,
+    /// `x[:]`, or an axis past the last entry: the whole axis (no operand).
+    Full,
+}
+
 /// Compile-time attributes of a primitive application.
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct Attrs {
@@ -87,6 +99,8 @@ pub struct Attrs {
     pub shape: Vec<Dim>,
     /// A permutation or list of axes.
     pub perm: Vec<usize>,
+    /// `Prim::Slice`: what each indexed axis takes.
+    pub slice: Vec<SliceEntry>,
     /// The einsum specification, normalised to explicit form.
     pub spec: Option<String>,
     /// The element type of a creation or conversion.

@@ -124,7 +124,7 @@ prims! {
     /// `avg_pool2d_grad(g, size: [H, W], kernel: k, stride: s)`: the adjoint of `avg_pool2d`
     /// (`attrs.shape` is the input's `[H, W]`).
     AvgPool2dGrad: "avg_pool2d_grad" callable,
-    /// `x[i, a:b, :]`: attrs.perm encodes each entry (0 index, 1 range, 2 full); the
+    /// `x[i, a:b, :]`: attrs.slice says what each entry takes (`SliceEntry`); the
     /// arguments after `x` are the index values and range bounds in order.
     Slice: "slice" internal,
     /// `scatter_add(upd, idx, n, axis: k)`, the adjoint of `gather`: zeros of the result shape

@@ -3,7 +3,7 @@
 //! The output uses only surface syntax: operators, builtins with named arguments, `let`/`var`,
 //! `if`, `for`, `while`, tuples, fields and model constructors, so it can be checked again.
 
-use super::{Expr, ExprKind, Func, Lit, Local, Pat, Prim, Program, Stmt};
+use super::{Expr, ExprKind, Func, Lit, Local, Pat, Prim, Program, SliceEntry, Stmt};
 use crate::types::TensorTy;
 use crate::types::{dim_str, type_str, Elem, Type};
 use std::fmt::Write as _;
@@ -313,16 +313,16 @@ impl Printer<'_> {
                     Prim::Slice => {
                         let mut it = a[1..].iter();
                         let parts: Vec<String> = attrs
-                            .perm
+                            .slice
                             .iter()
                             .map(|k| match k {
-                                0 => it.next().cloned().unwrap_or_default(),
-                                1 => {
+                                SliceEntry::Index => it.next().cloned().unwrap_or_default(),
+                                SliceEntry::Range => {
                                     let s = it.next().cloned().unwrap_or_default();
                                     let e = it.next().cloned().unwrap_or_default();
                                     format!("{s}:{e}")
                                 }
-                                _ => ":".to_string(),
+                                SliceEntry::Full => ":".to_string(),
                             })
                             .collect();
                         format!("{}[{}]", self.expr(&args[0], 10, depth), parts.join(", "))

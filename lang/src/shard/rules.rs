@@ -4,7 +4,7 @@
 //! always correct; the rules below are what avoid the communication.
 
 use super::{dummy, has_rest, layout, strip, with_layout, Fcx};
-use crate::ir::{Expr, ExprKind, Prim};
+use crate::ir::{Expr, ExprKind, Prim, SliceEntry};
 use crate::types::{AxisId, Elem, ElemTy, ShapeItem, TensorTy, Type};
 use std::collections::HashMap;
 
@@ -228,18 +228,18 @@ pub(super) fn prim(cx: &mut Fcx, e: &mut Expr) {
         }
         Prim::Slice => {
             // `x[i, a:b, :]`: dims taken whole (`:`) keep their splits; an indexed or ranged dim
-            // is gathered first if it is split (attrs.perm: 0 index, 1 range, 2 whole).
+            // is gathered first if it is split.
             let lx = layout(&args[0].ty);
             let mut want = lx.clone();
             let mut out = Vec::new();
             for (d, l) in lx.iter().enumerate() {
-                match attrs.perm.get(d).copied().unwrap_or(2) {
-                    0 => want[d].clear(),
-                    1 => {
+                match attrs.slice.get(d).copied().unwrap_or(SliceEntry::Full) {
+                    SliceEntry::Index => want[d].clear(),
+                    SliceEntry::Range => {
                         want[d].clear();
                         out.push(Vec::new());
                     }
-                    _ => out.push(l.clone()),
+                    SliceEntry::Full => out.push(l.clone()),
                 }
             }
             convert_to(cx, &mut args[0], want, false);

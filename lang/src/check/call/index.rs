@@ -1,6 +1,7 @@
 //! Indexing and slicing: `x[i]`, `x[a:b, :]`, with static bounds checks where the sizes are known.
 
 use super::*;
+use crate::ir::SliceEntry;
 
 impl Checker {
     pub(crate) fn check_index(
@@ -134,7 +135,7 @@ impl Checker {
                     // A non-integer index was reported above; coercing it would report it again.
                     let v = if bad { v } else { self.coerce(v, &i32t, e.span, "index") };
                     operands.push(v);
-                    kinds.push(0);
+                    kinds.push(SliceEntry::Index);
                 }
                 // Refused above.
                 ast::IndexArg::Named { .. } => return self.error_expr(span),
@@ -149,11 +150,11 @@ impl Checker {
                     }
                     match (start, end) {
                         (None, None) => {
-                            kinds.push(2);
+                            kinds.push(SliceEntry::Full);
                             out_shape.push(ShapeItem::Dim(size.clone()));
                             continue;
                         }
-                        _ => kinds.push(1),
+                        _ => kinds.push(SliceEntry::Range),
                     }
                     let sd = match start {
                         Some(e) => self.symbolic_int(cx, e, &mut opaque),
@@ -241,10 +242,10 @@ impl Checker {
             return self.error_expr(span);
         }
         out_shape.extend(shape[args.len()..].iter().cloned());
-        let mut out = if !steps.is_empty() && kinds.iter().all(|k| *k == 2) {
+        let mut out = if !steps.is_empty() && kinds.iter().all(|k| *k == SliceEntry::Full) {
             operands.swap_remove(0)
         } else {
-            let attrs = Attrs { perm: kinds, ..Attrs::default() };
+            let attrs = Attrs { slice: kinds, ..Attrs::default() };
             self.prim(Prim::Slice, operands, attrs, Type::Tensor(TensorTy::new(elem, out_shape.clone())), span)
         };
         // `a:b:s` is the contiguous `a:b` then every |s|-th element of it (from its end when s is
