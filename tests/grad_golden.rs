@@ -66,6 +66,27 @@ fn reduction_of_elementwise() {
 }
 
 #[test]
+fn a_stack_of_models() {
+    golden("stacked", None);
+    // The printed derivative, run, is the gradient `grad` computes.
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
+    let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
+    let main = "fn main() {
+    let m = init(Net[4, 3], seed: 0)
+    let x = normal(5, 4, seed: 1)
+    let (a, b) = (grad(stacked)(m, x), grad_stacked_m(m, x))
+    print(max(abs(a.layers.w - b.layers.w)), max(abs(a.layers.b - b.layers.b)), max(abs(a.head - b.head)))
+}
+";
+    let text = read("grad_cases.msl") + "\n" + &read("grad_stacked.msl") + "\n" + main;
+    let path = std::env::temp_dir().join(format!("msl-golden-run-{}.msl", std::process::id()));
+    std::fs::write(&path, text).unwrap();
+    let out = msl().arg("run").arg(&path).output().unwrap();
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "0.0 0.0 0.0\n", "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
 fn grad_of_a_non_scalar_function_is_rejected() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
     let out = msl().arg("grad").arg(dir.join("grad_cases.msl")).arg("power").arg("--wrt").arg("n").output().unwrap();

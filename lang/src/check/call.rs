@@ -41,6 +41,9 @@ impl Checker {
                 return self.call_with_dims(cx, base, dargs, args, span, expected);
             }
         }
+        if let ast::ExprKind::StackModel(m, len) = &f.kind {
+            return self.construct_stack(cx, m, len, args, span);
+        }
         // Callees known by name: items, constructors and builtins.
         let item = match &f.kind {
             ast::ExprKind::Name(n) if cx.lookup(n).is_none() => match self.named_item(cx, f) {

@@ -525,6 +525,11 @@ impl Checker {
                 let s = self.span_id(span);
                 mk(ExprKind::Tuple(items), ty, s)
             }
+            K::StackModel(..) => {
+                let msg = "a stack of models is built by calling it: `[Block; L](w: ws, b: bs)`";
+                self.error(Diagnostic::error(Code::E0304, span, msg).label("a type, not a value"));
+                self.error_expr(span)
+            }
             K::Unary(op, a) => self.check_unary(cx, *op, a, span, expected),
             K::Binary(op, a, b) => self.check_binary(cx, *op, a, b, span, expected),
             K::Call(f, args) => self.check_call(cx, f, args, span, expected),

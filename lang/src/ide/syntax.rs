@@ -196,7 +196,9 @@ fn for_children<'a>(e: &'a ast::Expr, f: &mut dyn FnMut(Child<'a>)) {
         | ExprKind::Wild
         | ExprKind::Error => {}
         ExprKind::Tuple(es) | ExprKind::List(es) => es.iter().for_each(|e| f(Child::Expr(e))),
-        ExprKind::Unary(_, a) | ExprKind::Field(a, _) | ExprKind::TupleIndex(a, _, _) => f(Child::Expr(a)),
+        ExprKind::Unary(_, a) | ExprKind::Field(a, _) | ExprKind::TupleIndex(a, _, _) | ExprKind::StackModel(a, _) => {
+            f(Child::Expr(a))
+        }
         ExprKind::Binary(_, a, b) => {
             f(Child::Expr(a));
             f(Child::Expr(b));

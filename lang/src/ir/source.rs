@@ -379,7 +379,7 @@ impl Printer<'_> {
             ExprKind::ModelBuild { fields } => {
                 let a = self.args(fields, depth);
                 match &e.ty {
-                    Type::Model(id, _) => {
+                    Type::Model(id, targs) => {
                         let def = self.p.model(*id);
                         let parts: Vec<String> = def
                             .fields
@@ -387,7 +387,14 @@ impl Printer<'_> {
                             .zip(a)
                             .map(|(f, v)| format!("{}: {v}", self.p.names.get(f.name)))
                             .collect();
-                        format!("{}({})", self.p.names.get(def.name), parts.join(", "))
+                        // A stack of models: `[Block; L](…)`, its layers counted by its first dim.
+                        let name = match (def.stack, targs.first()) {
+                            (Some(inner), Some(crate::types::TypeArg::Dim(l))) => {
+                                format!("[{}; {}]", self.p.names.get(self.p.model(inner).name), dim_str(l, self.p))
+                            }
+                            _ => self.p.names.get(def.name).to_string(),
+                        };
+                        format!("{name}({})", parts.join(", "))
                     }
                     _ => format!("({})", a.join(", ")),
                 }

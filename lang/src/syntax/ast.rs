@@ -310,6 +310,9 @@ pub enum ExprKind {
     Wild,
     Tuple(Vec<Expr>),
     List(Vec<Expr>),
+    /// `[Block; L]`, the callee of a stack's constructor `[Block; L](w: ws, b: bs)`: the
+    /// model and the number of layers.
+    StackModel(Box<Expr>, Box<DimArg>),
     Unary(UnOp, Box<Expr>),
     Binary(BinOp, Box<Expr>, Box<Expr>),
     Call(Box<Expr>, Vec<Arg>),

@@ -258,7 +258,7 @@ fn expr_deep(e: &ast::Expr, d: usize) -> bool {
     match &e.kind {
         Int(_) | Float(_) | Bool(_) | Str(_) | Name(_) | Wild | Error => false,
         Tuple(es) | List(es) => es.iter().any(|e| expr_deep(e, d)),
-        Unary(_, a) | Field(a, _) | TupleIndex(a, _, _) => expr_deep(a, d),
+        Unary(_, a) | Field(a, _) | TupleIndex(a, _, _) | StackModel(a, _) => expr_deep(a, d),
         Binary(_, a, b) => expr_deep(a, d) || expr_deep(b, d),
         Call(f, args) => expr_deep(f, d) || args.iter().any(|a| expr_deep(&a.value, d)),
         Index(a, args) => {

@@ -1,9 +1,61 @@
 //! Model constructors: `Name(field: value, …)`, every field by name, and `Name(f: v, ..base)`,
-//! the other fields from a model of the same type.
+//! the other fields from a model of the same type; `[Block; L](w: ws, b: bs)` builds a stack of
+//! `L` blocks from its stacked fields (what `msl grad` prints for a stack's gradient).
 
 use super::*;
 
 impl Checker {
+    /// `[Block; L](field: value, …)`: the stack model's constructor, whose count of layers is
+    /// read from the fields' leading dim and must be `L`.
+    pub(super) fn construct_stack(
+        &mut self,
+        cx: &mut FnCx,
+        model: &ast::Expr,
+        len: &ast::DimArg,
+        args: &[ast::Arg],
+        span: Span,
+    ) -> ir::Expr {
+        let inner = match self.named_item(cx, model) {
+            Some(ItemRef::Model(id)) => id,
+            _ => {
+                self.error(
+                    Diagnostic::error(Code::E0304, model.span, "a stack holds models: `[Block; L](…)`")
+                        .label("not a model"),
+                );
+                for a in args {
+                    self.check_expr(cx, &a.value, None);
+                }
+                return self.error_expr(span);
+            }
+        };
+        let id = self.stack_of(inner, None);
+        let built = self.construct_model(cx, id, args, span);
+        let ast::DimArg::Dim { dim, .. } = len else {
+            self.error(Diagnostic::error(Code::E0304, span, "the number of layers of a stack is a dim"));
+            return self.error_expr(span);
+        };
+        let mut env = self.env_of(cx);
+        let want = Some(self.resolve_dim(cx.module, dim, &mut env));
+        let got = match &built.ty {
+            Type::Model(_, targs) => match targs.first() {
+                Some(TypeArg::Dim(d)) => Some(d.clone()),
+                _ => None,
+            },
+            _ => return built,
+        };
+        if let (Some(w), Some(g)) = (want, got) {
+            if w != g {
+                let (ws, gs) = (crate::types::dim_str(&w, &self.prog), crate::types::dim_str(&g, &self.prog));
+                self.error(
+                    Diagnostic::error(Code::E0306, span, format!("a stack of {ws} layers was given fields of {gs}"))
+                        .label("the fields' leading dim"),
+                );
+                return self.error_expr(span);
+            }
+        }
+        built
+    }
+
     pub(super) fn construct_model(&mut self, cx: &mut FnCx, id: ModelId, args: &[ast::Arg], span: Span) -> ir::Expr {
         let sig = self.model_sigs[id.0 as usize].clone();
         let names: Vec<String> = sig.fields.iter().map(|(n, _, _)| n.clone()).collect();

@@ -65,7 +65,7 @@ fn expr_jumps(e: &ast::Expr, proper: bool, out: &mut Vec<(Span, &'static str, bo
         },
         K::Closure { .. } => {}
         K::Tuple(xs) | K::List(xs) => xs.iter().for_each(|x| expr_jumps(x, false, out)),
-        K::Unary(_, a) | K::Field(a, _) | K::TupleIndex(a, _, _) => expr_jumps(a, false, out),
+        K::Unary(_, a) | K::Field(a, _) | K::TupleIndex(a, _, _) | K::StackModel(a, _) => expr_jumps(a, false, out),
         K::Binary(_, a, b) => {
             expr_jumps(a, false, out);
             expr_jumps(b, false, out);
