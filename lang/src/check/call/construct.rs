@@ -30,10 +30,18 @@ impl Checker {
         };
         let id = self.stack_of(inner, None);
         let built = self.construct_model(cx, id, args, span);
-        let ast::DimArg::Dim { dim, .. } = len else {
+        let ast::DimArg::Dim { dim, shard } = len else {
             self.error(Diagnostic::error(Code::E0304, span, "the number of layers of a stack is a dim"));
             return self.error_expr(span);
         };
+        if let Some(a) = shard.first() {
+            self.error(
+                Diagnostic::error(Code::E0502, a.span, "a stack's constructor takes no layout")
+                    .label("here")
+                    .with_help("split the layers in a type: `layers: [Block[D]; L @pp]`"),
+            );
+            return self.error_expr(span);
+        }
         let mut env = self.env_of(cx);
         let want = Some(self.resolve_dim(cx.module, dim, &mut env));
         let got = match &built.ty {
