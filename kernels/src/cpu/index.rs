@@ -198,6 +198,15 @@ pub fn one_hot(idx: &Tensor, n: usize, dtype: DType) -> Result<Tensor, KernelErr
 /// there (a `v` of one rank less is one position, as `x[at] = v`). The buffer of `x` is reused
 /// when nothing else shares it, so a key/value cache updated in a loop is written in place.
 pub fn update(x: Tensor, v: &Tensor, at: i64, axis: usize) -> Result<Tensor, KernelError> {
+    let end = update_fits(&x, v, at, axis)?;
+    let specs: Vec<SliceSpec> =
+        (0..x.rank()).map(|i| if i == axis { SliceSpec::Range { start: at, end } } else { SliceSpec::Full }).collect();
+    update_region(x, v, &specs)
+}
+
+/// Whether `update(x, v, at, axis)` can write (the end of the written range), so that a
+/// caller holding `x` by reference can check before handing it over.
+pub(crate) fn update_fits(x: &Tensor, v: &Tensor, at: i64, axis: usize) -> Result<i64, KernelError> {
     check_axis("update", axis, x.rank())?;
     if v.dtype() != x.dtype() {
         return Err(KernelError::DTypeMismatch {
@@ -220,9 +229,11 @@ pub fn update(x: Tensor, v: &Tensor, at: i64, axis: usize) -> Result<Tensor, Ker
         let index = if at < 0 { at } else { end - 1 };
         return Err(KernelError::IndexOutOfRange { index, axis, size: n });
     }
-    let specs: Vec<SliceSpec> =
-        (0..x.rank()).map(|i| if i == axis { SliceSpec::Range { start: at, end } } else { SliceSpec::Full }).collect();
-    let r = resolve(x.shape(), &specs)?;
+    Ok(end)
+}
+
+fn update_region(x: Tensor, v: &Tensor, specs: &[SliceSpec]) -> Result<Tensor, KernelError> {
+    let r = resolve(x.shape(), specs)?;
     fn write<T: Element>(buf: crate::tensor::Shared<T>, r: &Region, u: &[T]) -> Vec<T> {
         let mut out = buf.into_vec().unwrap_or_else(|shared| shared.as_slice().to_vec());
         let src_strides = contiguous_strides(&r.shape);

@@ -214,6 +214,11 @@ impl Device for CpuDevice {
                 arity(kernel, inputs, 0)?;
                 ops::eye(p.n, need_dtype(kernel, p)?)?
             }
+            KernelId::Update => {
+                let (x, v) = two()?;
+                let (at, axis) = (p.ints.first().copied().unwrap_or(0), need_axis(kernel, p)?);
+                ops::update(x.clone(), v, at, axis)?
+            }
             KernelId::Uniform | KernelId::Normal => {
                 arity(kernel, inputs, 0)?;
                 let region = p
@@ -271,6 +276,34 @@ impl Device for CpuDevice {
             .buffer_mut::<Tensor>()
             .ok_or_else(|| KernelError::Invalid("cpu: an output that is shared or on another device".into()))?;
         dst.storage_mut().copy_from(src.storage())
+    }
+
+    /// `Update` writes into the caller's tensor itself when nothing else holds its buffer.
+    fn launch_into(
+        &self,
+        stream: Stream,
+        kernel: KernelId,
+        inputs: &[&DeviceTensor],
+        p: &KernelParams,
+        out: &mut DeviceTensor,
+    ) -> Result<(), KernelError> {
+        if kernel != KernelId::Update {
+            return super::computed_into(self, stream, kernel, inputs, p, out);
+        }
+        arity(kernel, inputs, 1)?;
+        let v = self.host(inputs[0])?;
+        let (at, axis) = (p.ints.first().copied().unwrap_or(0), need_axis(kernel, p)?);
+        if !out.is_contiguous() {
+            return Err(KernelError::Invalid("cpu: an output must be contiguous".into()));
+        }
+        let x = out
+            .buffer_mut::<Tensor>()
+            .ok_or_else(|| KernelError::Invalid("cpu: an output that is shared or on another device".into()))?;
+        // Checked first: on an error the caller's tensor is left as it was.
+        crate::cpu::index::update_fits(x, &v, at, axis)?;
+        let taken = std::mem::replace(x, Tensor::scalar_bool(false));
+        *x = ops::update(taken, &v, at, axis)?;
+        Ok(())
     }
 
     fn new_stream(&self) -> Result<Stream, KernelError> {

@@ -113,6 +113,10 @@ pub enum KernelId {
     Uniform,
     /// As `Uniform`, with `value` and `scale` the mean and the standard deviation.
     Normal,
+    /// Inputs: a tensor `x`, a block `v`; `x` with `v` written at positions `ints[0]..` of
+    /// `axis` (`v` of one rank less is one position). Through `launch_into` with `x` as the
+    /// output and `v` the only input, `x` is written in place.
+    Update,
 }
 
 /// The non-tensor arguments of a kernel; each kernel reads the fields its [`KernelId`] lists.
@@ -270,17 +274,7 @@ pub trait Device: Send + Sync {
         params: &KernelParams,
         out: &mut DeviceTensor,
     ) -> Result<(), KernelError> {
-        let r = self.launch_on(stream, kernel, inputs, params)?;
-        if r.shape() != out.shape() || r.dtype() != out.dtype() {
-            return Err(KernelError::Invalid(format!(
-                "kernel {kernel:?} makes {} {:?}, the output provided is {} {:?}",
-                r.dtype().name(),
-                r.shape(),
-                out.dtype().name(),
-                out.shape()
-            )));
-        }
-        self.copy_into(stream, &r, out)
+        computed_into(self, stream, kernel, inputs, params, out)
     }
     /// `d` as a contiguous tensor: itself when it is one, else a copy of what it selects.
     fn contiguous(&self, stream: Stream, d: &DeviceTensor) -> Result<DeviceTensor, KernelError> {
@@ -303,4 +297,38 @@ pub(crate) fn arity(kernel: KernelId, inputs: &[&DeviceTensor], n: usize) -> Res
 
 pub(crate) fn need_axis(kernel: KernelId, p: &KernelParams) -> Result<usize, KernelError> {
     p.axis.ok_or_else(|| KernelError::Invalid(format!("kernel {kernel:?} needs an axis")))
+}
+
+/// `launch_into` as a device that cannot write a kernel's output in place does it: the output
+/// computed into a new buffer, then copied into the caller's.
+pub(crate) fn computed_into<D: Device + ?Sized>(
+    dev: &D,
+    stream: Stream,
+    kernel: KernelId,
+    inputs: &[&DeviceTensor],
+    params: &KernelParams,
+    out: &mut DeviceTensor,
+) -> Result<(), KernelError> {
+    let r = if kernel == KernelId::Update {
+        // The output is the tensor written into: computed from a copy, copied back.
+        let base = out.clone();
+        let mut all = vec![&base];
+        all.extend_from_slice(inputs);
+        let r = dev.launch_on(stream, kernel, &all, params)?;
+        drop(all);
+        drop(base);
+        r
+    } else {
+        dev.launch_on(stream, kernel, inputs, params)?
+    };
+    if r.shape() != out.shape() || r.dtype() != out.dtype() {
+        return Err(KernelError::Invalid(format!(
+            "kernel {kernel:?} makes {} {:?}, the output provided is {} {:?}",
+            r.dtype().name(),
+            r.shape(),
+            out.dtype().name(),
+            out.shape()
+        )));
+    }
+    dev.copy_into(stream, &r, out)
 }

@@ -223,3 +223,34 @@ fn convolution_attention_sorting_and_creation_through_the_trait_equal_direct_cal
     );
     assert!(dev.launch(KernelId::Normal, &[], &KernelParams::new().dtype(DType::F32)).is_err());
 }
+
+#[test]
+fn an_update_writes_into_the_callers_tensor() {
+    let dev = CpuDevice;
+    let x = f32s(&[4, 3], 16);
+    let v = t32(&[3], &[7.0, 8.0, 9.0]);
+    let want = ops::update(x.clone(), &v, 2, 0).unwrap();
+    let p = KernelParams::new().axis(0).ints(&[2]);
+    let dv = dev.upload(&v).unwrap();
+    // Through `launch`: a new tensor, the input unchanged.
+    let dx = dev.upload(&x).unwrap();
+    assert_eq!(dev.download(&dev.launch(KernelId::Update, &[&dx, &dv], &p).unwrap()).unwrap(), want);
+    assert_eq!(dev.download(&dx).unwrap(), x);
+    // Through `launch_into`: into the caller's buffer, which keeps its address.
+    let mut out = dev.upload(&ops::full(DType::F32, &[4, 3], 0.0).unwrap()).unwrap();
+    let addr = |d: &kernels::DeviceTensor| d.buffer::<kernels::Tensor>().unwrap().storage().addr();
+    let before = addr(&out);
+    dev.launch_into(kernels::Stream::DEFAULT, KernelId::Update, &[&dv], &p, &mut out).unwrap();
+    assert_eq!(addr(&out), before);
+    assert_eq!(
+        dev.download(&out).unwrap(),
+        ops::update(ops::full(DType::F32, &[4, 3], 0.0).unwrap(), &v, 2, 0).unwrap()
+    );
+    // Out of range: an error, not a write.
+    let far = KernelParams::new().axis(0).ints(&[4]);
+    assert!(dev.launch_into(kernels::Stream::DEFAULT, KernelId::Update, &[&dv], &far, &mut out).is_err());
+    assert_eq!(
+        dev.download(&out).unwrap(),
+        ops::update(ops::full(DType::F32, &[4, 3], 0.0).unwrap(), &v, 2, 0).unwrap()
+    );
+}

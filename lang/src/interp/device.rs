@@ -42,6 +42,20 @@ impl Interp<'_> {
         self.kernel_on(KernelId::Matmul, &ds, &KernelParams::new(), span)
     }
 
+    /// `x` with `v` written at `at` along `axis`, into `x`'s own buffer when nothing else holds
+    /// it (a cache updated in a loop is written in place): `x` is handed to the device as the
+    /// kernel's output.
+    pub(crate) fn update_on_device(&self, x: Tensor, v: &Tensor, at: i64, axis: usize, span: Span) -> R<Tensor> {
+        let mut out = self.device.upload(&x).map_err(|e| kerr(e, span))?;
+        drop(x);
+        let v = self.device.upload(v).map_err(|e| kerr(e, span))?;
+        let p = KernelParams { axis: Some(axis), ..KernelParams::new().ints(&[at]) };
+        self.device
+            .launch_into(kernels::Stream::DEFAULT, KernelId::Update, &[&v], &p, &mut out)
+            .map_err(|e| kerr(e, span))?;
+        self.device.download(&out).map_err(|e| kerr(e, span))
+    }
+
     /// A binary elementwise operation: scalars of one type on the host (loop counters,
     /// accumulators), everything else through the device after unifying weak-literal types.
     pub(crate) fn tensor_binary(&self, op: BinaryOp, a: &Tensor, b: &Tensor, span: Span) -> R<Tensor> {

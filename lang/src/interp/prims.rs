@@ -311,7 +311,7 @@ impl Interp<'_> {
                     Value::Tensor(x) => x,
                     other => t(&other, span)?.clone(),
                 };
-                k(ops::update(x, &v, at, attrs.axis.unwrap_or(0)))
+                kt(self.update_on_device(x, &v, at, attrs.axis.unwrap_or(0), span))
             }
             Prim::Argsort => {
                 let keep = self.dims_usize(frame, &attrs.shape, span)?;
@@ -791,7 +791,7 @@ impl Interp<'_> {
             frame.locals[l.0 as usize] = Some(r);
             return Ok(true);
         };
-        let r = ops::update(x, vt, at, axis).map_err(|e| kerr(e, span))?;
+        let r = self.update_on_device(x, vt, at, axis, span)?;
         frame.locals[l.0 as usize] = Some(Value::Tensor(r));
         Ok(true)
     }
