@@ -66,6 +66,11 @@ fn reduction_of_elementwise() {
 }
 
 #[test]
+fn a_slice_at_a_run_time_position() {
+    golden("window", Some("x"));
+}
+
+#[test]
 fn a_stack_of_models() {
     golden("stacked", None);
     // The printed derivative, run, is the gradient `grad` computes.

@@ -312,6 +312,19 @@ impl Printer<'_> {
                     }
                     Prim::Slice => {
                         let mut it = a[1..].iter();
+                        // A range whose bounds are not literals is printed as `s:s + K`, its
+                        // length `K` from the result's type, which is what the checker accepts.
+                        let out_dims: Vec<String> = match &e.ty {
+                            Type::Tensor(TensorTy { shape, .. }) => shape
+                                .iter()
+                                .map(|d| match d {
+                                    crate::types::ShapeItem::Dim(d) => dim_str(d, self.p),
+                                    _ => String::new(),
+                                })
+                                .collect(),
+                            _ => vec![],
+                        };
+                        let mut axis = 0;
                         let parts: Vec<String> = attrs
                             .slice
                             .iter()
@@ -320,9 +333,19 @@ impl Printer<'_> {
                                 SliceEntry::Range => {
                                     let s = it.next().cloned().unwrap_or_default();
                                     let e = it.next().cloned().unwrap_or_default();
-                                    format!("{s}:{e}")
+                                    axis += 1;
+                                    let literal = |x: &str| x.parse::<i64>().is_ok();
+                                    match out_dims.get(axis - 1) {
+                                        Some(len) if !len.is_empty() && !(literal(&s) && literal(&e)) => {
+                                            format!("{s}:{s} + {len}")
+                                        }
+                                        _ => format!("{s}:{e}"),
+                                    }
                                 }
-                                SliceEntry::Full => ":".to_string(),
+                                SliceEntry::Full => {
+                                    axis += 1;
+                                    ":".to_string()
+                                }
                             })
                             .collect();
                         format!("{}[{}]", self.expr(&args[0], 10, depth), parts.join(", "))
