@@ -334,9 +334,9 @@ impl Printer<'_> {
                                     let s = it.next().cloned().unwrap_or_default();
                                     let e = it.next().cloned().unwrap_or_default();
                                     axis += 1;
-                                    let literal = |x: &str| x.parse::<i64>().is_ok();
+                                    let literals = s.parse::<i64>().is_ok() && e.parse::<i64>().is_ok();
                                     match out_dims.get(axis - 1) {
-                                        Some(len) if !len.is_empty() && !(literal(&s) && literal(&e)) => {
+                                        Some(len) if !len.is_empty() && !literals => {
                                             format!("{s}:{s} + {len}")
                                         }
                                         _ => format!("{s}:{e}"),
