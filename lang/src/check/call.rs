@@ -41,6 +41,10 @@ impl Checker {
                 return self.call_with_dims(cx, base, dargs, args, span, expected);
             }
         }
+        if let Some((id, targs)) = self.model_with_dims(cx, f) {
+            let targs: Vec<Option<TypeArg>> = targs.into_iter().map(Some).collect();
+            return self.construct_model(cx, id, args, span, Some(&targs));
+        }
         if let ast::ExprKind::StackModel(m, len) = &f.kind {
             return self.construct_stack(cx, m, len, args, span);
         }
@@ -87,7 +91,7 @@ impl Checker {
                 }
                 return self.call_item(cx, id, args, span, Callee { span: f.span, dims: &[] }, expected);
             }
-            Some(ItemRef::Model(id)) => return self.construct_model(cx, id, args, span),
+            Some(ItemRef::Model(id)) => return self.construct_model(cx, id, args, span, None),
             Some(ItemRef::Builtin(p)) => return self.check_builtin(cx, p, args, span, f.span, expected),
             _ => {}
         }

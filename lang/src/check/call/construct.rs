@@ -15,9 +15,15 @@ impl Checker {
         args: &[ast::Arg],
         span: Span,
     ) -> ir::Expr {
-        let inner = match self.named_item(cx, model) {
-            Some(ItemRef::Model(id)) => id,
-            _ => {
+        let (inner, given) = match self.model_with_dims(cx, model) {
+            Some((id, targs)) => (id, Some(targs)),
+            None => match self.named_item(cx, model) {
+                Some(ItemRef::Model(id)) => (id, None),
+                _ => (ModelId(u32::MAX), None),
+            },
+        };
+        let inner = match inner {
+            ModelId(u32::MAX) => {
                 self.error(
                     Diagnostic::error(Code::E0304, model.span, "a stack holds models: `[Block; L](…)`")
                         .label("not a model"),
@@ -27,9 +33,16 @@ impl Checker {
                 }
                 return self.error_expr(span);
             }
+            id => id,
         };
         let id = self.stack_of(inner, None);
-        let built = self.construct_model(cx, id, args, span);
+        // The stack's dims are its number of layers, then the inner model's.
+        let given: Option<Vec<Option<TypeArg>>> = given.map(|g| {
+            let mut all = vec![None];
+            all.extend(g.into_iter().map(Some));
+            all
+        });
+        let built = self.construct_model(cx, id, args, span, given.as_deref());
         let ast::DimArg::Dim { dim, shard } = len else {
             self.error(Diagnostic::error(Code::E0304, span, "the number of layers of a stack is a dim"));
             return self.error_expr(span);
@@ -64,7 +77,31 @@ impl Checker {
         built
     }
 
-    pub(super) fn construct_model(&mut self, cx: &mut FnCx, id: ModelId, args: &[ast::Arg], span: Span) -> ir::Expr {
+    /// `Name[D, …]` naming a model with its dims: the model and the dims, checked.
+    pub(super) fn model_with_dims(&mut self, cx: &mut FnCx, f: &ast::Expr) -> Option<(ModelId, Vec<TypeArg>)> {
+        let ast::ExprKind::Index(base, _) = &f.kind else { return None };
+        if !matches!(self.named_item(cx, base), Some(ItemRef::Model(_))) {
+            return None;
+        }
+        match self.check_expr(cx, f, None).ty {
+            Type::ModelType(t) => match *t {
+                Type::Model(id, targs) => Some((id, targs)),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// `Name(…)`, or `Name[D, …](…)` with the model's dims given (`dims_given`), for dims that no
+    /// field's type determines.
+    pub(super) fn construct_model(
+        &mut self,
+        cx: &mut FnCx,
+        id: ModelId,
+        args: &[ast::Arg],
+        span: Span,
+        dims_given: Option<&[Option<TypeArg>]>,
+    ) -> ir::Expr {
         let sig = self.model_sigs[id.0 as usize].clone();
         let names: Vec<String> = sig.fields.iter().map(|(n, _, _)| n.clone()).collect();
         let what = format!("model `{}`", sig.name);
@@ -160,20 +197,41 @@ impl Checker {
         }
         let mut targs = Vec::new();
         let (mut d, mut v) = (sig.dims.iter(), sig.models.iter());
-        for is_model in &sig.generic_is_model {
+        for (k, is_model) in sig.generic_is_model.iter().enumerate() {
+            let told = dims_given.and_then(|g| g.get(k)).and_then(|t| t.as_ref());
             if *is_model {
                 let tv = v.next().unwrap();
-                targs.push(TypeArg::Type(u.subst.models.get(tv).cloned().unwrap_or(Type::Error)));
+                let t = match (u.subst.models.get(tv), told) {
+                    (Some(t), _) => t.clone(),
+                    (None, Some(TypeArg::Type(t))) => t.clone(),
+                    _ => Type::Error,
+                };
+                targs.push(TypeArg::Type(t));
             } else {
                 let s = d.next().unwrap();
-                match u.subst.dims.get(s) {
-                    Some(x) => targs.push(TypeArg::Dim(x.clone())),
-                    None => {
-                        self.error(Diagnostic::error(
-                            Code::E0307,
-                            span,
-                            format!("cannot infer dim {} of {what} from its fields", self.names().sym(*s)),
-                        ));
+                match (u.subst.dims.get(s), told) {
+                    (Some(x), Some(TypeArg::Dim(g))) if x != g => {
+                        let (xs, gs) = (crate::types::dim_str(x, &self.prog), crate::types::dim_str(g, &self.prog));
+                        self.error(
+                            Diagnostic::error(
+                                Code::E0306,
+                                span,
+                                format!("dim {} of {what} is {gs}, but its fields make it {xs}", self.names().sym(*s)),
+                            )
+                            .label("the fields' dims"),
+                        );
+                        return self.error_expr(span);
+                    }
+                    (Some(x), _) | (None, Some(TypeArg::Dim(x))) => targs.push(TypeArg::Dim(x.clone())),
+                    _ => {
+                        self.error(
+                            Diagnostic::error(
+                                Code::E0307,
+                                span,
+                                format!("cannot infer dim {} of {what} from its fields", self.names().sym(*s)),
+                            )
+                            .with_help(format!("name the model's dims: `{}[…](…)`", sig.name)),
+                        );
                         return self.error_expr(span);
                     }
                 }
