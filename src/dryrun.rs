@@ -143,7 +143,7 @@ fn fits(r: &Report, limit: Option<u64>) -> u8 {
 
 /// Partitions the checked program for its mesh and walks it.
 fn analyse(file: &Path, mut c: lang::check::Checked) -> Report {
-    let shard = lang::shard::run(&mut c.program);
+    let shard = lang::passes::shard(&mut c.program);
     if !shard.warnings.is_empty() {
         crate::run::render(&shard.warnings, &c, false);
     }

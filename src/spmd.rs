@@ -69,7 +69,7 @@ pub(crate) fn prepare(c: &mut Checked, json: bool, deny: bool) -> Result<(), u8>
             axes.join(", ")
         )));
     }
-    let report = lang::shard::run(&mut c.program);
+    let report = lang::passes::shard(&mut c.program);
     let rank = lang::dist::Collectives::rank(&mpi);
     let mut warnings: Vec<Diagnostic> = report.warnings;
     if deny {

@@ -308,7 +308,7 @@ pub fn recording_trees<R>(f: impl FnOnce() -> R) -> (R, Vec<(fuse::Tree, fuse::T
 /// The whole-program passes of `-O2` (none below): run on the checked program before an
 /// interpreter borrows it.
 pub fn prepare(prog: &mut lang::ir::Program, opts: Options) -> Option<lang::ir::opt::OptReport> {
-    (opts.level >= 2).then(|| lang::ir::opt::optimize(prog))
+    (opts.level >= 2).then(|| lang::passes::optimize(prog))
 }
 
 /// Installs the JIT into an interpreter (at `-O2` with the memory plan's last uses); the

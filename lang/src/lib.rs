@@ -10,6 +10,7 @@ pub mod dryrun;
 pub mod ide;
 pub mod interp;
 pub mod ir;
+pub mod passes;
 pub mod shard;
 pub mod source;
 pub mod spec;

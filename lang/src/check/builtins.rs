@@ -461,8 +461,9 @@ impl Checker {
             Type::Tensor(TensorTy { shape: ref s, .. }) => {
                 let t = Type::Tensor(TensorTy::new(e, s.clone()));
                 let span = v.span;
-                if let ExprKind::Lit(ir::Lit::Int(n)) = v.kind {
-                    return mk(ExprKind::Lit(ir::Lit::Float(n as f64)), t, span);
+                // An integer literal that becomes a float is written as one (`9` into f32 is `9.0`).
+                if let (ExprKind::Lit(ir::Lit::Int(n)), true) = (&v.kind, e.is_float()) {
+                    return mk(ExprKind::Lit(ir::Lit::Float(*n as f64)), t, span);
                 }
                 ir::Expr { ty: t, ..v }
             }

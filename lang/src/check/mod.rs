@@ -283,8 +283,9 @@ impl Checker {
         }
         // Derivatives are generated from checked code only.
         if !self.diags.iter().any(|d| d.is_error()) {
+            crate::passes::verified(&mut self.prog, crate::passes::Pass::Check);
             self.build_pipelines();
-            crate::autodiff::run(&mut self.prog, &mut self.diags);
+            crate::passes::autodiff(&mut self.prog, &mut self.diags);
         }
         // Functions synthesised while checking bodies (closures) are already checked.
         let root_scope = &self.scopes[root.0 as usize];

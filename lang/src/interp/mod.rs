@@ -244,6 +244,16 @@ impl<'p> Interp<'p> {
 
     /// Runs a function with no parameters (`main`, a test) to completion.
     pub fn run_main(&mut self, f: FuncId) -> Result<Value, RuntimeError> {
+        // A program the verifier found malformed after some pass is not run (`crate::passes`).
+        if let Some(why) = crate::passes::malformed(self.prog) {
+            let span = self.prog.funcs.get(f.0 as usize).and_then(|func| self.prog.spans.get(func.span.0 as usize));
+            return Err(RuntimeError {
+                code: Code::E0605,
+                message: why,
+                span: span.copied().unwrap_or_default(),
+                stack: Vec::new(),
+            });
+        }
         match self.call(f, vec![], HashMap::new(), vec![]) {
             Ok(v) => {
                 let _ = self.out.flush();

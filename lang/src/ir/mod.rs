@@ -13,6 +13,7 @@ pub mod opt;
 pub mod prim;
 pub mod simplify;
 pub mod source;
+pub mod typing;
 pub mod verify;
 pub mod walk;
 
@@ -470,6 +471,9 @@ pub struct Program {
     pub root_funcs: Vec<(String, FuncId)>,
     /// `@pipeline` functions, split into their stages' pieces.
     pub pipelines: Vec<Pipeline>,
+    /// What the verifier found wrong after a pass (`crate::passes`), each naming the pass; a
+    /// driver that finds any stops with an internal compiler error before running anything.
+    pub malformed: Vec<String>,
 }
 
 /// A `@pipeline` loss function (LANGUAGE.md §8) cut at its layer loop into three pieces, each an

@@ -65,5 +65,6 @@ pub fn verify(p: &Program) -> Vec<String> {
         });
         errs.extend(local_errs);
     }
+    errs.extend(super::typing::check(p));
     errs
 }
