@@ -12,6 +12,7 @@
 //! Generated functions are ordinary IR: they are differentiated again for higher order.
 
 mod attention;
+mod build;
 mod fwd;
 mod rules;
 mod tangent;

@@ -2,6 +2,7 @@
 //! the cotangent contributions to each operand, emitted as IR. Rules use only primitives that
 //! themselves have rules, so derived functions can be differentiated again.
 
+use super::build::{l, un};
 use super::err;
 use super::fwd::{mk, Gen, Op, Res};
 use crate::ir::{Attrs, ExprKind, Local, Prim, SliceEntry};
@@ -215,6 +216,7 @@ impl Gen<'_> {
 /// Cotangent contributions `(operand index, value)` of one operation.
 pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) -> Res<Vec<(usize, Local)>> {
     let ot = g.ty_of(out);
+    let et = elem(&ot);
     let tys: Vec<Type> = args.iter().map(|a| g.ty_of(*a)).collect();
     let act: Vec<bool> = args.iter().map(|a| g.active.contains(a)).collect();
     let prim = match op {
@@ -377,32 +379,12 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
             }
         }
         Prim::Neg => v.push((0, negate(g, bar))),
-        Prim::Exp => v.push((0, g.bin(Prim::Mul, bar, out, ot.clone()))),
-        Prim::Log => v.push((0, g.bin(Prim::Div, bar, a.unwrap(), ot.clone()))),
-        Prim::Sqrt => {
-            let h = g.scalar(0.5, &ot);
-            let t = g.bin(Prim::Div, bar, out, ot.clone());
-            v.push((0, g.bin(Prim::Mul, t, h, ot.clone())));
-        }
-        Prim::Rsqrt => {
-            let h = g.scalar(-0.5, &ot);
-            let y3 = g.bin(Prim::Mul, out, out, ot.clone());
-            let y3 = g.bin(Prim::Mul, y3, out, ot.clone());
-            let t = g.bin(Prim::Mul, bar, y3, ot.clone());
-            v.push((0, g.bin(Prim::Mul, t, h, ot.clone())));
-        }
-        Prim::Tanh => {
-            let one = g.scalar(1.0, &ot);
-            let y2 = g.bin(Prim::Mul, out, out, ot.clone());
-            let d = g.bin(Prim::Sub, one, y2, ot.clone());
-            v.push((0, g.bin(Prim::Mul, bar, d, ot.clone())));
-        }
-        Prim::Sigmoid => {
-            let one = g.scalar(1.0, &ot);
-            let d = g.bin(Prim::Sub, one, out, ot.clone());
-            let d = g.bin(Prim::Mul, out, d, ot.clone());
-            v.push((0, g.bin(Prim::Mul, bar, d, ot.clone())));
-        }
+        Prim::Exp => v.push((0, g.build(l(bar) * out, et)?)),
+        Prim::Log => v.push((0, g.build(l(bar) / a.unwrap(), et)?)),
+        Prim::Sqrt => v.push((0, g.build(l(bar) / out * 0.5, et)?)),
+        Prim::Rsqrt => v.push((0, g.build(l(bar) * (l(out) * out * out) * -0.5, et)?)),
+        Prim::Tanh => v.push((0, g.build(l(bar) * (1.0 - l(out) * out), et)?)),
+        Prim::Sigmoid => v.push((0, g.build(l(bar) * (l(out) * (1.0 - l(out))), et)?)),
         Prim::Relu => {
             let a = a.unwrap();
             let z = g.scalar(0.0, &ot);
@@ -411,40 +393,16 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
         }
         Prim::Gelu => {
             // d/dx 0.5x(1+tanh(u)), u = c(x + 0.044715x³): 0.5(1+t) + 0.5x(1-t²)c(1+0.134145x²)
-            let x = a.unwrap();
-            let c = g.scalar(0.797_884_560_802_865_4, &ot);
-            let k = g.scalar(0.044_715, &ot);
-            let k3 = g.scalar(0.134_145, &ot);
-            let half = g.scalar(0.5, &ot);
-            let one = g.scalar(1.0, &ot);
-            let x2 = g.bin(Prim::Mul, x, x, ot.clone());
-            let x3 = g.bin(Prim::Mul, x2, x, ot.clone());
-            let kx3 = g.bin(Prim::Mul, k, x3, ot.clone());
-            let inner = g.bin(Prim::Add, x, kx3, ot.clone());
-            let u = g.bin(Prim::Mul, c, inner, ot.clone());
-            let t = g.p(Prim::Tanh, &[u], Attrs::default(), ot.clone());
-            let onept = g.bin(Prim::Add, one, t, ot.clone());
-            let left = g.bin(Prim::Mul, half, onept, ot.clone());
-            let t2 = g.bin(Prim::Mul, t, t, ot.clone());
-            let sech = g.bin(Prim::Sub, one, t2, ot.clone());
-            let kk = g.bin(Prim::Mul, k3, x2, ot.clone());
-            let du = g.bin(Prim::Add, one, kk, ot.clone());
-            let du = g.bin(Prim::Mul, c, du, ot.clone());
-            let r = g.bin(Prim::Mul, half, x, ot.clone());
-            let r = g.bin(Prim::Mul, r, sech, ot.clone());
-            let r = g.bin(Prim::Mul, r, du, ot.clone());
-            let d = g.bin(Prim::Add, left, r, ot.clone());
-            v.push((0, g.bin(Prim::Mul, bar, d, ot.clone())));
+            let (x, c) = (a.unwrap(), 0.797_884_560_802_865_4);
+            let x2 = g.build(l(x) * x, et)?;
+            let t = g.build(un(Prim::Tanh, c * (l(x) + 0.044_715 * (l(x2) * x))), et)?;
+            let d = 0.5 * (1.0 + l(t)) + 0.5 * l(x) * (1.0 - l(t) * t) * (c * (1.0 + 0.134_145 * l(x2)));
+            v.push((0, g.build(l(bar) * d, et)?));
         }
+        // d/dx erf(x) = 2/√π · exp(-x²)
         Prim::Erf => {
-            // d/dx erf(x) = 2/√π · exp(-x²)
             let x = a.unwrap();
-            let x2 = g.bin(Prim::Mul, x, x, ot.clone());
-            let n = negate(g, x2);
-            let e = g.p(Prim::Exp, &[n], Attrs::default(), ot.clone());
-            let c = g.scalar(std::f64::consts::FRAC_2_SQRT_PI, &ot);
-            let d = g.bin(Prim::Mul, c, e, ot.clone());
-            v.push((0, g.bin(Prim::Mul, bar, d, ot.clone())));
+            v.push((0, g.build(l(bar) * (std::f64::consts::FRAC_2_SQRT_PI * un(Prim::Exp, -(l(x) * x))), et)?))
         }
         Prim::Softmax | Prim::LogSoftmax => {
             // softmax: x̄ = y ⊙ (ȳ - Σ ȳ⊙y); log_softmax: x̄ = ȳ - exp(y) ⊙ Σ ȳ (sums along the axis).

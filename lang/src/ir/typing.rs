@@ -319,6 +319,15 @@ fn describe(e: &Expr, p: &Program) -> String {
     }
 }
 
+/// The type primitive `prim` gives the operands `args` with `attrs`, for code that builds nodes
+/// (the derivative rules' builder); an error for a primitive whose type is its declaration.
+pub fn infer_prim(prim: super::Prim, args: &[Expr], attrs: &super::Attrs) -> Result<Type, String> {
+    match prims::rule(prim, args, attrs, &Type::Error)? {
+        Rule::Is(t) => Ok(t),
+        Rule::Declared => Err(format!("`{}` takes the type it is declared with", prim.name())),
+    }
+}
+
 /// Whether an inferred type and a declared one agree: element types (a weak literal type
 /// agrees with every type it can take) and shapes; layouts are not compared.
 pub fn agree(a: &Type, b: &Type) -> bool {
