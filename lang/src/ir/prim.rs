@@ -4,10 +4,11 @@
 //! derivative rules in the autodiff pass; all match on `Prim` exhaustively, so adding a
 //! primitive is one entry here plus one arm in each of those tables.
 
-/// Declares the primitives: the enum, every variant in `Prim::ALL`, each one's name, and
-/// whether users call it by that name (operators, casts and slices have their own syntax).
+/// Declares the primitives: the enum, every variant in `Prim::ALL`, each one's name, whether
+/// users call it by that name (operators, casts and slices have their own syntax), and for
+/// those that they do, its signature and description (`Prim::info`).
 macro_rules! prims {
-    ($($(#[$m:meta])* $v:ident : $name:literal $kind:ident,)*) => {
+    ($($(#[$m:meta])* $v:ident : $name:literal $kind:ident $(($sig:literal, $doc:literal))?,)*) => {
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
         pub enum Prim {
             $($(#[$m])* $v,)*
@@ -30,10 +31,21 @@ macro_rules! prims {
                     $(Prim::$v => prims!(@callable $kind),)*
                 }
             }
+
+            /// How a builtin is called (in `spec/builtins.md`'s notation) and what it does, for
+            /// hover, completion and signature help; `None` for operators and internal
+            /// primitives. A callable entry without both does not compile.
+            pub fn info(self) -> Option<(&'static str, &'static str)> {
+                match self {
+                    $(Prim::$v => prims!(@info $kind $(($sig, $doc))?),)*
+                }
+            }
         }
     };
     (@callable callable) => { true };
     (@callable internal) => { false };
+    (@info callable ($sig:literal, $doc:literal)) => { Some(($sig, $doc)) };
+    (@info internal) => { None };
 }
 
 prims! {
@@ -45,7 +57,7 @@ prims! {
     Mul: "mul" internal,
     Div: "div" internal,
     Rem: "rem" internal,
-    Pow: "pow" callable,
+    Pow: "pow" callable("pow(x, y) -> broadcast(x, y)", "`x` to the power `y`, elementwise with broadcasting; same as `x ** y`."),
     MatMul: "matmul" internal,
     Eq: "eq" internal,
     Ne: "ne" internal,
@@ -56,123 +68,123 @@ prims! {
     And: "and" internal,
     Or: "or" internal,
     // Elementwise functions.
-    Exp: "exp" callable,
-    Log: "log" callable,
-    Sqrt: "sqrt" callable,
-    Rsqrt: "rsqrt" callable,
-    Tanh: "tanh" callable,
-    Sigmoid: "sigmoid" callable,
-    Relu: "relu" callable,
-    Gelu: "gelu" callable,
+    Exp: "exp" callable("exp(x: f[..S]) -> f[..S]", "Elementwise exponential."),
+    Log: "log" callable("log(x: f[..S]) -> f[..S]", "Elementwise natural logarithm."),
+    Sqrt: "sqrt" callable("sqrt(x: f[..S]) -> f[..S]", "Elementwise square root."),
+    Rsqrt: "rsqrt" callable("rsqrt(x: f[..S]) -> f[..S]", "Elementwise `1 / sqrt(x)`."),
+    Tanh: "tanh" callable("tanh(x: f[..S]) -> f[..S]", "Elementwise hyperbolic tangent."),
+    Sigmoid: "sigmoid" callable("sigmoid(x: f[..S]) -> f[..S]", "Elementwise logistic sigmoid."),
+    Relu: "relu" callable("relu(x: T[..S]) -> T[..S]", "Elementwise `max(x, 0)`."),
+    Gelu: "gelu" callable("gelu(x: f[..S], approximate: true) -> f[..S]", "Gaussian error linear unit: the tanh approximation, or with `approximate: false` the exact `x * 0.5 * (1 + erf(x / sqrt(2)))` (PyTorch's default)."),
     /// The error function; `gelu(x, approximate: false)` is built on it.
-    Erf: "erf" callable,
-    Sin: "sin" callable,
-    Cos: "cos" callable,
-    Abs: "abs" callable,
-    Sign: "sign" callable,
-    Floor: "floor" callable,
-    Maximum: "maximum" callable,
-    Minimum: "minimum" callable,
-    Where: "where" callable,
+    Erf: "erf" callable("erf(x: f[..S]) -> f[..S]", "The error function `2/sqrt(pi) * integral of exp(-t^2) from 0 to x`."),
+    Sin: "sin" callable("sin(x: f[..S]) -> f[..S]", "Elementwise sine."),
+    Cos: "cos" callable("cos(x: f[..S]) -> f[..S]", "Elementwise cosine."),
+    Abs: "abs" callable("abs(x: T[..S]) -> T[..S]", "Elementwise absolute value."),
+    Sign: "sign" callable("sign(x: T[..S]) -> T[..S]", "Elementwise sign: −1, 0 or 1."),
+    Floor: "floor" callable("floor(x: f[..S]) -> f[..S]", "Rounds down, keeping the float type."),
+    Maximum: "maximum" callable("maximum(a, b) -> broadcast(a, b)", "The elementwise larger value."),
+    Minimum: "minimum" callable("minimum(a, b) -> broadcast(a, b)", "The elementwise smaller value."),
+    Where: "where" callable("where(c: bool[..], a, b) -> broadcast(c, a, b)", "`a` where `c` is true, else `b`."),
     Cast: "cast" internal,
     // Reductions (attrs.axis, attrs.keepdims).
-    Sum: "sum" callable,
-    Mean: "mean" callable,
-    Max: "max" callable,
-    Min: "min" callable,
-    Argmax: "argmax" callable,
-    Argmin: "argmin" callable,
-    Logsumexp: "logsumexp" callable,
+    Sum: "sum" callable("sum(x, axis: k, keepdims: false)", "Sum of all elements, or along `axis` (several: `axis: (0, 2)`); of a model, every element of its float tensors."),
+    Mean: "mean" callable("mean(x, axis: k, keepdims: false)", "Mean of all elements, or along `axis`."),
+    Max: "max" callable("max(x, axis: k, keepdims: false)", "Largest element, or along `axis`."),
+    Min: "min" callable("min(x, axis: k, keepdims: false)", "Smallest element, or along `axis`."),
+    Argmax: "argmax" callable("argmax(x, axis: k) -> i32", "Index of the largest element, or along `axis`."),
+    Argmin: "argmin" callable("argmin(x, axis: k) -> i32", "Index of the smallest element, or along `axis`."),
+    Logsumexp: "logsumexp" callable("logsumexp(x, axis: k, keepdims: false)", "`log(sum(exp(x)))` computed without overflow."),
     /// `cumsum(x, axis: k)`: running sums along one axis (the shape is kept).
-    Cumsum: "cumsum" callable,
+    Cumsum: "cumsum" callable("cumsum(x, axis: k)", "Running sums along axis `k`; the shape is kept (bool counts as i32)."),
     /// `softmax(x, axis: k)` and `log_softmax(x, axis: k)` (default the last axis), computed
     /// with the maximum subtracted first.
-    Softmax: "softmax" callable,
-    LogSoftmax: "log_softmax" callable,
+    Softmax: "softmax" callable("softmax(x: f[..S], axis: -1) -> f[..S]", "`exp(x) / sum(exp(x))` along an axis (default the last), with the maximum subtracted first."),
+    LogSoftmax: "log_softmax" callable("log_softmax(x: f[..S], axis: -1) -> f[..S]", "`x - logsumexp(x)` along an axis (default the last), with the maximum subtracted first."),
     // Shape (attrs.shape / attrs.perm / attrs.axis).
-    Reshape: "reshape" callable,
-    Transpose: "transpose" callable,
-    Permute: "permute" callable,
-    Concat: "concat" callable,
-    Stack: "stack" callable,
-    ExpandDims: "expand_dims" callable,
-    Squeeze: "squeeze" callable,
-    BroadcastTo: "broadcast_to" callable,
-    Gather: "gather" callable,
-    OneHot: "one_hot" callable,
-    Einsum: "einsum" callable,
+    Reshape: "reshape" callable("reshape(x, [d…])", "The same elements in a new shape; one dimension may be `_`."),
+    Transpose: "transpose" callable("transpose(x: T[..S, A, B]) -> T[..S, B, A]", "Swaps the last two dimensions."),
+    Permute: "permute" callable("permute(x, [i…])", "Reorders the dimensions."),
+    Concat: "concat" callable("concat([a, b, …], axis: k)", "Joins tensors along an existing axis (sizes add)."),
+    Stack: "stack" callable("stack([a, b, …], axis: k)", "Joins equal-shaped tensors along a new axis."),
+    ExpandDims: "expand_dims" callable("expand_dims(x, axis: k)", "Inserts a dimension of size 1."),
+    Squeeze: "squeeze" callable("squeeze(x, axis: k)", "Removes a dimension of size 1."),
+    BroadcastTo: "broadcast_to" callable("broadcast_to(x, [d…])", "Broadcasts `x` to the given shape."),
+    Gather: "gather" callable("gather(x, idx, axis: k)", "Picks entries of `x` along `axis` by integer indices."),
+    OneHot: "one_hot" callable("one_hot(y: i32[..S], n) -> f32[..S, n]", "One-hot encoding of integer labels."),
+    Einsum: "einsum" callable("einsum(\"spec\", a, b, …)", "Einstein summation, e.g. `einsum(\"bij,bjk->bik\", a, b)`."),
     // Convolution and pooling over NCHW tensors (`spec/cnn.md`); `attrs.perm` holds the two
     // integers of each: `[stride, padding]` for the convolutions, `[kernel, stride]` for pooling.
     /// `conv2d(x, w, stride: s, padding: p)`: `x[N, C, H, W]` cross-correlated with
     /// `w[O, C, KH, KW]` (the bias of `conv2d(x, w, b, …)` is a separate addition).
-    Conv2d: "conv2d" callable,
+    Conv2d: "conv2d" callable("conv2d(x: f[N, C, H, W], w: f[O, C, KH, KW], b: f[O], stride: s, padding: p) -> f[N, O, OH, OW]", "2-D cross-correlation (NCHW, as PyTorch); `OH = (H + 2p - KH) / s + 1`, floor division; the bias is optional."),
     /// `conv2d_input_grad(g, w, size: [H, W], …)`: the adjoint of `conv2d` in `x` (the transposed
     /// convolution); `attrs.shape` is the input's `[H, W]`, which floor division does not determine.
-    Conv2dInputGrad: "conv2d_input_grad" callable,
+    Conv2dInputGrad: "conv2d_input_grad" callable("conv2d_input_grad(g: f[N, O, OH, OW], w: f[O, C, KH, KW], size: [H, W], stride: s, padding: p) -> f[N, C, H, W]", "The gradient of `conv2d` with respect to its input (the transposed convolution)."),
     /// `conv2d_weight_grad(x, g, kernel: [KH, KW], …)`: the adjoint of `conv2d` in `w`
     /// (`attrs.shape` is `[KH, KW]`).
-    Conv2dWeightGrad: "conv2d_weight_grad" callable,
+    Conv2dWeightGrad: "conv2d_weight_grad" callable("conv2d_weight_grad(x: f[N, C, H, W], g: f[N, O, OH, OW], kernel: [KH, KW], stride: s, padding: p) -> f[O, C, KH, KW]", "The gradient of `conv2d` with respect to its weights."),
     /// `max_pool2d(x, kernel: k, stride: s)`: the maximum of each window. With a second operand,
     /// `max_pool2d(x, v, …)` picks `v` where `x` has its first maximum in each window (the
     /// tangent of max pooling).
-    MaxPool2d: "max_pool2d" callable,
+    MaxPool2d: "max_pool2d" callable("max_pool2d(x: f[N, C, H, W], kernel: k, stride: s) -> f[N, C, OH, OW]", "The maximum of each `k × k` window (stride defaults to `k`); `max_pool2d(x, v, …)` picks `v` at those maxima."),
     /// `max_pool2d_grad(x, g, kernel: k, stride: s)`: `g` sent to the first maximum of each
     /// window of `x` (summed where windows overlap), the adjoint of `max_pool2d`.
-    MaxPool2dGrad: "max_pool2d_grad" callable,
+    MaxPool2dGrad: "max_pool2d_grad" callable("max_pool2d_grad(x: f[N, C, H, W], g: f[N, C, OH, OW], kernel: k, stride: s) -> f[N, C, H, W]", "The gradient of `max_pool2d`: `g` sent to the first maximum of each window."),
     /// `avg_pool2d(x, kernel: k, stride: s)`: the mean of each window.
-    AvgPool2d: "avg_pool2d" callable,
+    AvgPool2d: "avg_pool2d" callable("avg_pool2d(x: f[N, C, H, W], kernel: k, stride: s) -> f[N, C, OH, OW]", "The mean of each `k × k` window."),
     /// `avg_pool2d_grad(g, size: [H, W], kernel: k, stride: s)`: the adjoint of `avg_pool2d`
     /// (`attrs.shape` is the input's `[H, W]`).
-    AvgPool2dGrad: "avg_pool2d_grad" callable,
+    AvgPool2dGrad: "avg_pool2d_grad" callable("avg_pool2d_grad(g: f[N, C, OH, OW], size: [H, W], kernel: k, stride: s) -> f[N, C, H, W]", "The gradient of `avg_pool2d`: each window's cotangent spread evenly over it."),
     /// `x[i, a:b, :]`: attrs.slice says what each entry takes (`SliceEntry`); the
     /// arguments after `x` are the index values and range bounds in order.
     Slice: "slice" internal,
     /// `scatter_add(upd, idx, n, axis: k)`, the adjoint of `gather`: zeros of the result shape
     /// (`attrs.shape`) with `upd` added at the indices `idx` along axis `k`.
-    ScatterAdd: "scatter_add" callable,
+    ScatterAdd: "scatter_add" callable("scatter_add(x, idx, updates, axis: k)", "Adds `updates` into `x` at integer indices along `axis`."),
     /// `update(x, v, at: i, axis: k)`: `x` with `v` written at positions `i..i + m` of axis
     /// `k` (`v` of one rank less: position `i`); arguments `[x, v, i]`. In place when `x`'s
     /// buffer is not shared (a key/value cache).
-    Update: "update" callable,
+    Update: "update" callable("update(x, v, at: i, axis: 0)", "`x` with `v` written at position `i` of `axis` (in place when `x` is not shared): a key/value cache's step."),
     // Sorting (`spec/inference.md`); `sort`, `top_k` and `categorical` are written with these.
     /// `argsort(x, axis: k, descending: d)`: the `i32` positions that order `x` along axis `k`
     /// (stable; NaN is largest). With `attrs.shape = [n]` only the first `n` positions are kept
     /// (`top_k`'s indices).
-    Argsort: "argsort" callable,
+    Argsort: "argsort" callable("argsort(x, axis: -1, descending: false) -> i32", "The positions that order `x` along an axis (stable; NaN is largest)."),
     /// `take_along_axis(x, idx, axis: k)`: `x`'s entries along axis `k` at the positions `idx`
     /// holds, one for one (`idx` has `x`'s rank and its other dims).
-    TakeAlong: "take_along_axis" callable,
+    TakeAlong: "take_along_axis" callable("take_along_axis(x, idx, axis: k)", "Picks `x`'s entries along `axis` at the positions `idx` holds, one for one (NumPy's `take_along_axis`)."),
     /// `scatter_add_along(upd, idx, n, axis: k)`, the adjoint of `take_along_axis`: zeros of
     /// the result shape (`attrs.shape`) with each entry of `upd` added at its position.
-    ScatterAddAlong: "scatter_add_along" callable,
+    ScatterAddAlong: "scatter_add_along" callable("scatter_add_along(g, idx, n, axis: k)", "The adjoint of `take_along_axis`: zeros with `g` added at `idx` along `axis` (of size `n`)."),
     // Attention (`spec/inference.md`); `nn.attention` and `nn.attention_cached` call it.
     /// `fused_attention(q, k, v, len: n, causal: c)`: `softmax(q kᵀ / √D) v` over the first `n`
     /// keys (causally: query `i` at position `n - Q + i` sees the keys up to its own), with an
     /// online softmax over tiles of keys, never the Q×S scores; arguments `[q, k, v, n, c]`.
-    Attention: "fused_attention" callable,
+    Attention: "fused_attention" callable("fused_attention(q, k, v, len: S, causal: false)", "`softmax(q kᵀ / √D) v` for `q[..B, Q, D]`, `k[..B, S, D]`, `v[..B, S, E]` in one kernel (online softmax, no Q×S scores); only the first `len` keys are visible, and when `causal` query `i` sees keys up to position `len - Q + i`."),
     /// `attention_weights(q, k, len: n, causal: c)`: the softmax weights `[..B, Q, S]` of the
     /// same mask (hidden keys 0), which `fused_attention`'s derivatives recompute; `[q, k, n, c]`.
-    AttentionWeights: "attention_weights" callable,
+    AttentionWeights: "attention_weights" callable("attention_weights(q, k, len: S, causal: false)", "The softmax weights `[..B, Q, S]` of `fused_attention`'s mask (hidden keys 0)."),
     // Compression (`spec/inference.md`): results of the operand's own type.
     /// `quantize(m, i8)`: every `f32` matrix of `m` (or `m` itself) held as int8 values with
     /// one `f32` scale per output channel; `x @ w` with such a `w` runs the int8 kernel.
-    Quantize: "quantize" callable,
+    Quantize: "quantize" callable("quantize(m, i8)", "`m` (a model or a matrix) with every `f32` matrix held as int8 with one scale per output channel; `x @ w` with such a `w` is an int8 product. Same type as `m`."),
     /// `prune(m, sparsity: s)`: each matrix of `m` with the fraction `s` of its weights of
     /// smallest magnitude set to zero; arguments `[m, s]`.
-    Prune: "prune" callable,
+    Prune: "prune" callable("prune(m, sparsity: s)", "`m` with the fraction `s` of each matrix's weights, the smallest in magnitude, set to zero. Same type as `m`."),
     // Creation (attrs.shape, attrs.dtype; random ones take an optional seed argument).
-    Zeros: "zeros" callable,
-    Ones: "ones" callable,
-    Full: "full" callable,
-    Arange: "arange" callable,
-    Eye: "eye" callable,
-    Normal: "normal" callable,
-    Uniform: "uniform" callable,
-    HeNormal: "he_normal" callable,
-    GlorotUniform: "glorot_uniform" callable,
+    Zeros: "zeros" callable("zeros(d…) -> f32[d…]", "A tensor of the given dimensions filled with 0."),
+    Ones: "ones" callable("ones(d…) -> f32[d…]", "A tensor of the given dimensions filled with 1."),
+    Full: "full" callable("full(v, d…) -> T[d…]", "A tensor of the given dimensions filled with the scalar `v`."),
+    Arange: "arange" callable("arange(n) -> i32[n]", "The integers `0, 1, …, n-1`."),
+    Eye: "eye" callable("eye(n) -> f32[n, n]", "The `n × n` identity matrix."),
+    Normal: "normal" callable("normal(d…, seed: s) -> f32[d…]", "Standard normal random numbers (counter-based, reproducible)."),
+    Uniform: "uniform" callable("uniform(d…, seed: s) -> f32[d…]", "Uniform random numbers on [0, 1)."),
+    HeNormal: "he_normal" callable("he_normal(i, o) -> f32[i, o]", "He initialisation: a normal with standard deviation `sqrt(2 / i)`."),
+    GlorotUniform: "glorot_uniform" callable("glorot_uniform(i, o) -> f32[i, o]", "Glorot initialisation: uniform on `±sqrt(6 / (i + o))`."),
     // Models.
-    Params: "params" callable,
-    Map: "map" callable,
+    Params: "params" callable("params(m) -> i32", "The number of parameters of a model."),
+    Map: "map" callable("map(f, m, …)", "Applies a rank-polymorphic function to every tensor of one or more models."),
     /// `sum(m)` of a model: the sum of every element of every float tensor in it, as `f32`
     /// (`sum(map(|t| t * t, g))` is the squared global norm). No derivative, like `map`.
     ModelSum: "model_sum" internal,
@@ -181,7 +193,7 @@ prims! {
     /// tensor of `s` that is whole over `a` (`interp::zero`); elsewhere it is `s`.
     ShardState: "shard_state" internal,
     // Differentiation.
-    StopGradient: "stop_gradient" callable,
+    StopGradient: "stop_gradient" callable("stop_gradient(x) -> x", "The value of `x`, treated as a constant by differentiation."),
     /// Reverse mode's tape of a loop's states (generated, never written by users): `tape_new()`
     /// is an empty tape (type `[T]`), `tape_push(t, s)` the tape with `s` appended, and
     /// `tape_get(t, i)` its entry `i`. Derived functions holding them are differentiated and
@@ -190,20 +202,20 @@ prims! {
     TapePush: "tape_push" internal,
     TapeGet: "tape_get" internal,
     // I/O and testing.
-    Print: "print" callable,
-    Load: "load" callable,
-    Save: "save" callable,
+    Print: "print" callable("print(a, b, …, precision: k)", "Writes its arguments separated by one space and ends the line; `precision: k` prints floats with k decimals."),
+    Load: "load" callable("load(path)", "Loads `.npy`, `.npz` (`\"file.npz:name\"`), `.safetensors`, `.csv`, `.txt` (bytes as `i32[N]`), or a checkpoint folder (`\"ckpt/\"`)."),
+    Save: "save" callable("save(path, value)", "Saves a tensor, a model or a tuple: one file, or a checkpoint folder when the path ends in `/`."),
     /// `log_scalar(name, step, value)`: records a scalar for TensorBoard through the
     /// interpreter's `ScalarLog` (`msl run` writes event files; elsewhere it is discarded).
-    LogScalar: "log_scalar" callable,
+    LogScalar: "log_scalar" callable("log_scalar(\"name\", step: i32, value: f32)", "Records a scalar at a step for TensorBoard (`msl run` writes `runs/<program>/`; `msl plot` draws it)."),
     /// `exists(path)`: whether a file or folder is there (a complete checkpoint for a path
     /// ending in `/`).
-    Exists: "exists" callable,
+    Exists: "exists" callable("exists(path) -> bool", "Whether a file or folder is there; for a path ending in `/`, whether a complete checkpoint is."),
     /// `clock()`: seconds (`f64`) on a monotonic clock since the process started, for timing
     /// (`let t0 = clock()` … `clock() - t0`), like Python's `time.perf_counter`.
-    Clock: "clock" callable,
-    Assert: "assert" callable,
-    AssertClose: "assert_close" callable,
+    Clock: "clock" callable("clock() -> f64", "Seconds on a monotonic clock since the process started, for timing (`clock() - t0`)."),
+    Assert: "assert" callable("assert(c: bool, \"message\")", "Fails the run when `c` is false."),
+    AssertClose: "assert_close" callable("assert_close(a, b, rtol: 1e-5, atol: 1e-6)", "Fails the run when `a` and `b` differ beyond the tolerances."),
     // Collectives: inserted by the sharding pass (`crate::shard`), never written by hand.
     // `attrs.mesh_axes` names the mesh axes whose ranks take part; `attrs.axis` the tensor dim.
     /// Sums the blocks of every rank of the group (partial results of a contraction).
