@@ -425,6 +425,9 @@ fn collectives_text(c: &mut lang::check::Checked, f: &std::path::Path) -> String
         return format!("{}: no mesh, so no collectives\n", f.display());
     };
     let report = lang::passes::shard(&mut c.program);
+    if let Some(why) = lang::passes::malformed(&c.program) {
+        return format!("{}: error: {why}\n", f.display());
+    }
     let axes: Vec<String> = mesh.names.iter().zip(&mesh.sizes).map(|(n, s)| format!("{n} = {s}")).collect();
     let mut out = format!("{}: {} collectives on mesh [{}]\n", f.display(), report.collectives.len(), axes.join(", "));
     for k in &report.collectives {

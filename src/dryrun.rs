@@ -151,7 +151,13 @@ fn analyse(file: &Path, mut c: lang::check::Checked) -> Report {
         work_dir: std::env::current_dir().unwrap_or_default(),
         source_dir: file.parent().map(|p| if p.as_os_str().is_empty() { Path::new(".") } else { p }.to_path_buf()),
     };
-    dryrun::run(&c.program, &c.sources, &files)
+    let mut report = dryrun::run(&c.program, &c.sources, &files);
+    // A program the verifier found malformed after partitioning is not reported on as if it
+    // were sound (`lang::passes`).
+    if let Some(why) = lang::passes::malformed(&c.program) {
+        report.errors.insert(0, why);
+    }
+    report
 }
 
 fn axes_text(mesh: &Mesh) -> String {
