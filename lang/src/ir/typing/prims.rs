@@ -271,32 +271,7 @@ fn rule_of(prim: Prim, args: &[Expr], attrs: &Attrs, declared: &Type) -> Result<
             let (_, s) = tensor_arg(args, 0)?;
             created(s.clone())
         }
-        P::Sum | P::Mean | P::Max | P::Min | P::Argmax | P::Argmin | P::Logsumexp => {
-            arity(args, 1)?;
-            let (e, s) = tensor_arg(args, 0)?;
-            let out = match prim {
-                P::Argmax | P::Argmin => Elem::T(ElemTy::I32),
-                P::Sum if e == Elem::T(ElemTy::Bool) => Elem::T(ElemTy::I32),
-                _ => e,
-            };
-            let shape = match attrs.axis {
-                None if attrs.keepdims => s.iter().map(|_| ShapeItem::Dim(Dim::constant(1))).collect(),
-                None => vec![],
-                Some(a) => {
-                    let i = if attrs.from_end { s.len().checked_sub(a) } else { Some(a) };
-                    let i =
-                        i.filter(|&i| i < s.len()).ok_or_else(|| format!("axis {a} of a rank-{} operand", s.len()))?;
-                    let mut shape = s.clone();
-                    if attrs.keepdims {
-                        shape[i] = ShapeItem::Dim(Dim::constant(1));
-                    } else {
-                        shape.remove(i);
-                    }
-                    shape
-                }
-            };
-            Ok(Rule::Is(tensor(out, shape)))
-        }
+        P::Sum | P::Mean | P::Max | P::Min | P::Argmax | P::Argmin | P::Logsumexp => reduction(prim, args, attrs),
         P::Cumsum => {
             arity(args, 1)?;
             let (e, s) = tensor_arg(args, 0)?;
@@ -325,23 +300,7 @@ fn rule_of(prim: Prim, args: &[Expr], attrs: &Attrs, declared: &Type) -> Result<
             }
             Ok(Rule::Is(tensor(e, attrs.perm.iter().map(|&i| ShapeItem::Dim(ds[i].clone())).collect())))
         }
-        P::Concat | P::Stack => {
-            let (e, s0) = tensor_arg(args, 0)?;
-            let mut out = fixed(s0)?;
-            let out_rank = if prim == P::Stack { out.len() + 1 } else { out.len() };
-            let ax = axis(attrs, out_rank)?;
-            if prim == P::Concat {
-                let mut total = Dim::constant(0);
-                for i in 0..args.len() {
-                    let ds = fixed(tensor_arg(args, i)?.1)?;
-                    total = total.add(ds.get(ax).ok_or("operands of different ranks")?);
-                }
-                out[ax] = total;
-            } else {
-                out.insert(ax, Dim::constant(args.len() as i64));
-            }
-            Ok(Rule::Is(tensor(e, dims(&out))))
-        }
+        P::Concat | P::Stack => concat_or_stack(prim, args, attrs),
         P::ExpandDims => {
             arity(args, 1)?;
             let (e, s) = tensor_arg(args, 0)?;
@@ -392,25 +351,7 @@ fn rule_of(prim: Prim, args: &[Expr], attrs: &Attrs, declared: &Type) -> Result<
                 None => Ok(Rule::Declared),
             }
         }
-        P::Conv2d => {
-            arity(args, 2)?;
-            let (e, xs) = tensor_arg(args, 0)?;
-            let x = fixed(xs)?;
-            let w = fixed(tensor_arg(args, 1)?.1)?;
-            let [stride, pad] = attrs.perm[..] else { return Err("`conv2d` without stride and padding".into()) };
-            if x.len() != 4 || w.len() != 4 {
-                return Err("`conv2d` of operands not of rank 4".into());
-            }
-            let padded = |d: &Dim| d.add(&Dim::constant(2 * pad as i64));
-            let mut out = vec![x[0].clone(), w[0].clone()];
-            for (k, (i, kw)) in [(2, 2), (3, 3)].into_iter().enumerate() {
-                match window_out(&padded(&x[i]), &w[kw], stride as i64) {
-                    Some(d) => out.push(d),
-                    None => out.push(declared_dim(declared, 2 + k).ok_or("no output size")?),
-                }
-            }
-            Ok(Rule::Is(tensor(e, dims(&out))))
-        }
+        P::Conv2d => conv2d(args, attrs, declared),
         P::Conv2dInputGrad => {
             arity(args, 2)?;
             let (e, gs) = tensor_arg(args, 0)?;
@@ -433,22 +374,7 @@ fn rule_of(prim: Prim, args: &[Expr], attrs: &Attrs, declared: &Type) -> Result<
             let out = [g[1].clone(), x[1].clone(), attrs.shape[0].clone(), attrs.shape[1].clone()];
             Ok(Rule::Is(tensor(e, dims(&out))))
         }
-        P::MaxPool2d | P::AvgPool2d => {
-            let (e, xs) = tensor_arg(args, 0)?;
-            let x = fixed(xs)?;
-            let [kernel, stride] = attrs.perm[..] else { return Err("pooling without kernel and stride".into()) };
-            if x.len() != 4 {
-                return Err("pooling of an operand not of rank 4".into());
-            }
-            let mut out = vec![x[0].clone(), x[1].clone()];
-            for (k, i) in [2, 3].into_iter().enumerate() {
-                match window_out(&x[i], &Dim::constant(kernel as i64), stride as i64) {
-                    Some(d) => out.push(d),
-                    None => out.push(declared_dim(declared, 2 + k).ok_or("no output size")?),
-                }
-            }
-            Ok(Rule::Is(tensor(e, dims(&out))))
-        }
+        P::MaxPool2d | P::AvgPool2d => pool2d(args, attrs, declared),
         P::MaxPool2dGrad => {
             arity(args, 2)?;
             let (e, _) = tensor_arg(args, 1)?;
@@ -465,35 +391,7 @@ fn rule_of(prim: Prim, args: &[Expr], attrs: &Attrs, declared: &Type) -> Result<
             let out = [g[0].clone(), g[1].clone(), attrs.shape[0].clone(), attrs.shape[1].clone()];
             Ok(Rule::Is(tensor(e, dims(&out))))
         }
-        P::Slice => {
-            // The entries take the leading axes; what follows them (a `..` rest too) is kept.
-            let (e, s) = tensor_arg(args, 0)?;
-            let (mut out, mut next) = (Vec::new(), 1);
-            for (i, entry) in attrs.slice.iter().enumerate() {
-                let d = match s.get(i) {
-                    Some(ShapeItem::Dim(d)) => d,
-                    Some(ShapeItem::Rest(_)) => return Err("a slice entry at a `..` rest".into()),
-                    None => return Err(format!("{} slice entries for a rank-{} operand", attrs.slice.len(), s.len())),
-                };
-                match entry {
-                    SliceEntry::Index => next += 1,
-                    SliceEntry::Full => out.push(ShapeItem::Dim(d.clone())),
-                    SliceEntry::Range => {
-                        let (a, b) =
-                            (args.get(next).ok_or("a missing bound")?, args.get(next + 1).ok_or("a missing bound")?);
-                        next += 2;
-                        // A run-time length is the node's own: the checker proved it.
-                        let len = range_len(a, b).or_else(|| declared_dim(declared, out.len()));
-                        out.push(ShapeItem::Dim(len.ok_or("a range of unknown length")?));
-                    }
-                }
-            }
-            out.extend(s.iter().skip(attrs.slice.len()).cloned());
-            if next != args.len() {
-                return Err(format!("{} operands for {} bounds", args.len(), next - 1));
-            }
-            Ok(Rule::Is(tensor(e, out)))
-        }
+        P::Slice => slice(args, attrs, declared),
         P::ScatterAdd | P::ScatterAddAlong => {
             arity(args, 2)?;
             let (e, _) = tensor_arg(args, 0)?;
@@ -619,4 +517,119 @@ fn rule_of(prim: Prim, args: &[Expr], attrs: &Attrs, declared: &Type) -> Result<
             same_as(0)
         }
     }
+}
+
+/// A reduction: the axis removed (kept as 1 with `keepdims`), or every axis.
+fn reduction(prim: Prim, args: &[Expr], attrs: &Attrs) -> Result<Rule, String> {
+    arity(args, 1)?;
+    let (e, s) = tensor_arg(args, 0)?;
+    let out = match prim {
+        Prim::Argmax | Prim::Argmin => Elem::T(ElemTy::I32),
+        Prim::Sum if e == Elem::T(ElemTy::Bool) => Elem::T(ElemTy::I32),
+        _ => e,
+    };
+    let shape = match attrs.axis {
+        None if attrs.keepdims => s.iter().map(|_| ShapeItem::Dim(Dim::constant(1))).collect(),
+        None => vec![],
+        Some(a) => {
+            let i = if attrs.from_end { s.len().checked_sub(a) } else { Some(a) };
+            let i = i.filter(|&i| i < s.len()).ok_or_else(|| format!("axis {a} of a rank-{} operand", s.len()))?;
+            let mut shape = s.clone();
+            if attrs.keepdims {
+                shape[i] = ShapeItem::Dim(Dim::constant(1));
+            } else {
+                shape.remove(i);
+            }
+            shape
+        }
+    };
+    Ok(Rule::Is(tensor(out, shape)))
+}
+
+/// `concat` adds the operands' sizes along the axis; `stack` adds an axis of their count.
+fn concat_or_stack(prim: Prim, args: &[Expr], attrs: &Attrs) -> Result<Rule, String> {
+    let (e, s0) = tensor_arg(args, 0)?;
+    let mut out = fixed(s0)?;
+    let out_rank = if prim == Prim::Stack { out.len() + 1 } else { out.len() };
+    let ax = axis(attrs, out_rank)?;
+    if prim == Prim::Concat {
+        let mut total = Dim::constant(0);
+        for i in 0..args.len() {
+            let ds = fixed(tensor_arg(args, i)?.1)?;
+            total = total.add(ds.get(ax).ok_or("operands of different ranks")?);
+        }
+        out[ax] = total;
+    } else {
+        out.insert(ax, Dim::constant(args.len() as i64));
+    }
+    Ok(Rule::Is(tensor(e, dims(&out))))
+}
+
+/// `conv2d(x[N, C, H, W], w[O, C, KH, KW])` with `attrs.perm = [stride, padding]`.
+fn conv2d(args: &[Expr], attrs: &Attrs, declared: &Type) -> Result<Rule, String> {
+    arity(args, 2)?;
+    let (e, xs) = tensor_arg(args, 0)?;
+    let x = fixed(xs)?;
+    let w = fixed(tensor_arg(args, 1)?.1)?;
+    let [stride, pad] = attrs.perm[..] else { return Err("`conv2d` without stride and padding".into()) };
+    if x.len() != 4 || w.len() != 4 {
+        return Err("`conv2d` of operands not of rank 4".into());
+    }
+    let padded = |d: &Dim| d.add(&Dim::constant(2 * pad as i64));
+    let mut out = vec![x[0].clone(), w[0].clone()];
+    for (k, (i, kw)) in [(2, 2), (3, 3)].into_iter().enumerate() {
+        match window_out(&padded(&x[i]), &w[kw], stride as i64) {
+            Some(d) => out.push(d),
+            None => out.push(declared_dim(declared, 2 + k).ok_or("no output size")?),
+        }
+    }
+    Ok(Rule::Is(tensor(e, dims(&out))))
+}
+
+/// Pooling of `x[N, C, H, W]` with `attrs.perm = [kernel, stride]`.
+fn pool2d(args: &[Expr], attrs: &Attrs, declared: &Type) -> Result<Rule, String> {
+    let (e, xs) = tensor_arg(args, 0)?;
+    let x = fixed(xs)?;
+    let [kernel, stride] = attrs.perm[..] else { return Err("pooling without kernel and stride".into()) };
+    if x.len() != 4 {
+        return Err("pooling of an operand not of rank 4".into());
+    }
+    let mut out = vec![x[0].clone(), x[1].clone()];
+    for (k, i) in [2, 3].into_iter().enumerate() {
+        match window_out(&x[i], &Dim::constant(kernel as i64), stride as i64) {
+            Some(d) => out.push(d),
+            None => out.push(declared_dim(declared, 2 + k).ok_or("no output size")?),
+        }
+    }
+    Ok(Rule::Is(tensor(e, dims(&out))))
+}
+
+/// `x[i, a:b, :]`: the entries take the leading axes; what follows them (a `..` rest too) is kept.
+fn slice(args: &[Expr], attrs: &Attrs, declared: &Type) -> Result<Rule, String> {
+    // The entries take the leading axes; what follows them (a `..` rest too) is kept.
+    let (e, s) = tensor_arg(args, 0)?;
+    let (mut out, mut next) = (Vec::new(), 1);
+    for (i, entry) in attrs.slice.iter().enumerate() {
+        let d = match s.get(i) {
+            Some(ShapeItem::Dim(d)) => d,
+            Some(ShapeItem::Rest(_)) => return Err("a slice entry at a `..` rest".into()),
+            None => return Err(format!("{} slice entries for a rank-{} operand", attrs.slice.len(), s.len())),
+        };
+        match entry {
+            SliceEntry::Index => next += 1,
+            SliceEntry::Full => out.push(ShapeItem::Dim(d.clone())),
+            SliceEntry::Range => {
+                let (a, b) = (args.get(next).ok_or("a missing bound")?, args.get(next + 1).ok_or("a missing bound")?);
+                next += 2;
+                // A run-time length is the node's own: the checker proved it.
+                let len = range_len(a, b).or_else(|| declared_dim(declared, out.len()));
+                out.push(ShapeItem::Dim(len.ok_or("a range of unknown length")?));
+            }
+        }
+    }
+    out.extend(s.iter().skip(attrs.slice.len()).cloned());
+    if next != args.len() {
+        return Err(format!("{} operands for {} bounds", args.len(), next - 1));
+    }
+    Ok(Rule::Is(tensor(e, out)))
 }
