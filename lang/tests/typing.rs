@@ -159,3 +159,15 @@ fn a_pass_that_breaks_the_ir_is_named_and_the_program_does_not_run() {
     assert_eq!(err.code, lang::diag::Code::E0605);
     assert!(err.message.starts_with("internal compiler error"), "{}", err.message);
 }
+
+#[test]
+fn a_function_returning_unit_discards_its_body_s_value() {
+    for src in
+        ["fn main() { 1 }", "fn main() { [1, 2] }", "fn main() { (1, ones(2)) }", "fn f() { 2.0 }\nfn main() { f() }"]
+    {
+        let c = checked(src);
+        assert!(lang::ir::verify::verify(&c.program).is_empty(), "{src}");
+        let mut it = lang::interp::Interp::new(&c.program, Box::new(std::io::sink()));
+        assert!(it.run_main(c.program.main.unwrap()).is_ok(), "{src}");
+    }
+}

@@ -37,7 +37,13 @@ pub fn elementwise(p: Prim, to: Option<ElemTy>, args: &[Tensor]) -> Option<Resul
         }
         // A conversion that cannot hold the value (NaN, ±inf, out of range to i32) is an error.
         Prim::Cast => Some(args.first()?.try_cast(dtype_of(to.unwrap_or(ElemTy::F32)))),
-        _ => None,
+        // The class patterns name `where` and `cast` again: every primitive is covered once more.
+        #[allow(unreachable_patterns)]
+        crate::unary_prims!()
+        | crate::binary_prims!()
+        | crate::reduce_prims!()
+        | crate::collective_prims!()
+        | crate::other_prims!() => None,
     }
 }
 
@@ -70,7 +76,9 @@ pub fn unary_op(p: Prim) -> Option<UnaryOp> {
         Prim::Abs => UnaryOp::Abs,
         Prim::Sign => UnaryOp::Sign,
         Prim::Floor => UnaryOp::Floor,
-        _ => return None,
+        crate::binary_prims!() | crate::reduce_prims!() | crate::collective_prims!() | crate::other_prims!() => {
+            return None
+        }
     })
 }
 
@@ -93,7 +101,9 @@ pub fn binary_op(p: Prim) -> Option<BinaryOp> {
         Prim::Ge => BinaryOp::Ge,
         Prim::And => BinaryOp::And,
         Prim::Or => BinaryOp::Or,
-        _ => return None,
+        crate::unary_prims!() | crate::reduce_prims!() | crate::collective_prims!() | crate::other_prims!() => {
+            return None
+        }
     })
 }
 
@@ -104,7 +114,11 @@ pub fn reduce_op(p: Prim) -> Option<ReduceOp> {
         Prim::Mean => ReduceOp::Mean,
         Prim::Max => ReduceOp::Max,
         Prim::Min => ReduceOp::Min,
-        _ => return None,
+        // Computed by their own kernels (an index, or max-shifted sums).
+        Prim::Argmax | Prim::Argmin | Prim::Logsumexp => return None,
+        crate::unary_prims!() | crate::binary_prims!() | crate::collective_prims!() | crate::other_prims!() => {
+            return None
+        }
     })
 }
 

@@ -314,6 +314,76 @@ macro_rules! reduce_prims {
     };
 }
 
+/// Every primitive of class `Other` but the collectives (see [`unary_prims!`]): with the four
+/// class patterns, every primitive exactly once, so `match p { unary_prims!() => …, binary_prims!()
+/// | reduce_prims!() | collective_prims!() | other_prims!() => … }` is exhaustive without a
+/// catch-all arm, and a new primitive must be put in one class (`Prim::class` does not compile
+/// otherwise) and then in every table of its class.
+#[macro_export]
+macro_rules! other_prims {
+    () => {
+        $crate::ir::Prim::MatMul
+            | $crate::ir::Prim::Where
+            | $crate::ir::Prim::Cast
+            | $crate::ir::Prim::Cumsum
+            | $crate::ir::Prim::Softmax
+            | $crate::ir::Prim::LogSoftmax
+            | $crate::ir::Prim::Reshape
+            | $crate::ir::Prim::Transpose
+            | $crate::ir::Prim::Permute
+            | $crate::ir::Prim::Concat
+            | $crate::ir::Prim::Stack
+            | $crate::ir::Prim::ExpandDims
+            | $crate::ir::Prim::Squeeze
+            | $crate::ir::Prim::BroadcastTo
+            | $crate::ir::Prim::Gather
+            | $crate::ir::Prim::OneHot
+            | $crate::ir::Prim::Einsum
+            | $crate::ir::Prim::Slice
+            | $crate::ir::Prim::ScatterAdd
+            | $crate::ir::Prim::Update
+            | $crate::ir::Prim::Argsort
+            | $crate::ir::Prim::TakeAlong
+            | $crate::ir::Prim::ScatterAddAlong
+            | $crate::ir::Prim::Attention
+            | $crate::ir::Prim::AttentionWeights
+            | $crate::ir::Prim::Quantize
+            | $crate::ir::Prim::Prune
+            | $crate::ir::Prim::Zeros
+            | $crate::ir::Prim::Ones
+            | $crate::ir::Prim::Conv2d
+            | $crate::ir::Prim::Conv2dInputGrad
+            | $crate::ir::Prim::Conv2dWeightGrad
+            | $crate::ir::Prim::MaxPool2d
+            | $crate::ir::Prim::MaxPool2dGrad
+            | $crate::ir::Prim::AvgPool2d
+            | $crate::ir::Prim::AvgPool2dGrad
+            | $crate::ir::Prim::Full
+            | $crate::ir::Prim::Arange
+            | $crate::ir::Prim::Eye
+            | $crate::ir::Prim::Normal
+            | $crate::ir::Prim::Uniform
+            | $crate::ir::Prim::HeNormal
+            | $crate::ir::Prim::GlorotUniform
+            | $crate::ir::Prim::Params
+            | $crate::ir::Prim::Map
+            | $crate::ir::Prim::ModelSum
+            | $crate::ir::Prim::ShardState
+            | $crate::ir::Prim::StopGradient
+            | $crate::ir::Prim::Print
+            | $crate::ir::Prim::Load
+            | $crate::ir::Prim::Save
+            | $crate::ir::Prim::LogScalar
+            | $crate::ir::Prim::Exists
+            | $crate::ir::Prim::Clock
+            | $crate::ir::Prim::Assert
+            | $crate::ir::Prim::AssertClose
+            | $crate::ir::Prim::TapeNew
+            | $crate::ir::Prim::TapePush
+            | $crate::ir::Prim::TapeGet
+    };
+}
+
 /// Builtins the checker handles itself, not as one primitive: the transforms, `init`, `batches`,
 /// conversions, and what is written with other primitives (`sort`, `top_k`, `categorical`).
 pub const SPECIAL_FORMS: &[&str] = &[
@@ -351,19 +421,11 @@ impl Prim {
     }
 
     pub fn class(self) -> Class {
-        use Prim::*;
         match self {
             crate::unary_prims!() => Class::Unary,
             crate::binary_prims!() => Class::Binary,
             crate::reduce_prims!() => Class::Reduce,
-            MatMul | Where | Cast | Cumsum | Softmax | LogSoftmax | Reshape | Transpose | Permute | Concat | Stack
-            | ExpandDims | Squeeze | BroadcastTo | Gather | OneHot | Einsum | Slice | ScatterAdd | Update | Argsort
-            | TakeAlong | ScatterAddAlong | Attention | AttentionWeights | Quantize | Prune | Zeros | Ones | Conv2d
-            | Conv2dInputGrad | Conv2dWeightGrad | MaxPool2d | MaxPool2dGrad | AvgPool2d | AvgPool2dGrad | Full
-            | Arange | Eye | Normal | Uniform | HeNormal | GlorotUniform | Params | Map | ModelSum | ShardState
-            | StopGradient | Print | Load | Save | LogScalar | Exists | Clock | Assert | AssertClose | TapeNew
-            | TapePush | TapeGet => Class::Other,
-            crate::collective_prims!() => Class::Other,
+            crate::other_prims!() | crate::collective_prims!() => Class::Other,
         }
     }
 
