@@ -168,6 +168,30 @@ fn a_killed_rank_ends_the_job_within_seconds() {
     }
 }
 
+/// A row-parallel layer with a bias and an activation, wanted split over the axis its product
+/// was summed over (spec/sharding.md).
+const ROW_PARALLEL: &str = "mesh M[dp = 2, mp = 2]
+
+fn row_parallel[N, D](h: f32[N, D @mp], w: f32[D @mp, 4], b: f32[4], c: f32[1]) -> f32[N, 4] {
+    let y: f32[N, 4 @mp] = relu(h @ w + b) * c
+    y
+}
+
+fn main() {
+    print(row_parallel(ones(6, 4), ones(4, 4), ones(4), ones(1)))
+}
+";
+
+#[test]
+fn a_function_of_a_partial_sum_wanted_split_is_reduce_scattered() {
+    let dir = scratch("row_parallel", &[("rp.msl", ROW_PARALLEL)]);
+    let o = msl(&dir, &["check", "--emit", "collectives", "rp.msl"]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(out.contains("4:33  reduce_scatter  over mp  f32[N, 4]"), "{out}");
+    assert!(!out.contains("all_reduce_sum"), "the partial sum is not all-reduced as well: {out}");
+}
+
 #[test]
 fn mesh_flags_and_the_collectives_listing() {
     let dir = scratch("flags", &[("mlp.msl", MLP)]);

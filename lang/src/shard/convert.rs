@@ -124,7 +124,9 @@ impl Fcx<'_> {
     /// A partial sum that is all-reduced and then wanted split along a dim over the same axes
     /// becomes one reduce-scatter (each rank receives only its block of the sum).
     pub(super) fn reduce_scatter(&mut self, e: Expr, want: &[Vec<AxisId>]) -> Expr {
-        let ExprKind::Prim { prim: Prim::AllReduceSum, attrs, .. } = &e.kind else { return e };
+        let ExprKind::Prim { prim: Prim::AllReduceSum, attrs, .. } = &e.kind else {
+            return self.reduce_scatter_through(e, want);
+        };
         let from = layout(&e.ty);
         let axes = attrs.mesh_axes.clone();
         let site = attrs.site;
@@ -142,6 +144,52 @@ impl Fcx<'_> {
         let mut r = self.collective(Prim::ReduceScatter, inner, Some(d), axes, true);
         r.ty = with_layout(&r.ty, out);
         r
+    }
+
+    /// An elementwise function of a partial sum wanted split, `h @ w + b` annotated
+    /// `f32[N, O @mp]` for `w: f32[D @mp, O]`: every operand is converted to its block first (the
+    /// partial sum reduce-scattered, a whole operand sliced locally, a broadcast dim left whole),
+    /// then the function runs on the blocks, which is the block of its value on the whole
+    /// operands. Only when some operand is such a partial sum and none would need a message of
+    /// its own; otherwise the value is all-reduced first, as before.
+    fn reduce_scatter_through(&mut self, e: Expr, want: &[Vec<AxisId>]) -> Expr {
+        let ExprKind::Prim { prim, args, .. } = &e.kind else { return e };
+        if !prim.is_elementwise() || layout(&e.ty).len() != want.len() || layout(&e.ty).iter().any(|l| !l.is_empty()) {
+            return e;
+        }
+        let result_dims = tensor_dims(&e.ty);
+        let mut targets = Vec::new();
+        let mut partial = false;
+        for a in args {
+            let Some(t) = operand_want(&a.ty, &result_dims, want) else { return e };
+            if reduce_scatters(a, &t) {
+                partial = true;
+            } else {
+                // Anything already split must be split as wanted: no message but slices.
+                let from = layout(&a.ty);
+                if from.iter().zip(&t).any(|(f, w)| !f.is_empty() && f != w) {
+                    return e;
+                }
+            }
+            targets.push(t);
+        }
+        if !partial {
+            return e;
+        }
+        let mut e = e;
+        if let ExprKind::Prim { args, .. } = &mut e.kind {
+            let taken = std::mem::take(args);
+            *args = taken
+                .into_iter()
+                .zip(targets)
+                .map(|(a, t)| {
+                    let to = with_layout(&a.ty, t);
+                    self.convert(a, &to, true)
+                })
+                .collect();
+        }
+        e.ty = with_layout(&e.ty, want.to_vec());
+        e
     }
 
     /// A model value with every field whole (for `print`, `save`, `params`): built field by
@@ -249,4 +297,48 @@ impl Fcx<'_> {
             requested,
         });
     }
+}
+
+/// The dims of a tensor type (`None` for a `..` rest or a non-tensor).
+fn tensor_dims(t: &Type) -> Option<Vec<crate::types::Dim>> {
+    match t {
+        Type::Tensor(tt) => tt
+            .shape
+            .iter()
+            .map(|i| match i {
+                crate::types::ShapeItem::Dim(d) => Some(d.clone()),
+                crate::types::ShapeItem::Rest(_) => None,
+            })
+            .collect(),
+        _ => None,
+    }
+}
+
+/// The layout an operand of an elementwise result split as `want` takes: its dims aligned with
+/// the result's from the right, a broadcast (size-1) dim whole.
+fn operand_want(t: &Type, result: &Option<Vec<crate::types::Dim>>, want: &[Vec<AxisId>]) -> Option<Vec<Vec<AxisId>>> {
+    let dims = tensor_dims(t)?;
+    let result = result.as_ref()?;
+    let off = result.len().checked_sub(dims.len())?;
+    Some(
+        dims.iter()
+            .enumerate()
+            .map(|(j, d)| if d.is_one() && !result[off + j].is_one() { Vec::new() } else { want[off + j].clone() })
+            .collect(),
+    )
+}
+
+/// Whether converting `e` to the layout `want` reduce-scatters a partial sum: `e` is one whose
+/// axes `want` splits a whole dim over, or an elementwise function of one (`relu(h @ w + b)`).
+fn reduce_scatters(e: &Expr, want: &[Vec<AxisId>]) -> bool {
+    let ExprKind::Prim { prim, args, attrs } = &e.kind else { return false };
+    let from = layout(&e.ty);
+    if *prim == Prim::AllReduceSum {
+        return (0..want.len()).any(|d| want[d] == attrs.mesh_axes && from.get(d).is_some_and(Vec::is_empty));
+    }
+    if !prim.is_elementwise() || from.iter().any(|l| !l.is_empty()) {
+        return false;
+    }
+    let dims = tensor_dims(&e.ty);
+    args.iter().any(|a| operand_want(&a.ty, &dims, want).is_some_and(|t| reduce_scatters(a, &t)))
 }
