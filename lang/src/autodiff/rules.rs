@@ -213,6 +213,23 @@ impl Gen<'_> {
     }
 }
 
+mod index;
+mod linalg;
+mod nn;
+mod reduce;
+
+/// One primitive application being differentiated, as the rules in the family files read it.
+pub(super) struct Site<'a> {
+    pub p: Prim,
+    pub attrs: &'a Attrs,
+    pub args: &'a [Local],
+    pub tys: &'a [Type],
+    pub act: &'a [bool],
+    pub out: Local,
+    pub bar: Local,
+    pub ot: &'a Type,
+}
+
 /// Cotangent contributions `(operand index, value)` of one operation.
 pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) -> Res<Vec<(usize, Local)>> {
     let ot = g.ty_of(out);
@@ -285,6 +302,7 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
         }
     };
     let (p, attrs) = prim;
+    let site = Site { p, attrs: &attrs, args, tys: &tys, act: &act, out, bar, ot: &ot };
     let a = args.first().copied();
     let b = args.get(1).copied();
     let model = |t: &Type| t.is_model();
@@ -404,25 +422,7 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
             let x = a.unwrap();
             v.push((0, g.build(l(bar) * (std::f64::consts::FRAC_2_SQRT_PI * un(Prim::Exp, -(l(x) * x))), et)?))
         }
-        Prim::Softmax | Prim::LogSoftmax => {
-            // softmax: x̄ = y ⊙ (ȳ - Σ ȳ⊙y); log_softmax: x̄ = ȳ - exp(y) ⊙ Σ ȳ (sums along the axis).
-            let sum_kept = |g: &mut Gen, x: Local| {
-                let red = Attrs { axis: attrs.axis, from_end: attrs.from_end, keepdims: true, ..Attrs::default() };
-                let ty = kept(&ot, &attrs);
-                g.p(Prim::Sum, &[x], red, ty)
-            };
-            if p == Prim::Softmax {
-                let gy = g.bin(Prim::Mul, bar, out, ot.clone());
-                let s = sum_kept(g, gy);
-                let d = g.bin(Prim::Sub, bar, s, ot.clone());
-                v.push((0, g.bin(Prim::Mul, out, d, ot.clone())));
-            } else {
-                let s = sum_kept(g, bar);
-                let e = g.p(Prim::Exp, &[out], Attrs::default(), ot.clone());
-                let es = g.bin(Prim::Mul, e, s, ot.clone());
-                v.push((0, g.bin(Prim::Sub, bar, es, ot.clone())));
-            }
-        }
+        Prim::Softmax | Prim::LogSoftmax => reduce::softmax(g, &site, &mut v)?,
         Prim::Cumsum => {
             // The adjoint of a running sum is the running sum from the end:
             // x̄ᵢ = Σ_{j≥i} ȳⱼ = sum(ȳ) - cumsum(ȳ)ᵢ + ȳᵢ.
@@ -482,32 +482,7 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
             v.push((0, g.p(Prim::Cast, &[bar], Attrs { dtype: Some(to), ..Attrs::default() }, tys[0].clone())));
         }
         Prim::StopGradient => {}
-        Prim::Sum | Prim::Mean => {
-            let k = g.keep(bar, attrs.axis, attrs.keepdims);
-            let mut x = g.bcast_like(k, a.unwrap())?;
-            if p == Prim::Mean {
-                let s = shape(&tys[0]);
-                let n = match attrs.axis {
-                    Some(ax) => match &s[ax] {
-                        ShapeItem::Dim(d) => Some(d.clone()),
-                        _ => Some(Dim::constant(1)),
-                    },
-                    None => fixed(&s).map(|ds| ds.iter().fold(Dim::constant(1), |acc, d| acc.mul(d))),
-                };
-                let c = match n {
-                    Some(n) => g.count(n, elem(&ot)),
-                    None => {
-                        // The mean of a `..` rest: its element count is only known at run time.
-                        let z = g.zeros_like(a.unwrap())?;
-                        let one = g.scalar(1.0, &tys[0]);
-                        let ones = g.bin(Prim::Add, z, one, tys[0].clone());
-                        g.p(Prim::Sum, &[ones], Attrs::default(), tensor(elem(&ot), vec![]))
-                    }
-                };
-                x = g.bin(Prim::Div, x, c, tys[0].clone());
-            }
-            v.push((0, x));
-        }
+        Prim::Sum | Prim::Mean => reduce::sum_or_mean(g, &site, &mut v)?,
         Prim::Max | Prim::Min => {
             // Entries that tie for the extremum share the cotangent equally (as in JAX and
             // PyTorch), so the gradient stays a subgradient: it sums to the cotangent.
@@ -530,81 +505,7 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
             let e = g.p(Prim::Exp, &[d], Attrs::default(), tys[0].clone());
             v.push((0, g.bin(Prim::Mul, e, k, tys[0].clone())));
         }
-        Prim::MatMul => {
-            let (a, b) = (a.unwrap(), b.unwrap());
-            let (ra, rb) = (shape(&tys[0]).len(), shape(&tys[1]).len());
-            match (ra, rb) {
-                (1, 1) => {
-                    let _ = ();
-                    if act[0] {
-                        v.push((0, g.bin(Prim::Mul, bar, b, tys[1].clone())));
-                    }
-                    if act[1] {
-                        v.push((1, g.bin(Prim::Mul, bar, a, tys[0].clone())));
-                    }
-                }
-                (1, _) => {
-                    // y[.., m] = a[k] @ b[.., k, m]
-                    if act[0] {
-                        let ge = g.expand(bar, shape(&ot).len() - 1);
-                        let bt = g.swap_last(b)?;
-                        let m = g.matmul(ge, bt);
-                        let mt = g.ty_of(m);
-                        let s = shape(&mt);
-                        let sq = tensor(
-                            elem(&mt),
-                            s[..s.len() - 2].iter().chain(std::iter::once(&s[s.len() - 1])).cloned().collect(),
-                        );
-                        let m = g.p(Prim::Squeeze, &[m], Attrs { axis: Some(s.len() - 2), ..Attrs::default() }, sq);
-                        v.push((0, g.unbroadcast(m, &tys[0])?));
-                    }
-                    if act[1] {
-                        // gb[.., k, m] = a[k] ⊗ g[.., m]
-                        let ae = g.expand(a, 1);
-                        let gr = g.expand(bar, shape(&ot).len() - 1);
-                        let m = g.matmul(ae, gr);
-                        v.push((1, g.unbroadcast(m, &tys[1])?));
-                    }
-                }
-                (_, 1) => {
-                    // y[.., n] = a[.., n, k] @ b[k]
-                    if act[0] {
-                        let ge = g.expand(bar, shape(&ot).len());
-                        let be = g.expand(b, 0);
-                        let m = g.matmul(ge, be);
-                        v.push((0, g.unbroadcast(m, &tys[0])?));
-                    }
-                    if act[1] {
-                        let at = g.swap_last(a)?;
-                        let ge = g.expand(bar, shape(&ot).len());
-                        let m = g.matmul(at, ge);
-                        let mt = g.ty_of(m);
-                        let s = shape(&mt);
-                        let sq = tensor(elem(&mt), s[..s.len() - 1].to_vec());
-                        let m = g.p(Prim::Squeeze, &[m], Attrs { axis: Some(s.len() - 1), ..Attrs::default() }, sq);
-                        v.push((1, g.unbroadcast(m, &tys[1])?));
-                    }
-                }
-                _ => {
-                    if act[0] {
-                        let bt = g.swap_last(b)?;
-                        let m = g.matmul(bar, bt);
-                        v.push((0, g.unbroadcast(m, &tys[0])?));
-                    }
-                    if act[1] {
-                        let folded = if rb == 2 { g.rows_product(a, bar)? } else { None };
-                        let m = match folded {
-                            Some(m) => m,
-                            None => {
-                                let at = g.swap_last(a)?;
-                                g.matmul(at, bar)
-                            }
-                        };
-                        v.push((1, g.unbroadcast(m, &tys[1])?));
-                    }
-                }
-            }
-        }
+        Prim::MatMul => linalg::matmul(g, &site, &mut v)?,
         Prim::Reshape | Prim::ExpandDims | Prim::Squeeze => {
             let Some(d) = fixed(&shape(&tys[0])) else {
                 return Err(err(g.span, "cannot differentiate a reshape of a `..` rest"));
@@ -637,112 +538,8 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
             };
             v.push((0, g.p(Prim::AllToAll, &[bar], back, tys[0].clone())))
         }
-        Prim::Concat | Prim::Stack => {
-            let axis = attrs.axis.unwrap_or(0);
-            let mut off = Dim::constant(0);
-            for (i, t) in tys.iter().enumerate() {
-                let s = shape(t);
-                let rank = shape(&ot).len();
-                let mut kinds = vec![SliceEntry::Full; rank];
-                let i32t = Type::scalar(ElemTy::I32);
-                let mut bounds = Vec::new();
-                if p == Prim::Concat {
-                    let ShapeItem::Dim(size) = &s[axis] else { return Err(err(g.span, "concat over a rest")) };
-                    kinds[axis] = SliceEntry::Range;
-                    let end = off.add(size);
-                    for d in [off.clone(), end.clone()] {
-                        bounds.push(g.emit(mk(ExprKind::DimValue(d), i32t.clone(), g.sid), i32t.clone(), "b"));
-                    }
-                    off = end;
-                } else {
-                    kinds[axis] = SliceEntry::Index;
-                    bounds.push(g.emit(
-                        mk(ExprKind::Lit(crate::ir::Lit::Int(i as i64)), i32t.clone(), g.sid),
-                        i32t.clone(),
-                        "b",
-                    ));
-                }
-                if act[i] {
-                    let mut xs = vec![bar];
-                    xs.extend(bounds);
-                    v.push((i, g.p(Prim::Slice, &xs, Attrs { slice: kinds, ..Attrs::default() }, t.clone())));
-                }
-            }
-        }
-        Prim::Slice => {
-            // A slice is a gather along each sliced axis; its adjoint scatters back, last axis
-            // first.
-            let Some(xd) = fixed(&shape(&tys[0])) else { return Err(err(g.span, "slice of a rest")) };
-            let od = fixed(&shape(&ot)).unwrap_or_default();
-            let i32t = Type::scalar(ElemTy::I32);
-            // Bound operands per axis, and output axis of each kept input axis.
-            let mut bounds = Vec::new();
-            let mut k = 1;
-            let mut out_axis = Vec::new();
-            let mut oi = 0;
-            for kind in &attrs.slice {
-                match kind {
-                    SliceEntry::Index => {
-                        bounds.push(vec![args[k]]);
-                        k += 1;
-                        out_axis.push(None);
-                    }
-                    SliceEntry::Range => {
-                        bounds.push(vec![args[k], args[k + 1]]);
-                        k += 2;
-                        out_axis.push(Some(oi));
-                        oi += 1;
-                    }
-                    SliceEntry::Full => {
-                        bounds.push(vec![]);
-                        out_axis.push(Some(oi));
-                        oi += 1;
-                    }
-                }
-            }
-            let mut cur = bar;
-            let mut cur_dims = od.clone();
-            for j in (0..attrs.slice.len()).rev() {
-                let pos = attrs.slice[..j].iter().filter(|&&kd| kd != SliceEntry::Index).count();
-                let (idx, new_dims) = match attrs.slice[j] {
-                    SliceEntry::Index => {
-                        let i = bounds[j][0];
-                        let zero =
-                            g.emit(mk(ExprKind::Lit(crate::ir::Lit::Int(0)), i32t.clone(), g.sid), i32t.clone(), "z");
-                        let neg = g.cmp(Prim::Lt, i, zero);
-                        let n = g.emit(mk(ExprKind::DimValue(xd[j].clone()), i32t.clone(), g.sid), i32t.clone(), "n");
-                        let wrapped = g.bin(Prim::Add, i, n, i32t.clone());
-                        let idx = g.select(neg, wrapped, i, i32t.clone());
-                        let mut nd = cur_dims.clone();
-                        nd.insert(pos, xd[j].clone());
-                        (idx, nd)
-                    }
-                    SliceEntry::Range => {
-                        let len = od[out_axis[j].unwrap_or(0)].clone();
-                        let ar = g.p(
-                            Prim::Arange,
-                            &[],
-                            Attrs { shape: vec![len.clone()], dtype: Some(ElemTy::I32), ..Attrs::default() },
-                            Type::tensor(ElemTy::I32, vec![len]),
-                        );
-                        let idx = g.bin(Prim::Add, ar, bounds[j][0], g.ty_of(ar));
-                        let mut nd = cur_dims.clone();
-                        nd[pos] = xd[j].clone();
-                        (idx, nd)
-                    }
-                    SliceEntry::Full => continue,
-                };
-                let ty = tensor(elem(&tys[0]), new_dims.iter().cloned().map(ShapeItem::Dim).collect());
-                cur = g.p(
-                    Prim::ScatterAdd,
-                    &[cur, idx],
-                    Attrs { axis: Some(pos), shape: new_dims.clone(), ..Attrs::default() },
-                    ty,
-                );
-                cur_dims = new_dims;
-            }
-            v.push((0, cur));
-        }
+        Prim::Concat | Prim::Stack => index::concat_or_stack(g, &site, &mut v)?,
+        Prim::Slice => index::slice(g, &site, &mut v)?,
         Prim::Gather => {
             let Some(d) = fixed(&shape(&tys[0])) else { return Err(err(g.span, "gather from a rest")) };
             let attrs2 = Attrs { axis: attrs.axis, shape: d, ..Attrs::default() };
@@ -752,33 +549,7 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
             let attrs2 = Attrs { axis: attrs.axis, ..Attrs::default() };
             v.push((0, g.p(Prim::Gather, &[bar, args[1]], attrs2, tys[0].clone())));
         }
-        Prim::Update => {
-            // y = x with v written at i: x's gradient is ȳ with that block zeroed, v's is the block.
-            let k = attrs.axis.unwrap_or(0);
-            let (Some(xd), Some(vd)) = (fixed(&shape(&tys[0])), fixed(&shape(&tys[1]))) else {
-                return Err(err(g.span, "update of a rest"));
-            };
-            let i = args[2];
-            if act[0] {
-                let zt = tys[1].clone();
-                let dtype = Some(elem(&zt));
-                let z = g.p(Prim::Zeros, &[], Attrs { shape: vd.clone(), dtype, ..Attrs::default() }, zt);
-                v.push((0, g.p(Prim::Update, &[bar, z, i], attrs.clone(), tys[0].clone())));
-            }
-            if act[1] {
-                let mut slice = vec![SliceEntry::Full; xd.len()];
-                let mut sargs = vec![bar, i];
-                if vd.len() == xd.len() {
-                    slice[k] = SliceEntry::Range;
-                    let i32t = Type::scalar(ElemTy::I32);
-                    let m = g.emit(mk(ExprKind::DimValue(vd[k].clone()), i32t.clone(), g.sid), i32t.clone(), "m");
-                    sargs.push(g.p(Prim::Add, &[i, m], Attrs::default(), i32t));
-                } else {
-                    slice[k] = SliceEntry::Index;
-                }
-                v.push((1, g.p(Prim::Slice, &sargs, Attrs { slice, ..Attrs::default() }, tys[1].clone())));
-            }
-        }
+        Prim::Update => index::update(g, &site, &mut v)?,
         Prim::TakeAlong => {
             let Some(d) = fixed(&shape(&tys[0])) else { return Err(err(g.span, "take_along_axis from a rest")) };
             let attrs2 = Attrs { axis: attrs.axis, shape: d, ..Attrs::default() };
@@ -789,69 +560,10 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
             v.push((0, g.p(Prim::TakeAlong, &[bar, args[1]], attrs2, tys[0].clone())));
         }
         Prim::Attention | Prim::AttentionWeights => v.extend(super::attention::vjp(g, p, args, out, bar)?),
-        Prim::Einsum => {
-            let spec = attrs.spec.clone().unwrap_or_default();
-            let (lhs, out_l) = spec.split_once("->").unwrap_or((&spec, ""));
-            let ins: Vec<&str> = lhs.split(',').collect();
-            for (i, letters) in ins.iter().enumerate() {
-                if !act[i] {
-                    continue;
-                }
-                if letters.chars().collect::<std::collections::HashSet<_>>().len() != letters.len() {
-                    return Err(err(g.span, "cannot differentiate an einsum with a repeated letter in one operand"));
-                }
-                let mut others = vec![out_l.to_string()];
-                let mut ops = vec![bar];
-                for (j, l2) in ins.iter().enumerate() {
-                    if j != i {
-                        others.push(l2.to_string());
-                        ops.push(args[j]);
-                    }
-                }
-                let avail: String = others.concat();
-                let kept: String = letters.chars().filter(|c| avail.contains(*c)).collect();
-                let s = shape(&tys[i]);
-                let kept_shape: Vec<ShapeItem> =
-                    letters.chars().zip(s.iter()).filter(|(c, _)| avail.contains(*c)).map(|(_, d)| d.clone()).collect();
-                let spec2 = format!("{}->{kept}", others.join(","));
-                let ty2 = tensor(elem(&tys[i]), kept_shape);
-                let mut x = g.p(Prim::Einsum, &ops, Attrs { spec: Some(spec2), ..Attrs::default() }, ty2);
-                if kept.len() != letters.len() {
-                    // Letters summed away inside this operand alone: broadcast the cotangent back.
-                    for (pos, c) in letters.chars().enumerate() {
-                        if !avail.contains(c) {
-                            x = g.expand(x, pos);
-                        }
-                    }
-                    x = g.bcast_like(x, args[i])?;
-                }
-                v.push((i, x));
-            }
-        }
+        Prim::Einsum => linalg::einsum(g, &site, &mut v)?,
         // The convolutions are bilinear, and each one's adjoints are the other two
         // (`kernels::ops::conv2d*`): ⟨conv(x, w), g⟩ = ⟨x, input_grad(g, w)⟩ = ⟨w, weight_grad(x, g)⟩.
-        Prim::Conv2d | Prim::Conv2dInputGrad | Prim::Conv2dWeightGrad => {
-            let (a, b) = (args[0], args[1]);
-            let spatial = |t: &Type| fixed(&shape(t)).map(|d| d[2..].to_vec()).unwrap_or_default();
-            let with = |shape: Vec<Dim>| Attrs { perm: attrs.perm.clone(), shape, ..Attrs::default() };
-            let conv = Attrs { perm: attrs.perm.clone(), ..Attrs::default() };
-            // (operand, primitive, its operands, attributes)
-            let plan: [(Prim, [Local; 2], Attrs); 2] = match p {
-                Prim::Conv2d => [
-                    (Prim::Conv2dInputGrad, [bar, b], with(spatial(&tys[0]))),
-                    (Prim::Conv2dWeightGrad, [a, bar], with(spatial(&tys[1]))),
-                ],
-                Prim::Conv2dInputGrad => {
-                    [(Prim::Conv2d, [bar, b], conv), (Prim::Conv2dWeightGrad, [bar, a], with(spatial(&tys[1])))]
-                }
-                _ => [(Prim::Conv2dInputGrad, [b, bar], with(spatial(&tys[0]))), (Prim::Conv2d, [a, bar], conv)],
-            };
-            for (i, (q, ops, at)) in plan.into_iter().enumerate() {
-                if act[i] {
-                    v.push((i, g.p(q, &ops, at, tys[i].clone())));
-                }
-            }
-        }
+        Prim::Conv2d | Prim::Conv2dInputGrad | Prim::Conv2dWeightGrad => nn::conv(g, &site, &mut v)?,
         // Max pooling selects: the cotangent goes to each window's first maximum, and the
         // positions (the first operand, when a second one is picked from) get none.
         Prim::MaxPool2d => {

@@ -1,0 +1,65 @@
+//! Reverse rules of the reductions along an axis: `sum`, `mean`, `softmax`, `log_softmax`.
+
+use super::*;
+
+/// `sum`/`mean`: the cotangent broadcast back over the reduced axes (divided by their count).
+pub(super) fn sum_or_mean(g: &mut Gen, s: &Site, v: &mut Vec<(usize, Local)>) -> Res<()> {
+    let p = s.p;
+    let attrs = s.attrs;
+    let tys = s.tys;
+    let bar = s.bar;
+    let ot = s.ot;
+    let a = s.args.first().copied();
+    let k = g.keep(bar, attrs.axis, attrs.keepdims);
+    let mut x = g.bcast_like(k, a.unwrap())?;
+    if p == Prim::Mean {
+        let s = shape(&tys[0]);
+        let n = match attrs.axis {
+            Some(ax) => match &s[ax] {
+                ShapeItem::Dim(d) => Some(d.clone()),
+                _ => Some(Dim::constant(1)),
+            },
+            None => fixed(&s).map(|ds| ds.iter().fold(Dim::constant(1), |acc, d| acc.mul(d))),
+        };
+        let c = match n {
+            Some(n) => g.count(n, elem(ot)),
+            None => {
+                // The mean of a `..` rest: its element count is only known at run time.
+                let z = g.zeros_like(a.unwrap())?;
+                let one = g.scalar(1.0, &tys[0]);
+                let ones = g.bin(Prim::Add, z, one, tys[0].clone());
+                g.p(Prim::Sum, &[ones], Attrs::default(), tensor(elem(ot), vec![]))
+            }
+        };
+        x = g.bin(Prim::Div, x, c, tys[0].clone());
+    }
+    v.push((0, x));
+    Ok(())
+}
+
+/// `softmax`/`log_softmax` along their axis.
+pub(super) fn softmax(g: &mut Gen, s: &Site, v: &mut Vec<(usize, Local)>) -> Res<()> {
+    let p = s.p;
+    let attrs = s.attrs;
+    let out = s.out;
+    let bar = s.bar;
+    let ot = s.ot;
+    // softmax: x̄ = y ⊙ (ȳ - Σ ȳ⊙y); log_softmax: x̄ = ȳ - exp(y) ⊙ Σ ȳ (sums along the axis).
+    let sum_kept = |g: &mut Gen, x: Local| {
+        let red = Attrs { axis: attrs.axis, from_end: attrs.from_end, keepdims: true, ..Attrs::default() };
+        let ty = kept(ot, attrs);
+        g.p(Prim::Sum, &[x], red, ty)
+    };
+    if p == Prim::Softmax {
+        let gy = g.bin(Prim::Mul, bar, out, ot.clone());
+        let s = sum_kept(g, gy);
+        let d = g.bin(Prim::Sub, bar, s, ot.clone());
+        v.push((0, g.bin(Prim::Mul, out, d, ot.clone())));
+    } else {
+        let s = sum_kept(g, bar);
+        let e = g.p(Prim::Exp, &[out], Attrs::default(), ot.clone());
+        let es = g.bin(Prim::Mul, e, s, ot.clone());
+        v.push((0, g.bin(Prim::Sub, bar, es, ot.clone())));
+    }
+    Ok(())
+}
