@@ -36,14 +36,20 @@ impl Checker {
         if let Some(e) = self.check_jacobian(cx, f, args, span) {
             return e;
         }
+        match self.model_with_dims(cx, f) {
+            Some((id, Some(targs))) => return self.construct_model(cx, id, args, span, Some(&targs)),
+            Some((_, None)) => {
+                for a in args {
+                    self.check_expr(cx, &a.value, None);
+                }
+                return self.error_expr(span);
+            }
+            None => {}
+        }
         if let ast::ExprKind::Index(base, dargs) = &f.kind {
             if dargs.iter().any(|a| matches!(a, ast::IndexArg::Named { .. })) {
                 return self.call_with_dims(cx, base, dargs, args, span, expected);
             }
-        }
-        if let Some((id, targs)) = self.model_with_dims(cx, f) {
-            let targs: Vec<Option<TypeArg>> = targs.into_iter().map(Some).collect();
-            return self.construct_model(cx, id, args, span, Some(&targs));
         }
         if let ast::ExprKind::StackModel(m, len) = &f.kind {
             return self.construct_stack(cx, m, len, args, span);

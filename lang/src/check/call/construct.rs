@@ -4,6 +4,10 @@
 
 use super::*;
 
+/// A model named with its dims (`Name[D, …]`, `Name[K = 4]`): the model and each generic
+/// parameter given, or `None` where errors in them were reported.
+pub(super) type GivenModel = (ModelId, Option<Vec<Option<TypeArg>>>);
+
 impl Checker {
     /// `[Block; L](field: value, …)`: the stack model's constructor, whose count of layers is
     /// read from the fields' leading dim and must be `L`.
@@ -16,7 +20,13 @@ impl Checker {
         span: Span,
     ) -> ir::Expr {
         let (inner, given) = match self.model_with_dims(cx, model) {
-            Some((id, targs)) => (id, Some(targs)),
+            Some((_, None)) => {
+                for a in args {
+                    self.check_expr(cx, &a.value, None);
+                }
+                return self.error_expr(span);
+            }
+            Some((id, Some(targs))) => (id, Some(targs)),
             None => match self.named_item(cx, model) {
                 Some(ItemRef::Model(id)) => (id, None),
                 _ => (ModelId(u32::MAX), None),
@@ -39,7 +49,7 @@ impl Checker {
         // The stack's dims are its number of layers, then the inner model's.
         let given: Option<Vec<Option<TypeArg>>> = given.map(|g| {
             let mut all = vec![None];
-            all.extend(g.into_iter().map(Some));
+            all.extend(g);
             all
         });
         let built = self.construct_model(cx, id, args, span, given.as_deref());
@@ -77,19 +87,53 @@ impl Checker {
         built
     }
 
-    /// `Name[D, …]` naming a model with its dims: the model and the dims, checked.
-    pub(super) fn model_with_dims(&mut self, cx: &mut FnCx, f: &ast::Expr) -> Option<(ModelId, Vec<TypeArg>)> {
-        let ast::ExprKind::Index(base, _) = &f.kind else { return None };
-        if !matches!(self.named_item(cx, base), Some(ItemRef::Model(_))) {
-            return None;
+    /// `Name[D, …]` or `Name[K = 4, …]` naming a model with its dims: the model and each generic
+    /// parameter given (`None` for a dim not named, inferred from the fields), or `Some((id,
+    /// None))` once errors in them are reported.
+    pub(super) fn model_with_dims(&mut self, cx: &mut FnCx, f: &ast::Expr) -> Option<GivenModel> {
+        let ast::ExprKind::Index(base, dargs) = &f.kind else { return None };
+        let Some(ItemRef::Model(id)) = self.named_item(cx, base) else { return None };
+        if dargs.iter().any(|a| matches!(a, ast::IndexArg::Named { .. })) {
+            return Some((id, self.model_with_dims_named(cx, id, dargs)));
         }
         match self.check_expr(cx, f, None).ty {
             Type::ModelType(t) => match *t {
-                Type::Model(id, targs) => Some((id, targs)),
-                _ => None,
+                Type::Model(id, targs) => Some((id, Some(targs.into_iter().map(Some).collect()))),
+                _ => Some((id, None)),
             },
-            _ => None,
+            _ => Some((id, None)),
         }
+    }
+
+    /// The dims `dargs` give model `id` by name (`Smooth[K = 4]`), in declaration order, `None`
+    /// for one not named; `None` once errors in them are reported.
+    pub(super) fn model_with_dims_named(
+        &mut self,
+        cx: &mut FnCx,
+        id: ModelId,
+        dargs: &[ast::IndexArg],
+    ) -> Option<Vec<Option<TypeArg>>> {
+        let sig = self.model_sigs[id.0 as usize].clone();
+        if sig.generic_is_model.iter().any(|m| *m) {
+            let at = dargs.iter().find_map(|a| match a {
+                ast::IndexArg::Named { name, .. } => Some(name.span),
+                _ => None,
+            });
+            self.error(
+                Diagnostic::error(
+                    Code::E0212,
+                    at.unwrap_or(sig.span),
+                    format!("`{}` takes its parameters in order", sig.name),
+                )
+                .label("it has model parameters")
+                .with_help(format!("write `{}[…]` with every parameter, in declaration order", sig.name)),
+            );
+            return None;
+        }
+        let given = self.given_dims_of(cx, &sig.name, &sig.dims, sig.span, dargs)?;
+        Some(
+            sig.dims.iter().map(|s| given.iter().find(|(d, _)| d == s).map(|(_, v)| TypeArg::Dim(v.clone()))).collect(),
+        )
     }
 
     /// `Name(…)`, or `Name[D, …](…)` with the model's dims given (`dims_given`), for dims that no

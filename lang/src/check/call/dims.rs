@@ -25,8 +25,12 @@ impl Checker {
             Some(ItemRef::Func(id)) => self.given_dims(cx, id, dargs).map(|g| (id, g)),
             _ => {
                 self.error(
-                    Diagnostic::error(Code::E0313, base.span, "dims are given by name only to a generic function")
-                        .label("not a function defined with `fn`"),
+                    Diagnostic::error(
+                        Code::E0313,
+                        base.span,
+                        "dims are given by name only to a generic function or a model",
+                    )
+                    .label("not a function defined with `fn`"),
                 );
                 None
             }
@@ -45,6 +49,25 @@ impl Checker {
     /// The dims `dargs` give to `id` (`[H = 4, D = 2 * E]`), or `None` once their errors are reported.
     fn given_dims(&mut self, cx: &FnCx, id: FuncId, dargs: &[ast::IndexArg]) -> Option<Vec<(Sym, Dim)>> {
         let sig = self.fn_sigs[id.0 as usize].clone();
+        self.given_dims_of(cx, &sig.name, &sig.dims, sig.span, dargs)
+    }
+
+    /// The dims `dargs` give by name to the generic item `name` (a function or a model) whose
+    /// dims are `dims`, or `None` once their errors are reported.
+    pub(super) fn given_dims_of(
+        &mut self,
+        cx: &FnCx,
+        name: &str,
+        dims: &[Sym],
+        decl: Span,
+        dargs: &[ast::IndexArg],
+    ) -> Option<Vec<(Sym, Dim)>> {
+        struct Sig<'a> {
+            name: &'a str,
+            dims: &'a [Sym],
+            span: Span,
+        }
+        let sig = Sig { name, dims, span: decl };
         let mut given: Vec<(Sym, Dim)> = Vec::new();
         let mut ok = true;
         for a in dargs {

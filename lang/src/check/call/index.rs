@@ -4,6 +4,32 @@ use super::*;
 use crate::ir::SliceEntry;
 
 impl Checker {
+    /// `Model[D = 2, K = 5]` as a type value: every dim given by name, in any order.
+    fn model_type_by_name(&mut self, cx: &mut FnCx, id: ModelId, args: &[ast::IndexArg], span: Span) -> ir::Expr {
+        let targs = match self.model_with_dims_named(cx, id, args) {
+            Some(t) => t,
+            None => return self.error_expr(span),
+        };
+        let sig = self.model_sigs[id.0 as usize].clone();
+        let missing: Vec<String> =
+            sig.dims.iter().zip(&targs).filter(|(_, t)| t.is_none()).map(|(d, _)| self.names().sym(*d)).collect();
+        if !missing.is_empty() {
+            self.error(
+                Diagnostic::error(
+                    Code::E0307,
+                    span,
+                    format!("dim {} of model `{}` is not given", missing.join(", "), sig.name),
+                )
+                .label("a model type names every dim")
+                .with_help("only a constructor infers the dims its fields determine: `Name[K = 4](field: …)`"),
+            );
+            return self.error_expr(span);
+        }
+        let t = Type::Model(id, targs.into_iter().flatten().collect());
+        let s = self.span_id(span);
+        mk(ExprKind::Tuple(vec![]), Type::ModelType(Box::new(t)), s)
+    }
+
     pub(crate) fn check_index(
         &mut self,
         cx: &mut FnCx,
@@ -12,15 +38,6 @@ impl Checker {
         span: Span,
         _expected: Option<&Type>,
     ) -> ir::Expr {
-        if let Some(ast::IndexArg::Named { name, .. }) = args.iter().find(|a| matches!(a, ast::IndexArg::Named { .. }))
-        {
-            self.error(
-                Diagnostic::error(Code::E0320, name.span, format!("`{} = …` is not an index", name.name))
-                    .label("a named dim argument")
-                    .with_help("dims are given by name only to a call of a generic function: `f[H = 4](x)`"),
-            );
-            return self.error_expr(span);
-        }
         // `Model[…]` as a type value.
         let model = match &base.kind {
             ast::ExprKind::Name(n) if cx.lookup(n).is_none() => match self.scopes[cx.module.0 as usize].get(n) {
@@ -40,6 +57,9 @@ impl Checker {
             _ => None,
         };
         if let Some(id) = model {
+            if args.iter().any(|a| matches!(a, ast::IndexArg::Named { .. })) {
+                return self.model_type_by_name(cx, id, args, span);
+            }
             let dim_args: Vec<ast::DimArg> = args
                 .iter()
                 .map(|a| match a {
@@ -53,6 +73,17 @@ impl Checker {
             let t = self.model_type_from_args(cx.module, id, Some(&dim_args), &mut env, span);
             let s = self.span_id(span);
             return mk(ExprKind::Tuple(vec![]), Type::ModelType(Box::new(t)), s);
+        }
+        if let Some(ast::IndexArg::Named { name, .. }) = args.iter().find(|a| matches!(a, ast::IndexArg::Named { .. }))
+        {
+            self.error(
+                Diagnostic::error(Code::E0320, name.span, format!("`{} = …` is not an index", name.name))
+                    .label("a named dim argument")
+                    .with_help(
+                        "dims are given by name to a generic function, `f[H = 4](x)`, or a model, `Dense[O = 4](…)`",
+                    ),
+            );
+            return self.error_expr(span);
         }
         let x = self.check_expr(cx, base, None);
         if let Type::Model(id, _) = &x.ty {
