@@ -382,7 +382,13 @@ fn check_cmd(files: &[PathBuf], format: MessageFormat, emit: Option<Emit>) -> u8
         }
         if emit == Some(Emit::Collectives) {
             let mut c = c;
-            print!("{}", collectives_text(&mut c, f));
+            match collectives_text(&mut c, f) {
+                Ok(text) => print!("{text}"),
+                Err(why) => {
+                    eprintln!("error: {}: {why}", f.display());
+                    status = status.max(2);
+                }
+            }
         }
     }
     if status == 0 && format == MessageFormat::Human {
@@ -420,13 +426,13 @@ fn schedule_text(p: &lang::ir::Program, f: &Path) -> String {
 /// `msl check --emit collectives`: partitions the program for its mesh and lists what the
 /// pass inserted, one line each (location, kind, axes, element type, global shape, bytes per
 /// rank), then the warnings.
-fn collectives_text(c: &mut lang::check::Checked, f: &std::path::Path) -> String {
+fn collectives_text(c: &mut lang::check::Checked, f: &std::path::Path) -> Result<String, String> {
     let Some(mesh) = lang::dist::Mesh::of(&c.program) else {
-        return format!("{}: no mesh, so no collectives\n", f.display());
+        return Ok(format!("{}: no mesh, so no collectives\n", f.display()));
     };
     let report = lang::passes::shard(&mut c.program);
     if let Some(why) = lang::passes::malformed(&c.program) {
-        return format!("{}: error: {why}\n", f.display());
+        return Err(why);
     }
     let axes: Vec<String> = mesh.names.iter().zip(&mesh.sizes).map(|(n, s)| format!("{n} = {s}")).collect();
     let mut out = format!("{}: {} collectives on mesh [{}]\n", f.display(), report.collectives.len(), axes.join(", "));
@@ -448,7 +454,7 @@ fn collectives_text(c: &mut lang::check::Checked, f: &std::path::Path) -> String
     if !report.warnings.is_empty() {
         crate::run::render(&report.warnings, c, false);
     }
-    out
+    Ok(out)
 }
 
 /// Applies `--const NAME=VALUE,…`; a malformed value is a usage error (exit 2).

@@ -55,6 +55,11 @@ pub fn autodiff(p: &mut Program, diags: &mut Vec<Diagnostic>) {
 pub fn shard(p: &mut Program) -> crate::shard::Report {
     let report = crate::shard::run(p);
     verified(p, Pass::Shard);
+    if verifying() {
+        // Every rank holds the blocks its values' types say (`shard::verify`).
+        let found = crate::shard::verify::check(p);
+        p.malformed.extend(found.into_iter().map(|m| format!("after `shard`: layout: {m}")));
+    }
     report
 }
 

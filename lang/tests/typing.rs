@@ -171,3 +171,46 @@ fn a_function_returning_unit_discards_its_body_s_value() {
         assert!(it.run_main(c.program.main.unwrap()).is_ok(), "{src}");
     }
 }
+
+const ROW_PARALLEL: &str = "
+mesh M[mp = 2]
+fn f[N, D](h: f32[N, D @mp], w: f32[D @mp, 4], b: f32[4]) -> f32[N, 4] {
+    let y: f32[N, 4 @mp] = relu(h @ w + b)
+    y
+}
+fn main() { print(f(ones(3, 4), ones(4, 4), ones(4))) }
+";
+
+#[test]
+fn the_layout_verifier_passes_the_sharding_pass_and_finds_a_missing_collective() {
+    let mut c = checked(ROW_PARALLEL);
+    lang::passes::shard(&mut c.program);
+    assert!(c.program.malformed.is_empty(), "{:?}", c.program.malformed);
+    // Drop the reduce-scatter: the product is a partial sum that nothing combines.
+    edit(&mut c.program, "f", &mut |e| {
+        if let lang::ir::ExprKind::Prim { prim: lang::ir::Prim::ReduceScatter, args, .. } = &mut e.kind {
+            let mut inner = args.remove(0);
+            inner.ty = e.ty.clone();
+            *e = inner;
+        }
+    });
+    let found = lang::shard::verify::check(&c.program);
+    assert!(found.iter().any(|m| m.contains("`matmul` sums over dims split over")), "{found:?}");
+}
+
+#[test]
+fn the_layout_verifier_finds_a_block_combined_with_a_whole_value() {
+    let mut c = checked(ROW_PARALLEL);
+    lang::passes::shard(&mut c.program);
+    // Drop the local slice of the bias: each rank would add the whole bias to its block.
+    let mut dropped = 0;
+    edit(&mut c.program, "f", &mut |e| {
+        if let lang::ir::ExprKind::Prim { prim: lang::ir::Prim::LocalSlice, args, .. } = &mut e.kind {
+            *e = args.remove(0);
+            dropped += 1;
+        }
+    });
+    assert!(dropped > 0);
+    let found = lang::shard::verify::check(&c.program);
+    assert!(found.iter().any(|m| m.contains("`add` of layout") && m.contains("has an operand of layout")), "{found:?}");
+}

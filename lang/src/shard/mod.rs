@@ -11,6 +11,7 @@ mod convert;
 mod mono;
 mod rules;
 pub mod schedule;
+pub mod verify;
 
 use crate::diag::Diagnostic;
 use crate::dist::Mesh;

@@ -1,0 +1,190 @@
+//! The layout verifier: after the sharding pass, every rank must hold the blocks its values'
+//! types say. Checked per node where the layout rule is local: a local holds the layout it is
+//! declared with; elementwise operands are split as their result (a broadcast dim whole); a
+//! product's contracted dim is split alike on both sides, and a split one is a partial sum that
+//! an all-reduce or reduce-scatter over its axes combines at once; so is a reduction over a
+//! split dim; each collective changes exactly the layout it says. A violation means a rank
+//! would combine its block with another rank's (a wrong number, not an error), so it is reported
+//! as a compiler bug by `passes::shard` in debug builds and with `MSL_VERIFY=1`.
+
+use super::layout;
+use crate::ir::{walk::walk, Expr, ExprId, ExprKind, Func, Pat, Prim, Program, Stmt};
+use crate::types::{AxisId, ShapeItem, Type};
+use std::collections::HashMap;
+
+type L = Vec<Vec<AxisId>>;
+
+/// The layout violations of every function of `p`.
+pub fn check(p: &Program) -> Vec<String> {
+    let mut errs = Vec::new();
+    for (i, f) in p.funcs.iter().enumerate() {
+        let name = p.names.get(f.name);
+        let mut combined: HashMap<ExprId, (Prim, Vec<AxisId>)> = HashMap::new();
+        walk(&f.body, &mut |e: &Expr| {
+            if let ExprKind::Prim { prim, args, attrs } = &e.kind {
+                if matches!(
+                    prim,
+                    Prim::AllReduceSum
+                        | Prim::AllReduceMean
+                        | Prim::AllReduceMax
+                        | Prim::AllReduceMin
+                        | Prim::ReduceScatter
+                ) {
+                    if let Some(a) = args.first() {
+                        combined.insert(a.id, (*prim, attrs.mesh_axes.clone()));
+                    }
+                }
+            }
+        });
+        let mut found = Vec::new();
+        walk(&f.body, &mut |e: &Expr| node(p, f, e, &combined, &mut found));
+        errs.extend(found.into_iter().map(|m| format!("fn#{i} {name}: {m}")));
+    }
+    errs
+}
+
+/// The dims of a tensor type with fixed dims, with its layout; `None` otherwise.
+fn fixed(t: &Type) -> Option<(Vec<crate::types::Dim>, L)> {
+    let Type::Tensor(tt) = t else { return None };
+    let dims = tt.shape.iter().map(|i| match i {
+        ShapeItem::Dim(d) => Some(d.clone()),
+        ShapeItem::Rest(_) => None,
+    });
+    Some((dims.collect::<Option<Vec<_>>>()?, layout(t)))
+}
+
+fn node(p: &Program, f: &Func, e: &Expr, combined: &HashMap<ExprId, (Prim, Vec<AxisId>)>, out: &mut Vec<String>) {
+    let name = |e: &Expr| match &e.kind {
+        ExprKind::Prim { prim, .. } => format!("`{}`", prim.name()),
+        _ => "a value".to_string(),
+    };
+    match &e.kind {
+        ExprKind::Local(l) => {
+            if let (Some((_, have)), Some(info)) = (fixed(&e.ty), f.locals.get(l.0 as usize)) {
+                if let Some((_, want)) = fixed(&info.ty) {
+                    if have != want {
+                        out.push(format!(
+                            "a read of `{}` has layout {have:?}, the local {want:?}",
+                            p.names.get(info.name)
+                        ));
+                    }
+                }
+            }
+        }
+        ExprKind::Block { stmts, .. } => {
+            for s in stmts {
+                if let Stmt::Let { pat: Pat::Local(l), value } | Stmt::Assign { pat: Pat::Local(l), value } = s {
+                    let (Some((_, have)), Some(info)) = (fixed(&value.ty), f.locals.get(l.0 as usize)) else {
+                        continue;
+                    };
+                    if let Some((_, want)) = fixed(&info.ty) {
+                        if have != want {
+                            let local = p.names.get(info.name);
+                            out.push(format!(
+                                "`{local}` of layout {want:?} is bound to {} of layout {have:?}",
+                                name(value)
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        ExprKind::Prim { prim, args, attrs } => {
+            let Some((rd, rl)) = fixed(&e.ty) else { return };
+            let must_combine = |axes: &[AxisId], out: &mut Vec<String>| {
+                if !axes.is_empty() && combined.get(&e.id).is_none_or(|(_, a)| a.as_slice() != axes) {
+                    out.push(format!("{} sums over dims split over {axes:?}, but no collective combines it", name(e)));
+                }
+            };
+            match prim {
+                p if p.is_elementwise() => {
+                    for a in args {
+                        let Some((ad, al)) = fixed(&a.ty) else { continue };
+                        let Some(off) = rd.len().checked_sub(ad.len()) else { continue };
+                        for j in 0..ad.len() {
+                            let broadcast = ad[j].is_one() && !rd[off + j].is_one();
+                            let ok = if broadcast { al[j].is_empty() } else { al[j] == rl[off + j] };
+                            if !ok {
+                                out.push(format!(
+                                    "{} of layout {rl:?} has an operand of layout {al:?} (dim {j})",
+                                    name(e)
+                                ));
+                                break;
+                            }
+                        }
+                    }
+                }
+                Prim::MatMul => {
+                    let (Some((_, mut la)), Some((_, mut lb))) =
+                        (args.first().and_then(|a| fixed(&a.ty)), args.get(1).and_then(|b| fixed(&b.ty)))
+                    else {
+                        return;
+                    };
+                    if la.len() == 1 {
+                        la.insert(0, Vec::new());
+                    }
+                    if lb.len() == 1 {
+                        lb.push(Vec::new());
+                    }
+                    if la.len() < 2 || lb.len() < 2 {
+                        return;
+                    }
+                    let (ka, kb) = (&la[la.len() - 1], &lb[lb.len() - 2]);
+                    if ka != kb {
+                        out.push(format!("`matmul` contracts a dim split as {ka:?} with one split as {kb:?}"));
+                        return;
+                    }
+                    must_combine(ka, out);
+                }
+                Prim::Sum | Prim::Mean | Prim::Max | Prim::Min => {
+                    let Some((_, xl)) = args.first().and_then(|a| fixed(&a.ty)) else { return };
+                    let reduced: Vec<AxisId> = match attrs.axis {
+                        Some(k) if !attrs.from_end => xl.get(k).cloned().unwrap_or_default(),
+                        Some(_) => return,
+                        None => xl.iter().flatten().copied().collect(),
+                    };
+                    must_combine(&reduced, out);
+                }
+                Prim::AllGather | Prim::LocalSlice | Prim::ReduceScatter | Prim::AllToAll => {
+                    let Some((_, xl)) = args.first().and_then(|a| fixed(&a.ty)) else { return };
+                    let d = attrs.axis.unwrap_or(0);
+                    let mut want = xl.clone();
+                    match prim {
+                        Prim::AllGather if want.get(d) == Some(&attrs.mesh_axes) => want[d].clear(),
+                        Prim::LocalSlice | Prim::ReduceScatter if want.get(d).is_some_and(Vec::is_empty) => {
+                            want[d].clone_from(&attrs.mesh_axes)
+                        }
+                        Prim::AllToAll => {
+                            let t = attrs.perm.first().copied().unwrap_or(0);
+                            if want.get(d) != Some(&attrs.mesh_axes) || !want.get(t).is_some_and(Vec::is_empty) {
+                                out.push(format!("`all_to_all` from layout {xl:?} over {:?}", attrs.mesh_axes));
+                                return;
+                            }
+                            want[t] = std::mem::take(&mut want[d]);
+                        }
+                        _ => {
+                            out.push(format!(
+                                "{} over {:?} at dim {d} of an operand of layout {xl:?}",
+                                name(e),
+                                attrs.mesh_axes
+                            ));
+                            return;
+                        }
+                    }
+                    if want != rl {
+                        out.push(format!("{} of an operand of layout {xl:?} gives {rl:?}, not {want:?}", name(e)));
+                    }
+                }
+                Prim::AllReduceSum | Prim::AllReduceMean | Prim::AllReduceMax | Prim::AllReduceMin => {
+                    if let Some((_, xl)) = args.first().and_then(|a| fixed(&a.ty)) {
+                        if xl != rl {
+                            out.push(format!("{} changes the layout {xl:?} to {rl:?}", name(e)));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        _ => {}
+    }
+}
