@@ -71,6 +71,11 @@ fn a_slice_at_a_run_time_position() {
 }
 
 #[test]
+fn a_model_dim_no_field_determines() {
+    golden("smooth_loss", None);
+}
+
+#[test]
 fn a_stack_of_models() {
     golden("stacked", None);
     // The printed derivative, run, is the gradient `grad` computes.

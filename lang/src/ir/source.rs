@@ -161,6 +161,32 @@ impl Printer<'_> {
         found
     }
 
+    /// `[K = 4]` for the dims of model `id` that no field's type mentions, which a constructor
+    /// cannot infer (`Smooth[K = 4](w: …)`); empty when the fields determine every dim.
+    fn unfielded_dims(&self, id: crate::types::ModelId, targs: &[crate::types::TypeArg]) -> String {
+        let def = self.p.model(id);
+        let mut seen = std::collections::HashSet::new();
+        for f in &def.fields {
+            type_syms(&f.ty, &mut seen);
+        }
+        let dims = targs.iter().filter_map(|a| match a {
+            crate::types::TypeArg::Dim(d) => Some(d),
+            crate::types::TypeArg::Type(_) => None,
+        });
+        let named: Vec<String> = def
+            .dims
+            .iter()
+            .zip(dims)
+            .filter(|(s, _)| !seen.contains(*s))
+            .map(|(s, d)| format!("{} = {}", self.p.sym_names[s.0 as usize], dim_str(d, self.p)))
+            .collect();
+        if named.is_empty() {
+            String::new()
+        } else {
+            format!("[{}]", named.join(", "))
+        }
+    }
+
     fn args(&mut self, es: &[Expr], depth: usize) -> Vec<String> {
         es.iter().map(|a| self.expr(a, 0, depth)).collect()
     }
@@ -413,9 +439,14 @@ impl Printer<'_> {
                         // A stack of models: `[Block; L](…)`, its layers counted by its first dim.
                         let name = match (def.stack, targs.first()) {
                             (Some(inner), Some(crate::types::TypeArg::Dim(l))) => {
-                                format!("[{}; {}]", self.p.names.get(self.p.model(inner).name), dim_str(l, self.p))
+                                let named = self.unfielded_dims(inner, &targs[1..]);
+                                format!(
+                                    "[{}{named}; {}]",
+                                    self.p.names.get(self.p.model(inner).name),
+                                    dim_str(l, self.p)
+                                )
                             }
-                            _ => self.p.names.get(def.name).to_string(),
+                            _ => format!("{}{}", self.p.names.get(def.name), self.unfielded_dims(*id, targs)),
                         };
                         format!("{name}({})", parts.join(", "))
                     }
@@ -457,5 +488,29 @@ impl Printer<'_> {
             ExprKind::FuncRef(f) => self.p.names.get(self.p.func(*f).name).to_string(),
             _ => "/* not expressible in msl source */ ()".to_string(),
         }
+    }
+}
+
+/// Every dim variable a type mentions (shapes, and the dims of model types in it).
+fn type_syms(t: &Type, out: &mut std::collections::HashSet<crate::types::Sym>) {
+    match t {
+        Type::Tensor(tt) => {
+            for item in &tt.shape {
+                if let crate::types::ShapeItem::Dim(d) = item {
+                    out.extend(d.vars());
+                }
+            }
+        }
+        Type::Model(_, args) => {
+            for a in args {
+                match a {
+                    crate::types::TypeArg::Dim(d) => out.extend(d.vars()),
+                    crate::types::TypeArg::Type(t) => type_syms(t, out),
+                }
+            }
+        }
+        Type::Tuple(ts) | Type::List(ts) => ts.iter().for_each(|t| type_syms(t, out)),
+        Type::ModelType(t) => type_syms(t, out),
+        _ => {}
     }
 }
