@@ -57,7 +57,7 @@ pub fn shard(p: &mut Program) -> crate::shard::Report {
     verified(p, Pass::Shard);
     if verifying() {
         // Every rank holds the blocks its values' types say (`shard::verify`).
-        let found = crate::shard::verify::check(p);
+        let found = crate::shard::verify::check(p, &report.unpartitioned);
         p.malformed.extend(found.into_iter().map(|m| format!("after `shard`: layout: {m}")));
     }
     report

@@ -44,6 +44,9 @@ pub struct Inserted {
 pub struct Report {
     pub collectives: Vec<Inserted>,
     pub warnings: Vec<Diagnostic>,
+    /// Functions left as they were: a `@pipeline` function and its derivatives, which never run
+    /// whole (the pipeline driver runs their pieces). Their layouts are not a rank's blocks.
+    pub unpartitioned: Vec<crate::types::FuncId>,
 }
 
 /// What is known about a parameter's layout from the calls seen so far.
@@ -179,6 +182,7 @@ pub fn run(prog: &mut Program) -> Report {
         };
         let f = &pristine[base];
         if whole.contains(&base) {
+            report.unpartitioned.push(crate::types::FuncId(i as u32));
             out.push(f.clone());
             continue;
         }
