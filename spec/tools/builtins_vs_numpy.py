@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """The builtins against NumPy on special values: every elementwise function and operator, the
-reductions, integer arithmetic (wrapping, floor division and remainder of negatives) and the
-matrix, axis and indexing builtins, run by `msl` on inputs that hold 0, -0, subnormals, the
+reductions, integer arithmetic (wrapping, floor division and remainder of negatives), the
+matrix, axis and indexing builtins, sorting (NaN, -0 and ties), `top_k` (ties lower index
+first, as `lax.top_k`), `gather`/`take_along_axis`/`one_hot`, `conv2d` with stride and padding,
+pooling, `fused_attention` (a partly filled cache, causal) and `nn.layer_norm`/`cross_entropy`, run by `msl` on inputs that hold 0, -0, subnormals, the
 largest floats, ±inf and NaN, and compared with NumPy's results (float64 references where
 float32 NumPy itself cancels, as in `gelu`'s tail).
 
@@ -161,7 +163,98 @@ def matrices_and_axes():
     return bad
 
 
+def sorting_indexing_conv_attention_nn():
+    rng = np.random.default_rng(3)
+    def run(decls, expr):
+        pre = "use nn\n" if decls.startswith("use nn\n") else ""
+        decls = decls[len(pre):]
+        src = pre + "fn main() {\n" + decls + f"    print({expr})\n}}\n"
+        open("p.msl", "w").write(src)
+        p = subprocess.run([MSL, "run", "p.msl"], capture_output=True, text=True)
+        return (p.stdout.strip(), None) if p.returncode == 0 else (None, p.stderr.strip()[:300])
+    def parse(s):
+        s = s.replace("[", " ").replace("]", " ").replace(",", " ").replace("(", " ").replace(")", " ")
+        return np.array([float(t) for t in s.split()])
+    bad = 0
+    def cmp(name, decls, expr, want, rtol=2e-5, atol=1e-6):
+        nonlocal bad
+        out, err = run(decls, expr)
+        if out is None:
+            print(name, "FAILED:", err); bad += 1; return
+        got = parse(out); w = np.asarray(want, dtype=np.float64).ravel()
+        if got.shape != w.shape or not np.allclose(got, w, rtol=rtol, atol=atol, equal_nan=True):
+            print(name, "\n  msl  ", out[:300], "\n  numpy", w[:40]); bad += 1
+    # sorting with NaN/ties
+    x = np.array([3.0, np.nan, -1.0, 3.0, 0.0, -0.0, np.inf, -np.inf, 2.0, 3.0], np.float32)
+    np.save("x.npy", x)
+    D = '    let x: f32[10] = load("x.npy")\n'
+    cmp("sort", D, "sort(x)", np.sort(x))
+    cmp("argsort", D, "argsort(x)", np.argsort(x, kind="stable"))
+    # descending stable: numpy equivalent: stable sort on negated key, NaN largest first?
+    m = rng.standard_normal((4, 6)).astype(np.float32); m[1, 2] = m[1, 4]
+    np.save("m.npy", m)
+    M = '    let m: f32[4, 6] = load("m.npy")\n'
+    cmp("sort axis0", M, "sort(m, axis: 0)", np.sort(m, axis=0))
+    cmp("argsort last", M, "argsort(m)", np.argsort(m, axis=-1, kind="stable"))
+    idx = np.argsort(-m, axis=1, kind="stable")[:, :3]  # ties: the lower index first, as lax.top_k
+    cmp("top_k", M, "top_k(m, 3)", np.concatenate([np.take_along_axis(m, idx, 1).ravel(), idx.ravel()]))
+    ids = np.array([[0, 5, 2], [1, 1, 3], [5, 4, 0], [2, 2, 2]], np.int32); np.save("ids.npy", ids)
+    I = '    let i: i32[4, 3] = load("ids.npy")\n'
+    cmp("take_along", M + I, "take_along_axis(m, i, axis: 1)", np.take_along_axis(m, ids, 1))
+    cmp("gather", M + I, "gather(m, i, axis: 1)", np.take(m, ids, axis=1))
+    cmp("one_hot", I, "one_hot(i, 6)", np.eye(6, dtype=np.float32)[ids])
+    # conv2d and pooling
+    X = rng.standard_normal((2, 3, 7, 6)).astype(np.float32); W = rng.standard_normal((4, 3, 3, 2)).astype(np.float32); Bb = rng.standard_normal(4).astype(np.float32)
+    np.save("X.npy", X); np.save("W.npy", W); np.save("B.npy", Bb)
+    C = '    let x: f32[2, 3, 7, 6] = load("X.npy")\n    let w: f32[4, 3, 3, 2] = load("W.npy")\n    let b: f32[4] = load("B.npy")\n'
+    def conv(x, w, b, s, p):
+        x = np.pad(x.astype(np.float64), ((0,0),(0,0),(p,p),(p,p)))
+        N,Cc,H,Wd = x.shape; O,_,KH,KW = w.shape
+        OH=(H-KH)//s+1; OW=(Wd-KW)//s+1
+        out=np.zeros((N,O,OH,OW))
+        for i in range(OH):
+            for j in range(OW):
+                out[:,:,i,j]=np.einsum("nchw,ochw->no", x[:,:,i*s:i*s+KH,j*s:j*s+KW], w)
+        return out + b[None,:,None,None]
+    cmp("conv2d s1p0", C, "conv2d(x, w, b, stride: 1, padding: 0)", conv(X, W, Bb, 1, 0), rtol=1e-4, atol=1e-5)
+    cmp("conv2d s2p1", C, "conv2d(x, w, b, stride: 2, padding: 1)", conv(X, W, Bb, 2, 1), rtol=1e-4, atol=1e-5)
+    def pool(x, k, s, f):
+        N,Cc,H,Wd = x.shape; OH=(H-k)//s+1; OW=(Wd-k)//s+1
+        out=np.zeros((N,Cc,OH,OW))
+        for i in range(OH):
+            for j in range(OW):
+                out[:,:,i,j]=f(x[:,:,i*s:i*s+k,j*s:j*s+k].astype(np.float64), axis=(2,3))
+        return out
+    cmp("max_pool", C, "max_pool2d(x, kernel: 2, stride: 2)", pool(X, 2, 2, np.max))
+    cmp("avg_pool k3 s2", C, "avg_pool2d(x, kernel: 3, stride: 2)", pool(X, 3, 2, np.mean))
+    # attention
+    q = rng.standard_normal((2, 5, 4)).astype(np.float32); k = rng.standard_normal((2, 7, 4)).astype(np.float32); v = rng.standard_normal((2, 7, 3)).astype(np.float32)
+    np.save("q.npy", q); np.save("k.npy", k); np.save("v.npy", v)
+    A = '    let q: f32[2, 5, 4] = load("q.npy")\n    let k: f32[2, 7, 4] = load("k.npy")\n    let v: f32[2, 7, 3] = load("v.npy")\n'
+    def att(q, k, v, n, causal):
+        s = np.einsum("bqd,bsd->bqs", q.astype(np.float64), k) / math.sqrt(q.shape[-1])
+        Q = q.shape[1]
+        mask = np.zeros((Q, k.shape[1]), bool); mask[:, n:] = True
+        if causal:
+            for i in range(Q):
+                mask[i, n - Q + i + 1:] = True
+        s = np.where(mask, -np.inf, s)
+        e = np.exp(s - s.max(-1, keepdims=True)); p = e / e.sum(-1, keepdims=True)
+        return np.einsum("bqs,bse->bqe", p, v)
+    cmp("attention", A, "fused_attention(q, k, v, len: 7, causal: false)", att(q, k, v, 7, False))
+    cmp("attention len 6 causal", A, "fused_attention(q, k, v, len: 6, causal: true)", att(q, k, v, 6, True))
+    # stdlib
+    g = rng.standard_normal(6).astype(np.float32); be = rng.standard_normal(6).astype(np.float32); np.save("g.npy", g); np.save("be.npy", be)
+    L = M + '    let g: f32[6] = load("g.npy")\n    let be: f32[6] = load("be.npy")\n'
+    mu = m.astype(np.float64).mean(-1, keepdims=True); var = m.astype(np.float64).var(-1, keepdims=True)
+    cmp("layer_norm", "use nn\n" + L, "nn.layer_norm(m, g, be)", (m - mu) / np.sqrt(var + 1e-5) * g + be, rtol=1e-4, atol=1e-5)
+    y = np.array([0, 5, 2, 3], np.int32); np.save("y.npy", y)
+    lse = np.log(np.exp(m.astype(np.float64)).sum(-1))
+    cmp("cross_entropy", "use nn\n" + M + '    let y: i32[4] = load("y.npy")\n', "nn.cross_entropy(m, y)", lse - m[np.arange(4), y])
+    return bad
+
+
 if __name__ == "__main__":
-    bad = elementwise_and_reductions() + integers() + matrices_and_axes()
+    bad = elementwise_and_reductions() + integers() + matrices_and_axes() + sorting_indexing_conv_attention_nn()
     print(f"{bad} disagreements with NumPy")
     sys.exit(1 if bad else 0)
