@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""The builtins against NumPy on special values: every elementwise function and operator, the
+"""The builtins against NumPy on special values, run by `msl` on inputs that hold 0, -0,
+subnormals, the largest floats, ±inf and NaN: every elementwise function and operator, the
 reductions, integer arithmetic (wrapping, floor division and remainder of negatives), the
 matrix, axis and indexing builtins, sorting (NaN, -0 and ties), `top_k` (ties lower index
-first, as `lax.top_k`), `gather`/`take_along_axis`/`one_hot`, `conv2d` with stride and padding,
-pooling, `fused_attention` (a partly filled cache, causal) and `nn.layer_norm`/`cross_entropy`, run by `msl` on inputs that hold 0, -0, subnormals, the
-largest floats, ±inf and NaN, and compared with NumPy's results (float64 references where
-float32 NumPy itself cancels, as in `gelu`'s tail).
+first, as `lax.top_k`), `gather`/`take_along_axis`/`one_hot`, `conv2d` with stride and
+padding, pooling, `fused_attention` (a partly filled cache, causal), `nn.layer_norm` and
+`nn.cross_entropy`; compared with NumPy's results (float64 references where float32 NumPy
+itself cancels, as in `gelu`'s tail).
 
     cargo build --release && python3 spec/tools/builtins_vs_numpy.py [path/to/msl]
 
