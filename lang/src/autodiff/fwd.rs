@@ -13,6 +13,7 @@ use std::rc::Rc;
 
 mod branches;
 mod bwd;
+mod leaves;
 mod loops;
 mod rewrite;
 

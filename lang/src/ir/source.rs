@@ -308,6 +308,9 @@ impl Printer<'_> {
                             None => call,
                         }
                     }
+                    Prim::Update if a.len() == 3 => {
+                        format!("update({}, {}, at: {}, axis: {})", a[0], a[1], a[2], attrs.axis.unwrap_or(0))
+                    }
                     Prim::Quantize => format!("quantize({}, i8)", a[0]),
                     Prim::Prune => format!("prune({}, sparsity: {})", a[0], a[1]),
                     Prim::Attention | Prim::AttentionWeights => {

@@ -5,6 +5,12 @@
 use super::*;
 use crate::types::TensorTy;
 
+/// The accumulated cotangent of a loop's free value: one slot, or one per tensor leaf.
+enum Acc {
+    Whole(Local),
+    Leaves(Vec<(Vec<usize>, Local)>),
+}
+
 impl Gen<'_> {
     /// The sum of the contributions to `v`, or zeros of its type.
     pub(in crate::autodiff) fn total(&mut self, v: Local, contribs: &mut HashMap<Local, Vec<Local>>) -> Res<Local> {
@@ -373,13 +379,20 @@ impl Gen<'_> {
             sb.push(s);
         }
         let free_act: Vec<Local> = l.free.iter().copied().filter(|v| self.is_active(*v)).collect();
+        // Each free value's accumulated cotangent: one slot, or one per leaf for a model holding
+        // a stack of layers (`fwd::leaves`: a row per iteration, not the whole model).
         let mut fb = Vec::new();
         for v in &free_act {
+            let ty = self.ty_of(*v);
+            if self.by_leaves(&ty) {
+                fb.push(Acc::Leaves(self.leaf_slots(&ty, *v)?));
+                continue;
+            }
             let z = self.zeros_like(*v)?;
             let ty = self.ty_of(z);
             let s = self.new_local(ty, "fb", true);
             self.push_stmt(Stmt::Let { pat: Pat::Local(s), value: self.local(z) });
-            fb.push(s);
+            fb.push(Acc::Whole(s));
         }
         let start = match l.start {
             Some(s) => s,
@@ -469,13 +482,22 @@ impl Gen<'_> {
             let t = self.total(*v, &mut local)?;
             self.push_stmt(Stmt::Assign { pat: Pat::Local(*s), value: self.local(t) });
         }
-        for (v, s) in free_act.iter().zip(&fb) {
+        for (v, acc) in free_act.iter().zip(&fb) {
             if let Some(cs) = self.take(*v, &mut local)? {
-                if !cs.is_empty() {
-                    let t = self.sum(&cs);
-                    let ty = self.ty_of(*s);
-                    let acc = self.p(Prim::Add, &[*s, t], Attrs::default(), ty);
-                    self.push_stmt(Stmt::Assign { pat: Pat::Local(*s), value: self.local(acc) });
+                if cs.is_empty() {
+                    continue;
+                }
+                match acc {
+                    Acc::Whole(s) => {
+                        let t = self.sum(&cs);
+                        let ty = self.ty_of(*s);
+                        let acc = self.p(Prim::Add, &[*s, t], Attrs::default(), ty);
+                        self.push_stmt(Stmt::Assign { pat: Pat::Local(*s), value: self.local(acc) });
+                    }
+                    Acc::Leaves(slots) => {
+                        let ty = self.ty_of(*v);
+                        self.add_into_leaves(&ty, &cs, slots)?;
+                    }
                 }
             }
         }
@@ -504,9 +526,17 @@ impl Gen<'_> {
                 contribs.entry(*init).or_default().push(v);
             }
         }
-        for (v, s) in free_act.iter().zip(&fb) {
-            let ty = self.ty_of(*s);
-            let x = self.emit(self.local(*s), ty, "fbo");
+        for (v, acc) in free_act.iter().zip(&fb) {
+            let x = match acc {
+                Acc::Whole(s) => {
+                    let ty = self.ty_of(*s);
+                    self.emit(self.local(*s), ty, "fbo")
+                }
+                Acc::Leaves(slots) => {
+                    let ty = self.ty_of(*v);
+                    self.build_from_leaves(&ty, slots)?
+                }
+            };
             contribs.entry(*v).or_default().push(x);
         }
         Ok(())
