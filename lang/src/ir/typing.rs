@@ -13,8 +13,7 @@ mod prims;
 
 use super::{Expr, ExprKind, Func, Lit, Pat, Program, Stmt};
 use crate::types::unify::elem_accepts;
-use crate::types::{Dim, Elem, ElemTy, FnTy, ModelId, ShapeItem, TensorTy, TyVar, Type, TypeArg};
-use std::collections::HashMap;
+use crate::types::{Dim, Elem, ElemTy, FnTy, ModelId, ShapeItem, TensorTy, Type, TypeArg};
 
 /// Re-infers the type of every node of every function of `p`; returns the disagreements.
 pub fn check(p: &Program) -> Vec<String> {
@@ -159,14 +158,15 @@ impl Cx<'_> {
                 }
                 s.dims.extend(callee.dims.iter().copied().zip(dims.iter().cloned()));
                 s.rests.extend(callee.rests.iter().copied().zip(rests.iter().cloned()));
-                // Model type parameters are bound by the arguments' types.
-                let mut models = HashMap::new();
+                // Model type parameters are bound by the arguments' types, as at the call.
+                let generic = callee.dims.iter().copied().collect();
+                let mut u = crate::types::unify::Unifier::new(&generic);
                 for (l, a) in callee.params.iter().zip(args) {
                     if let Some(info) = callee.locals.get(l.0 as usize) {
-                        bind_models(&info.ty, &a.ty, &mut models);
+                        let _ = u.ty(&info.ty, &a.ty);
                     }
                 }
-                s.models = models;
+                s.models = u.subst.models;
                 Rule::Is(s.ty(&callee.ret))
             }
             ExprKind::CallValue { callee, .. } => match &callee.ty {
@@ -252,48 +252,7 @@ impl Cx<'_> {
 /// Field `i` of model `id` instantiated with `targs`.
 pub(super) fn model_field(p: &Program, id: ModelId, targs: &[TypeArg], i: usize) -> Option<Type> {
     let model = p.models.get(id.0 as usize)?;
-    let field = model.fields.get(i)?;
-    let mut s = crate::types::unify::Subst::default();
-    let (mut dims, mut vars) = (model.dims.iter(), model.models.iter());
-    // The model's type arguments are its dims and model parameters, in declaration order.
-    for a in targs {
-        match a {
-            TypeArg::Dim(d) => {
-                if let Some(sym) = dims.next() {
-                    s.dims.insert(*sym, d.clone());
-                }
-            }
-            TypeArg::Type(t) => {
-                if let Some(v) = vars.next() {
-                    s.models.insert(*v, t.clone());
-                }
-            }
-        }
-    }
-    Some(s.ty(&field.ty))
-}
-
-/// Binds the model type parameters of a parameter type `param` from an argument type `arg`.
-fn bind_models(param: &Type, arg: &Type, out: &mut HashMap<TyVar, Type>) {
-    match (param, arg) {
-        (Type::ModelVar(v), t) => {
-            out.entry(*v).or_insert_with(|| t.clone());
-        }
-        (Type::Tuple(ps), Type::Tuple(ts)) | (Type::List(ps), Type::List(ts)) => {
-            for (p, t) in ps.iter().zip(ts) {
-                bind_models(p, t, out);
-            }
-        }
-        (Type::Model(a, ps), Type::Model(b, ts)) if a == b => {
-            for (p, t) in ps.iter().zip(ts) {
-                if let (TypeArg::Type(p), TypeArg::Type(t)) = (p, t) {
-                    bind_models(p, t, out);
-                }
-            }
-        }
-        (Type::ModelType(p), Type::ModelType(t)) => bind_models(p, t, out),
-        _ => {}
-    }
+    Some(super::Model::field_ty(&model.arg_subst(targs), model.fields.get(i)?))
 }
 
 /// Names a node for a message: its primitive, or its kind.
