@@ -157,11 +157,13 @@ impl Fcx<'_> {
         if !prim.is_elementwise() || layout(&e.ty).len() != want.len() || layout(&e.ty).iter().any(|l| !l.is_empty()) {
             return e;
         }
-        let result_dims = tensor_dims(&e.ty);
+        if has_rest(&e.ty) {
+            return e;
+        }
         let mut targets = Vec::new();
         let mut partial = false;
         for a in args {
-            let Some(t) = operand_want(&a.ty, &result_dims, want) else { return e };
+            let Some(t) = operand_want(&a.ty, want) else { return e };
             if reduce_scatters(a, &t) {
                 partial = true;
             } else {
@@ -299,33 +301,11 @@ impl Fcx<'_> {
     }
 }
 
-/// The dims of a tensor type (`None` for a `..` rest or a non-tensor).
-fn tensor_dims(t: &Type) -> Option<Vec<crate::types::Dim>> {
-    match t {
-        Type::Tensor(tt) => tt
-            .shape
-            .iter()
-            .map(|i| match i {
-                crate::types::ShapeItem::Dim(d) => Some(d.clone()),
-                crate::types::ShapeItem::Rest(_) => None,
-            })
-            .collect(),
-        _ => None,
-    }
-}
-
-/// The layout an operand of an elementwise result split as `want` takes: its dims aligned with
-/// the result's from the right, a broadcast (size-1) dim whole.
-fn operand_want(t: &Type, result: &Option<Vec<crate::types::Dim>>, want: &[Vec<AxisId>]) -> Option<Vec<Vec<AxisId>>> {
-    let dims = tensor_dims(t)?;
-    let result = result.as_ref()?;
-    let off = result.len().checked_sub(dims.len())?;
-    Some(
-        dims.iter()
-            .enumerate()
-            .map(|(j, d)| if d.is_one() && !result[off + j].is_one() { Vec::new() } else { want[off + j].clone() })
-            .collect(),
-    )
+/// The layout an operand of an elementwise result wanted as `want` takes; `None` for an operand
+/// that is not a tensor of fixed rank within the result's.
+fn operand_want(t: &Type, want: &[Vec<AxisId>]) -> Option<Vec<Vec<AxisId>>> {
+    let fits = matches!(t, Type::Tensor(tt) if tt.shape.len() <= want.len()) && !has_rest(t);
+    fits.then(|| super::rules::operand_layout(t, want))
 }
 
 /// Whether converting `e` to the layout `want` reduce-scatters a partial sum: `e` is one whose
@@ -339,6 +319,5 @@ fn reduce_scatters(e: &Expr, want: &[Vec<AxisId>]) -> bool {
     if !prim.is_elementwise() || from.iter().any(|l| !l.is_empty()) {
         return false;
     }
-    let dims = tensor_dims(&e.ty);
-    args.iter().any(|a| operand_want(&a.ty, &dims, want).is_some_and(|t| reduce_scatters(a, &t)))
+    !has_rest(&e.ty) && args.iter().any(|a| operand_want(&a.ty, want).is_some_and(|t| reduce_scatters(a, &t)))
 }

@@ -528,17 +528,24 @@ fn elementwise(cx: &mut Fcx, args: &mut [Expr], out_ty: &Type) -> L {
     }
     unique(&mut target);
     for a in args.iter_mut() {
-        let items = shape_items(&a.ty);
-        let n = items.len();
-        if n == 0 {
+        if rank(&a.ty) == 0 {
             continue;
         }
-        let shift = r.saturating_sub(n);
-        let want: L =
-            (0..n).map(|i| if is_one(items.get(i)) { Vec::new() } else { target[i + shift].clone() }).collect();
+        let want = operand_layout(&a.ty, &target);
         convert_to(cx, a, want, false);
     }
     target
+}
+
+/// The layout an operand of an elementwise result laid out as `target` takes: its dims aligned
+/// with the result's from the right, a size-1 (broadcast) dim whole. The sharding pass converts
+/// operands to it, and the layout verifier checks it (`shard::verify`).
+pub(super) fn operand_layout(t: &Type, target: &[Vec<AxisId>]) -> L {
+    let items = shape_items(t);
+    let shift = target.len().saturating_sub(items.len());
+    (0..items.len())
+        .map(|i| if is_one(items.get(i)) { Vec::new() } else { target.get(i + shift).cloned().unwrap_or_default() })
+        .collect()
 }
 
 /// Drops a later dim's split over an axis an earlier dim already uses.

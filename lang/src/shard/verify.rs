@@ -7,9 +7,9 @@
 //! would combine its block with another rank's (a wrong number, not an error), so it is reported
 //! as a compiler bug by `passes::shard` in debug builds and with `MSL_VERIFY=1`.
 
-use super::layout;
+use super::{has_rest, layout, rules::operand_layout};
 use crate::ir::{walk::walk, Expr, ExprId, ExprKind, Func, Pat, Prim, Program, Stmt};
-use crate::types::{AxisId, ShapeItem, Type};
+use crate::types::{AxisId, Type};
 use std::collections::HashMap;
 
 type L = Vec<Vec<AxisId>>;
@@ -46,14 +46,9 @@ pub fn check(p: &Program, skip: &[crate::types::FuncId]) -> Vec<String> {
     errs
 }
 
-/// The dims of a tensor type with fixed dims, with its layout; `None` otherwise.
-fn fixed(t: &Type) -> Option<(Vec<crate::types::Dim>, L)> {
-    let Type::Tensor(tt) = t else { return None };
-    let dims = tt.shape.iter().map(|i| match i {
-        ShapeItem::Dim(d) => Some(d.clone()),
-        ShapeItem::Rest(_) => None,
-    });
-    Some((dims.collect::<Option<Vec<_>>>()?, layout(t)))
+/// The layout of a tensor type of fixed rank; `None` otherwise.
+fn fixed(t: &Type) -> Option<L> {
+    (matches!(t, Type::Tensor(_)) && !has_rest(t)).then(|| layout(t))
 }
 
 fn node(p: &Program, f: &Func, e: &Expr, combined: &HashMap<ExprId, (Prim, Vec<AxisId>)>, out: &mut Vec<String>) {
@@ -63,8 +58,8 @@ fn node(p: &Program, f: &Func, e: &Expr, combined: &HashMap<ExprId, (Prim, Vec<A
     };
     match &e.kind {
         ExprKind::Local(l) => {
-            if let (Some((_, have)), Some(info)) = (fixed(&e.ty), f.locals.get(l.0 as usize)) {
-                if let Some((_, want)) = fixed(&info.ty) {
+            if let (Some(have), Some(info)) = (fixed(&e.ty), f.locals.get(l.0 as usize)) {
+                if let Some(want) = fixed(&info.ty) {
                     if have != want {
                         out.push(format!(
                             "a read of `{}` has layout {have:?}, the local {want:?}",
@@ -77,10 +72,10 @@ fn node(p: &Program, f: &Func, e: &Expr, combined: &HashMap<ExprId, (Prim, Vec<A
         ExprKind::Block { stmts, .. } => {
             for s in stmts {
                 if let Stmt::Let { pat: Pat::Local(l), value } | Stmt::Assign { pat: Pat::Local(l), value } = s {
-                    let (Some((_, have)), Some(info)) = (fixed(&value.ty), f.locals.get(l.0 as usize)) else {
+                    let (Some(have), Some(info)) = (fixed(&value.ty), f.locals.get(l.0 as usize)) else {
                         continue;
                     };
-                    if let Some((_, want)) = fixed(&info.ty) {
+                    if let Some(want) = fixed(&info.ty) {
                         if have != want {
                             let local = p.names.get(info.name);
                             out.push(format!(
@@ -93,7 +88,7 @@ fn node(p: &Program, f: &Func, e: &Expr, combined: &HashMap<ExprId, (Prim, Vec<A
             }
         }
         ExprKind::Prim { prim, args, attrs } => {
-            let Some((rd, rl)) = fixed(&e.ty) else { return };
+            let Some(rl) = fixed(&e.ty) else { return };
             let must_combine = |axes: &[AxisId], out: &mut Vec<String>| {
                 if !axes.is_empty() && combined.get(&e.id).is_none_or(|(_, a)| a.as_slice() != axes) {
                     out.push(format!("{} sums over dims split over {axes:?}, but no collective combines it", name(e)));
@@ -101,24 +96,16 @@ fn node(p: &Program, f: &Func, e: &Expr, combined: &HashMap<ExprId, (Prim, Vec<A
             };
             match prim {
                 p if p.is_elementwise() => {
-                    for a in args {
-                        let Some((ad, al)) = fixed(&a.ty) else { continue };
-                        let Some(off) = rd.len().checked_sub(ad.len()) else { continue };
-                        for j in 0..ad.len() {
-                            let broadcast = ad[j].is_one() && !rd[off + j].is_one();
-                            let ok = if broadcast { al[j].is_empty() } else { al[j] == rl[off + j] };
-                            if !ok {
-                                out.push(format!(
-                                    "{} of layout {rl:?} has an operand of layout {al:?} (dim {j})",
-                                    name(e)
-                                ));
-                                break;
-                            }
+                    for a in args.iter().filter(|a| fixed(&a.ty).is_some_and(|al| al.len() <= rl.len())) {
+                        let al = layout(&a.ty);
+                        if al != operand_layout(&a.ty, &rl) {
+                            out.push(format!("{} of layout {rl:?} has an operand of layout {al:?}", name(e)));
+                            break;
                         }
                     }
                 }
                 Prim::MatMul => {
-                    let (Some((_, mut la)), Some((_, mut lb))) =
+                    let (Some(mut la), Some(mut lb)) =
                         (args.first().and_then(|a| fixed(&a.ty)), args.get(1).and_then(|b| fixed(&b.ty)))
                     else {
                         return;
@@ -140,7 +127,7 @@ fn node(p: &Program, f: &Func, e: &Expr, combined: &HashMap<ExprId, (Prim, Vec<A
                     must_combine(ka, out);
                 }
                 Prim::Sum | Prim::Mean | Prim::Max | Prim::Min => {
-                    let Some((_, xl)) = args.first().and_then(|a| fixed(&a.ty)) else { return };
+                    let Some(xl) = args.first().and_then(|a| fixed(&a.ty)) else { return };
                     let reduced: Vec<AxisId> = match attrs.axis {
                         Some(k) if !attrs.from_end => xl.get(k).cloned().unwrap_or_default(),
                         Some(_) => return,
@@ -149,7 +136,7 @@ fn node(p: &Program, f: &Func, e: &Expr, combined: &HashMap<ExprId, (Prim, Vec<A
                     must_combine(&reduced, out);
                 }
                 Prim::AllGather | Prim::LocalSlice | Prim::ReduceScatter | Prim::AllToAll => {
-                    let Some((_, xl)) = args.first().and_then(|a| fixed(&a.ty)) else { return };
+                    let Some(xl) = args.first().and_then(|a| fixed(&a.ty)) else { return };
                     let d = attrs.axis.unwrap_or(0);
                     let mut want = xl.clone();
                     match prim {
@@ -179,7 +166,7 @@ fn node(p: &Program, f: &Func, e: &Expr, combined: &HashMap<ExprId, (Prim, Vec<A
                     }
                 }
                 Prim::AllReduceSum | Prim::AllReduceMean | Prim::AllReduceMax | Prim::AllReduceMin => {
-                    if let Some((_, xl)) = args.first().and_then(|a| fixed(&a.ty)) {
+                    if let Some(xl) = args.first().and_then(|a| fixed(&a.ty)) {
                         if xl != rl {
                             out.push(format!("{} changes the layout {xl:?} to {rl:?}", name(e)));
                         }
