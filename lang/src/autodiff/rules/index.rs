@@ -4,11 +4,7 @@ use super::*;
 
 /// `x[i, a:b, :]`: the cotangent scattered back into zeros of `x`'s shape, last axis first.
 pub(super) fn slice(g: &mut Gen, s: &Site, v: &mut Vec<(usize, Local)>) -> Res<()> {
-    let attrs = s.attrs;
-    let args = s.args;
-    let tys = s.tys;
-    let bar = s.bar;
-    let ot = s.ot;
+    let &Site { attrs, args, tys, bar, ot, .. } = s;
     // A slice is a gather along each sliced axis; its adjoint scatters back, last axis
     // first.
     let Some(xd) = fixed(&shape(&tys[0])) else { return Err(err(g.span, "slice of a rest")) };
@@ -85,11 +81,7 @@ pub(super) fn slice(g: &mut Gen, s: &Site, v: &mut Vec<(usize, Local)>) -> Res<(
 
 /// `update(x, v, at: i)`: `x`'s cotangent with the block zeroed, `v`'s the block.
 pub(super) fn update(g: &mut Gen, s: &Site, v: &mut Vec<(usize, Local)>) -> Res<()> {
-    let attrs = s.attrs;
-    let args = s.args;
-    let tys = s.tys;
-    let act = s.act;
-    let bar = s.bar;
+    let &Site { attrs, args, tys, act, bar, .. } = s;
     // y = x with v written at i: x's gradient is ȳ with that block zeroed, v's is the block.
     let k = attrs.axis.unwrap_or(0);
     let (Some(xd), Some(vd)) = (fixed(&shape(&tys[0])), fixed(&shape(&tys[1]))) else {
@@ -120,12 +112,7 @@ pub(super) fn update(g: &mut Gen, s: &Site, v: &mut Vec<(usize, Local)>) -> Res<
 
 /// `concat`/`stack`: each operand's part of the cotangent.
 pub(super) fn concat_or_stack(g: &mut Gen, s: &Site, v: &mut Vec<(usize, Local)>) -> Res<()> {
-    let p = s.p;
-    let attrs = s.attrs;
-    let tys = s.tys;
-    let act = s.act;
-    let bar = s.bar;
-    let ot = s.ot;
+    let &Site { p, attrs, tys, act, bar, ot, .. } = s;
     let axis = attrs.axis.unwrap_or(0);
     let mut off = Dim::constant(0);
     for (i, t) in tys.iter().enumerate() {

@@ -4,10 +4,7 @@ use super::*;
 
 /// `a @ b`: each operand's cotangent is a product with the other, its batch dims summed back.
 pub(super) fn matmul(g: &mut Gen, s: &Site, v: &mut Vec<(usize, Local)>) -> Res<()> {
-    let tys = s.tys;
-    let act = s.act;
-    let bar = s.bar;
-    let ot = s.ot;
+    let &Site { tys, act, bar, ot, .. } = s;
     let a = s.args.first().copied();
     let b = s.args.get(1).copied();
     let (a, b) = (a.unwrap(), b.unwrap());
@@ -88,11 +85,7 @@ pub(super) fn matmul(g: &mut Gen, s: &Site, v: &mut Vec<(usize, Local)>) -> Res<
 
 /// `einsum`: each operand's cotangent is an einsum of the cotangent with the other operands.
 pub(super) fn einsum(g: &mut Gen, s: &Site, v: &mut Vec<(usize, Local)>) -> Res<()> {
-    let attrs = s.attrs;
-    let args = s.args;
-    let tys = s.tys;
-    let act = s.act;
-    let bar = s.bar;
+    let &Site { attrs, args, tys, act, bar, .. } = s;
     let spec = attrs.spec.clone().unwrap_or_default();
     let (lhs, out_l) = spec.split_once("->").unwrap_or((&spec, ""));
     let ins: Vec<&str> = lhs.split(',').collect();

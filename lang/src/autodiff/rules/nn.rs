@@ -4,12 +4,7 @@ use super::*;
 
 /// The convolutions: each is the adjoint of the others.
 pub(super) fn conv(g: &mut Gen, s: &Site, v: &mut Vec<(usize, Local)>) -> Res<()> {
-    let p = s.p;
-    let attrs = s.attrs;
-    let args = s.args;
-    let tys = s.tys;
-    let act = s.act;
-    let bar = s.bar;
+    let &Site { p, attrs, args, tys, act, bar, .. } = s;
     let (a, b) = (args[0], args[1]);
     let spatial = |t: &Type| fixed(&shape(t)).map(|d| d[2..].to_vec()).unwrap_or_default();
     let with = |shape: Vec<Dim>| Attrs { perm: attrs.perm.clone(), shape, ..Attrs::default() };

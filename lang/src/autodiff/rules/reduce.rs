@@ -4,11 +4,7 @@ use super::*;
 
 /// `sum`/`mean`: the cotangent broadcast back over the reduced axes (divided by their count).
 pub(super) fn sum_or_mean(g: &mut Gen, s: &Site, v: &mut Vec<(usize, Local)>) -> Res<()> {
-    let p = s.p;
-    let attrs = s.attrs;
-    let tys = s.tys;
-    let bar = s.bar;
-    let ot = s.ot;
+    let &Site { p, attrs, tys, bar, ot, .. } = s;
     let a = s.args.first().copied();
     let k = g.keep(bar, attrs.axis, attrs.keepdims);
     let mut x = g.bcast_like(k, a.unwrap())?;
@@ -39,11 +35,7 @@ pub(super) fn sum_or_mean(g: &mut Gen, s: &Site, v: &mut Vec<(usize, Local)>) ->
 
 /// `softmax`/`log_softmax` along their axis.
 pub(super) fn softmax(g: &mut Gen, s: &Site, v: &mut Vec<(usize, Local)>) -> Res<()> {
-    let p = s.p;
-    let attrs = s.attrs;
-    let out = s.out;
-    let bar = s.bar;
-    let ot = s.ot;
+    let &Site { p, attrs, out, bar, ot, .. } = s;
     // softmax: x̄ = y ⊙ (ȳ - Σ ȳ⊙y); log_softmax: x̄ = ȳ - exp(y) ⊙ Σ ȳ (sums along the axis).
     let sum_kept = |g: &mut Gen, x: Local| {
         let red = Attrs { axis: attrs.axis, from_end: attrs.from_end, keepdims: true, ..Attrs::default() };
