@@ -20,6 +20,68 @@ import numpy as np
 
 MSL = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "target/release/msl")
 os.chdir(tempfile.mkdtemp())
+DISAGREEMENTS = 0
+
+
+def inputs(**arrays):
+    """Saves each array as NAME.npy; the `let` lines that load them, typed as they are."""
+    lets = ""
+    for name, a in arrays.items():
+        np.save(f"{name}.npy", a)
+        elem = {np.dtype(np.float32): "f32", np.dtype(np.int32): "i32"}[a.dtype]
+        lets += f'    let {name}: {elem}[{", ".join(map(str, a.shape))}] = load("{name}.npy")\n'
+    return lets
+
+
+def run(lets, expr):
+    """What `print(expr)` prints after `lets` (with `use nn`), or None and the error."""
+    with open("p.msl", "w") as f:
+        f.write(f"use nn\nfn main() {{\n{lets}    print({expr})\n}}\n")
+    p = subprocess.run([MSL, "run", "p.msl"], capture_output=True, text=True)
+    return (p.stdout.strip(), None) if p.returncode == 0 else (None, p.stderr.strip()[:300])
+
+
+def numbers(text):
+    for c in "[](),":
+        text = text.replace(c, " ")
+    return np.array([float(t) for t in text.split()])
+
+
+def disagree(message):
+    global DISAGREEMENTS
+    print(message)
+    DISAGREEMENTS += 1
+
+
+def close(lets, expr, want, rtol=2e-5, atol=1e-6):
+    """`expr` equals `want` to the tolerances, NaN where it is NaN."""
+    out, err = run(lets, expr)
+    if out is None:
+        return disagree(f"{expr}: msl failed: {err}")
+    got, want = numbers(out), np.asarray(want, dtype=np.float64).ravel()
+    if got.shape != want.shape or not np.allclose(got, want, rtol=rtol, atol=atol, equal_nan=True):
+        disagree(f"{expr}\n  msl   {out[:300]}\n  numpy {want[:40]}")
+
+
+def elementwise(lets, expr, want, x, y, rtol, atol=1e-37):
+    """`expr` element by element against `want`: NaN and infinities exactly, the rest within
+    `rtol` (or `atol`), naming the inputs of each element that disagrees."""
+    out, err = run(lets, expr)
+    if out is None:
+        return disagree(f"{expr}: msl failed: {err}")
+    got, want = numbers(out), np.atleast_1d(np.asarray(want, dtype=np.float64))
+    if got.shape != want.shape:
+        return disagree(f"{expr}: shape {got.shape} vs {want.shape}: {out[:200]}")
+    for i, (g, w) in enumerate(zip(got, want)):
+        at = f"{expr}[{i}] x={x[i]!r} y={y[i]!r}: msl {g!r} numpy {w!r}"
+        if np.isnan(w) or np.isnan(g):
+            if not (np.isnan(w) and np.isnan(g)):
+                disagree(at)
+        elif np.isinf(w) or np.isinf(g):
+            if g != w:
+                disagree(at)
+        elif abs(g - w) > rtol * max(abs(w), 1e-30) and abs(g - w) > atol:
+            disagree(f"{at} rel {abs(g - w) / max(abs(w), 1e-30):.2e}")
 
 
 def elementwise_and_reductions():
@@ -29,233 +91,157 @@ def elementwise_and_reductions():
                         1.5, -1.5, 6.0, -6.0, 10.0, -10.0, 1e-8, 2.0**-126, 15.0, 0.7, 100.0, -100.0], dtype=np.float32)
     x = np.concatenate([special, rng.standard_normal(60).astype(np.float32) * 5, (rng.standard_normal(30) * 100).astype(np.float32)])
     y = np.concatenate([np.roll(special, 7), rng.standard_normal(60).astype(np.float32) * 3, np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 7.0] * 5, np.float32)])
-    np.save("x.npy", x); np.save("y.npy", y)
-    N = len(x)
-    def run(expr):
-        src = f'fn main() {{\n    let x: f32[{N}] = load("x.npy")\n    let y: f32[{N}] = load("y.npy")\n    print({expr})\n}}\n'
-        open("p.msl", "w").write(src)
-        p = subprocess.run([MSL, "run", "p.msl"], capture_output=True, text=True)
-        if p.returncode != 0:
-            return None, p.stderr.strip().splitlines()[:3]
-        out = p.stdout.strip()
-        return out, None
-    def parse(s):
-        s = s.strip()
-        if s.startswith("["):
-            s = s[1:-1]
-            return np.array([float(v) for v in s.split(",")]) if s else np.array([])
-        return np.array([float(s)])
-    def erf(v): return np.vectorize(math.erf)(v.astype(np.float64)).astype(np.float32)
+    lets = inputs(x=x, y=y)
+    f, x64 = np.float32, x.astype(np.float64)
+    erf = lambda v: np.vectorize(math.erf)(v.astype(np.float64)).astype(f)
     with np.errstate(all="ignore"):
-        f = np.float32
-        gelu = lambda v: (0.5 * v.astype(np.float64) * (1 + np.tanh(math.sqrt(2/math.pi) * (v.astype(np.float64) + 0.044715 * v.astype(np.float64)**3))))
         unary = {
-            "exp(x)": np.exp(x), "log(x)": np.log(x), "sqrt(x)": np.sqrt(x), "rsqrt(x)": (1/np.sqrt(x.astype(np.float64))).astype(f),
-            "tanh(x)": np.tanh(x), "sigmoid(x)": (1/(1+np.exp(-x.astype(np.float64)))).astype(f), "relu(x)": np.maximum(x, f(0)),
-            "gelu(x)": gelu(x), "erf(x)": erf(x), "sin(x)": np.sin(x), "cos(x)": np.cos(x), "abs(x)": np.abs(x),
+            "exp(x)": np.exp(x), "log(x)": np.log(x), "sqrt(x)": np.sqrt(x), "rsqrt(x)": (1 / np.sqrt(x64)).astype(f),
+            "tanh(x)": np.tanh(x), "sigmoid(x)": (1 / (1 + np.exp(-x64))).astype(f), "relu(x)": np.maximum(x, f(0)),
+            "gelu(x)": 0.5 * x64 * (1 + np.tanh(math.sqrt(2 / math.pi) * (x64 + 0.044715 * x64**3))),
+            "erf(x)": erf(x), "sin(x)": np.sin(x), "cos(x)": np.cos(x), "abs(x)": np.abs(x),
             "sign(x)": np.sign(x), "floor(x)": np.floor(x), "-x": -x,
-            "gelu(x, approximate: false)": (0.5*x.astype(np.float64)*(1+erf(x/np.float32(math.sqrt(2))).astype(np.float64))).astype(f),
+            "gelu(x, approximate: false)": (0.5 * x64 * (1 + erf(x / f(math.sqrt(2))).astype(np.float64))).astype(f),
             "x + y": x + y, "x - y": x - y, "x * y": x * y, "x / y": x / y, "x % y": np.mod(x, y), "x ** y": np.power(x, y),
             "maximum(x, y)": np.maximum(x, y), "minimum(x, y)": np.minimum(x, y),
             "f32(x < y)": (x < y).astype(f), "f32(x == y)": (x == y).astype(f), "f32(x >= y)": (x >= y).astype(f),
-            "f32(x != y)": (x != y).astype(f),
-            "where(x > y, x, y)": np.where(x > y, x, y),
+            "f32(x != y)": (x != y).astype(f), "where(x > y, x, y)": np.where(x > y, x, y),
         }
-        red = {
-            "sum(x)": np.sum(x, dtype=np.float64), "mean(y)": np.mean(y.astype(np.float64)), "max(x)": np.max(x), "min(x)": np.min(x),
-            "argmax(x)": np.argmax(x), "argmin(x)": np.argmin(x), "logsumexp(y)": np.log(np.sum(np.exp(y.astype(np.float64)))),
-            "softmax(x[60:90])": None, "cumsum(x[60:90], axis: 0)": np.cumsum(x[60:90].astype(np.float64)),
-            "log_softmax(x[60:90])": None,
+        z = x[60:90].astype(np.float64)
+        e = np.exp(z - z.max())
+        reductions = {
+            "sum(x)": np.sum(x, dtype=np.float64), "mean(y)": np.mean(y.astype(np.float64)), "max(x)": np.max(x),
+            "min(x)": np.min(x), "argmax(x)": np.argmax(x), "argmin(x)": np.argmin(x),
+            "logsumexp(y)": np.log(np.sum(np.exp(y.astype(np.float64)))), "softmax(x[60:90])": e / e.sum(),
+            "log_softmax(x[60:90])": (z - z.max()) - np.log(e.sum()), "cumsum(x[60:90], axis: 0)": np.cumsum(z),
         }
-        z = x[60:90].astype(np.float64); e = np.exp(z - z.max())
-        red["softmax(x[60:90])"] = e / e.sum(); red["log_softmax(x[60:90])"] = (z - z.max()) - np.log(e.sum())
-    bad = [0]
-    def compare(expr, want, tol, atol=1e-37):
-        out, err = run(expr)
-        if out is None:
-            print(f"{expr}: msl failed: {err}"); bad[0] += 1; return
-        got = parse(out); want = np.atleast_1d(np.asarray(want, dtype=np.float64))
-        if got.shape != want.shape:
-            print(f"{expr}: shape {got.shape} vs {want.shape}: {out[:200]}"); bad[0] += 1; return
-        for i, (g, w) in enumerate(zip(got, want)):
-            xi = x[i] if i < len(x) else None; yi = y[i] if i < len(y) else None
-            if np.isnan(w) or np.isnan(g):
-                if not (np.isnan(w) and np.isnan(g)):
-                    print(f"{expr}[{i}] x={xi!r} y={yi!r}: msl {g!r} numpy {w!r}"); bad[0] += 1
-                continue
-            if np.isinf(w) or np.isinf(g):
-                if g != w:
-                    print(f"{expr}[{i}] x={xi!r} y={yi!r}: msl {g!r} numpy {w!r}"); bad[0] += 1
-                continue
-            if abs(g - w) > tol * max(abs(w), 1e-30) and abs(g - w) > atol:
-                print(f"{expr}[{i}] x={xi!r} y={yi!r}: msl {g!r} numpy {w!r} rel {abs(g-w)/max(abs(w),1e-30):.2e}"); bad[0] += 1
-    for k, v in unary.items():
+    for expr, want in unary.items():
         # gelu's left tail is x times a tiny probability: compared to an absolute bound far
         # below one unit of x (float32 cannot do better than f64's 1 + tanh(u) there).
-        compare(k, v, 2e-6, 1e-7 if k.startswith("gelu") else 1e-37)
-    for k, v in red.items():
-        compare(k, v, 1e-5)
-    return bad[0]
+        elementwise(lets, expr, want, x, y, 2e-6, 1e-7 if expr.startswith("gelu") else 1e-37)
+    for expr, want in reductions.items():
+        elementwise(lets, expr, want, x, y, 1e-5)
 
 
 def integers():
     a = np.array([7, -7, 7, -7, 0, 1, -1, 2147483647, -2147483648, 13, -13, 100, 5, 6, -6, 3], dtype=np.int32)
     b = np.array([2, 2, -2, -2, 3, 1, 5, 1, -1, 4, 4, -7, 5, -3, 1, 3], dtype=np.int32)
-    np.save("a.npy", a); np.save("b.npy", b)
-    N = len(a)
-    def run(expr):
-        src = f'fn main() {{\n    let a: i32[{N}] = load("a.npy")\n    let b: i32[{N}] = load("b.npy")\n    print({expr})\n}}\n'
-        open("q.msl", "w").write(src)
-        p = subprocess.run([MSL, "run", "q.msl"], capture_output=True, text=True)
-        return (p.stdout.strip() if p.returncode == 0 else "ERR " + p.stderr.strip().splitlines()[0])
+    lets = inputs(a=a, b=b)
     with np.errstate(all="ignore"):
         cases = {"a + b": a + b, "a - b": a - b, "a * b": a * b, "a / b": np.floor_divide(a, b), "a % b": np.mod(a, b),
                  "maximum(a, b)": np.maximum(a, b), "abs(a)": np.abs(a), "-a": -a, "sign(a)": np.sign(a),
-                 "sum(a)": np.sum(a, dtype=np.int32), "max(a)": a.max(), "argmin(a)": a.argmin(), "cumsum(a, axis: 0)": np.cumsum(a, dtype=np.int32),
-                 "a ** 2": a ** 2}
-    bad = 0
-    for k, v in cases.items():
-        got = run(k)
-        want = str(v.tolist()).replace(" ", "") if isinstance(v, np.ndarray) else str(int(v))
-        if got.replace(" ", "") != want:
-            print(f"{k}:\n  msl   {got}\n  numpy {want}")
-            bad += 1
-    return bad
+                 "sum(a)": np.sum(a, dtype=np.int32), "max(a)": a.max(), "argmin(a)": a.argmin(),
+                 "cumsum(a, axis: 0)": np.cumsum(a, dtype=np.int32), "a ** 2": a ** 2}
+    for expr, want in cases.items():
+        close(lets, expr, want, rtol=0, atol=0)
 
 
 def matrices_and_axes():
     rng = np.random.default_rng(1)
-    A = rng.standard_normal((5, 7)).astype(np.float32); A[1, 2] = np.nan; A[3, 4] = np.inf
-    B = rng.standard_normal((7, 3)).astype(np.float32)
-    C = rng.standard_normal((2, 5, 7)).astype(np.float32) * 10
-    np.save("A.npy", A); np.save("B.npy", B); np.save("C.npy", C)
-    def run(expr):
-        src = f'fn main() {{\n    let a: f32[5, 7] = load("A.npy")\n    let b: f32[7, 3] = load("B.npy")\n    let c: f32[2, 5, 7] = load("C.npy")\n    print({expr})\n}}\n'
-        open("r.msl", "w").write(src)
-        p = subprocess.run([MSL, "run", "r.msl"], capture_output=True, text=True)
-        return p.stdout.strip() if p.returncode == 0 else None, p.stderr
-    def parse(s):
-        s = s.replace("[", " ").replace("]", " ").replace(",", " ")
-        return np.array([float(t) for t in s.split()])
-    C64 = C.astype(np.float64)
-    def sm(z, ax):
-        e = np.exp(z - z.max(axis=ax, keepdims=True)); return e / e.sum(axis=ax, keepdims=True)
+    a = rng.standard_normal((5, 7)).astype(np.float32)
+    a[1, 2], a[3, 4] = np.nan, np.inf
+    b = rng.standard_normal((7, 3)).astype(np.float32)
+    c = rng.standard_normal((2, 5, 7)).astype(np.float32) * 10
+    lets = inputs(a=a, b=b, c=c)
+    c64 = c.astype(np.float64)
+
+    def softmax(z, ax):
+        e = np.exp(z - z.max(axis=ax, keepdims=True))
+        return e / e.sum(axis=ax, keepdims=True)
+
     cases = {
-      "a @ b": A.astype(np.float64) @ B, "c @ b": C64 @ B, "sum(c, axis: 1)": C64.sum(1), "mean(c, axis: 2, keepdims: true)": C64.mean(2, keepdims=True),
-      "max(c, axis: 0)": C.max(0), "argmax(c, axis: 2)": C.argmax(2), "softmax(c, axis: 1)": sm(C64, 1), "log_softmax(c)": np.log(sm(C64, 2)),
-      "logsumexp(c, axis: 1)": np.log(np.exp(C64).sum(1)), "transpose(a)": A.T, "permute(c, [2, 0, 1])": C.transpose(2, 0, 1),
-      "sum(c, axis: (0, 2))": C64.sum((0, 2)), "cumsum(c, axis: 1)": np.cumsum(C64, 1), "einsum(\"bij,jk->bik\", c, b)": C64 @ B,
-      "c[1, 2:4, ::3]": C[1, 2:4, ::3], "c[:, -1]": C[:, -1], "reshape(c, [10, 7])": C.reshape(10, 7), "concat([a, a], axis: 1)": np.concatenate([A, A], 1),
-      "var_sum(a)": None,
+        "a @ b": a.astype(np.float64) @ b, "c @ b": c64 @ b, "sum(c, axis: 1)": c64.sum(1),
+        "mean(c, axis: 2, keepdims: true)": c64.mean(2, keepdims=True), "max(c, axis: 0)": c.max(0),
+        "argmax(c, axis: 2)": c.argmax(2), "softmax(c, axis: 1)": softmax(c64, 1), "log_softmax(c)": np.log(softmax(c64, 2)),
+        "logsumexp(c, axis: 1)": np.log(np.exp(c64).sum(1)), "transpose(a)": a.T, "permute(c, [2, 0, 1])": c.transpose(2, 0, 1),
+        "sum(c, axis: (0, 2))": c64.sum((0, 2)), "cumsum(c, axis: 1)": np.cumsum(c64, 1), 'einsum("bij,jk->bik", c, b)': c64 @ b,
+        "c[1, 2:4, ::3]": c[1, 2:4, ::3], "c[:, -1]": c[:, -1], "reshape(c, [10, 7])": c.reshape(10, 7),
+        "concat([a, a], axis: 1)": np.concatenate([a, a], 1),
     }
-    cases.pop("var_sum(a)")
-    bad = 0
-    for k, want in cases.items():
-        out, err = run(k)
-        if out is None:
-            print(k, "FAILED", err.strip().splitlines()[:2]); bad += 1; continue
-        got = parse(out); w = np.asarray(want, dtype=np.float64).ravel()
-        if got.shape != w.shape:
-            print(k, "shape", got.shape, w.shape); bad += 1; continue
-        ok = np.allclose(got, w, rtol=2e-5, atol=1e-5, equal_nan=True)
-        if not ok:
-            i = np.argmax(~np.isclose(got, w, rtol=2e-5, atol=1e-5, equal_nan=True))
-            print(k, "differs at", i, got[i], w[i]); bad += 1
-    return bad
+    for expr, want in cases.items():
+        close(lets, expr, want, atol=1e-5)
+
+
+def conv2d(x, w, b, s, p):
+    x = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (p, p), (p, p)))
+    kh, kw = w.shape[2:]
+    oh, ow = (x.shape[2] - kh) // s + 1, (x.shape[3] - kw) // s + 1
+    out = np.zeros((x.shape[0], w.shape[0], oh, ow))
+    for i in range(oh):
+        for j in range(ow):
+            out[:, :, i, j] = np.einsum("nchw,ochw->no", x[:, :, i * s:i * s + kh, j * s:j * s + kw], w)
+    return out + b[None, :, None, None]
+
+
+def pool2d(x, k, s, reduce):
+    oh, ow = (x.shape[2] - k) // s + 1, (x.shape[3] - k) // s + 1
+    out = np.zeros((*x.shape[:2], oh, ow))
+    for i in range(oh):
+        for j in range(ow):
+            out[:, :, i, j] = reduce(x[:, :, i * s:i * s + k, j * s:j * s + k].astype(np.float64), axis=(2, 3))
+    return out
+
+
+def attention(q, k, v, n, causal):
+    s = np.einsum("bqd,bsd->bqs", q.astype(np.float64), k) / math.sqrt(q.shape[-1])
+    nq = q.shape[1]
+    hidden = np.zeros((nq, k.shape[1]), bool)
+    hidden[:, n:] = True
+    if causal:
+        for i in range(nq):
+            hidden[i, n - nq + i + 1:] = True
+    s = np.where(hidden, -np.inf, s)
+    e = np.exp(s - s.max(-1, keepdims=True))
+    return np.einsum("bqs,bse->bqe", e / e.sum(-1, keepdims=True), v)
 
 
 def sorting_indexing_conv_attention_nn():
     rng = np.random.default_rng(3)
-    def run(decls, expr):
-        pre = "use nn\n" if decls.startswith("use nn\n") else ""
-        decls = decls[len(pre):]
-        src = pre + "fn main() {\n" + decls + f"    print({expr})\n}}\n"
-        open("p.msl", "w").write(src)
-        p = subprocess.run([MSL, "run", "p.msl"], capture_output=True, text=True)
-        return (p.stdout.strip(), None) if p.returncode == 0 else (None, p.stderr.strip()[:300])
-    def parse(s):
-        s = s.replace("[", " ").replace("]", " ").replace(",", " ").replace("(", " ").replace(")", " ")
-        return np.array([float(t) for t in s.split()])
-    bad = 0
-    def cmp(name, decls, expr, want, rtol=2e-5, atol=1e-6):
-        nonlocal bad
-        out, err = run(decls, expr)
-        if out is None:
-            print(name, "FAILED:", err); bad += 1; return
-        got = parse(out); w = np.asarray(want, dtype=np.float64).ravel()
-        if got.shape != w.shape or not np.allclose(got, w, rtol=rtol, atol=atol, equal_nan=True):
-            print(name, "\n  msl  ", out[:300], "\n  numpy", w[:40]); bad += 1
-    # sorting with NaN/ties
     x = np.array([3.0, np.nan, -1.0, 3.0, 0.0, -0.0, np.inf, -np.inf, 2.0, 3.0], np.float32)
-    np.save("x.npy", x)
-    D = '    let x: f32[10] = load("x.npy")\n'
-    cmp("sort", D, "sort(x)", np.sort(x))
-    cmp("argsort", D, "argsort(x)", np.argsort(x, kind="stable"))
-    # descending stable: numpy equivalent: stable sort on negated key, NaN largest first?
-    m = rng.standard_normal((4, 6)).astype(np.float32); m[1, 2] = m[1, 4]
-    np.save("m.npy", m)
-    M = '    let m: f32[4, 6] = load("m.npy")\n'
-    cmp("sort axis0", M, "sort(m, axis: 0)", np.sort(m, axis=0))
-    cmp("argsort last", M, "argsort(m)", np.argsort(m, axis=-1, kind="stable"))
-    idx = np.argsort(-m, axis=1, kind="stable")[:, :3]  # ties: the lower index first, as lax.top_k
-    cmp("top_k", M, "top_k(m, 3)", np.concatenate([np.take_along_axis(m, idx, 1).ravel(), idx.ravel()]))
-    ids = np.array([[0, 5, 2], [1, 1, 3], [5, 4, 0], [2, 2, 2]], np.int32); np.save("ids.npy", ids)
-    I = '    let i: i32[4, 3] = load("ids.npy")\n'
-    cmp("take_along", M + I, "take_along_axis(m, i, axis: 1)", np.take_along_axis(m, ids, 1))
-    cmp("gather", M + I, "gather(m, i, axis: 1)", np.take(m, ids, axis=1))
-    cmp("one_hot", I, "one_hot(i, 6)", np.eye(6, dtype=np.float32)[ids])
-    # conv2d and pooling
-    X = rng.standard_normal((2, 3, 7, 6)).astype(np.float32); W = rng.standard_normal((4, 3, 3, 2)).astype(np.float32); Bb = rng.standard_normal(4).astype(np.float32)
-    np.save("X.npy", X); np.save("W.npy", W); np.save("B.npy", Bb)
-    C = '    let x: f32[2, 3, 7, 6] = load("X.npy")\n    let w: f32[4, 3, 3, 2] = load("W.npy")\n    let b: f32[4] = load("B.npy")\n'
-    def conv(x, w, b, s, p):
-        x = np.pad(x.astype(np.float64), ((0,0),(0,0),(p,p),(p,p)))
-        N,Cc,H,Wd = x.shape; O,_,KH,KW = w.shape
-        OH=(H-KH)//s+1; OW=(Wd-KW)//s+1
-        out=np.zeros((N,O,OH,OW))
-        for i in range(OH):
-            for j in range(OW):
-                out[:,:,i,j]=np.einsum("nchw,ochw->no", x[:,:,i*s:i*s+KH,j*s:j*s+KW], w)
-        return out + b[None,:,None,None]
-    cmp("conv2d s1p0", C, "conv2d(x, w, b, stride: 1, padding: 0)", conv(X, W, Bb, 1, 0), rtol=1e-4, atol=1e-5)
-    cmp("conv2d s2p1", C, "conv2d(x, w, b, stride: 2, padding: 1)", conv(X, W, Bb, 2, 1), rtol=1e-4, atol=1e-5)
-    def pool(x, k, s, f):
-        N,Cc,H,Wd = x.shape; OH=(H-k)//s+1; OW=(Wd-k)//s+1
-        out=np.zeros((N,Cc,OH,OW))
-        for i in range(OH):
-            for j in range(OW):
-                out[:,:,i,j]=f(x[:,:,i*s:i*s+k,j*s:j*s+k].astype(np.float64), axis=(2,3))
-        return out
-    cmp("max_pool", C, "max_pool2d(x, kernel: 2, stride: 2)", pool(X, 2, 2, np.max))
-    cmp("avg_pool k3 s2", C, "avg_pool2d(x, kernel: 3, stride: 2)", pool(X, 3, 2, np.mean))
-    # attention
-    q = rng.standard_normal((2, 5, 4)).astype(np.float32); k = rng.standard_normal((2, 7, 4)).astype(np.float32); v = rng.standard_normal((2, 7, 3)).astype(np.float32)
-    np.save("q.npy", q); np.save("k.npy", k); np.save("v.npy", v)
-    A = '    let q: f32[2, 5, 4] = load("q.npy")\n    let k: f32[2, 7, 4] = load("k.npy")\n    let v: f32[2, 7, 3] = load("v.npy")\n'
-    def att(q, k, v, n, causal):
-        s = np.einsum("bqd,bsd->bqs", q.astype(np.float64), k) / math.sqrt(q.shape[-1])
-        Q = q.shape[1]
-        mask = np.zeros((Q, k.shape[1]), bool); mask[:, n:] = True
-        if causal:
-            for i in range(Q):
-                mask[i, n - Q + i + 1:] = True
-        s = np.where(mask, -np.inf, s)
-        e = np.exp(s - s.max(-1, keepdims=True)); p = e / e.sum(-1, keepdims=True)
-        return np.einsum("bqs,bse->bqe", p, v)
-    cmp("attention", A, "fused_attention(q, k, v, len: 7, causal: false)", att(q, k, v, 7, False))
-    cmp("attention len 6 causal", A, "fused_attention(q, k, v, len: 6, causal: true)", att(q, k, v, 6, True))
-    # stdlib
-    g = rng.standard_normal(6).astype(np.float32); be = rng.standard_normal(6).astype(np.float32); np.save("g.npy", g); np.save("be.npy", be)
-    L = M + '    let g: f32[6] = load("g.npy")\n    let be: f32[6] = load("be.npy")\n'
-    mu = m.astype(np.float64).mean(-1, keepdims=True); var = m.astype(np.float64).var(-1, keepdims=True)
-    cmp("layer_norm", "use nn\n" + L, "nn.layer_norm(m, g, be)", (m - mu) / np.sqrt(var + 1e-5) * g + be, rtol=1e-4, atol=1e-5)
-    y = np.array([0, 5, 2, 3], np.int32); np.save("y.npy", y)
-    lse = np.log(np.exp(m.astype(np.float64)).sum(-1))
-    cmp("cross_entropy", "use nn\n" + M + '    let y: i32[4] = load("y.npy")\n', "nn.cross_entropy(m, y)", lse - m[np.arange(4), y])
-    return bad
+    m = rng.standard_normal((4, 6)).astype(np.float32)
+    m[1, 2] = m[1, 4]
+    i = np.array([[0, 5, 2], [1, 1, 3], [5, 4, 0], [2, 2, 2]], np.int32)
+    lets = inputs(x=x, m=m, i=i)
+    close(lets, "sort(x)", np.sort(x))
+    close(lets, "argsort(x)", np.argsort(x, kind="stable"))
+    close(lets, "sort(m, axis: 0)", np.sort(m, axis=0))
+    close(lets, "argsort(m)", np.argsort(m, axis=-1, kind="stable"))
+    top = np.argsort(-m, axis=1, kind="stable")[:, :3]  # ties: the lower index first, as lax.top_k
+    close(lets, "top_k(m, 3)", np.concatenate([np.take_along_axis(m, top, 1).ravel(), top.ravel()]))
+    close(lets, "take_along_axis(m, i, axis: 1)", np.take_along_axis(m, i, 1))
+    close(lets, "gather(m, i, axis: 1)", np.take(m, i, axis=1))
+    close(lets, "one_hot(i, 6)", np.eye(6, dtype=np.float32)[i])
+
+    cx = rng.standard_normal((2, 3, 7, 6)).astype(np.float32)
+    cw = rng.standard_normal((4, 3, 3, 2)).astype(np.float32)
+    cb = rng.standard_normal(4).astype(np.float32)
+    lets = inputs(cx=cx, cw=cw, cb=cb)
+    close(lets, "conv2d(cx, cw, cb, stride: 1, padding: 0)", conv2d(cx, cw, cb, 1, 0), rtol=1e-4, atol=1e-5)
+    close(lets, "conv2d(cx, cw, cb, stride: 2, padding: 1)", conv2d(cx, cw, cb, 2, 1), rtol=1e-4, atol=1e-5)
+    close(lets, "max_pool2d(cx, kernel: 2, stride: 2)", pool2d(cx, 2, 2, np.max))
+    close(lets, "avg_pool2d(cx, kernel: 3, stride: 2)", pool2d(cx, 3, 2, np.mean))
+
+    q = rng.standard_normal((2, 5, 4)).astype(np.float32)
+    k = rng.standard_normal((2, 7, 4)).astype(np.float32)
+    v = rng.standard_normal((2, 7, 3)).astype(np.float32)
+    lets = inputs(q=q, k=k, v=v)
+    close(lets, "fused_attention(q, k, v, len: 7, causal: false)", attention(q, k, v, 7, False))
+    close(lets, "fused_attention(q, k, v, len: 6, causal: true)", attention(q, k, v, 6, True))
+
+    g = rng.standard_normal(6).astype(np.float32)
+    be = rng.standard_normal(6).astype(np.float32)
+    y = np.array([0, 5, 2, 3], np.int32)
+    lets = inputs(m=m, g=g, be=be, y=y)
+    m64 = m.astype(np.float64)
+    mu, var = m64.mean(-1, keepdims=True), m64.var(-1, keepdims=True)
+    close(lets, "nn.layer_norm(m, g, be)", (m64 - mu) / np.sqrt(var + 1e-5) * g + be, rtol=1e-4, atol=1e-5)
+    close(lets, "nn.cross_entropy(m, y)", np.log(np.exp(m64).sum(-1)) - m64[np.arange(4), y])
 
 
 if __name__ == "__main__":
-    bad = elementwise_and_reductions() + integers() + matrices_and_axes() + sorting_indexing_conv_attention_nn()
-    print(f"{bad} disagreements with NumPy")
-    sys.exit(1 if bad else 0)
+    elementwise_and_reductions()
+    integers()
+    matrices_and_axes()
+    sorting_indexing_conv_attention_nn()
+    print(f"{DISAGREEMENTS} disagreements with NumPy")
+    sys.exit(1 if DISAGREEMENTS else 0)
