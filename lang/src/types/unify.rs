@@ -323,3 +323,52 @@ pub fn broadcast(a: &Shape, b: &Shape) -> Result<Shape, BroadcastError> {
     out.reverse();
     Ok(out)
 }
+
+/// Why `a @ b` has no shape.
+#[derive(Clone, Debug)]
+pub enum MatmulError {
+    /// An operand is a scalar.
+    Scalar,
+    /// A `..` rest stands where a matrix dim must be.
+    Rest,
+    /// The contracted dims differ: `a`'s last vs `b`'s second to last.
+    Inner(Dim, Dim),
+    /// The batch dims (all but the last two) do not broadcast.
+    Batch(BroadcastError),
+}
+
+/// NumPy's `@` on symbolic shapes: a 1-D operand is promoted to a matrix and the added dim
+/// removed from the result; `[..S, K] @ [K, M]` is `[..S, M]` whatever the length of `S`; the
+/// batch dims broadcast. The checker reports its errors; the verifier re-infers with it.
+pub fn matmul_shape(sa: &[ShapeItem], sb: &[ShapeItem]) -> Result<Shape, MatmulError> {
+    if sa.is_empty() || sb.is_empty() {
+        return Err(MatmulError::Scalar);
+    }
+    let dim = |i: &ShapeItem| match i {
+        ShapeItem::Dim(d) => Some(d.clone()),
+        ShapeItem::Rest(_) => None,
+    };
+    let last = |s: &[ShapeItem]| s.last().and_then(dim);
+    let (a_batch, n, k1) = if sa.len() == 1 {
+        (vec![], None, last(sa))
+    } else if let ShapeItem::Rest(_) = &sa[sa.len() - 2] {
+        (sa[..sa.len() - 1].to_vec(), None, last(sa))
+    } else {
+        (sa[..sa.len() - 2].to_vec(), dim(&sa[sa.len() - 2]), last(sa))
+    };
+    let (b_batch, k2, m) = if sb.len() == 1 {
+        (vec![], last(sb), None)
+    } else if let ShapeItem::Rest(_) = &sb[sb.len() - 2] {
+        (vec![], None, None)
+    } else {
+        (sb[..sb.len() - 2].to_vec(), dim(&sb[sb.len() - 2]), last(sb))
+    };
+    let (Some(k1), Some(k2)) = (k1, k2) else { return Err(MatmulError::Rest) };
+    if k1 != k2 {
+        return Err(MatmulError::Inner(k1, k2));
+    }
+    let mut shape = broadcast(&a_batch, &b_batch).map_err(MatmulError::Batch)?;
+    shape.extend(n.map(ShapeItem::Dim));
+    shape.extend(m.map(ShapeItem::Dim));
+    Ok(shape)
+}

@@ -2,6 +2,7 @@
 //! matrix products, and model arithmetic.
 
 use super::*;
+use crate::types::unify::{matmul_shape, MatmulError};
 use crate::types::TensorTy;
 
 impl Checker {
@@ -237,64 +238,34 @@ impl Checker {
             );
             return self.error_expr(span);
         };
-        if sa.is_empty() || sb.is_empty() {
-            self.error(
-                Diagnostic::error(Code::E0305, span, "`@` needs operands of rank ≥ 1; use `*` for scalars")
-                    .with_secondary(if sa.is_empty() { aspan } else { bspan }, "this is a scalar"),
-            );
-            return self.error_expr(span);
-        }
-        let last = |s: &[ShapeItem]| match s.last() {
-            Some(ShapeItem::Dim(d)) => Some(d.clone()),
-            _ => None,
-        };
-        // NumPy rules: 1-D operands are promoted, then the added dim is removed.
-        let (a_batch, n, k1) = if sa.len() == 1 {
-            (vec![], None, last(sa))
-        } else if let ShapeItem::Rest(_) = &sa[sa.len() - 2] {
-            // `[..S, K] @ [K, M]` is `[..S, M]` whatever the length of `S` (NumPy's 1-D rule).
-            (sa[..sa.len() - 1].to_vec(), None, last(sa))
-        } else {
-            let k = last(sa);
-            let n = match &sa[sa.len() - 2] {
-                ShapeItem::Dim(d) => Some(d.clone()),
-                _ => None,
-            };
-            (sa[..sa.len() - 2].to_vec(), n, k)
-        };
-        let (b_batch, k2, m) = if sb.len() == 1 {
-            (vec![], last(sb), None)
-        } else if let ShapeItem::Rest(_) = &sb[sb.len() - 2] {
-            (vec![], None, None)
-        } else {
-            let m = last(sb);
-            let k = match &sb[sb.len() - 2] {
-                ShapeItem::Dim(d) => Some(d.clone()),
-                _ => None,
-            };
-            (sb[..sb.len() - 2].to_vec(), k, m)
-        };
-        let (Some(k1), Some(k2)) = (k1, k2) else {
-            self.error(Diagnostic::error(
-                Code::E0305,
-                span,
-                "`@` needs fixed matrix dims, not `..` rests, in its last two positions",
-            ));
-            return self.error_expr(span);
-        };
-        if k1 != k2 {
-            let (ks1, ks2) = (self.dim_str(&k1), self.dim_str(&k2));
-            let (xs, ys) = (self.ty_str(&x.ty), self.ty_str(&y.ty));
-            self.error(
-                Diagnostic::error(Code::E0301, span, format!("matmul inner dimensions differ: {ks1} vs {ks2}"))
-                    .with_secondary(aspan, format!("this is {xs}"))
-                    .with_secondary(bspan, format!("this is {ys}")),
-            );
-            return self.error_expr(span);
-        }
-        let batch = match broadcast(&a_batch, &b_batch) {
-            Ok(b) => b,
-            Err(e) => {
+        let shape = match matmul_shape(sa, sb) {
+            Ok(shape) => shape,
+            Err(MatmulError::Scalar) => {
+                self.error(
+                    Diagnostic::error(Code::E0305, span, "`@` needs operands of rank ≥ 1; use `*` for scalars")
+                        .with_secondary(if sa.is_empty() { aspan } else { bspan }, "this is a scalar"),
+                );
+                return self.error_expr(span);
+            }
+            Err(MatmulError::Rest) => {
+                self.error(Diagnostic::error(
+                    Code::E0305,
+                    span,
+                    "`@` needs fixed matrix dims, not `..` rests, in its last two positions",
+                ));
+                return self.error_expr(span);
+            }
+            Err(MatmulError::Inner(k1, k2)) => {
+                let (ks1, ks2) = (self.dim_str(&k1), self.dim_str(&k2));
+                let (xs, ys) = (self.ty_str(&x.ty), self.ty_str(&y.ty));
+                self.error(
+                    Diagnostic::error(Code::E0301, span, format!("matmul inner dimensions differ: {ks1} vs {ks2}"))
+                        .with_secondary(aspan, format!("this is {xs}"))
+                        .with_secondary(bspan, format!("this is {ys}")),
+                );
+                return self.error_expr(span);
+            }
+            Err(MatmulError::Batch(e)) => {
                 // The batch dims (all but the last two) broadcast; say so, with both types.
                 let (xs, ys) = (self.ty_str(&x.ty), self.ty_str(&y.ty));
                 let why = match e {
@@ -314,13 +285,6 @@ impl Checker {
                 return self.error_expr(span);
             }
         };
-        let mut shape = batch;
-        if let Some(n) = n {
-            shape.push(ShapeItem::Dim(n));
-        }
-        if let Some(m) = m {
-            shape.push(ShapeItem::Dim(m));
-        }
         let (x, y) = if let Elem::T(t) = elem {
             let xt = Type::Tensor(TensorTy::new(Elem::T(t), sa.to_vec()));
             let yt = Type::Tensor(TensorTy::new(Elem::T(t), sb.to_vec()));

@@ -3,7 +3,7 @@
 
 use super::{dims, elems_agree, tensor, Rule};
 use crate::ir::{Attrs, Expr, ExprKind, Lit, Prim, SliceEntry};
-use crate::types::unify::{broadcast, join_elem};
+use crate::types::unify::{broadcast, join_elem, matmul_shape};
 use crate::types::{Dim, Elem, ElemTy, ShapeItem, Type};
 
 type Shape = Vec<ShapeItem>;
@@ -102,46 +102,6 @@ fn window_out(size: &Dim, window: &Dim, stride: i64) -> Option<Dim> {
         None => span.div(&Dim::constant(stride.max(1)))?,
     };
     Some(q.add(&Dim::constant(1)))
-}
-
-/// NumPy's `@` on shapes (1-D operands promoted, then the added dim removed).
-fn matmul_shape(sa: &Shape, sb: &Shape) -> Result<Shape, String> {
-    let last = |s: &[ShapeItem]| match s.last() {
-        Some(ShapeItem::Dim(d)) => Some(d.clone()),
-        _ => None,
-    };
-    if sa.is_empty() || sb.is_empty() {
-        return Err("`@` of a scalar".into());
-    }
-    let (a_batch, n, k1) = if sa.len() == 1 {
-        (vec![], None, last(sa))
-    } else if let ShapeItem::Rest(_) = &sa[sa.len() - 2] {
-        (sa[..sa.len() - 1].to_vec(), None, last(sa))
-    } else {
-        let n = match &sa[sa.len() - 2] {
-            ShapeItem::Dim(d) => Some(d.clone()),
-            _ => None,
-        };
-        (sa[..sa.len() - 2].to_vec(), n, last(sa))
-    };
-    let (b_batch, k2, m) = if sb.len() == 1 {
-        (vec![], last(sb), None)
-    } else if let ShapeItem::Rest(_) = &sb[sb.len() - 2] {
-        (vec![], None, None)
-    } else {
-        let k = match &sb[sb.len() - 2] {
-            ShapeItem::Dim(d) => Some(d.clone()),
-            _ => None,
-        };
-        (sb[..sb.len() - 2].to_vec(), k, last(sb))
-    };
-    if k1.is_none() || k1 != k2 {
-        return Err("inner dims differ".into());
-    }
-    let mut shape = broadcast(&a_batch, &b_batch).map_err(|_| "batch dims do not broadcast".to_string())?;
-    shape.extend(n.map(ShapeItem::Dim));
-    shape.extend(m.map(ShapeItem::Dim));
-    Ok(shape)
 }
 
 /// The einsum result's dims from the explicit specification `ab,bc->ac`.
@@ -255,7 +215,8 @@ fn rule_of(prim: Prim, args: &[Expr], attrs: &Attrs, declared: &Type) -> Result<
             let (ea, sa) = tensor_arg(args, 0)?;
             let (eb, sb) = tensor_arg(args, 1)?;
             let e = join_elem(ea, eb).ok_or("operands of different element types")?;
-            Ok(Rule::Is(tensor(e, matmul_shape(sa, sb)?)))
+            let shape = matmul_shape(sa, sb).map_err(|e| format!("`@` of these shapes: {e:?}"))?;
+            Ok(Rule::Is(tensor(e, shape)))
         }
         P::Where => {
             arity(args, 3)?;
