@@ -372,3 +372,18 @@ pub fn matmul_shape(sa: &[ShapeItem], sb: &[ShapeItem]) -> Result<Shape, MatmulE
     shape.extend(m.map(ShapeItem::Dim));
     Ok(shape)
 }
+
+/// The spatial output size of a window of `k` sliding over `n` padded by `p` at stride `s`, as
+/// PyTorch's `(n + 2p - k) / s + 1` with floor division. Dims are polynomials, which have no
+/// floor: for symbolic sizes it is the exact division (the same thing when `s` is 1), which a
+/// run checks.
+pub fn window_out_size(n: &Dim, k: &Dim, s: i64, p: i64) -> Dim {
+    match (n.as_const(), k.as_const()) {
+        (Some(n), Some(k)) => Dim::constant((n + 2 * p - k).div_euclid(s) + 1),
+        _ => {
+            let span = n.add(&Dim::constant(2 * p)).sub(k);
+            let q = if s == 1 { span } else { span.div(&Dim::constant(s)).unwrap_or(span) };
+            q.add(&Dim::constant(1))
+        }
+    }
+}

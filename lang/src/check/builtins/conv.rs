@@ -8,18 +8,7 @@
 //! not divide stops with `E0602` (the interpreter compares the kernel's size with the type's).
 
 use super::*;
-
-/// The spatial output size of a window of `k` sliding over `n` padded by `p` at stride `s`.
-fn out_size(n: &Dim, k: &Dim, s: i64, p: i64) -> Dim {
-    match (n.as_const(), k.as_const()) {
-        (Some(n), Some(k)) => Dim::constant((n + 2 * p - k).div_euclid(s) + 1),
-        _ => {
-            let span = n.add(&Dim::constant(2 * p)).sub(k);
-            let q = if s == 1 { span } else { span.div(&Dim::constant(s)).unwrap_or(span) };
-            q.add(&Dim::constant(1))
-        }
-    }
-}
+use crate::types::unify::window_out_size as out_size;
 
 /// A checked float tensor operand of rank 4 (or `rank`): its expression and dims.
 type Operand = (ir::Expr, Elem, Vec<Dim>);

@@ -3,7 +3,7 @@
 
 use super::{dims, elems_agree, tensor, Rule};
 use crate::ir::{Attrs, Expr, ExprKind, Lit, Prim, SliceEntry};
-use crate::types::unify::{broadcast, join_elem, matmul_shape};
+use crate::types::unify::{broadcast, join_elem, matmul_shape, window_out_size};
 use crate::types::{Dim, Elem, ElemTy, ShapeItem, Type};
 
 type Shape = Vec<ShapeItem>;
@@ -92,16 +92,6 @@ fn same_value(a: &Expr, b: &Expr) -> bool {
         (ExprKind::DimValue(x), ExprKind::DimValue(y)) => x == y,
         _ => false,
     }
-}
-
-/// `(size - window) / stride + 1`, floor-divided for known sizes, exact over symbolic ones.
-fn window_out(size: &Dim, window: &Dim, stride: i64) -> Option<Dim> {
-    let span = size.sub(window);
-    let q = match span.as_const() {
-        Some(n) => Dim::constant(n.div_euclid(stride.max(1))),
-        None => span.div(&Dim::constant(stride.max(1)))?,
-    };
-    Some(q.add(&Dim::constant(1)))
 }
 
 /// The einsum result's dims from the explicit specification `ab,bc->ac`.
@@ -312,7 +302,7 @@ fn rule_of(prim: Prim, args: &[Expr], attrs: &Attrs, declared: &Type) -> Result<
                 None => Ok(Rule::Declared),
             }
         }
-        P::Conv2d => conv2d(args, attrs, declared),
+        P::Conv2d => conv2d(args, attrs),
         P::Conv2dInputGrad => {
             arity(args, 2)?;
             let (e, gs) = tensor_arg(args, 0)?;
@@ -335,7 +325,7 @@ fn rule_of(prim: Prim, args: &[Expr], attrs: &Attrs, declared: &Type) -> Result<
             let out = [g[1].clone(), x[1].clone(), attrs.shape[0].clone(), attrs.shape[1].clone()];
             Ok(Rule::Is(tensor(e, dims(&out))))
         }
-        P::MaxPool2d | P::AvgPool2d => pool2d(args, attrs, declared),
+        P::MaxPool2d | P::AvgPool2d => pool2d(args, attrs),
         P::MaxPool2dGrad => {
             arity(args, 2)?;
             let (e, _) = tensor_arg(args, 1)?;
@@ -527,7 +517,7 @@ fn concat_or_stack(prim: Prim, args: &[Expr], attrs: &Attrs) -> Result<Rule, Str
 }
 
 /// `conv2d(x[N, C, H, W], w[O, C, KH, KW])` with `attrs.perm = [stride, padding]`.
-fn conv2d(args: &[Expr], attrs: &Attrs, declared: &Type) -> Result<Rule, String> {
+fn conv2d(args: &[Expr], attrs: &Attrs) -> Result<Rule, String> {
     arity(args, 2)?;
     let (e, xs) = tensor_arg(args, 0)?;
     let x = fixed(xs)?;
@@ -536,19 +526,15 @@ fn conv2d(args: &[Expr], attrs: &Attrs, declared: &Type) -> Result<Rule, String>
     if x.len() != 4 || w.len() != 4 {
         return Err("`conv2d` of operands not of rank 4".into());
     }
-    let padded = |d: &Dim| d.add(&Dim::constant(2 * pad as i64));
     let mut out = vec![x[0].clone(), w[0].clone()];
-    for (k, (i, kw)) in [(2, 2), (3, 3)].into_iter().enumerate() {
-        match window_out(&padded(&x[i]), &w[kw], stride as i64) {
-            Some(d) => out.push(d),
-            None => out.push(declared_dim(declared, 2 + k).ok_or("no output size")?),
-        }
+    for i in [2, 3] {
+        out.push(window_out_size(&x[i], &w[i], stride as i64, pad as i64));
     }
     Ok(Rule::Is(tensor(e, dims(&out))))
 }
 
 /// Pooling of `x[N, C, H, W]` with `attrs.perm = [kernel, stride]`.
-fn pool2d(args: &[Expr], attrs: &Attrs, declared: &Type) -> Result<Rule, String> {
+fn pool2d(args: &[Expr], attrs: &Attrs) -> Result<Rule, String> {
     let (e, xs) = tensor_arg(args, 0)?;
     let x = fixed(xs)?;
     let [kernel, stride] = attrs.perm[..] else { return Err("pooling without kernel and stride".into()) };
@@ -556,11 +542,8 @@ fn pool2d(args: &[Expr], attrs: &Attrs, declared: &Type) -> Result<Rule, String>
         return Err("pooling of an operand not of rank 4".into());
     }
     let mut out = vec![x[0].clone(), x[1].clone()];
-    for (k, i) in [2, 3].into_iter().enumerate() {
-        match window_out(&x[i], &Dim::constant(kernel as i64), stride as i64) {
-            Some(d) => out.push(d),
-            None => out.push(declared_dim(declared, 2 + k).ok_or("no output size")?),
-        }
+    for i in [2, 3] {
+        out.push(window_out_size(&x[i], &Dim::constant(kernel as i64), stride as i64, 0));
     }
     Ok(Rule::Is(tensor(e, dims(&out))))
 }
