@@ -406,8 +406,7 @@ impl Checker {
         let is_load = matches!(&v.kind, ExprKind::Prim { prim: Prim::Load, .. });
         if is_load && !matches!(t, Type::Tensor(..)) {
             // Only a lone tensor's new dims are bound from what is loaded.
-            let mut syms = Vec::new();
-            type_syms(t, &mut syms);
+            let syms = t.dim_syms();
             if let Some((name, _)) = fresh.iter().find(|(_, s)| syms.contains(s)) {
                 self.error(
                     Diagnostic::error(
@@ -962,29 +961,6 @@ pub(crate) fn mismatch_code(found: &Type, expected: &Type) -> Code {
             }
         }
         _ => Code::E0304,
-    }
-}
-
-/// The dim symbols a type names, in its shapes and model arguments.
-fn type_syms(t: &Type, out: &mut Vec<crate::types::Sym>) {
-    match t {
-        Type::Tensor(TensorTy { shape, .. }) => {
-            for i in shape {
-                if let ShapeItem::Dim(d) = i {
-                    out.extend(d.vars());
-                }
-            }
-        }
-        Type::Tuple(ts) | Type::List(ts) => ts.iter().for_each(|t| type_syms(t, out)),
-        Type::Model(_, args) => {
-            for a in args {
-                match a {
-                    crate::types::TypeArg::Dim(d) => out.extend(d.vars()),
-                    crate::types::TypeArg::Type(t) => type_syms(t, out),
-                }
-            }
-        }
-        _ => {}
     }
 }
 

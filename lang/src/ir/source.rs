@@ -165,10 +165,7 @@ impl Printer<'_> {
     /// cannot infer (`Smooth[K = 4](w: …)`); empty when the fields determine every dim.
     fn unfielded_dims(&self, id: crate::types::ModelId, targs: &[crate::types::TypeArg]) -> String {
         let def = self.p.model(id);
-        let mut seen = std::collections::HashSet::new();
-        for f in &def.fields {
-            type_syms(&f.ty, &mut seen);
-        }
+        let seen: Vec<crate::types::Sym> = def.fields.iter().flat_map(|f| f.ty.dim_syms()).collect();
         let dims = targs.iter().filter_map(|a| match a {
             crate::types::TypeArg::Dim(d) => Some(d),
             crate::types::TypeArg::Type(_) => None,
@@ -491,29 +488,5 @@ impl Printer<'_> {
             ExprKind::FuncRef(f) => self.p.names.get(self.p.func(*f).name).to_string(),
             _ => "/* not expressible in msl source */ ()".to_string(),
         }
-    }
-}
-
-/// Every dim variable a type mentions (shapes, and the dims of model types in it).
-fn type_syms(t: &Type, out: &mut std::collections::HashSet<crate::types::Sym>) {
-    match t {
-        Type::Tensor(tt) => {
-            for item in &tt.shape {
-                if let crate::types::ShapeItem::Dim(d) = item {
-                    out.extend(d.vars());
-                }
-            }
-        }
-        Type::Model(_, args) => {
-            for a in args {
-                match a {
-                    crate::types::TypeArg::Dim(d) => out.extend(d.vars()),
-                    crate::types::TypeArg::Type(t) => type_syms(t, out),
-                }
-            }
-        }
-        Type::Tuple(ts) | Type::List(ts) => ts.iter().for_each(|t| type_syms(t, out)),
-        Type::ModelType(t) => type_syms(t, out),
-        _ => {}
     }
 }

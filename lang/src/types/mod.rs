@@ -205,6 +205,33 @@ impl Type {
     pub fn is_error(&self) -> bool {
         matches!(self, Type::Error)
     }
+    /// The dim symbols the type names, in its shapes and model arguments.
+    pub fn dim_syms(&self) -> Vec<Sym> {
+        let mut out = Vec::new();
+        self.collect_dim_syms(&mut out);
+        out
+    }
+    fn collect_dim_syms(&self, out: &mut Vec<Sym>) {
+        match self {
+            Type::Tensor(TensorTy { shape, .. }) => {
+                for i in shape {
+                    if let ShapeItem::Dim(d) = i {
+                        out.extend(d.vars());
+                    }
+                }
+            }
+            Type::Tuple(ts) | Type::List(ts) => ts.iter().for_each(|t| t.collect_dim_syms(out)),
+            Type::Model(_, args) => {
+                for a in args {
+                    match a {
+                        TypeArg::Dim(d) => out.extend(d.vars()),
+                        TypeArg::Type(t) => t.collect_dim_syms(out),
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
     pub fn is_unit(&self) -> bool {
         matches!(self, Type::Tuple(v) if v.is_empty())
     }
