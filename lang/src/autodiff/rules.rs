@@ -6,6 +6,7 @@ use super::build::{l, un};
 use super::err;
 use super::fwd::{mk, Gen, Op, Res};
 use crate::ir::{Attrs, ExprKind, Local, Prim, SliceEntry};
+use crate::types::fixed_dims as fixed;
 use crate::types::TensorTy;
 use crate::types::{Dim, Elem, ElemTy, ShapeItem, Type};
 
@@ -21,15 +22,6 @@ fn elem(t: &Type) -> ElemTy {
         Type::Tensor(TensorTy { elem: e, .. }) => e.materialise(),
         _ => ElemTy::F32,
     }
-}
-
-fn fixed(s: &[ShapeItem]) -> Option<Vec<Dim>> {
-    s.iter()
-        .map(|i| match i {
-            ShapeItem::Dim(d) => Some(d.clone()),
-            ShapeItem::Rest(_) => None,
-        })
-        .collect()
 }
 
 /// The type of a sum along `attrs`' axis with the dim kept (as 1), counted from the end when

@@ -8,6 +8,7 @@ use crate::diag::Diagnostic;
 pub use crate::ir::derived::axes_code;
 use crate::ir::{self, Attrs, Expr, ExprKind, FnTarget, Lit, Local, LocalInfo, Name, Pat, Prim, Program, SpanId, Stmt};
 use crate::source::Span;
+use crate::types::fixed_dims as fixed;
 use crate::types::unify::{Subst, Unifier};
 use crate::types::TensorTy;
 use crate::types::{Dim, Elem, ElemTy, FuncId, ShapeItem, Type};
@@ -80,15 +81,6 @@ fn with_shape(t: &Type, s: Vec<ShapeItem>) -> Type {
         Type::Tensor(TensorTy { elem: e, .. }) => Type::tensor_of(*e, s),
         other => other.clone(),
     }
-}
-
-fn fixed(s: &[ShapeItem]) -> Option<Vec<Dim>> {
-    s.iter()
-        .map(|i| match i {
-            ShapeItem::Dim(d) => Some(d.clone()),
-            ShapeItem::Rest(_) => None,
-        })
-        .collect()
 }
 
 /// Generates the batched version of `f` for the given packed `in_axes`.

@@ -96,6 +96,16 @@ impl Elem {
     }
 }
 
+/// The dims of a shape with no `..` rest; `None` when it has one.
+pub fn fixed_dims(s: &[ShapeItem]) -> Option<Vec<Dim>> {
+    s.iter()
+        .map(|i| match i {
+            ShapeItem::Dim(d) => Some(d.clone()),
+            ShapeItem::Rest(_) => None,
+        })
+        .collect()
+}
+
 /// A rank-polymorphic shape variable (`..S`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RestSym(pub u32);

@@ -19,12 +19,7 @@ fn tensor_arg(args: &[Expr], i: usize) -> Result<(Elem, &Shape), String> {
 
 /// The fixed dims of a shape (no `..` rest).
 fn fixed(s: &Shape) -> Result<Vec<Dim>, String> {
-    s.iter()
-        .map(|i| match i {
-            ShapeItem::Dim(d) => Ok(d.clone()),
-            ShapeItem::Rest(_) => Err("a `..` rest where fixed dims are needed".to_string()),
-        })
-        .collect()
+    crate::types::fixed_dims(s).ok_or_else(|| "a `..` rest where fixed dims are needed".to_string())
 }
 
 fn arity(args: &[Expr], n: usize) -> Result<(), String> {
