@@ -18,9 +18,6 @@ pub enum Pass {
 }
 
 impl Pass {
-    /// Every pass, in the order they run.
-    pub const ALL: [Pass; 4] = [Pass::Check, Pass::Autodiff, Pass::Shard, Pass::Optimize];
-
     pub fn name(self) -> &'static str {
         match self {
             Pass::Check => "check",
@@ -41,8 +38,12 @@ pub fn verifying() -> bool {
 pub fn verified(p: &mut Program, pass: Pass) {
     if verifying() {
         let found = crate::ir::verify::verify(p);
-        p.malformed.extend(found.into_iter().map(|m| format!("after `{}`: {m}", pass.name())));
+        record(p, pass, found);
     }
+}
+
+fn record(p: &mut Program, pass: Pass, found: Vec<String>) {
+    p.malformed.extend(found.into_iter().map(|m| format!("after `{}`: {m}", pass.name())));
 }
 
 /// The transforms: every `grad`/`value_and_grad`/`vjp`/`jvp`/`vmap` target becomes a function.
@@ -58,7 +59,7 @@ pub fn shard(p: &mut Program) -> crate::shard::Report {
     if verifying() {
         // Every rank holds the blocks its values' types say (`shard::verify`).
         let found = crate::shard::verify::check(p, &report.unpartitioned);
-        p.malformed.extend(found.into_iter().map(|m| format!("after `shard`: layout: {m}")));
+        record(p, Pass::Shard, found.into_iter().map(|m| format!("layout: {m}")).collect());
     }
     report
 }
