@@ -69,6 +69,13 @@ fn events(trace: &Trace, c: &Checked, rank: usize, origin: f64) -> String {
     let mut s = format!(
         "{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{rank},\"tid\":0,\"args\":{{\"name\":\"rank {rank}\"}}}},\n"
     );
+    // Collectives run beside the computation (a deferred one overlaps the kernels after its
+    // start): they have a track of their own.
+    for (tid, name) in [(0, "compute"), (1, "communication")] {
+        s.push_str(&format!(
+            "{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{rank},\"tid\":{tid},\"args\":{{\"name\":\"{name}\"}}}},\n"
+        ));
+    }
     let mut last_heap = None;
     for e in &trace.events {
         // The memory track: the heap in use at the end of each event, where it changed.
@@ -93,11 +100,12 @@ fn events(trace: &Trace, c: &Checked, rank: usize, origin: f64) -> String {
             args.push(format!("\"bytes\":{b}"));
         }
         s.push_str(&format!(
-            "{{\"name\":{},\"cat\":\"{}\",\"ph\":\"X\",\"ts\":{:.3},\"dur\":{:.3},\"pid\":{rank},\"tid\":0,\"args\":{{{}}}}},\n",
+            "{{\"name\":{},\"cat\":\"{}\",\"ph\":\"X\",\"ts\":{:.3},\"dur\":{:.3},\"pid\":{rank},\"tid\":{},\"args\":{{{}}}}},\n",
             json_str(&e.name),
             e.kind.name(),
             e.start_us + shift,
             e.dur_us,
+            u8::from(e.kind == lang::interp::trace::Kind::Collective),
             args.join(",")
         ));
     }

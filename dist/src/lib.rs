@@ -2,7 +2,8 @@
 //! `Collectives` trait. One communicator is split per group of mesh axes, its ranks ordered by
 //! their block index, so a collective over `mp` runs among the ranks that differ only in `mp`.
 
-use lang::dist::{Collectives, Mesh, ReduceKind};
+use kernels::{Element, Tensor};
+use lang::dist::{CollOp, Collectives, Mesh, ReduceKind, Ticket};
 use lang::types::AxisId;
 use mpi::collective::SystemOperation;
 use mpi::environment::Universe;
@@ -44,7 +45,70 @@ pub struct Mpi {
     world: SimpleCommunicator,
     mesh: Mesh,
     sent: Cell<u64>,
+    /// Non-blocking collectives started and not yet waited for, by number.
+    in_flight: RefCell<HashMap<u64, InFlight>>,
+    next: Cell<u64>,
     _universe: Universe,
+}
+
+/// A non-blocking collective in flight: the buffers MPI reads and writes live here until it
+/// has completed.
+struct InFlight {
+    request: mpi::ffi::MPI_Request,
+    _send: Tensor,
+    recv: Recv,
+    done: bool,
+}
+
+/// A receive buffer.
+enum Recv {
+    F32(Vec<f32>),
+    F64(Vec<f64>),
+    I32(Vec<i32>),
+}
+
+impl Recv {
+    fn into_tensor(self) -> Result<Tensor, String> {
+        let r = match self {
+            Recv::F32(v) => Tensor::from_vec(vec![v.len()], v),
+            Recv::F64(v) => Tensor::from_vec(vec![v.len()], v),
+            Recv::I32(v) => Tensor::from_vec(vec![v.len()], v),
+        };
+        r.map_err(|e| e.to_string())
+    }
+}
+
+/// An element type a collective sends.
+trait Wire: Element + Equivalence {
+    fn recv(v: Vec<Self>) -> Recv;
+}
+impl Wire for f32 {
+    fn recv(v: Vec<f32>) -> Recv {
+        Recv::F32(v)
+    }
+}
+impl Wire for f64 {
+    fn recv(v: Vec<f64>) -> Recv {
+        Recv::F64(v)
+    }
+}
+impl Wire for i32 {
+    fn recv(v: Vec<i32>) -> Recv {
+        Recv::I32(v)
+    }
+}
+
+impl Drop for Mpi {
+    /// Waits for collectives still in flight (after an error), so that MPI never writes into
+    /// freed buffers.
+    fn drop(&mut self) {
+        for (_, mut f) in self.in_flight.get_mut().drain() {
+            if !f.done {
+                // SAFETY: the request is a live non-blocking collective whose buffers `f` owns.
+                unsafe { mpi::ffi::MPI_Wait(&mut f.request, mpi::ffi::RSMPI_STATUS_IGNORE) };
+            }
+        }
+    }
 }
 
 impl Mpi {
@@ -52,7 +116,15 @@ impl Mpi {
     pub fn start(mesh: Mesh) -> Option<Mpi> {
         let universe = mpi::initialize()?;
         let world = universe.world();
-        let mpi = Mpi { groups: RefCell::new(HashMap::new()), world, mesh, sent: Cell::new(0), _universe: universe };
+        let mpi = Mpi {
+            groups: RefCell::new(HashMap::new()),
+            world,
+            mesh,
+            sent: Cell::new(0),
+            in_flight: RefCell::new(HashMap::new()),
+            next: Cell::new(0),
+            _universe: universe,
+        };
         // Splitting a communicator is collective over the whole job, but a pipeline stage may
         // need a group's first collective while other stages wait for a message: every group
         // (each ordered choice of axes) is split here, while every rank is at the same point.
@@ -142,7 +214,98 @@ impl Mpi {
     }
 }
 
+impl Mpi {
+    /// Starts `op` on `send` (elements of type `T`) as an MPI non-blocking collective.
+    fn start_typed<T: Wire>(&self, op: CollOp, axes: &[AxisId], send: Tensor) -> Result<Ticket, String> {
+        use mpi::ffi;
+        use mpi::raw::AsRaw;
+        let data: &[T] = send.data::<T>().ok_or("a collective's buffer has another element type")?;
+        self.sent.set(self.sent.get() + std::mem::size_of_val(data) as u64);
+        let k = self.mesh.parts(axes).max(1) as usize;
+        let n = data.len();
+        let out_len = match op {
+            CollOp::AllReduce(_) | CollOp::AllToAll => n,
+            CollOp::AllGather => n * k,
+            CollOp::ReduceScatter => n / k,
+        };
+        let count = |c: usize| i32::try_from(c).map_err(|_| "a collective of more than 2^31 elements".to_string());
+        let mut recv = vec![T::default(); out_len];
+        let dt = T::equivalent_datatype().as_raw();
+        let rop = |r: ReduceKind| match r {
+            ReduceKind::Sum => SystemOperation::sum().as_raw(),
+            ReduceKind::Max => SystemOperation::max().as_raw(),
+            ReduceKind::Min => SystemOperation::min().as_raw(),
+        };
+        let (send_ptr, recv_ptr) = (data.as_ptr().cast(), recv.as_mut_ptr().cast());
+        let mut request = std::mem::MaybeUninit::<ffi::MPI_Request>::uninit();
+        let code = self.with_group(axes, |c| {
+            let comm = c.as_raw();
+            let req = request.as_mut_ptr();
+            // SAFETY: `send` and `recv` are kept in `in_flight` until MPI reports the request
+            // complete (or `Drop` waits for it); the counts match the buffers' lengths.
+            Ok::<_, String>(unsafe {
+                match op {
+                    CollOp::AllReduce(r) => ffi::MPI_Iallreduce(send_ptr, recv_ptr, count(n)?, dt, rop(r), comm, req),
+                    CollOp::AllGather => {
+                        ffi::MPI_Iallgather(send_ptr, count(n)?, dt, recv_ptr, count(n)?, dt, comm, req)
+                    }
+                    CollOp::ReduceScatter => ffi::MPI_Ireduce_scatter_block(
+                        send_ptr,
+                        recv_ptr,
+                        count(n / k)?,
+                        dt,
+                        SystemOperation::sum().as_raw(),
+                        comm,
+                        req,
+                    ),
+                    CollOp::AllToAll => {
+                        ffi::MPI_Ialltoall(send_ptr, count(n / k)?, dt, recv_ptr, count(n / k)?, dt, comm, req)
+                    }
+                }
+            })
+        })??;
+        if code != 0 {
+            return Err(format!("MPI could not start a collective (error {code})"));
+        }
+        // SAFETY: MPI wrote the request above (it returned success).
+        let request = unsafe { request.assume_init() };
+        let id = self.next.get();
+        self.next.set(id + 1);
+        self.in_flight.borrow_mut().insert(id, InFlight { request, _send: send, recv: T::recv(recv), done: false });
+        Ok(Ticket::InFlight(id))
+    }
+}
+
 impl Collectives for Mpi {
+    fn start(&self, op: CollOp, axes: &[AxisId], data: Tensor) -> Result<Ticket, String> {
+        match data.dtype() {
+            kernels::DType::F32 => self.start_typed::<f32>(op, axes, data),
+            kernels::DType::F64 => self.start_typed::<f64>(op, axes, data),
+            kernels::DType::I32 => self.start_typed::<i32>(op, axes, data),
+            d => Err(format!("a collective cannot send {d} elements")),
+        }
+    }
+    fn test(&self, id: u64) -> Result<bool, String> {
+        let mut all = self.in_flight.borrow_mut();
+        let f = all.get_mut(&id).ok_or_else(|| format!("no collective number {id} is in flight"))?;
+        if !f.done {
+            let mut flag = 0;
+            // SAFETY: a live request whose buffers `f` owns; MPI sets it to null when complete.
+            unsafe { mpi::ffi::MPI_Test(&mut f.request, &mut flag, mpi::ffi::RSMPI_STATUS_IGNORE) };
+            f.done = flag != 0;
+        }
+        Ok(f.done)
+    }
+    fn wait(&self, id: u64) -> Result<Tensor, String> {
+        let mut f =
+            self.in_flight.borrow_mut().remove(&id).ok_or_else(|| format!("no collective number {id} is in flight"))?;
+        if !f.done {
+            // SAFETY: as in `test`.
+            unsafe { mpi::ffi::MPI_Wait(&mut f.request, mpi::ffi::RSMPI_STATUS_IGNORE) };
+        }
+        f.recv.into_tensor()
+    }
+
     fn rank(&self) -> usize {
         self.world.rank() as usize
     }

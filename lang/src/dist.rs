@@ -3,9 +3,13 @@
 //! the tensor-level operations built on it. `lang` knows nothing of MPI: the binary plugs in
 //! the MPI implementation (the `dist` crate).
 
+mod pending;
+
+pub use pending::{run_now, Coll, CollOp, Pending, Ticket};
+
 use crate::types::AxisId;
 use kernels::ops::{self, SliceSpec};
-use kernels::{DType, Tensor};
+use kernels::Tensor;
 
 /// An element-wise reduction over the ranks of a group.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -117,6 +121,22 @@ pub trait Collectives {
         }
         Err("a pipeline stage's messages need the ranks of its mesh axis (start the job with `mpirun`)".into())
     }
+    /// Starts `op` on the flat `data` (f32, f64 or i32) over the group of `axes` without
+    /// waiting for it (MPI's non-blocking collectives). Collectives are started in the same
+    /// order on every rank of a group. The default runs it at once.
+    fn start(&self, op: CollOp, axes: &[AxisId], data: Tensor) -> Result<Ticket, String> {
+        run_now(self, op, axes, &data).map(Ticket::Ready)
+    }
+    /// Advances the collective numbered `id` by [`Collectives::start`] and tells whether it
+    /// has completed, without waiting.
+    fn test(&self, id: u64) -> Result<bool, String> {
+        let _ = id;
+        Ok(true)
+    }
+    /// Waits for the collective numbered `id` and returns what it received, flat.
+    fn wait(&self, id: u64) -> Result<Tensor, String> {
+        Err(format!("no collective number {id} is in flight"))
+    }
     /// Bytes this rank sent through collectives so far (for `--explain`'s counters).
     fn bytes_sent(&self) -> u64 {
         0
@@ -215,49 +235,17 @@ impl Spmd {
 
     /// `x` reduced over the group of `axes`.
     pub fn all_reduce(&self, axes: &[AxisId], op: ReduceKind, x: &Tensor) -> Result<Tensor, String> {
-        let shape = x.shape().to_vec();
-        match x.dtype() {
-            DType::F32 => {
-                Tensor::from_f32(shape, self.comm.all_reduce_f32(axes, op, x.as_f32().unwrap_or(&[]))?).map_err(err)
-            }
-            DType::F64 => {
-                Tensor::from_f64(shape, self.comm.all_reduce_f64(axes, op, x.as_f64().unwrap_or(&[]))?).map_err(err)
-            }
-            DType::I32 => {
-                Tensor::from_i32(shape, self.comm.all_reduce_i32(axes, op, x.as_i32().unwrap_or(&[]))?).map_err(err)
-            }
-            DType::Bool => Ok(self.all_reduce(axes, op, &x.cast(DType::I32))?.cast(DType::Bool)),
-            // Storage-only types travel and accumulate as `f32`.
-            DType::Bf16 | DType::F16 => Ok(self.all_reduce(axes, op, &x.cast(DType::F32))?.cast(x.dtype())),
-        }
+        self.run(Coll::AllReduce(op), axes, x)
     }
 
     /// The mean over the group of equal-sized blocks' local means.
     pub fn all_reduce_mean(&self, axes: &[AxisId], x: &Tensor) -> Result<Tensor, String> {
-        let s = self.all_reduce(axes, ReduceKind::Sum, x)?;
-        let k = self.mesh.parts(axes) as f64;
-        let k = Tensor::scalar_f64(k).cast(s.dtype());
-        crate::ir::eval::binary(kernels::ops::BinaryOp::Div, &s, &k).map_err(err)
+        self.run(Coll::AllReduceMean, axes, x)
     }
 
     /// The group's blocks of `x` concatenated along `dim`.
     pub fn all_gather(&self, axes: &[AxisId], dim: usize, x: &Tensor) -> Result<Tensor, String> {
-        let k = self.mesh.parts(axes) as usize;
-        if k <= 1 {
-            return Ok(x.clone());
-        }
-        let shape = x.shape().to_vec();
-        let mut stacked = vec![k];
-        stacked.extend_from_slice(&shape);
-        let all = match x.dtype() {
-            DType::F32 => Tensor::from_f32(stacked, self.comm.all_gather_f32(axes, x.as_f32().unwrap_or(&[]))?),
-            DType::F64 => Tensor::from_f64(stacked, self.comm.all_gather_f64(axes, x.as_f64().unwrap_or(&[]))?),
-            DType::I32 => Tensor::from_i32(stacked, self.comm.all_gather_i32(axes, x.as_i32().unwrap_or(&[]))?),
-            DType::Bool => return Ok(self.all_gather(axes, dim, &x.cast(DType::I32))?.cast(DType::Bool)),
-            DType::Bf16 | DType::F16 => return Ok(self.all_gather(axes, dim, &x.cast(DType::F32))?.cast(x.dtype())),
-        }
-        .map_err(err)?;
-        merge_blocks(&all, dim, shape)
+        self.run(Coll::AllGather(dim), axes, x)
     }
 
     /// Every rank's `bytes`, in rank order (each rank passes its own; lengths may differ).
@@ -291,52 +279,14 @@ impl Spmd {
     /// `x` summed over the group, keeping this rank's block of dim `dim` (one message of the
     /// whole `x` instead of an all-reduce and a slice: half the bytes of a ring all-reduce).
     pub fn reduce_scatter(&self, axes: &[AxisId], dim: usize, x: &Tensor) -> Result<Tensor, String> {
-        let k = self.mesh.parts(axes) as usize;
-        if k <= 1 {
-            return Ok(x.clone());
-        }
-        self.check_split(axes, dim, x)?;
-        // Blocks of `dim` made contiguous in group order: [.., k·b, ..] → [k, .., b, ..].
-        let blocks = self.blocks_first(k, dim, x)?;
-        let mut out = x.shape().to_vec();
-        out[dim] /= k;
-        match x.dtype() {
-            DType::F32 => Tensor::from_f32(out, self.comm.reduce_scatter_f32(axes, blocks.as_f32().unwrap_or(&[]))?),
-            DType::F64 => Tensor::from_f64(out, self.comm.reduce_scatter_f64(axes, blocks.as_f64().unwrap_or(&[]))?),
-            DType::I32 => Tensor::from_i32(out, self.comm.reduce_scatter_i32(axes, blocks.as_i32().unwrap_or(&[]))?),
-            DType::Bool => return Ok(self.reduce_scatter(axes, dim, &x.cast(DType::I32))?.cast(DType::Bool)),
-            DType::Bf16 | DType::F16 => {
-                return Ok(self.reduce_scatter(axes, dim, &x.cast(DType::F32))?.cast(x.dtype()))
-            }
-        }
-        .map_err(err)
+        self.run(Coll::ReduceScatter(dim), axes, x)
     }
 
     /// Moves the split over `axes` from dim `from` (this rank holds its block of it) to dim `to`
     /// (held whole): every rank sends member `j` its block `j` of `to` and concatenates the
     /// blocks it receives along `from`.
     pub fn all_to_all(&self, axes: &[AxisId], from: usize, to: usize, x: &Tensor) -> Result<Tensor, String> {
-        let k = self.mesh.parts(axes) as usize;
-        if k <= 1 {
-            return Ok(x.clone());
-        }
-        self.check_split(axes, to, x)?;
-        let send = self.blocks_first(k, to, x)?;
-        let mut chunk = x.shape().to_vec();
-        chunk[to] /= k;
-        let mut stacked = vec![k];
-        stacked.extend_from_slice(&chunk);
-        let got = match x.dtype() {
-            DType::F32 => Tensor::from_f32(stacked, self.comm.all_to_all_f32(axes, send.as_f32().unwrap_or(&[]))?),
-            DType::F64 => Tensor::from_f64(stacked, self.comm.all_to_all_f64(axes, send.as_f64().unwrap_or(&[]))?),
-            DType::I32 => Tensor::from_i32(stacked, self.comm.all_to_all_i32(axes, send.as_i32().unwrap_or(&[]))?),
-            DType::Bool => return Ok(self.all_to_all(axes, from, to, &x.cast(DType::I32))?.cast(DType::Bool)),
-            DType::Bf16 | DType::F16 => {
-                return Ok(self.all_to_all(axes, from, to, &x.cast(DType::F32))?.cast(x.dtype()))
-            }
-        }
-        .map_err(err)?;
-        merge_blocks(&got, from, chunk)
+        self.run(Coll::AllToAll { from, to }, axes, x)
     }
 
     /// `x` with the `k` blocks of dim `dim` laid out one after another: shape `[k, …, n/k, …]`.

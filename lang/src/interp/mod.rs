@@ -10,6 +10,7 @@ mod compress;
 mod data;
 mod device;
 pub mod host;
+mod overlap;
 mod pipeline;
 mod prims;
 mod shards;
@@ -316,9 +317,12 @@ impl<'p> Interp<'p> {
         let compiled = if self.nan_check { None } else { self.accel.as_mut().and_then(|a| a.body(f)) };
         let t0 = self.trace_start();
         let kind = if compiled.is_some() { trace::Kind::Compiled } else { trace::Kind::Call };
-        let r = match compiled {
-            Some(code) => code.run(self, &mut frame),
-            None => self.eval(&func.body, &mut frame),
+        let r = match (compiled, &func.body.kind) {
+            (Some(code), _) => code.run(self, &mut frame),
+            (None, ExprKind::Block { stmts, result }) if self.spmd.is_some() && !overlap::overlap_off() => {
+                self.body_overlapped(stmts, result, &mut frame)
+            }
+            (None, _) => self.eval(&func.body, &mut frame),
         };
         self.trace_call(t0, f, kind);
         match r {

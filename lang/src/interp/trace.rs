@@ -16,6 +16,8 @@ pub enum Kind {
     Kernel,
     /// A collective: issue to completion.
     Collective,
+    /// Time a rank spent waiting for a collective it had started earlier (`interp::overlap`).
+    Wait,
     /// Printing, files and logs.
     Io,
     /// A tree of elementwise primitives run as one compiled loop (`--mode jit`).
@@ -34,6 +36,7 @@ impl Kind {
         match self {
             Kind::Kernel => "kernel",
             Kind::Collective => "collective",
+            Kind::Wait => "wait",
             Kind::Io => "io",
             Kind::Fused => "fused",
             Kind::Compiled => "compiled",
@@ -160,6 +163,25 @@ impl super::Interp<'_> {
         if let Some(ev) = self.trace.as_mut().and_then(|t| t.end(t0, Rc::from(p.name()), kind, Some(span))) {
             ev.shape = shape;
             ev.bytes = sent;
+        }
+    }
+
+    /// Records collective `name` at `span`, started at `t0` and completed at `end`, with the
+    /// result's `shape` and the `bytes` this rank sent.
+    pub(crate) fn trace_between(
+        &mut self,
+        t0: Instant,
+        end: Instant,
+        name: &str,
+        span: Span,
+        shape: Option<String>,
+        bytes: u64,
+    ) {
+        let Some(t) = self.trace.as_mut() else { return };
+        if let Some(ev) = t.end(t0, Rc::from(name), Kind::Collective, Some(span)) {
+            ev.dur_us = end.saturating_duration_since(t0).as_secs_f64() * 1e6;
+            ev.shape = shape;
+            ev.bytes = Some(bytes);
         }
     }
 
