@@ -1,6 +1,6 @@
 //! The passes over the typed IR, by name, in the order a program meets them: the checker's
 //! output (`check`), reverse mode and the other transforms (`autodiff`), partitioning for a mesh
-//! (`shard`, under a launcher), and `-O2`'s whole-program optimisation (`optimize`). Each entry
+//! (`shard`, under a launcher, then `overlap`), and `-O2`'s whole-program optimisation (`optimize`). Each entry
 //! point runs its pass and then, in debug builds (every test) or with `MSL_VERIFY=1`, the
 //! verifier (`ir::verify`: structure, and every node's type re-inferred by `ir::typing`); what it
 //! finds is recorded in `Program::malformed`, naming the pass, and drivers stop on it.
@@ -14,6 +14,7 @@ pub enum Pass {
     Check,
     Autodiff,
     Shard,
+    Overlap,
     Optimize,
 }
 
@@ -23,6 +24,7 @@ impl Pass {
             Pass::Check => "check",
             Pass::Autodiff => "autodiff",
             Pass::Shard => "shard",
+            Pass::Overlap => "overlap",
             Pass::Optimize => "optimize",
         }
     }
@@ -52,16 +54,26 @@ pub fn autodiff(p: &mut Program, diags: &mut Vec<Diagnostic>) {
     verified(p, Pass::Autodiff);
 }
 
-/// Partitions the program for its mesh (layouts re-inferred, collectives inserted).
+/// Partitions the program for its mesh (layouts re-inferred, collectives inserted), then
+/// orders each body so that its collectives overlap computation (`overlap`).
 pub fn shard(p: &mut Program) -> crate::shard::Report {
     let report = crate::shard::run(p);
-    verified(p, Pass::Shard);
-    if verifying() {
-        // Every rank holds the blocks its values' types say (`shard::verify`).
-        let found = crate::shard::verify::check(p, &report.unpartitioned);
-        record(p, Pass::Shard, found.into_iter().map(|m| format!("layout: {m}")).collect());
+    verified_layouts(p, Pass::Shard, &report);
+    if crate::dist::Mesh::of(p).is_some() {
+        crate::shard::overlap::run(p);
+        verified_layouts(p, Pass::Overlap, &report);
     }
     report
+}
+
+/// The verifier after a pass of partitioning: types, and every rank holding the blocks its
+/// values' types say (`shard::verify`).
+fn verified_layouts(p: &mut Program, pass: Pass, report: &crate::shard::Report) {
+    verified(p, pass);
+    if verifying() {
+        let found = crate::shard::verify::check(p, &report.unpartitioned);
+        record(p, pass, found.into_iter().map(|m| format!("layout: {m}")).collect());
+    }
 }
 
 /// `-O2`'s folding, common subexpressions, dead code and forward substitution.

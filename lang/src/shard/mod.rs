@@ -9,6 +9,7 @@
 
 mod convert;
 mod mono;
+pub mod overlap;
 mod rules;
 pub mod schedule;
 pub mod verify;

@@ -1,0 +1,270 @@
+//! Ordering a sharded function body so that its collectives overlap computation (the
+//! interpreter starts a top-level `let c = collective(…)` without waiting and waits where `c`
+//! is first read, `interp::overlap`). Two steps over every function body:
+//!
+//! 1. A collective nested in a statement's value (`let h = relu(all_reduce(a @ w) + b)`) is
+//!    bound by a statement of its own just before (`let c = all_reduce(a @ w); let h = relu(c + b)`).
+//! 2. Runs of pure `let`s are list-scheduled: a collective is started as soon as its operand
+//!    is computed, statements that need no collective in flight come next, and a statement that
+//!    reads one in flight comes only when nothing else can run. With `@copies`, one copy's
+//!    computation thus fills the time of another copy's collectives; in data parallelism the
+//!    gradients' all-reduces run during the rest of the backward pass.
+//!
+//! Values are unchanged (statements are pure and read only what their dependences computed);
+//! every rank runs the same program, so every rank starts the collectives in the same order.
+
+use crate::ir::walk::walk;
+use crate::ir::{Expr, ExprKind, Func, LocalInfo, Pat, Program, Stmt};
+use crate::types::FuncId;
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+/// Reorders every function of `prog` (after `shard::run`).
+pub fn run(prog: &mut Program) {
+    let name = prog.names.intern("comm");
+    for i in 0..prog.funcs.len() {
+        let f = &mut prog.funcs[FuncId(i as u32).0 as usize];
+        if !has_collective(&f.body) {
+            continue;
+        }
+        hoist(f, name);
+        schedule(f);
+    }
+}
+
+fn is_collective(e: &Expr) -> bool {
+    matches!(&e.kind, ExprKind::Prim { prim, args, .. }
+        if args.len() == 1 && matches!(prim, crate::collective_prims!()) && *prim != crate::ir::Prim::LocalSlice)
+}
+
+fn has_collective(e: &Expr) -> bool {
+    let mut found = false;
+    walk(e, &mut |x| found |= is_collective(x));
+    found
+}
+
+/// Whether `e` can move among other pure statements: primitives without effects or random
+/// draws over locals, constants and tuples; anything that calls, branches, loops or binds is
+/// left where it is.
+fn movable(e: &Expr) -> bool {
+    let mut ok = true;
+    walk(e, &mut |x| match &x.kind {
+        ExprKind::Prim { prim, .. } => {
+            ok &= !prim.has_effect()
+                && !matches!(
+                    prim,
+                    crate::ir::Prim::Normal
+                        | crate::ir::Prim::Uniform
+                        | crate::ir::Prim::HeNormal
+                        | crate::ir::Prim::GlorotUniform
+                        | crate::ir::Prim::TapeNew
+                        | crate::ir::Prim::TapePush
+                )
+        }
+        ExprKind::Lit(_)
+        | ExprKind::Local(_)
+        | ExprKind::Const(_)
+        | ExprKind::DimValue(_)
+        | ExprKind::Tuple(_)
+        | ExprKind::TupleGet(..)
+        | ExprKind::Field(..)
+        | ExprKind::ModelBuild { .. }
+        | ExprKind::FuncRef(_) => {}
+        _ => ok = false,
+    });
+    ok
+}
+
+/// Binds each collective nested in a movable `let`'s value by a `let` of its own, placed just
+/// before (innermost first).
+fn hoist(f: &mut Func, name: crate::ir::Name) {
+    let ExprKind::Block { stmts, .. } = &mut f.body.kind else { return };
+    let old = std::mem::take(stmts);
+    let mut out = Vec::with_capacity(old.len());
+    for mut s in old {
+        if let Stmt::Let { value, .. } = &mut s {
+            if movable(value) && !is_collective(value) {
+                lift(value, &mut f.locals, name, &mut out);
+            } else if let ExprKind::Prim { args, .. } = &mut value.kind {
+                // A collective bound directly: collectives in its operand still move out.
+                for a in args.iter_mut() {
+                    lift(a, &mut f.locals, name, &mut out);
+                }
+            }
+        }
+        out.push(s);
+    }
+    let ExprKind::Block { stmts, .. } = &mut f.body.kind else { return };
+    *stmts = out;
+}
+
+/// Replaces every collective in `e` (reached through primitives and tuples only) by a new
+/// local bound in `out`.
+fn lift(e: &mut Expr, locals: &mut Vec<LocalInfo>, name: crate::ir::Name, out: &mut Vec<Stmt>) {
+    match &mut e.kind {
+        ExprKind::Prim { args, .. } | ExprKind::Tuple(args) => {
+            for a in args.iter_mut() {
+                lift(a, locals, name, out);
+            }
+        }
+        ExprKind::TupleGet(a, _) | ExprKind::Field(a, _) => lift(a, locals, name, out),
+        ExprKind::ModelBuild { fields } => {
+            for a in fields.iter_mut() {
+                lift(a, locals, name, out);
+            }
+        }
+        _ => return,
+    }
+    if is_collective(e) {
+        let l = crate::ir::Local(locals.len() as u32);
+        locals.push(LocalInfo { name, ty: e.ty.clone(), mutable: false });
+        let local = Expr::new(ExprKind::Local(l), e.ty.clone(), e.span);
+        let value = std::mem::replace(e, local);
+        out.push(Stmt::Let { pat: Pat::Local(l), value });
+    }
+}
+
+/// List-schedules each run of movable `let`s of `f`'s body.
+fn schedule(f: &mut Func) {
+    let ExprKind::Block { stmts, .. } = &mut f.body.kind else { return };
+    // Locals bound more than once or assigned anywhere pin the statements that touch them.
+    let mut bound: HashMap<crate::ir::Local, usize> = HashMap::new();
+    let mut pinned: HashSet<crate::ir::Local> = HashSet::new();
+    for s in stmts.iter() {
+        match s {
+            Stmt::Let { pat, .. } => pat.each_local(&mut |l| *bound.entry(l).or_insert(0) += 1),
+            Stmt::Assign { pat, .. } => pat.each_local(&mut |l| {
+                pinned.insert(l);
+            }),
+            _ => {}
+        }
+    }
+    walk(&f.body, &mut |x| {
+        if let ExprKind::Block { stmts, .. } = &x.kind {
+            for s in stmts {
+                if let Stmt::Assign { pat, .. } = s {
+                    pat.each_local(&mut |l| {
+                        pinned.insert(l);
+                    });
+                }
+            }
+        }
+    });
+    pinned.extend(bound.iter().filter(|(_, n)| **n > 1).map(|(l, _)| *l));
+    let ExprKind::Block { stmts, .. } = &mut f.body.kind else { return };
+    let free = |s: &Stmt| match s {
+        Stmt::Let { pat, value } => {
+            let mut ok = movable(value);
+            pat.each_local(&mut |l| ok &= !pinned.contains(&l));
+            walk(value, &mut |x| {
+                if let ExprKind::Local(l) = &x.kind {
+                    ok &= !pinned.contains(l);
+                }
+            });
+            ok
+        }
+        _ => false,
+    };
+    let old = std::mem::take(stmts);
+    let mut out = Vec::with_capacity(old.len());
+    let mut run: Vec<Stmt> = Vec::new();
+    for s in old {
+        if free(&s) {
+            run.push(s);
+        } else {
+            out.extend(order(std::mem::take(&mut run)));
+            out.push(s);
+        }
+    }
+    out.extend(order(run));
+    *stmts = out;
+}
+
+/// The statements of a run of movable `let`s in the order described in the module comment.
+fn order(run: Vec<Stmt>) -> Vec<Stmt> {
+    let n = run.len();
+    if n < 3 || !run.iter().any(|s| matches!(s, Stmt::Let { value, .. } if is_collective(value))) {
+        return run;
+    }
+    let mut def: HashMap<crate::ir::Local, usize> = HashMap::new();
+    for (i, s) in run.iter().enumerate() {
+        if let Stmt::Let { pat, .. } = s {
+            pat.each_local(&mut |l| {
+                def.insert(l, i);
+            });
+        }
+    }
+    let mut deps: Vec<Vec<usize>> = vec![Vec::new(); n];
+    let mut succ: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for (j, s) in run.iter().enumerate() {
+        let Stmt::Let { value, .. } = s else { continue };
+        walk(value, &mut |x| {
+            if let ExprKind::Local(l) = &x.kind {
+                if let Some(&i) = def.get(l) {
+                    if i < j && !deps[j].contains(&i) {
+                        deps[j].push(i);
+                        succ[i].push(j);
+                    }
+                }
+            }
+        });
+    }
+    let coll: Vec<bool> = run.iter().map(|s| matches!(s, Stmt::Let { value, .. } if is_collective(value))).collect();
+    let mut left: Vec<usize> = deps.iter().map(Vec::len).collect();
+    let mut pending: HashSet<usize> = HashSet::new();
+    // Ready statements: collectives that read nothing in flight, other statements that read
+    // nothing in flight, and statements that would wait.
+    let (mut starts, mut free, mut waits) = (BTreeSet::new(), BTreeSet::new(), BTreeSet::new());
+    let place = |j: usize,
+                 pending: &HashSet<usize>,
+                 s: &mut BTreeSet<usize>,
+                 f: &mut BTreeSet<usize>,
+                 w: &mut BTreeSet<usize>| {
+        if deps[j].iter().any(|d| pending.contains(d)) {
+            w.insert(j);
+        } else if coll[j] {
+            s.insert(j);
+        } else {
+            f.insert(j);
+        }
+    };
+    for j in 0..n {
+        if left[j] == 0 {
+            place(j, &pending, &mut starts, &mut free, &mut waits);
+        }
+    }
+    let mut order = Vec::with_capacity(n);
+    while order.len() < n {
+        let Some(j) = starts.pop_first().or_else(|| free.pop_first()).or_else(|| waits.pop_first()) else {
+            break;
+        };
+        order.push(j);
+        // What `j` read has landed: statements waiting only on it can run freely.
+        let landed: Vec<usize> = deps[j].iter().copied().filter(|d| pending.remove(d)).collect();
+        for d in landed {
+            for &k in &succ[d] {
+                if waits.contains(&k) && !deps[k].iter().any(|x| pending.contains(x)) {
+                    waits.remove(&k);
+                    if coll[k] {
+                        starts.insert(k);
+                    } else {
+                        free.insert(k);
+                    }
+                }
+            }
+        }
+        if coll[j] {
+            pending.insert(j);
+        }
+        for &k in &succ[j] {
+            left[k] -= 1;
+            if left[k] == 0 {
+                place(k, &pending, &mut starts, &mut free, &mut waits);
+            }
+        }
+    }
+    if order.len() < n {
+        return run;
+    }
+    let mut slots: Vec<Option<Stmt>> = run.into_iter().map(Some).collect();
+    order.into_iter().filter_map(|i| slots[i].take()).collect()
+}
