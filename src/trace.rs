@@ -105,7 +105,7 @@ fn events(trace: &Trace, c: &Checked, rank: usize, origin: f64) -> String {
             e.kind.name(),
             e.start_us + shift,
             e.dur_us,
-            u8::from(e.kind == lang::interp::trace::Kind::Collective),
+            u8::from(matches!(e.kind, lang::interp::trace::Kind::Collective | lang::interp::trace::Kind::Deferred)),
             args.join(",")
         ));
     }

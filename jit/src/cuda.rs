@@ -251,6 +251,8 @@ fn op(prim: Prim, d: DType, o: DType, arg: &dyn Fn(usize) -> Option<String>) -> 
         | Map
         | ModelSum
         | ShardState
+        | CopySplit
+        | CopyJoin
         | StopGradient
         | Print
         | Load

@@ -433,6 +433,8 @@ impl<'a, 'f> Lower<'a, 'f> {
             | Prim::Map
             | Prim::ModelSum
             | Prim::ShardState
+            | Prim::CopySplit
+            | Prim::CopyJoin
             | Prim::StopGradient
             | Prim::Print
             | Prim::Load

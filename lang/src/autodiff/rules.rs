@@ -531,6 +531,22 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
             v.push((0, g.p(Prim::AllToAll, &[bar], back, tys[0].clone())))
         }
         Prim::Concat | Prim::Stack => index::concat_or_stack(g, &site, &mut v)?,
+        // The copies of `@copies`: a join's operands take their copies of the cotangent; a
+        // copy's cotangent is joined with zeros in the other copies' places.
+        Prim::CopyJoin => {
+            let n = tys.len();
+            for (i, t) in tys.iter().enumerate().filter(|(i, _)| act[*i]) {
+                let at = Attrs { axis: attrs.axis, perm: vec![i, n], ..Attrs::default() };
+                v.push((i, g.p(Prim::CopySplit, &[bar], at, t.clone())));
+            }
+        }
+        Prim::CopySplit => {
+            let (c, n) = (attrs.perm.first().copied().unwrap_or(0), attrs.perm.get(1).copied().unwrap_or(1));
+            let zero = g.zeros_of(&ot, bar)?;
+            let parts: Vec<Local> = (0..n).map(|i| if i == c { bar } else { zero }).collect();
+            let at = Attrs { axis: attrs.axis, ..Attrs::default() };
+            v.push((0, g.p(Prim::CopyJoin, &parts, at, tys[0].clone())));
+        }
         Prim::Slice => index::slice(g, &site, &mut v)?,
         Prim::Gather => {
             let Some(d) = fixed(&shape(&tys[0])) else { return Err(err(g.span, "gather from a rest")) };

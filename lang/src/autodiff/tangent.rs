@@ -222,7 +222,7 @@ impl Gen<'_> {
                 let (tx, tv) = (self.tan_or_zero(ts[0], args[0])?, self.tan_or_zero(ts[1], args[1])?);
                 self.p(p, &[tx, tv, args[2]], attrs, ot.clone())
             }
-            Prim::Concat | Prim::Stack => {
+            Prim::Concat | Prim::Stack | Prim::CopyJoin => {
                 let mut a = Vec::new();
                 for (x, t) in args.iter().zip(ts) {
                     a.push(self.tan_or_zero(*t, *x)?);
@@ -244,6 +244,7 @@ impl Gen<'_> {
             | Prim::TakeAlong
             | Prim::ScatterAddAlong
             | Prim::Slice
+            | Prim::CopySplit
             | Prim::AvgPool2d
             | Prim::AvgPool2dGrad
             // The linear collectives: a tangent is communicated like its primal.

@@ -757,6 +757,8 @@ impl Checker {
             | Prim::TapeGet
             | Prim::ModelSum
             | Prim::ShardState
+            | Prim::CopySplit
+            | Prim::CopyJoin
             | crate::collective_prims!() => {
                 self.error(Diagnostic::error(Code::E0325, span, format!("`{name}` cannot be called directly")));
                 self.error_expr(span)

@@ -855,6 +855,8 @@ impl Checker {
                         "put it on the function that takes the batch (its first dim is the batch dim)".into(),
                     );
                 }
+                let n = n.unwrap_or(1) as usize;
+                self.copies_opts.push(super::copies::CopiesOpt { func: id, n, span: a.span });
                 true
             }
             _ => true,

@@ -5,6 +5,7 @@
 
 mod builtins;
 mod call;
+mod copies;
 mod expr;
 mod items;
 pub mod modules;
@@ -132,6 +133,7 @@ pub struct Checker {
     stacks: HashMap<(ModelId, Option<crate::types::AxisId>), ModelId>,
     pending_stacks: Vec<ModelId>,
     pipeline_opts: Vec<pipeline::PipeOpts>,
+    copies_opts: Vec<copies::CopiesOpt>,
     declaring_models: bool,
 }
 
@@ -247,6 +249,7 @@ impl Checker {
             stacks: HashMap::new(),
             pending_stacks: Vec::new(),
             pipeline_opts: Vec::new(),
+            copies_opts: Vec::new(),
             declaring_models: false,
         }
     }
@@ -284,6 +287,7 @@ impl Checker {
         // Derivatives are generated from checked code only.
         if !self.diags.iter().any(|d| d.is_error()) {
             crate::passes::verified(&mut self.prog, crate::passes::Pass::Check);
+            self.build_copies();
             self.build_pipelines();
             crate::passes::autodiff(&mut self.prog, &mut self.diags);
         }

@@ -259,6 +259,37 @@ impl Interp<'_> {
                 let id = if p == Prim::Concat { KernelId::Concat } else { KernelId::Stack };
                 kt(self.kernel(id, &ts, &along(axis0), span))
             }
+            Prim::CopyJoin => {
+                // This rank's parts, in order (`copy_split` took them from its block).
+                let ts: Vec<&Tensor> = args.iter().map(|a| t(a, span)).collect::<R<_>>()?;
+                kt(self.kernel(KernelId::Concat, &ts, &along(axis0), span))
+            }
+            Prim::CopySplit => {
+                let x = t(&args[0], span)?;
+                let (c, n) = (attrs.perm.first().copied().unwrap_or(0), attrs.perm.get(1).copied().unwrap_or(1));
+                let ax = attrs.axis.unwrap_or(0);
+                let rows = x.shape().get(ax).copied().unwrap_or(0);
+                if n == 0 || rows % n != 0 {
+                    return Err(rt(
+                        Code::E0602,
+                        format!(
+                            "`@copies({n})` cannot split a batch of {rows} rows (on this rank) into {n} equal copies"
+                        ),
+                        span,
+                    ));
+                }
+                let b = (rows / n) as i64;
+                let specs: Vec<SliceSpec> = (0..x.rank())
+                    .map(|d| {
+                        if d == ax {
+                            SliceSpec::Range { start: c as i64 * b, end: (c as i64 + 1) * b }
+                        } else {
+                            SliceSpec::Full
+                        }
+                    })
+                    .collect();
+                kt(self.kernel1(KernelId::Slice, x, KernelParams::new().slices(&specs), span))
+            }
             Prim::ExpandDims => kt(self.kernel1(KernelId::ExpandDims, x0()?, along(axis0), span)),
             Prim::Squeeze => {
                 // `squeeze(x)` removes exactly the dims the checker removed (literal 1s).

@@ -16,6 +16,9 @@ pub enum Kind {
     Kernel,
     /// A collective: issue to completion.
     Collective,
+    /// A collective started without waiting (`interp::overlap`): start to completion, while
+    /// the rank went on computing.
+    Deferred,
     /// Time a rank spent waiting for a collective it had started earlier (`interp::overlap`).
     Wait,
     /// Printing, files and logs.
@@ -36,6 +39,7 @@ impl Kind {
         match self {
             Kind::Kernel => "kernel",
             Kind::Collective => "collective",
+            Kind::Deferred => "deferred",
             Kind::Wait => "wait",
             Kind::Io => "io",
             Kind::Fused => "fused",
@@ -166,7 +170,7 @@ impl super::Interp<'_> {
         }
     }
 
-    /// Records collective `name` at `span`, started at `t0` and completed at `end`, with the
+    /// Records deferred collective `name` at `span`, started at `t0` and completed at `end`, with the
     /// result's `shape` and the `bytes` this rank sent.
     pub(crate) fn trace_between(
         &mut self,
@@ -178,7 +182,7 @@ impl super::Interp<'_> {
         bytes: u64,
     ) {
         let Some(t) = self.trace.as_mut() else { return };
-        if let Some(ev) = t.end(t0, Rc::from(name), Kind::Collective, Some(span)) {
+        if let Some(ev) = t.end(t0, Rc::from(name), Kind::Deferred, Some(span)) {
             ev.dur_us = end.saturating_duration_since(t0).as_secs_f64() * 1e6;
             ev.shape = shape;
             ev.bytes = Some(bytes);

@@ -192,6 +192,12 @@ prims! {
     /// call with `shard: a`. At run time under a launcher each rank keeps its piece of every
     /// tensor of `s` that is whole over `a` (`interp::zero`); elsewhere it is `s`.
     ShardState: "shard_state" internal,
+    // Multi-copy parallelism (`@copies(n)`, `check::copies`): a batch split into copies.
+    /// Copy `attrs.perm[0]` of `attrs.perm[1]` along dim `attrs.axis`: each rank's block of that
+    /// dim cut into equal parts, part `c` taken (on one process, the `c`-th run of rows).
+    CopySplit: "copy_split" internal,
+    /// The inverse of the copies' split: each rank's parts put back in order along `attrs.axis`.
+    CopyJoin: "copy_join" internal,
     // Differentiation.
     StopGradient: "stop_gradient" callable("stop_gradient(x) -> x", "The value of `x`, treated as a constant by differentiation."),
     /// Reverse mode's tape of a loop's states (generated, never written by users): `tape_new()`
@@ -369,6 +375,8 @@ macro_rules! other_prims {
             | $crate::ir::Prim::Map
             | $crate::ir::Prim::ModelSum
             | $crate::ir::Prim::ShardState
+            | $crate::ir::Prim::CopySplit
+            | $crate::ir::Prim::CopyJoin
             | $crate::ir::Prim::StopGradient
             | $crate::ir::Prim::Print
             | $crate::ir::Prim::Load

@@ -242,6 +242,22 @@ impl Printer<'_> {
                     Prim::Concat | Prim::Stack => {
                         format!("{}([{}], axis: {})", prim.name(), a.join(", "), attrs.axis.unwrap_or(0))
                     }
+                    // `@copies`: on one process a copy is a run of rows and the join a concat.
+                    Prim::CopyJoin => format!("concat([{}], axis: {})", a.join(", "), attrs.axis.unwrap_or(0)),
+                    Prim::CopySplit => {
+                        let ax = attrs.axis.unwrap_or(0);
+                        let len = match &e.ty {
+                            Type::Tensor(TensorTy { shape, .. }) => match shape.get(ax) {
+                                Some(crate::types::ShapeItem::Dim(d)) => dim_str(d, self.p),
+                                _ => String::new(),
+                            },
+                            _ => String::new(),
+                        };
+                        let c = attrs.perm.first().copied().unwrap_or(0);
+                        let mut parts = vec![":".to_string(); ax];
+                        parts.push(format!("{c} * ({len}):{c} * ({len}) + {len}"));
+                        format!("{}[{}]", self.expr(&args[0], 10, depth), parts.join(", "))
+                    }
                     Prim::Einsum => format!("einsum({:?}, {})", attrs.spec.clone().unwrap_or_default(), a.join(", ")),
                     Prim::Zeros
                     | Prim::Ones

@@ -218,6 +218,20 @@ pub(super) fn prim(cx: &mut Fcx, e: &mut Expr) {
         }
         // The state keeps its declared layouts; the pieces are cut at run time.
         Prim::ShardState => return,
+        // A copy is cut from each rank's block (`@copies`), so every dim keeps its split; the
+        // copies are joined back in the first one's layout.
+        Prim::CopySplit => {
+            e.ty = with_layout(&e.ty, layout(&args[0].ty));
+            return;
+        }
+        Prim::CopyJoin => {
+            let l0 = layout(&args[0].ty);
+            for a in args.iter_mut().skip(1) {
+                convert_to(cx, a, l0.clone(), false);
+            }
+            e.ty = with_layout(&e.ty, l0);
+            return;
+        }
         Prim::Reshape => {
             let lx = layout(&args[0].ty);
             match reshaped(cx, &shape_items(&args[0].ty), &shape_items(&e.ty), &lx) {

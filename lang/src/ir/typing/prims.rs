@@ -247,6 +247,7 @@ fn rule_of(prim: Prim, args: &[Expr], attrs: &Attrs, declared: &Type) -> Result<
             Ok(Rule::Is(tensor(e, attrs.perm.iter().map(|&i| ShapeItem::Dim(ds[i].clone())).collect())))
         }
         P::Concat | P::Stack => concat_or_stack(prim, args, attrs),
+        P::CopySplit | P::CopyJoin => copies(prim, args, attrs),
         P::ExpandDims => {
             arity(args, 1)?;
             let (e, s) = tensor_arg(args, 0)?;
@@ -507,6 +508,30 @@ fn concat_or_stack(prim: Prim, args: &[Expr], attrs: &Attrs) -> Result<Rule, Str
         out[ax] = total;
     } else {
         out.insert(ax, Dim::constant(args.len() as i64));
+    }
+    Ok(Rule::Is(tensor(e, dims(&out))))
+}
+
+/// `copy_split(x)` (copy `perm[0]` of `perm[1]` along `axis`: that dim divided by the count)
+/// and `copy_join(x0, …)` (as many copies of one shape: that dim multiplied by the count).
+fn copies(prim: Prim, args: &[Expr], attrs: &Attrs) -> Result<Rule, String> {
+    let (e, s0) = tensor_arg(args, 0)?;
+    let mut out = fixed(s0)?;
+    let ax = axis(attrs, out.len())?;
+    if prim == Prim::CopySplit {
+        arity(args, 1)?;
+        let (n, c) = (attrs.perm.get(1).copied().unwrap_or(0), attrs.perm.first().copied().unwrap_or(0));
+        if n == 0 || c >= n {
+            return Err(format!("copy {c} of {n}"));
+        }
+        out[ax] = out[ax].div(&Dim::constant(n as i64)).ok_or("a copy of a dim that does not divide")?;
+    } else {
+        for i in 1..args.len() {
+            if fixed(tensor_arg(args, i)?.1)? != fixed(s0)? {
+                return Err("copies of different shapes".into());
+            }
+        }
+        out[ax] = out[ax].mul(&Dim::constant(args.len() as i64));
     }
     Ok(Rule::Is(tensor(e, dims(&out))))
 }

@@ -1,0 +1,267 @@
+//! `@copies(n)` (LANGUAGE.md §8, multi-copy parallelism): a function's batch is split into `n`
+//! copies. Its body is written out once per copy, on that copy of every parameter that has the
+//! batch dim first (`copy_split`), and the copies' results are joined back (`copy_join`), so
+//! the function computes what it computed before. The copies share no value, so once the
+//! sharding pass has inserted the collectives, `shard::overlap` can run one copy's computation
+//! while another copy's collectives are in flight (forward and, since reverse mode inlines the
+//! body, backward). The transform runs on checked code, before the derivatives are generated.
+
+use super::Checker;
+use crate::diag::{Code, Diagnostic};
+use crate::ir::walk::walk_mut;
+use crate::ir::{Attrs, Expr, ExprKind, Func, Local, LocalInfo, Pat, Prim, Program, Stmt};
+use crate::source::Span;
+use crate::types::unify::Subst;
+use crate::types::{Dim, FuncId, ShapeItem, Sym, TensorTy, Type, TypeArg};
+
+/// A function annotated `@copies(n)`.
+pub(crate) struct CopiesOpt {
+    pub func: FuncId,
+    pub n: usize,
+    pub span: Span,
+}
+
+impl Checker {
+    /// Writes out the copies of every `@copies(n)` function with `n ≥ 2`; `E0214` where a
+    /// function cannot be split.
+    pub(crate) fn build_copies(&mut self) {
+        for o in std::mem::take(&mut self.copies_opts) {
+            if o.n < 2 {
+                continue;
+            }
+            if self.pipeline_opts.iter().any(|p| p.func == o.func) {
+                self.error(
+                    Diagnostic::error(Code::E0214, o.span, "`@copies` and `@pipeline` cannot be put on one function")
+                        .label("this annotation")
+                        .with_help("a pipeline already splits its batch into microbatches; put `@copies` on the layer function"),
+                );
+                continue;
+            }
+            if let Err(why) = expand(&mut self.prog, o.func, o.n) {
+                self.error(
+                    Diagnostic::error(Code::E0214, o.span, why)
+                        .label("this annotation")
+                        .with_help("`@copies` goes on a function whose batched parameters and results have the batch dim first, such as a block `f32[B, T, D] -> f32[B, T, D]`"),
+                );
+            }
+        }
+    }
+}
+
+/// `t` with the dims of `s` substituted, keeping every tensor's layout.
+fn subst_ty(s: &Subst, t: &Type) -> Type {
+    match t {
+        Type::Tensor(tt) => {
+            Type::Tensor(TensorTy { elem: tt.elem, shape: s.shape(&tt.shape), layout: tt.layout.clone() })
+        }
+        Type::Tuple(ts) => Type::Tuple(ts.iter().map(|t| subst_ty(s, t)).collect()),
+        t => s.ty(t),
+    }
+}
+
+/// Whether `t` is a tensor with `b` as its first dim and nowhere else.
+fn batch_first(t: &Type, b: Sym) -> bool {
+    match t {
+        Type::Tensor(tt) => {
+            matches!(tt.shape.first(), Some(ShapeItem::Dim(d)) if d.as_var() == Some(b))
+                && tt.shape[1..].iter().all(|i| !matches!(i, ShapeItem::Dim(d) if d.mentions(b)))
+        }
+        _ => false,
+    }
+}
+
+/// The batch dim of `f`: the first dim of its first tensor parameter, when that is one of
+/// `f`'s own dims.
+fn batch_dim(f: &Func) -> Option<Sym> {
+    f.params[f.n_captures..].iter().find_map(|p| match &f.locals[p.0 as usize].ty {
+        Type::Tensor(tt) => match tt.shape.first() {
+            Some(ShapeItem::Dim(d)) => d.as_var().filter(|s| f.dims.contains(s)),
+            _ => None,
+        },
+        _ => None,
+    })
+}
+
+fn expand(prog: &mut Program, id: FuncId, n: usize) -> Result<(), String> {
+    let f = prog.func(id);
+    let fname = prog.names.get(f.name).to_string();
+    let local_name = |l: Local| prog.names.get(f.locals[l.0 as usize].name).to_string();
+    let Some(b) = batch_dim(f) else {
+        return Err(format!(
+            "`@copies` splits the batch dim, but the first dim of `{fname}`'s first tensor parameter is not one of its dims (write it as a dim such as `B`)"
+        ));
+    };
+    let bname = prog.sym_names[b.0 as usize].clone();
+    let mut batched = Vec::new();
+    for &p in &f.params {
+        let ty = &f.locals[p.0 as usize].ty;
+        if !ty.dim_syms().contains(&b) {
+            continue;
+        }
+        if !batch_first(ty, b) {
+            return Err(format!(
+                "`@copies` splits `{fname}`'s batch dim `{bname}`, but parameter `{}` has it elsewhere than as its first dim",
+                local_name(p)
+            ));
+        }
+        batched.push(p);
+    }
+    let joins = match &f.ret {
+        t if batch_first(t, b) => None,
+        Type::Tuple(ts) if ts.iter().all(|t| batch_first(t, b)) => Some(ts.len()),
+        _ => {
+            return Err(format!(
+                "`@copies` joins the copies' results along the batch dim `{bname}`, but `{fname}` returns a value without it first"
+            ))
+        }
+    };
+    let mut why = None;
+    crate::ir::walk::walk(&f.body, &mut |e| {
+        let what = match &e.kind {
+            ExprKind::Closure { .. } => "a closure",
+            ExprKind::Transform { .. } | ExprKind::Jvp { .. } | ExprKind::Vjp { .. } => "a transform",
+            ExprKind::Return(_) => "a `return`",
+            ExprKind::ForBatches { .. } => "a loop over batches",
+            ExprKind::Block { stmts, .. } if stmts.iter().any(|s| matches!(s, Stmt::BindDims { .. })) => {
+                "dims bound at run time"
+            }
+            _ => return,
+        };
+        why.get_or_insert(what);
+    });
+    if let Some(what) = why {
+        return Err(format!("`@copies` cannot split `{fname}`: its body has {what}"));
+    }
+    let mut g = f.clone();
+    let sub = Subst {
+        dims: [(b, Dim::var(b).div(&Dim::constant(n as i64)).ok_or("a batch dim")?)].into(),
+        ..Subst::default()
+    };
+    let span = g.body.span;
+    let old_locals = g.locals.clone();
+    let (stmts0, result0) =
+        match std::mem::replace(&mut g.body, Expr::new(ExprKind::Tuple(vec![]), f.ret.clone(), span)).kind {
+            ExprKind::Block { stmts, result } => (stmts, *result),
+            other => (Vec::new(), Expr::new(other, f.ret.clone(), span)),
+        };
+    let mut stmts = Vec::new();
+    let mut results = Vec::new();
+    for c in 0..n {
+        // Copy `c`'s locals: every local of the body again, its types over `B / n`.
+        let base = g.locals.len() as u32;
+        for l in &old_locals {
+            g.locals.push(LocalInfo { name: l.name, ty: subst_ty(&sub, &l.ty), mutable: l.mutable });
+        }
+        let map = |l: Local| Local(base + l.0);
+        for &p in &f.params {
+            let value = if batched.contains(&p) {
+                let ty = &old_locals[p.0 as usize].ty;
+                let x = Expr::new(ExprKind::Local(p), ty.clone(), span);
+                let attrs = Attrs { axis: Some(0), perm: vec![c, n], ..Attrs::default() };
+                Expr::new(
+                    ExprKind::Prim { prim: Prim::CopySplit, args: vec![x], attrs: Box::new(attrs) },
+                    subst_ty(&sub, ty),
+                    span,
+                )
+            } else {
+                Expr::new(ExprKind::Local(p), old_locals[p.0 as usize].ty.clone(), span)
+            };
+            stmts.push(Stmt::Let { pat: Pat::Local(map(p)), value });
+        }
+        for s in &stmts0 {
+            let mut s = s.clone();
+            rewrite_stmt(&mut s, &sub, &map);
+            stmts.push(s);
+        }
+        let mut r = result0.clone();
+        rewrite(&mut r, &sub, &map);
+        let rl = Local(g.locals.len() as u32);
+        g.locals.push(LocalInfo { name: g.name, ty: r.ty.clone(), mutable: false });
+        stmts.push(Stmt::Let { pat: Pat::Local(rl), value: r });
+        results.push(rl);
+    }
+    let join = |parts: Vec<Expr>, ty: Type| {
+        let attrs = Attrs { axis: Some(0), ..Attrs::default() };
+        Expr::new(ExprKind::Prim { prim: Prim::CopyJoin, args: parts, attrs: Box::new(attrs) }, ty, span)
+    };
+    let part = |l: Local, i: Option<usize>, g: &Func| {
+        let t = g.locals[l.0 as usize].ty.clone();
+        let x = Expr::new(ExprKind::Local(l), t.clone(), span);
+        match (i, t) {
+            (Some(i), Type::Tuple(ts)) => Expr::new(ExprKind::TupleGet(Box::new(x), i), ts[i].clone(), span),
+            _ => x,
+        }
+    };
+    let result = match (joins, &f.ret) {
+        (Some(k), Type::Tuple(ts)) => {
+            let items =
+                (0..k).map(|i| join(results.iter().map(|l| part(*l, Some(i), &g)).collect(), ts[i].clone())).collect();
+            Expr::new(ExprKind::Tuple(items), f.ret.clone(), span)
+        }
+        _ => join(results.iter().map(|l| part(*l, None, &g)).collect(), f.ret.clone()),
+    };
+    g.body = Expr::new(ExprKind::Block { stmts, result: Box::new(result) }, f.ret.clone(), span);
+    prog.funcs[id.0 as usize] = g;
+    Ok(())
+}
+
+fn rewrite_stmt(s: &mut Stmt, sub: &Subst, map: &dyn Fn(Local) -> Local) {
+    match s {
+        Stmt::Let { pat, value } | Stmt::Assign { pat, value } => {
+            remap_pat(pat, map);
+            rewrite(value, sub, map);
+        }
+        Stmt::Expr(e) => rewrite(e, sub, map),
+        Stmt::BindDims { local, .. } => *local = map(*local),
+    }
+}
+
+fn remap_pat(p: &mut Pat, map: &dyn Fn(Local) -> Local) {
+    match p {
+        Pat::Local(l) => *l = map(*l),
+        Pat::Ignore => {}
+        Pat::Tuple(ps) => ps.iter_mut().for_each(|p| remap_pat(p, map)),
+    }
+}
+
+/// `e` with its locals renamed by `map` and its dims substituted by `sub`.
+fn rewrite(e: &mut Expr, sub: &Subst, map: &dyn Fn(Local) -> Local) {
+    walk_mut(e, &mut |x| {
+        x.ty = subst_ty(sub, &x.ty);
+        match &mut x.kind {
+            ExprKind::Local(l) => *l = map(*l),
+            ExprKind::DimValue(d) => *d = sub.dim(d),
+            ExprKind::Prim { attrs, .. } => {
+                for d in attrs.shape.iter_mut() {
+                    *d = sub.dim(d);
+                }
+            }
+            ExprKind::Call { dims, rests, .. } => {
+                for d in dims.iter_mut() {
+                    *d = sub.dim(d);
+                }
+                for r in rests.iter_mut() {
+                    *r = sub.shape(r);
+                }
+            }
+            ExprKind::ModelInit { args, .. } => {
+                for a in args.iter_mut() {
+                    if let TypeArg::Dim(d) = a {
+                        *d = sub.dim(d);
+                    }
+                }
+            }
+            ExprKind::ForRange { var, .. } => *var = map(*var),
+            ExprKind::Block { stmts, .. } => {
+                for s in stmts.iter_mut() {
+                    match s {
+                        Stmt::Let { pat, .. } | Stmt::Assign { pat, .. } => remap_pat(pat, map),
+                        Stmt::BindDims { local, .. } => *local = map(*local),
+                        Stmt::Expr(_) => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+    });
+}
