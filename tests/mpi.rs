@@ -382,11 +382,20 @@ fn a_trace_of_two_ranks_holds_both_and_their_collectives() {
     for rank in 0..2 {
         let mine: Vec<&serde_json::Value> = events.iter().filter(|e| e["pid"] == rank).collect();
         assert!(mine.iter().any(|e| e["ph"] == "M" && e["args"]["name"] == format!("rank {rank}")), "rank {rank}");
-        let reduces: Vec<&&serde_json::Value> =
-            mine.iter().filter(|e| e["cat"] == "collective" && e["name"] == "all_reduce_sum").collect();
-        // The gradient all-reduce of w1 (4 × 8 f32) in each of the 4 steps.
-        let w1 = reduces.iter().filter(|e| e["args"]["bytes"] == 128 && e["args"]["shape"] == "f32[4, 8]").count();
-        assert_eq!(w1, 4, "rank {rank}: {reduces:?}");
+        let reduces: Vec<&&serde_json::Value> = mine
+            .iter()
+            .filter(|e| (e["cat"] == "collective" || e["cat"] == "deferred") && e["name"] == "all_reduce_sum")
+            .collect();
+        // The gradient all-reduce of w1 (4 × 8 f32) in each of the 4 steps: started without
+        // waiting (the rest of the backward pass runs meanwhile), on the communication track.
+        let w1: Vec<_> =
+            reduces.iter().filter(|e| e["args"]["bytes"] == 128 && e["args"]["shape"] == "f32[4, 8]").collect();
+        assert_eq!(w1.len(), 4, "rank {rank}: {reduces:?}");
+        assert!(w1.iter().all(|e| e["cat"] == "deferred" && e["tid"] == 1), "rank {rank}: {w1:?}");
+        assert!(
+            mine.iter().any(|e| e["ph"] == "M" && e["tid"] == 1 && e["args"]["name"] == "communication"),
+            "rank {rank}"
+        );
         assert!(mine.iter().any(|e| e["cat"] == "kernel" && e["name"] == "matmul"), "rank {rank}");
     }
 }

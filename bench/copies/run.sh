@@ -4,9 +4,10 @@
 # with and without `@copies(2)`, each run with deferred collectives (the default) and with every
 # collective waited for where it starts (`MSL_OVERLAP=0`). For each variant: ms per training
 # step (value_and_grad + adam, after one warm-up step) and per forward pass (the loss alone),
-# and from `--trace`: the communication exposed (blocking collectives plus waits), per rank and
-# run. Hidden fraction = 1 - exposed / exposed with MSL_OVERLAP=0 (same program: its
-# collectives all block). Rounds alternate the variants. Checks that every variant prints the
+# and from `--trace` (bench/copies/overlap.py): the communication exposed (blocking collectives
+# plus waits) per step, median over the steps after the first, forward and backward apart.
+# Hidden fraction = 1 - exposed / exposed with MSL_OVERLAP=0 (the same program, its collectives
+# all blocking). Rounds alternate the variants. Checks that every variant prints the
 # same losses (4 decimals).
 #
 #     cargo build --release && bash bench/copies/run.sh [rounds] [D] [F] [batch]
@@ -64,7 +65,7 @@ for r in $(seq "$ROUNDS"); do
                 python3 bench/copies/overlap.py "$out.json" | python3 -c "
 import json, sys
 s = json.loads(sys.stdin.read())
-print('round $r %-4s %-6s overlap=%s: %8.2f ms per step, %4d collectives, exposed %8.2f ms, blocking %8.2f, waits %8.2f' % ('$p', '$v', '$o', $ms, s['count'], s['exposed'], s['collective'], s['wait']))
+print('round $r %-4s %-6s overlap=%s: %7.2f ms per step (clock), median step %7.2f ms, exposed communication fwd %6.3f ms bwd %6.3f ms' % ('$p', '$v', '$o', $ms, s['step'], s['fwd'], s['bwd']))
 "
             done
         done

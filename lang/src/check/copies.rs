@@ -133,16 +133,20 @@ fn expand(prog: &mut Program, id: FuncId, n: usize) -> Result<(), String> {
         return Err(format!("`@copies` cannot split `{fname}`: its body has {what}"));
     }
     let mut g = f.clone();
+    inline_calls(prog, &mut g);
+    let f = prog.func(id);
     let sub = Subst {
         dims: [(b, Dim::var(b).div(&Dim::constant(n as i64)).ok_or("a batch dim")?)].into(),
         ..Subst::default()
     };
     let span = g.body.span;
     let old_locals = g.locals.clone();
+    let f_params = f.params.clone();
+    let f_ret = f.ret.clone();
     let (stmts0, result0) =
         match std::mem::replace(&mut g.body, Expr::new(ExprKind::Tuple(vec![]), f.ret.clone(), span)).kind {
             ExprKind::Block { stmts, result } => (stmts, *result),
-            other => (Vec::new(), Expr::new(other, f.ret.clone(), span)),
+            other => (Vec::new(), Expr::new(other, f_ret.clone(), span)),
         };
     let mut stmts = Vec::new();
     let mut results = Vec::new();
@@ -153,7 +157,7 @@ fn expand(prog: &mut Program, id: FuncId, n: usize) -> Result<(), String> {
             g.locals.push(LocalInfo { name: l.name, ty: subst_ty(&sub, &l.ty), mutable: l.mutable });
         }
         let map = |l: Local| Local(base + l.0);
-        for &p in &f.params {
+        for &p in &f_params {
             let value = if batched.contains(&p) {
                 let ty = &old_locals[p.0 as usize].ty;
                 let x = Expr::new(ExprKind::Local(p), ty.clone(), span);
@@ -192,17 +196,113 @@ fn expand(prog: &mut Program, id: FuncId, n: usize) -> Result<(), String> {
             _ => x,
         }
     };
-    let result = match (joins, &f.ret) {
+    let result = match (joins, &f_ret) {
         (Some(k), Type::Tuple(ts)) => {
             let items =
                 (0..k).map(|i| join(results.iter().map(|l| part(*l, Some(i), &g)).collect(), ts[i].clone())).collect();
-            Expr::new(ExprKind::Tuple(items), f.ret.clone(), span)
+            Expr::new(ExprKind::Tuple(items), f_ret.clone(), span)
         }
-        _ => join(results.iter().map(|l| part(*l, None, &g)).collect(), f.ret.clone()),
+        _ => join(results.iter().map(|l| part(*l, None, &g)).collect(), f_ret.clone()),
     };
-    g.body = Expr::new(ExprKind::Block { stmts, result: Box::new(result) }, f.ret.clone(), span);
+    g.body = Expr::new(ExprKind::Block { stmts, result: Box::new(result) }, f_ret, span);
     prog.funcs[id.0 as usize] = g;
     Ok(())
+}
+
+/// Calls nested this deep or deeper stay calls.
+const MAX_INLINE_DEPTH: usize = 8;
+
+/// Writes the direct calls in `g`'s body out in place, as statements of its top level, where
+/// they are pure calls of plain functions (no annotation such as `@custom_vjp`, no closures,
+/// transforms, effects, `return` or model type parameters): the copies' statements then sit
+/// side by side, so `shard::overlap` can interleave them in a plain call as it does in the
+/// derivative (which reverse mode inlines anyway).
+fn inline_calls(prog: &Program, g: &mut Func) {
+    let (stmts, result) = match std::mem::replace(&mut g.body.kind, ExprKind::Tuple(vec![])) {
+        ExprKind::Block { stmts, result } => (stmts, *result),
+        other => (Vec::new(), Expr::new(other, g.ret.clone(), g.body.span)),
+    };
+    let mut out = Vec::with_capacity(stmts.len());
+    for mut s in stmts {
+        if let Stmt::Let { value, .. } | Stmt::Expr(value) = &mut s {
+            hoist_calls(prog, value, &mut g.locals, &mut out, 0);
+        }
+        out.push(s);
+    }
+    let mut result = result;
+    hoist_calls(prog, &mut result, &mut g.locals, &mut out, 0);
+    g.body.kind = ExprKind::Block { stmts: out, result: Box::new(result) };
+}
+
+/// Whether `f` can be written out at a call: see [`inline_calls`].
+fn inlinable(f: &Func, rests: usize) -> bool {
+    if !f.annotations.is_empty() || !f.models.is_empty() || f.n_captures > 0 || f.rests.len() != rests {
+        return false;
+    }
+    let mut ok = true;
+    crate::ir::walk::walk(&f.body, &mut |e| match &e.kind {
+        ExprKind::Closure { .. }
+        | ExprKind::Transform { .. }
+        | ExprKind::Jvp { .. }
+        | ExprKind::Vjp { .. }
+        | ExprKind::Return(_)
+        | ExprKind::ForBatches { .. }
+        | ExprKind::CallValue { .. } => ok = false,
+        ExprKind::Prim { prim, .. } => ok &= !prim.has_effect(),
+        ExprKind::Block { stmts, .. } => ok &= !stmts.iter().any(|s| matches!(s, Stmt::BindDims { .. })),
+        _ => {}
+    });
+    ok
+}
+
+/// Replaces each inlinable call in `e` reached through primitives, tuples and call arguments
+/// (innermost first) by a local bound, after the callee's statements, in `out`.
+fn hoist_calls(prog: &Program, e: &mut Expr, locals: &mut Vec<LocalInfo>, out: &mut Vec<Stmt>, depth: usize) {
+    match &mut e.kind {
+        ExprKind::Prim { args, .. } | ExprKind::Tuple(args) | ExprKind::Call { args, .. } => {
+            for a in args.iter_mut() {
+                hoist_calls(prog, a, locals, out, depth);
+            }
+        }
+        ExprKind::TupleGet(a, _) | ExprKind::Field(a, _) => hoist_calls(prog, a, locals, out, depth),
+        _ => return,
+    }
+    let ExprKind::Call { func, dims, rests, args } = &mut e.kind else { return };
+    let callee = prog.func(*func);
+    if depth >= MAX_INLINE_DEPTH || !inlinable(callee, rests.len()) || callee.dims.len() != dims.len() {
+        return;
+    }
+    let sub = Subst {
+        dims: callee.dims.iter().copied().zip(dims.iter().cloned()).collect(),
+        rests: callee.rests.iter().copied().zip(rests.iter().cloned()).collect(),
+        ..Subst::default()
+    };
+    let base = locals.len() as u32;
+    for l in &callee.locals {
+        locals.push(LocalInfo { name: l.name, ty: subst_ty(&sub, &l.ty), mutable: l.mutable });
+    }
+    let map = |l: Local| Local(base + l.0);
+    for (p, a) in callee.params.iter().zip(std::mem::take(args)) {
+        out.push(Stmt::Let { pat: Pat::Local(map(*p)), value: a });
+    }
+    let (stmts, result) = match &callee.body.kind {
+        ExprKind::Block { stmts, result } => (stmts.clone(), (**result).clone()),
+        _ => (Vec::new(), callee.body.clone()),
+    };
+    for mut s in stmts {
+        rewrite_stmt(&mut s, &sub, &map);
+        if let Stmt::Let { value, .. } | Stmt::Expr(value) = &mut s {
+            hoist_calls(prog, value, locals, out, depth + 1);
+        }
+        out.push(s);
+    }
+    let mut r = result;
+    rewrite(&mut r, &sub, &map);
+    hoist_calls(prog, &mut r, locals, out, depth + 1);
+    let t = Local(locals.len() as u32);
+    locals.push(LocalInfo { name: callee.name, ty: e.ty.clone(), mutable: false });
+    out.push(Stmt::Let { pat: Pat::Local(t), value: r });
+    *e = Expr::new(ExprKind::Local(t), e.ty.clone(), e.span);
 }
 
 fn rewrite_stmt(s: &mut Stmt, sub: &Subst, map: &dyn Fn(Local) -> Local) {

@@ -192,7 +192,7 @@ impl Spmd {
             }
             Finish::Merge { dim, block, back } => {
                 let n: usize = block.iter().product();
-                let k = if n == 0 { 1 } else { storage.len() / n };
+                let k = storage.len().checked_div(n).unwrap_or(1);
                 let mut stacked = vec![k];
                 stacked.extend_from_slice(&block);
                 let all = Tensor::new(stacked, storage).map_err(err)?;

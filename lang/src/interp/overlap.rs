@@ -13,6 +13,9 @@ use crate::dist::{Coll, Pending, ReduceKind};
 use crate::ir::{walk, Expr, ExprKind, Local, Pat, Prim, Stmt};
 use std::time::Instant;
 
+/// How often the collectives in flight are advanced, at most.
+const POLL: std::time::Duration = std::time::Duration::from_micros(50);
+
 /// A collective started by a statement and not yet waited for.
 struct InFlight<'p> {
     local: Local,
@@ -95,6 +98,7 @@ impl<'p> Interp<'p> {
         flight: &mut Vec<InFlight<'p>>,
     ) -> R<super::Value> {
         let mut reads = Vec::new();
+        let mut polled = Instant::now();
         for s in stmts {
             if !flight.is_empty() {
                 reads.clear();
@@ -107,7 +111,6 @@ impl<'p> Interp<'p> {
                         if let (Some(c), [arg]) = (coll_of(*prim, attrs), args.as_slice()) {
                             let f = self.start_collective(*l, c, arg, value, frame)?;
                             flight.push(f);
-                            self.advance(flight)?;
                             continue;
                         }
                     }
@@ -115,8 +118,11 @@ impl<'p> Interp<'p> {
                 }
                 _ => self.stmt(s, frame)?,
             }
-            if !flight.is_empty() {
+            // MPI advances a collective only inside its calls: between statements, at most
+            // every POLL (a test costs microseconds; statements can be shorter).
+            if !flight.is_empty() && polled.elapsed() >= POLL {
                 self.advance(flight)?;
+                polled = Instant::now();
             }
         }
         self.land(flight, frame, |_| true)?;

@@ -210,16 +210,18 @@ fn order(run: Vec<Stmt>) -> Vec<Stmt> {
     }
     let coll: Vec<bool> = run.iter().map(|s| matches!(s, Stmt::Let { value, .. } if is_collective(value))).collect();
     let mut left: Vec<usize> = deps.iter().map(Vec::len).collect();
-    let mut pending: HashSet<usize> = HashSet::new();
+    // Collectives in flight, with the order they were started in.
+    let mut pending: HashMap<usize, usize> = HashMap::new();
+    let mut started = 0;
     // Ready statements: collectives that read nothing in flight, other statements that read
     // nothing in flight, and statements that would wait.
     let (mut starts, mut free, mut waits) = (BTreeSet::new(), BTreeSet::new(), BTreeSet::new());
     let place = |j: usize,
-                 pending: &HashSet<usize>,
+                 pending: &HashMap<usize, usize>,
                  s: &mut BTreeSet<usize>,
                  f: &mut BTreeSet<usize>,
                  w: &mut BTreeSet<usize>| {
-        if deps[j].iter().any(|d| pending.contains(d)) {
+        if deps[j].iter().any(|d| pending.contains_key(d)) {
             w.insert(j);
         } else if coll[j] {
             s.insert(j);
@@ -227,22 +229,28 @@ fn order(run: Vec<Stmt>) -> Vec<Stmt> {
             f.insert(j);
         }
     };
-    for j in 0..n {
-        if left[j] == 0 {
-            place(j, &pending, &mut starts, &mut free, &mut waits);
-        }
+    for (j, _) in left.iter().enumerate().filter(|(_, k)| **k == 0) {
+        place(j, &pending, &mut starts, &mut free, &mut waits);
     }
     let mut order = Vec::with_capacity(n);
     while order.len() < n {
-        let Some(j) = starts.pop_first().or_else(|| free.pop_first()).or_else(|| waits.pop_first()) else {
-            break;
-        };
+        // Waiting, take the statement whose collectives were started longest ago (the most
+        // likely to have completed).
+        let next = starts.pop_first().or_else(|| free.pop_first()).or_else(|| {
+            let k = waits
+                .iter()
+                .copied()
+                .min_by_key(|&k| (deps[k].iter().filter_map(|d| pending.get(d)).max().copied().unwrap_or(0), k))?;
+            waits.remove(&k);
+            Some(k)
+        });
+        let Some(j) = next else { break };
         order.push(j);
         // What `j` read has landed: statements waiting only on it can run freely.
-        let landed: Vec<usize> = deps[j].iter().copied().filter(|d| pending.remove(d)).collect();
+        let landed: Vec<usize> = deps[j].iter().copied().filter(|d| pending.remove(d).is_some()).collect();
         for d in landed {
             for &k in &succ[d] {
-                if waits.contains(&k) && !deps[k].iter().any(|x| pending.contains(x)) {
+                if waits.contains(&k) && !deps[k].iter().any(|x| pending.contains_key(x)) {
                     waits.remove(&k);
                     if coll[k] {
                         starts.insert(k);
@@ -253,7 +261,8 @@ fn order(run: Vec<Stmt>) -> Vec<Stmt> {
             }
         }
         if coll[j] {
-            pending.insert(j);
+            pending.insert(j, started);
+            started += 1;
         }
         for &k in &succ[j] {
             left[k] -= 1;
