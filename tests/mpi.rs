@@ -660,3 +660,72 @@ fn a_resumed_sharded_optimizer_state_stays_in_pieces() {
         assert!(err.contains("24:20  optimizer all_gather  2 calls"), "{engine:?}: the resumed state is whole\n{err}");
     }
 }
+
+/// A tensor-parallel block split into two copies (spec/copies.md).
+const COPIES: &str = r#"mesh M[mp = 2]
+
+model Mlp[D, F] {
+    w1: f32[D, F @mp] = glorot_uniform(D, F)
+    b1: f32[F @mp]    = zeros(F)
+    w2: f32[F @mp, D] = glorot_uniform(F, D)
+}
+
+@copies(2)
+fn block[B, D, F](m: Mlp[D, F], x: f32[B, D]) -> f32[B, D] {
+    x + relu(x @ m.w1 + m.b1) @ m.w2
+}
+
+fn loss[B, D, F](m: Mlp[D, F], x: f32[B, D]) -> f32 {
+    mean(block(m, block(m, x)) ** 2)
+}
+
+fn main() {
+    var m = init(Mlp[4, 8], seed: 0)
+    let x = normal(8, 4, seed: 1)
+    for step in 0..3 {
+        let (l, g) = value_and_grad(loss)(m, x)
+        print(step, l, precision: 5)
+        m = m - 0.1 * g
+    }
+}
+"#;
+
+#[test]
+fn copies_defer_their_collectives_and_print_what_blocking_ones_print() {
+    if !have_mpirun("copies_defer_their_collectives_and_print_what_blocking_ones_print") {
+        return;
+    }
+    let dir = scratch("copies", &[("c.msl", COPIES)]);
+    let one = msl(&dir, &["run", "c.msl"]);
+    assert!(one.status.success(), "{:?}", text(&one));
+    let mut events = Vec::new();
+    for overlap in ["1", "0"] {
+        let o = Command::new("mpirun")
+            .args(["-n", "2", "--oversubscribe", "-x", "MSL_OVERLAP"])
+            .arg(env!("CARGO_BIN_EXE_msl"))
+            .args(["run", "--trace", "t.json", "c.msl"])
+            .env("MSL_OVERLAP", overlap)
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+            .env("NO_COLOR", "1")
+            .current_dir(&dir)
+            .stdin(Stdio::null())
+            .output()
+            .expect("mpirun");
+        assert!(o.status.success(), "{:?}", text(&o));
+        assert_eq!(text(&o).0, text(&one).0, "MSL_OVERLAP={overlap}");
+        let doc: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("t.json")).expect("the trace")).expect("JSON");
+        events.push(doc["traceEvents"].as_array().expect("events").clone());
+    }
+    let of = |evs: &[serde_json::Value], cat: &str| {
+        evs.iter().filter(|e| e["pid"] == 0 && e["cat"] == cat && e["name"] == "all_reduce_sum").count()
+    };
+    // Each step: two blocks × two copies forward, two copies of the second block's input
+    // cotangent backward, every one over half the batch (4 rows of 4 f32).
+    let deferred: Vec<_> = events[0].iter().filter(|e| e["pid"] == 0 && e["cat"] == "deferred").collect();
+    assert_eq!(deferred.len(), 3 * 6, "{deferred:?}");
+    assert!(deferred.iter().all(|e| e["args"]["shape"] == "f32[4, 4]" && e["tid"] == 1), "{deferred:?}");
+    assert_eq!(of(&events[1], "deferred"), 0);
+    assert_eq!(of(&events[1], "collective"), 3 * 6);
+}
