@@ -132,6 +132,10 @@ pub(super) struct Gen<'p> {
     /// iterations); without it the backward recomputes every state from the initial one
     /// (O(n²) work, O(1) memory), as inside `@recompute` functions.
     tape_loops: bool,
+    /// Cotangents of one copy of a `copy_split` (`@copies`): (copy, copies, axis, the whole
+    /// value's type). `sum` joins a value's copies in one `copy_join` instead of adding each
+    /// one padded with zeros.
+    pub(super) copy_parts: HashMap<Local, (usize, usize, Option<usize>, Type)>,
     pub span: Span,
     pub sid: SpanId,
 }
@@ -175,6 +179,7 @@ pub(super) fn generate(
         blocks: vec![vec![]],
         frames: vec![],
         active: HashSet::new(),
+        copy_parts: HashMap::new(),
         tainted: HashMap::new(),
         quiet: 0,
         closure_envs: HashMap::new(),

@@ -541,11 +541,11 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
             }
         }
         Prim::CopySplit => {
+            // A copy of `bar` marked as copy `c`'s part: `Gen::sum` joins the parts.
             let (c, n) = (attrs.perm.first().copied().unwrap_or(0), attrs.perm.get(1).copied().unwrap_or(1));
-            let zero = g.zeros_of(&ot, bar)?;
-            let parts: Vec<Local> = (0..n).map(|i| if i == c { bar } else { zero }).collect();
-            let at = Attrs { axis: attrs.axis, ..Attrs::default() };
-            v.push((0, g.p(Prim::CopyJoin, &parts, at, tys[0].clone())));
+            let part = g.emit(mk(ExprKind::Local(bar), ot.clone(), g.sid), ot.clone(), "cp");
+            g.copy_parts.insert(part, (c, n, attrs.axis, tys[0].clone()));
+            v.push((0, part));
         }
         Prim::Slice => index::slice(g, &site, &mut v)?,
         Prim::Gather => {

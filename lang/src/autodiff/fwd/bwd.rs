@@ -85,12 +85,50 @@ impl Gen<'_> {
     }
 
     pub(in crate::autodiff) fn sum(&mut self, cs: &[Local]) -> Local {
+        if !self.copy_parts.is_empty() && cs.iter().any(|c| self.copy_parts.contains_key(c)) {
+            return self.join_copies(cs);
+        }
         let mut acc = cs[0];
         for c in &cs[1..] {
             let ty = self.ty_of(acc);
             acc = self.p(Prim::Add, &[acc, *c], Attrs::default(), ty);
         }
         acc
+    }
+
+    /// The sum of contributions among which are copies' cotangents (`copy_parts`): the copies
+    /// joined once, a missing copy as zeros, then the other contributions added.
+    fn join_copies(&mut self, cs: &[Local]) -> Local {
+        let (parts, mut rest): (Vec<Local>, Vec<Local>) = cs.iter().partition(|c| self.copy_parts.contains_key(c));
+        let (_, n, axis, whole) = self.copy_parts[&parts[0]].clone();
+        let mut slots: Vec<Vec<Local>> = vec![Vec::new(); n];
+        for p in &parts {
+            slots[self.copy_parts[p].0.min(n - 1)].push(*p);
+        }
+        let mut zero = None;
+        let mut args = Vec::with_capacity(n);
+        for slot in slots {
+            if slot.is_empty() {
+                let z = match zero {
+                    Some(z) => z,
+                    None => {
+                        let ty = self.ty_of(parts[0]);
+                        let z = self.zeros_of(&ty, parts[0]).unwrap_or(parts[0]);
+                        *zero.insert(z)
+                    }
+                };
+                args.push(z);
+            } else {
+                let s = slot[1..].iter().fold(slot[0], |acc, c| {
+                    let ty = self.ty_of(acc);
+                    self.p(Prim::Add, &[acc, *c], Attrs::default(), ty)
+                });
+                args.push(s);
+            }
+        }
+        let j = self.p(Prim::CopyJoin, &args, Attrs { axis, ..Attrs::default() }, whole);
+        rest.push(j);
+        self.sum(&rest)
     }
 
     /// Zeros of the type of `v` (a tensor, a model or a tuple).
