@@ -728,4 +728,11 @@ fn copies_defer_their_collectives_and_print_what_blocking_ones_print() {
     assert!(deferred.iter().all(|e| e["args"]["shape"] == "f32[4, 4]" && e["tid"] == 1), "{deferred:?}");
     assert_eq!(of(&events[1], "deferred"), 0);
     assert_eq!(of(&events[1], "collective"), 3 * 6);
+    // Compiled (-O2), the bodies that start collectives still run where they overlap.
+    let o = mpirun(&dir, 2, &["run", "--mode", "jit", "-O2", "--trace", "t.json", "c.msl"]);
+    assert!(o.status.success(), "{:?}", text(&o));
+    assert_eq!(text(&o).0, text(&one).0, "-O2");
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("t.json")).expect("the trace")).expect("JSON");
+    assert_eq!(of(doc["traceEvents"].as_array().expect("events"), "deferred"), 3 * 6);
 }

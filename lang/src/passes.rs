@@ -77,9 +77,15 @@ fn verified_layouts(p: &mut Program, pass: Pass, report: &crate::shard::Report) 
 }
 
 /// `-O2`'s folding, common subexpressions, dead code and forward substitution.
+/// A sharded program's bodies are ordered for overlap again afterwards (substitution moves
+/// single-use values into their readers).
 pub fn optimize(p: &mut Program) -> crate::ir::opt::OptReport {
     let report = crate::ir::opt::optimize(p);
     verified(p, Pass::Optimize);
+    if crate::dist::Mesh::of(p).is_some() {
+        crate::shard::overlap::run(p);
+        verified(p, Pass::Overlap);
+    }
     report
 }
 

@@ -314,14 +314,15 @@ impl<'p> Interp<'p> {
             bind_dims_from(ty, &v, &mut frame, self.spmd.as_ref().map(|s| &s.mesh));
             frame.locals[l.0 as usize] = Some(v);
         }
-        let compiled = if self.nan_check { None } else { self.accel.as_mut().and_then(|a| a.body(f)) };
+        // A sharded body that starts collectives runs here, where they overlap its work (a
+        // compiled body would wait at each); the accelerator still fuses its elementwise trees.
+        let deferring = self.spmd.is_some() && !overlap::overlap_off() && overlap::starts_collectives(&func.body);
+        let compiled = if self.nan_check || deferring { None } else { self.accel.as_mut().and_then(|a| a.body(f)) };
         let t0 = self.trace_start();
         let kind = if compiled.is_some() { trace::Kind::Compiled } else { trace::Kind::Call };
         let r = match (compiled, &func.body.kind) {
             (Some(code), _) => code.run(self, &mut frame),
-            (None, ExprKind::Block { stmts, result }) if self.spmd.is_some() && !overlap::overlap_off() => {
-                self.body_overlapped(stmts, result, &mut frame)
-            }
+            (None, ExprKind::Block { stmts, result }) if deferring => self.body_overlapped(stmts, result, &mut frame),
             (None, _) => self.eval(&func.body, &mut frame),
         };
         self.trace_call(t0, f, kind);

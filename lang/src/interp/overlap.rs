@@ -61,6 +61,16 @@ fn touched(s: &Stmt, out: &mut Vec<Local>) {
     }
 }
 
+/// Whether a function body has a top-level `let` of a collective that sends (one it would start
+/// without waiting).
+pub(crate) fn starts_collectives(body: &Expr) -> bool {
+    let ExprKind::Block { stmts, .. } = &body.kind else { return false };
+    stmts.iter().any(|s| {
+        matches!(s, Stmt::Let { pat: Pat::Local(_), value: Expr { kind: ExprKind::Prim { prim, args, attrs }, .. } }
+            if args.len() == 1 && coll_of(*prim, attrs).is_some())
+    })
+}
+
 /// Whether deferred collectives are off (`MSL_OVERLAP=0`: every collective waits where it is
 /// started, for comparing a run with and without overlap).
 pub(crate) fn overlap_off() -> bool {
