@@ -703,11 +703,15 @@ impl V<'_> {
                 self.p(Prim::Permute, &[vs[0].0], Attrs { perm, ..attrs }, bt)
             }
             (Prim::ExpandDims, _) => self.p(p, &[vs[0].0], Attrs { axis: attrs.axis.map(|a| a + 1), ..attrs }, bt),
+            // A copy of the batch dim of every element (one process: contiguous rows).
+            (Prim::CopySplit, _) => {
+                self.p(p, &[vs[0].0], Attrs { axis: Some(attrs.axis.unwrap_or(0) + 1), ..attrs }, bt)
+            }
             (Prim::Squeeze, _) => {
                 let Some(d) = fixed(&shape(&bt)) else { return Err(err(self.span, "`vmap` of squeeze over a rest")) };
                 self.p(Prim::Reshape, &[vs[0].0], Attrs { shape: d, ..Attrs::default() }, bt)
             }
-            (Prim::Concat | Prim::Stack, _) => {
+            (Prim::Concat | Prim::Stack | Prim::CopyJoin, _) => {
                 let mut args = Vec::new();
                 for (l, b) in &vs {
                     args.push(self.force(*l, b)?);
