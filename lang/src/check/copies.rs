@@ -37,15 +37,94 @@ impl Checker {
                 );
                 continue;
             }
-            if let Err(why) = expand(&mut self.prog, o.func, o.n) {
+            if o.n > MAX_COPIES {
                 self.error(
+                    Diagnostic::error(Code::E0214, o.span, format!("`@copies({})`: at most {MAX_COPIES} copies", o.n))
+                        .label("this annotation")
+                        .with_help("two to four copies are enough to overlap communication"),
+                );
+                continue;
+            }
+            match expand(&mut self.prog, o.func, o.n) {
+                Ok(()) => {}
+                Err(Refusal::Shape(why)) => self.error(
                     Diagnostic::error(Code::E0214, o.span, why)
                         .label("this annotation")
                         .with_help("`@copies` goes on a function whose batched parameters and results have the batch dim first, such as a block `f32[B, T, D] -> f32[B, T, D]`"),
-                );
+                ),
+                Err(Refusal::Mixes(why, at)) => {
+                    let at = self.prog.span(at);
+                    self.error(
+                        Diagnostic::error(Code::E0214, at, why)
+                            .label("this mixes rows of the batch")
+                            .with_help("each copy sees only its rows: `@copies` goes on functions that treat the rows of their batch independently (layers, blocks), not on a loss or a batch norm"),
+                    )
+                }
             }
         }
     }
+}
+
+/// At most this many copies (the body is written out once per copy).
+const MAX_COPIES: usize = 64;
+
+/// Why a function cannot be split.
+enum Refusal {
+    /// Its parameters, result or body's constructs.
+    Shape(String),
+    /// An expression of its body combines rows of the batch.
+    Mixes(String, crate::ir::SpanId),
+}
+
+impl From<String> for Refusal {
+    fn from(s: String) -> Refusal {
+        Refusal::Shape(s)
+    }
+}
+
+/// The first expression of `body` that combines rows of batch dim `b`, described: one whose
+/// operands have the batch dim and whose result has not (a reduction, contraction or row
+/// index over it, or a call doing one), a slice of the batch dim, or the batch size read as a
+/// value. A copy sees only its rows, so each would give another value.
+fn mixes_rows(prog: &Program, body: &Expr, b: Sym) -> Option<(String, crate::ir::SpanId)> {
+    let has = |t: &Type| t.dim_syms().contains(&b);
+    let dim_has = |t: &Type, axis: usize| match t {
+        Type::Tensor(tt) => matches!(tt.shape.get(axis), Some(ShapeItem::Dim(d)) if d.mentions(b)),
+        _ => false,
+    };
+    let mut found = None;
+    crate::ir::walk::walk(body, &mut |e| {
+        if found.is_some() {
+            return;
+        }
+        let what = match &e.kind {
+            ExprKind::DimValue(d) if d.mentions(b) => Some("reads the batch size as a value".to_string()),
+            ExprKind::Prim { prim, args, attrs } => {
+                let name = prim.name();
+                match prim {
+                    Prim::Slice => {
+                        let cut = attrs.slice.iter().enumerate().any(|(ax, k)| {
+                            *k != crate::ir::SliceEntry::Full && args.first().is_some_and(|a| dim_has(&a.ty, ax))
+                        });
+                        cut.then(|| "indexes or slices the batch dim".to_string())
+                    }
+                    _ if args.iter().any(|a| has(&a.ty)) && !has(&e.ty) => {
+                        Some(format!("`{name}` combines the batch's rows (its result has no batch dim)"))
+                    }
+                    _ => None,
+                }
+            }
+            ExprKind::Call { func, args, .. } if args.iter().any(|a| has(&a.ty)) && !has(&e.ty) => Some(format!(
+                "`{}` combines the batch's rows (its result has no batch dim)",
+                prog.names.get(prog.func(*func).name)
+            )),
+            _ => None,
+        };
+        if let Some(w) = what {
+            found = Some((w, e.span));
+        }
+    });
+    found
 }
 
 /// `t` with the dims of `s` substituted, keeping every tensor's layout.
@@ -82,14 +161,15 @@ fn batch_dim(f: &Func) -> Option<Sym> {
     })
 }
 
-fn expand(prog: &mut Program, id: FuncId, n: usize) -> Result<(), String> {
+fn expand(prog: &mut Program, id: FuncId, n: usize) -> Result<(), Refusal> {
     let f = prog.func(id);
     let fname = prog.names.get(f.name).to_string();
     let local_name = |l: Local| prog.names.get(f.locals[l.0 as usize].name).to_string();
     let Some(b) = batch_dim(f) else {
         return Err(format!(
             "`@copies` splits the batch dim, but the first dim of `{fname}`'s first tensor parameter is not one of its dims (write it as a dim such as `B`)"
-        ));
+        )
+        .into());
     };
     let bname = prog.sym_names[b.0 as usize].clone();
     let mut batched = Vec::new();
@@ -102,7 +182,8 @@ fn expand(prog: &mut Program, id: FuncId, n: usize) -> Result<(), String> {
             return Err(format!(
                 "`@copies` splits `{fname}`'s batch dim `{bname}`, but parameter `{}` has it elsewhere than as its first dim",
                 local_name(p)
-            ));
+            )
+            .into());
         }
         batched.push(p);
     }
@@ -112,7 +193,8 @@ fn expand(prog: &mut Program, id: FuncId, n: usize) -> Result<(), String> {
         _ => {
             return Err(format!(
                 "`@copies` joins the copies' results along the batch dim `{bname}`, but `{fname}` returns a value without it first"
-            ))
+            )
+            .into())
         }
     };
     let mut why = None;
@@ -130,13 +212,20 @@ fn expand(prog: &mut Program, id: FuncId, n: usize) -> Result<(), String> {
         why.get_or_insert(what);
     });
     if let Some(what) = why {
-        return Err(format!("`@copies` cannot split `{fname}`: its body has {what}"));
+        return Err(format!("`@copies` cannot split `{fname}`: its body has {what}").into());
     }
     let mut g = f.clone();
     inline_calls(prog, &mut g);
+    if let Some((what, at)) = mixes_rows(prog, &g.body, b) {
+        return Err(Refusal::Mixes(
+            format!("`@copies` splits `{fname}`'s batch `{bname}` into copies, but this {what}"),
+            at,
+        ));
+    }
     let f = prog.func(id);
     let sub = Subst {
-        dims: [(b, Dim::var(b).div(&Dim::constant(n as i64)).ok_or("a batch dim")?)].into(),
+        dims: [(b, Dim::var(b).div(&Dim::constant(n as i64)).ok_or_else(|| Refusal::Shape("a batch dim".into()))?)]
+            .into(),
         ..Subst::default()
     };
     let span = g.body.span;
