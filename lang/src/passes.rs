@@ -57,10 +57,11 @@ pub fn autodiff(p: &mut Program, diags: &mut Vec<Diagnostic>) {
 /// Partitions the program for its mesh (layouts re-inferred, collectives inserted), then
 /// orders each body so that its collectives overlap computation (`overlap`).
 pub fn shard(p: &mut Program) -> crate::shard::Report {
-    let report = crate::shard::run(p);
+    let mut report = crate::shard::run(p);
     verified_layouts(p, Pass::Shard, &report);
     if crate::dist::Mesh::of(p).is_some() {
         crate::shard::overlap::run(p);
+        report.retain_present(p);
         verified_layouts(p, Pass::Overlap, &report);
     }
     report

@@ -140,3 +140,35 @@ fn pat_binds(p: &Pat, l: lang::ir::Local) -> bool {
     p.each_local(&mut |m| found |= m == l);
     found
 }
+
+#[test]
+fn the_copies_weight_gradients_are_all_reduced_once_over_dp() {
+    let src = BLOCK
+        .replace("COPIES", "@copies(2)")
+        .replace("mesh M[mp = 2]", "mesh M[dp = 2, mp = 2]")
+        .replace("(m: Mlp[D, F], x: f32[B, D]) -> f32 {", "(m: Mlp[D, F], x: f32[B @dp, D]) -> f32 {");
+    let mut c = lang::check::check_source("t.msl", &src, std::path::Path::new("."));
+    assert!(!c.has_errors(), "{:?}", c.diagnostics);
+    let report = lang::passes::shard(&mut c.program);
+    assert!(c.program.malformed.is_empty(), "{:?}", c.program.malformed);
+    let dp = c.program.meshes[0].axes.iter().position(|(n, _)| c.program.names.get(*n) == "dp").unwrap();
+    let over_dp = |f: &Func| {
+        let mut n = 0;
+        lang::ir::walk::walk(&f.body, &mut |e| {
+            if let ExprKind::Prim { prim: lang::ir::Prim::AllReduceSum, attrs, .. } = &e.kind {
+                n += usize::from(attrs.mesh_axes.iter().any(|a| a.0 as usize == dp));
+            }
+        });
+        n
+    };
+    // w1, b1 and w2: each copy's and each block's contribution summed, then one all-reduce.
+    assert_eq!(over_dp(busiest(&c)), 3);
+    // `--emit collectives` lists only what remains.
+    let listed: usize = report
+        .collectives
+        .iter()
+        .filter(|k| k.axes == ["dp"] && k.prim == lang::ir::Prim::AllReduceSum)
+        .map(|k| 1 + k.same.len())
+        .sum();
+    assert_eq!(listed, 3);
+}

@@ -50,6 +50,31 @@ pub struct Report {
     pub unpartitioned: Vec<crate::types::FuncId>,
 }
 
+impl Report {
+    /// Keeps only the collectives whose numbers `prog` still holds (a later pass may merge two
+    /// into one, `overlap::merge_sums`).
+    pub fn retain_present(&mut self, prog: &Program) {
+        let mut present = std::collections::HashSet::new();
+        for f in &prog.funcs {
+            crate::ir::walk::walk(&f.body, &mut |e| {
+                if let ExprKind::Prim { attrs, .. } = &e.kind {
+                    if attrs.site > 0 {
+                        present.insert(attrs.site);
+                    }
+                }
+            });
+        }
+        self.collectives.retain_mut(|k| {
+            let sites: Vec<u32> =
+                std::iter::once(k.site).chain(k.same.iter().copied()).filter(|s| present.contains(s)).collect();
+            let Some((first, rest)) = sites.split_first() else { return false };
+            k.site = *first;
+            k.same = rest.to_vec();
+            true
+        });
+    }
+}
+
 /// What is known about a parameter's layout from the calls seen so far.
 #[derive(Clone, Debug, PartialEq)]
 enum Lat {

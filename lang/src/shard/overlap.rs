@@ -26,6 +26,7 @@ pub fn run(prog: &mut Program) {
         if !has_collective(&f.body) {
             continue;
         }
+        merge_sums(f);
         hoist(f, name);
         schedule(f);
     }
@@ -72,6 +73,83 @@ fn movable(e: &Expr) -> bool {
         _ => ok = false,
     });
     ok
+}
+
+/// `let a = all_reduce_sum(x); let b = all_reduce_sum(y); let g = a + b`, with `a` and `b`
+/// read only there, becomes `let g = all_reduce_sum(x + y)`: one collective instead of two
+/// (the gradient of a weight used twice, or by each copy of `@copies`, under data
+/// parallelism). Partial sums over the same axes add up to a partial sum.
+fn merge_sums(f: &mut Func) {
+    while merge_once(f) {}
+}
+
+/// One pass of [`merge_sums`]; whether it merged anything.
+fn merge_once(f: &mut Func) -> bool {
+    let ExprKind::Block { stmts, .. } = &f.body.kind else { return false };
+    let mut reads: HashMap<crate::ir::Local, usize> = HashMap::new();
+    walk(&f.body, &mut |x| match &x.kind {
+        ExprKind::Local(l) => *reads.entry(*l).or_insert(0) += 1,
+        ExprKind::Closure { captures, .. } => {
+            for l in captures {
+                *reads.entry(*l).or_insert(2) += 2;
+            }
+        }
+        _ => {}
+    });
+    let reduced = |s: &Stmt| match s {
+        Stmt::Let { pat: Pat::Local(l), value } => match &value.kind {
+            ExprKind::Prim { prim: crate::ir::Prim::AllReduceSum, args, attrs } if args.len() == 1 => {
+                Some((*l, attrs.mesh_axes.clone()))
+            }
+            _ => None,
+        },
+        _ => None,
+    };
+    let mut at: HashMap<crate::ir::Local, (usize, Vec<crate::types::AxisId>)> = HashMap::new();
+    let mut merges = Vec::new();
+    for (i, s) in stmts.iter().enumerate() {
+        if let Some((l, axes)) = reduced(s) {
+            at.insert(l, (i, axes));
+        }
+        let Stmt::Let { pat: Pat::Local(_), value } = s else { continue };
+        let ExprKind::Prim { prim: crate::ir::Prim::Add, args, .. } = &value.kind else { continue };
+        let [x, y] = args.as_slice() else { continue };
+        let (ExprKind::Local(a), ExprKind::Local(b)) = (&x.kind, &y.kind) else { continue };
+        let (Some((ia, axa)), Some((ib, axb))) = (at.get(a), at.get(b)) else { continue };
+        let same = a != b && axa == axb && x.ty == y.ty && x.ty == value.ty;
+        // The partial sums move to `g`: nothing between may assign what they read.
+        let plain = stmts[(*ia).min(*ib)..i].iter().all(|s| matches!(s, Stmt::Let { .. }));
+        if same && plain && reads.get(a) == Some(&1) && reads.get(b) == Some(&1) {
+            merges.push((*ia, *ib, i));
+        }
+    }
+    if merges.is_empty() {
+        return false;
+    }
+    let ExprKind::Block { stmts, .. } = &mut f.body.kind else { return false };
+    let mut slots: Vec<Option<Stmt>> = std::mem::take(stmts).into_iter().map(Some).collect();
+    for (ia, ib, i) in merges {
+        let (Some(Stmt::Let { value: va, .. }), Some(Stmt::Let { value: vb, .. })) =
+            (slots[ia].take(), slots[ib].take())
+        else {
+            continue;
+        };
+        let (ExprKind::Prim { args: xa, attrs, .. }, ExprKind::Prim { args: xb, .. }) = (va.kind, vb.kind) else {
+            continue;
+        };
+        let Some(Stmt::Let { value, .. }) = &mut slots[i] else { continue };
+        let (Some(px), Some(py)) = (xa.into_iter().next(), xb.into_iter().next()) else { continue };
+        let sum = Expr::new(
+            ExprKind::Prim { prim: crate::ir::Prim::Add, args: vec![px, py], attrs: Box::default() },
+            value.ty.clone(),
+            value.span,
+        );
+        let ty = value.ty.clone();
+        *value =
+            Expr::new(ExprKind::Prim { prim: crate::ir::Prim::AllReduceSum, args: vec![sum], attrs }, ty, value.span);
+    }
+    *stmts = slots.into_iter().flatten().collect();
+    true
 }
 
 /// Binds each collective nested in a movable `let`'s value by a `let` of its own, placed just

@@ -34,7 +34,7 @@ pub fn check(p: &Program, skip: &[crate::types::FuncId]) -> Vec<String> {
                         | Prim::ReduceScatter
                 ) {
                     if let Some(a) = args.first() {
-                        combined.insert(a.id, (*prim, attrs.mesh_axes.clone()));
+                        mark_combined(a, *prim, &attrs.mesh_axes, &mut combined);
                     }
                 }
             }
@@ -44,6 +44,17 @@ pub fn check(p: &Program, skip: &[crate::types::FuncId]) -> Vec<String> {
         errs.extend(found.into_iter().map(|m| format!("fn#{i} {name}: {m}")));
     }
     errs
+}
+
+/// Marks `a` as combined by collective `prim` over `axes`, and so the operands of a sum of
+/// partial sums under it (`all_reduce_sum(p1 + p2)`, `shard::overlap::merge_sums`).
+fn mark_combined(a: &Expr, prim: Prim, axes: &[AxisId], combined: &mut HashMap<ExprId, (Prim, Vec<AxisId>)>) {
+    combined.insert(a.id, (prim, axes.to_vec()));
+    if let ExprKind::Prim { prim: Prim::Add, args, .. } = &a.kind {
+        for x in args {
+            mark_combined(x, prim, axes, combined);
+        }
+    }
 }
 
 /// The layout of a tensor type of fixed rank; `None` otherwise.
