@@ -13,6 +13,7 @@ use crate::ir::{Attrs, Expr, ExprKind, Func, Local, LocalInfo, Pat, Prim, Progra
 use crate::source::Span;
 use crate::types::unify::Subst;
 use crate::types::{Dim, FuncId, ShapeItem, Sym, TensorTy, Type, TypeArg};
+use std::collections::HashMap;
 
 /// A function annotated `@copies(n)`.
 pub(crate) struct CopiesOpt {
@@ -245,9 +246,15 @@ fn expand(prog: &mut Program, id: FuncId, n: usize) -> Result<(), Refusal> {
         for l in &old_locals {
             g.locals.push(LocalInfo { name: l.name, ty: subst_ty(&sub, &l.ty), mutable: l.mutable });
         }
-        let map = |l: Local| Local(base + l.0);
-        for &p in &f_params {
-            let value = if batched.contains(&p) {
+        // The shared parameters (the model) are read as they are; a copy's batched ones are
+        // its parts.
+        let shared: Vec<Local> =
+            f_params.iter().copied().filter(|p| !batched.contains(p) && !assigns(&result0, &stmts0, *p)).collect();
+        let map = |l: Local| if shared.contains(&l) { l } else { Local(base + l.0) };
+        for &p in f_params.iter().filter(|p| !shared.contains(p)) {
+            let value = if !batched.contains(&p) {
+                Expr::new(ExprKind::Local(p), old_locals[p.0 as usize].ty.clone(), span)
+            } else {
                 let ty = &old_locals[p.0 as usize].ty;
                 let x = Expr::new(ExprKind::Local(p), ty.clone(), span);
                 let attrs = Attrs { axis: Some(0), perm: vec![c, n], ..Attrs::default() };
@@ -256,8 +263,6 @@ fn expand(prog: &mut Program, id: FuncId, n: usize) -> Result<(), Refusal> {
                     subst_ty(&sub, ty),
                     span,
                 )
-            } else {
-                Expr::new(ExprKind::Local(p), old_locals[p.0 as usize].ty.clone(), span)
             };
             stmts.push(Stmt::Let { pat: Pat::Local(map(p)), value });
         }
@@ -370,10 +375,18 @@ fn hoist_calls(prog: &Program, e: &mut Expr, locals: &mut Vec<LocalInfo>, out: &
     for l in &callee.locals {
         locals.push(LocalInfo { name: l.name, ty: subst_ty(&sub, &l.ty), mutable: l.mutable });
     }
-    let map = |l: Local| Local(base + l.0);
+    // An argument that is a local is read where the parameter is (a model keeps the layouts
+    // the sharding pass gives its value); others are bound to the parameter's new local.
+    let mut direct: HashMap<Local, Local> = HashMap::new();
     for (p, a) in callee.params.iter().zip(std::mem::take(args)) {
-        out.push(Stmt::Let { pat: Pat::Local(map(*p)), value: a });
+        match a.kind {
+            ExprKind::Local(x) if !assigns(&callee.body, &[], *p) => {
+                direct.insert(*p, x);
+            }
+            _ => out.push(Stmt::Let { pat: Pat::Local(Local(base + p.0)), value: a }),
+        }
     }
+    let map = |l: Local| direct.get(&l).copied().unwrap_or(Local(base + l.0));
     let (stmts, result) = match &callee.body.kind {
         ExprKind::Block { stmts, result } => (stmts.clone(), (**result).clone()),
         _ => (Vec::new(), callee.body.clone()),
@@ -392,6 +405,29 @@ fn hoist_calls(prog: &Program, e: &mut Expr, locals: &mut Vec<LocalInfo>, out: &
     locals.push(LocalInfo { name: callee.name, ty: e.ty.clone(), mutable: false });
     out.push(Stmt::Let { pat: Pat::Local(t), value: r });
     *e = Expr::new(ExprKind::Local(t), e.ty.clone(), e.span);
+}
+
+/// Whether `l` is assigned in `stmts` or `e`.
+fn assigns(e: &Expr, stmts: &[Stmt], l: Local) -> bool {
+    let mut found = false;
+    let mut look = |s: &Stmt| {
+        if let Stmt::Assign { pat, .. } = s {
+            pat.each_local(&mut |x| found |= x == l);
+        }
+    };
+    stmts.iter().for_each(&mut look);
+    let mut nested = |x: &Expr| {
+        if let ExprKind::Block { stmts, .. } = &x.kind {
+            stmts.iter().for_each(&mut look);
+        }
+    };
+    crate::ir::walk::walk(e, &mut nested);
+    for s in stmts {
+        if let Stmt::Let { value, .. } | Stmt::Assign { value, .. } | Stmt::Expr(value) = s {
+            crate::ir::walk::walk(value, &mut nested);
+        }
+    }
+    found
 }
 
 fn rewrite_stmt(s: &mut Stmt, sub: &Subst, map: &dyn Fn(Local) -> Local) {

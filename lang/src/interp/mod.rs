@@ -516,6 +516,9 @@ impl<'p> Interp<'p> {
                 Ok(Value::Model(Rc::new(ModelValue { model: *id, dims, fields: vals })).packed())
             }
             ExprKind::Block { stmts, result } => {
+                if self.spmd.is_some() && overlap::block_starts_collectives(stmts) && !overlap::overlap_off() {
+                    return self.body_overlapped(stmts, result, frame);
+                }
                 for s in stmts {
                     self.stmt(s, frame)?;
                 }

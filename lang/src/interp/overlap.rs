@@ -17,10 +17,12 @@ use std::time::Instant;
 const POLL: std::time::Duration = std::time::Duration::from_micros(50);
 
 /// A collective started by a statement and not yet waited for.
-struct InFlight<'p> {
+struct InFlight {
     local: Local,
     pending: Pending,
-    value: &'p Expr,
+    /// The collective and where it is written.
+    prim: Prim,
+    span: crate::source::Span,
     /// When it was started and, once a test found it complete, when that was.
     started: Option<Instant>,
     completed: Option<Instant>,
@@ -65,6 +67,11 @@ fn touched(s: &Stmt, out: &mut Vec<Local>) {
 /// without waiting).
 pub(crate) fn starts_collectives(body: &Expr) -> bool {
     let ExprKind::Block { stmts, .. } = &body.kind else { return false };
+    block_starts_collectives(stmts)
+}
+
+/// Whether statements `stmts` have a `let` of a collective that sends.
+pub(crate) fn block_starts_collectives(stmts: &[Stmt]) -> bool {
     stmts.iter().any(|s| {
         matches!(s, Stmt::Let { pat: Pat::Local(_), value: Expr { kind: ExprKind::Prim { prim, args, attrs }, .. } }
             if args.len() == 1 && coll_of(*prim, attrs).is_some())
@@ -77,16 +84,11 @@ pub(crate) fn overlap_off() -> bool {
     std::env::var_os("MSL_OVERLAP").is_some_and(|v| v == "0")
 }
 
-impl<'p> Interp<'p> {
-    /// Runs a function body `{ stmts; result }` of a sharded run with its top-level
-    /// collectives deferred.
-    pub(crate) fn body_overlapped(
-        &mut self,
-        stmts: &'p [Stmt],
-        result: &'p Expr,
-        frame: &mut Frame,
-    ) -> R<super::Value> {
-        let mut flight: Vec<InFlight<'p>> = Vec::new();
+impl Interp<'_> {
+    /// Runs a block `{ stmts; result }` of a sharded run (a function body, a loop body) with
+    /// its collectives deferred; every one is waited for before the block ends.
+    pub(crate) fn body_overlapped(&mut self, stmts: &[Stmt], result: &Expr, frame: &mut Frame) -> R<super::Value> {
+        let mut flight: Vec<InFlight> = Vec::new();
         let r = self.overlapped(stmts, result, frame, &mut flight);
         if r.is_err() {
             // An error ends the run; what is in flight is still waited for, so that no rank
@@ -102,10 +104,10 @@ impl<'p> Interp<'p> {
 
     fn overlapped(
         &mut self,
-        stmts: &'p [Stmt],
-        result: &'p Expr,
+        stmts: &[Stmt],
+        result: &Expr,
         frame: &mut Frame,
-        flight: &mut Vec<InFlight<'p>>,
+        flight: &mut Vec<InFlight>,
     ) -> R<super::Value> {
         let mut reads = Vec::new();
         let mut polled = Instant::now();
@@ -140,14 +142,7 @@ impl<'p> Interp<'p> {
     }
 
     /// Evaluates the operand of collective `c` at `value` and starts it, bound to `local`.
-    fn start_collective(
-        &mut self,
-        local: Local,
-        c: Coll,
-        arg: &Expr,
-        value: &'p Expr,
-        frame: &mut Frame,
-    ) -> R<InFlight<'p>> {
+    fn start_collective(&mut self, local: Local, c: Coll, arg: &Expr, value: &Expr, frame: &mut Frame) -> R<InFlight> {
         let span = self.span(value);
         let x = self.eval(arg, frame)?;
         let x = super::compress::plain(x);
@@ -161,14 +156,14 @@ impl<'p> Interp<'p> {
         let pending = s.start(c, &attrs.mesh_axes, &x).map_err(|m| rt(Code::E0602, m, span))?;
         let bytes = s.comm.bytes_sent().saturating_sub(before);
         s.count(attrs.site, span, prim.name(), bytes);
-        Ok(InFlight { local, pending, value, started, completed: None, bytes })
+        Ok(InFlight { local, pending, prim: *prim, span, started, completed: None, bytes })
     }
 
     /// Advances every collective in flight (no waiting), noting when each completed.
-    fn advance(&mut self, flight: &mut [InFlight<'p>]) -> R<()> {
+    fn advance(&mut self, flight: &mut [InFlight]) -> R<()> {
         let Some(s) = self.spmd.clone() else { return Ok(()) };
         for f in flight.iter_mut().filter(|f| f.completed.is_none()) {
-            let done = s.test(&mut f.pending).map_err(|m| rt(Code::E0602, m, self.span(f.value)))?;
+            let done = s.test(&mut f.pending).map_err(|m| rt(Code::E0602, m, f.span))?;
             if done {
                 f.completed = Some(Instant::now());
             }
@@ -177,7 +172,7 @@ impl<'p> Interp<'p> {
     }
 
     /// Waits for the collectives in flight whose local `want` selects and binds their values.
-    fn land(&mut self, flight: &mut Vec<InFlight<'p>>, frame: &mut Frame, want: impl Fn(Local) -> bool) -> R<()> {
+    fn land(&mut self, flight: &mut Vec<InFlight>, frame: &mut Frame, want: impl Fn(Local) -> bool) -> R<()> {
         let mut i = 0;
         while i < flight.len() {
             if !want(flight[i].local) {
@@ -185,7 +180,7 @@ impl<'p> Interp<'p> {
                 continue;
             }
             let f = flight.remove(i);
-            let span = self.span(f.value);
+            let span = f.span;
             let s = self.spmd.clone().ok_or_else(|| rt(Code::E0605, "a collective outside a sharded run", span))?;
             let waited = self.trace_start();
             let t = s.wait(f.pending).map_err(|m| rt(Code::E0602, m, span))?;
@@ -193,9 +188,9 @@ impl<'p> Interp<'p> {
             if f.completed.is_none() {
                 self.trace_span(waited, "wait", Kind::Wait, span);
             }
-            if let (Some(t0), ExprKind::Prim { prim, .. }) = (f.started, &f.value.kind) {
+            if let Some(t0) = f.started {
                 let shape = super::trace::shape_of(&super::Value::Tensor(t.clone()));
-                self.trace_between(t0, f.completed.unwrap_or(now), prim.name(), span, shape, f.bytes);
+                self.trace_between(t0, f.completed.unwrap_or(now), f.prim.name(), span, shape, f.bytes);
             }
             frame.locals[f.local.0 as usize] = Some(super::Value::Tensor(t));
         }

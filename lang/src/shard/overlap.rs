@@ -1,7 +1,9 @@
-//! Ordering a sharded function body so that its collectives overlap computation (the
-//! interpreter starts a top-level `let c = collective(…)` without waiting and waits where `c`
-//! is first read, `interp::overlap`). Two steps over every function body:
+//! Ordering the blocks of a sharded function so that its collectives overlap computation (the
+//! interpreter starts a block's `let c = collective(…)` without waiting and waits where `c` is
+//! first read, `interp::overlap`). Three steps over every block that binds a collective
+//! (function bodies, loop bodies), innermost first:
 //!
+//! 0. Partial sums added after their all-reduces are added before one (`merge_sums`).
 //! 1. A collective nested in a statement's value (`let h = relu(all_reduce(a @ w) + b)`) is
 //!    bound by a statement of its own just before (`let c = all_reduce(a @ w); let h = relu(c + b)`).
 //! 2. Runs of pure `let`s are list-scheduled: a collective is started as soon as its operand
@@ -15,21 +17,72 @@
 
 use crate::ir::walk::walk;
 use crate::ir::{Expr, ExprKind, Func, LocalInfo, Pat, Program, Stmt};
-use crate::types::FuncId;
 use std::collections::{BTreeSet, HashMap, HashSet};
 
-/// Reorders every function of `prog` (after `shard::run`).
+/// Reorders every block of every function of `prog` (after `shard::run`): function bodies and
+/// the bodies of loops and branches alike.
 pub fn run(prog: &mut Program) {
     let name = prog.names.intern("comm");
-    for i in 0..prog.funcs.len() {
-        let f = &mut prog.funcs[FuncId(i as u32).0 as usize];
+    for f in prog.funcs.iter_mut() {
         if !has_collective(&f.body) {
             continue;
         }
-        merge_sums(f);
-        hoist(f, name);
-        schedule(f);
+        let Func { body, locals, .. } = f;
+        let pinned = pinned(body);
+        order_blocks(body, locals, name, &pinned);
     }
+}
+
+/// Merges, hoists and schedules the statements of every block in `e` that binds a collective,
+/// innermost first (a loop's body before the block holding the loop).
+fn order_blocks(e: &mut Expr, locals: &mut Vec<LocalInfo>, name: crate::ir::Name, pinned: &HashSet<crate::ir::Local>) {
+    crate::ir::walk::children_mut(e, &mut |c| order_blocks(c, locals, name, pinned));
+    let ExprKind::Block { stmts, .. } = &e.kind else { return };
+    if !stmts.iter().any(|s| matches!(s, Stmt::Let { value, .. } if has_collective(value))) {
+        return;
+    }
+    let reads = reads_of(e);
+    let ExprKind::Block { stmts, .. } = &mut e.kind else { return };
+    while merge_once(stmts, &reads) {}
+    hoist(stmts, locals, name);
+    schedule(stmts, pinned);
+}
+
+/// How often each local is read in `e` (a closure's capture counts as many).
+fn reads_of(e: &Expr) -> HashMap<crate::ir::Local, usize> {
+    let mut reads: HashMap<crate::ir::Local, usize> = HashMap::new();
+    walk(e, &mut |x| match &x.kind {
+        ExprKind::Local(l) => *reads.entry(*l).or_insert(0) += 1,
+        ExprKind::Closure { captures, .. } => {
+            for l in captures {
+                *reads.entry(*l).or_insert(2) += 2;
+            }
+        }
+        _ => {}
+    });
+    reads
+}
+
+/// Locals bound more than once or assigned anywhere in `body`: the statements that touch them
+/// keep their places.
+fn pinned(body: &Expr) -> HashSet<crate::ir::Local> {
+    let mut bound: HashMap<crate::ir::Local, usize> = HashMap::new();
+    let mut pinned: HashSet<crate::ir::Local> = HashSet::new();
+    walk(body, &mut |x| {
+        if let ExprKind::Block { stmts, .. } = &x.kind {
+            for s in stmts {
+                match s {
+                    Stmt::Let { pat, .. } => pat.each_local(&mut |l| *bound.entry(l).or_insert(0) += 1),
+                    Stmt::Assign { pat, .. } => pat.each_local(&mut |l| {
+                        pinned.insert(l);
+                    }),
+                    _ => {}
+                }
+            }
+        }
+    });
+    pinned.extend(bound.iter().filter(|(_, n)| **n > 1).map(|(l, _)| *l));
+    pinned
 }
 
 fn is_collective(e: &Expr) -> bool {
@@ -78,24 +131,8 @@ fn movable(e: &Expr) -> bool {
 /// `let a = all_reduce_sum(x); let b = all_reduce_sum(y); let g = a + b`, with `a` and `b`
 /// read only there, becomes `let g = all_reduce_sum(x + y)`: one collective instead of two
 /// (the gradient of a weight used twice, or by each copy of `@copies`, under data
-/// parallelism). Partial sums over the same axes add up to a partial sum.
-fn merge_sums(f: &mut Func) {
-    while merge_once(f) {}
-}
-
-/// One pass of [`merge_sums`]; whether it merged anything.
-fn merge_once(f: &mut Func) -> bool {
-    let ExprKind::Block { stmts, .. } = &f.body.kind else { return false };
-    let mut reads: HashMap<crate::ir::Local, usize> = HashMap::new();
-    walk(&f.body, &mut |x| match &x.kind {
-        ExprKind::Local(l) => *reads.entry(*l).or_insert(0) += 1,
-        ExprKind::Closure { captures, .. } => {
-            for l in captures {
-                *reads.entry(*l).or_insert(2) += 2;
-            }
-        }
-        _ => {}
-    });
+/// parallelism). Partial sums over the same axes add up to a partial sum. Whether it merged.
+fn merge_once(stmts: &mut Vec<Stmt>, reads: &HashMap<crate::ir::Local, usize>) -> bool {
     let reduced = |s: &Stmt| match s {
         Stmt::Let { pat: Pat::Local(l), value } => match &value.kind {
             ExprKind::Prim { prim: crate::ir::Prim::AllReduceSum, args, attrs } if args.len() == 1 => {
@@ -126,7 +163,6 @@ fn merge_once(f: &mut Func) -> bool {
     if merges.is_empty() {
         return false;
     }
-    let ExprKind::Block { stmts, .. } = &mut f.body.kind else { return false };
     let mut slots: Vec<Option<Stmt>> = std::mem::take(stmts).into_iter().map(Some).collect();
     for (ia, ib, i) in merges {
         let (Some(Stmt::Let { value: va, .. }), Some(Stmt::Let { value: vb, .. })) =
@@ -154,24 +190,22 @@ fn merge_once(f: &mut Func) -> bool {
 
 /// Binds each collective nested in a movable `let`'s value by a `let` of its own, placed just
 /// before (innermost first).
-fn hoist(f: &mut Func, name: crate::ir::Name) {
-    let ExprKind::Block { stmts, .. } = &mut f.body.kind else { return };
+fn hoist(stmts: &mut Vec<Stmt>, locals: &mut Vec<LocalInfo>, name: crate::ir::Name) {
     let old = std::mem::take(stmts);
     let mut out = Vec::with_capacity(old.len());
     for mut s in old {
         if let Stmt::Let { value, .. } = &mut s {
             if movable(value) && !is_collective(value) {
-                lift(value, &mut f.locals, name, &mut out);
+                lift(value, locals, name, &mut out);
             } else if let ExprKind::Prim { args, .. } = &mut value.kind {
                 // A collective bound directly: collectives in its operand still move out.
                 for a in args.iter_mut() {
-                    lift(a, &mut f.locals, name, &mut out);
+                    lift(a, locals, name, &mut out);
                 }
             }
         }
         out.push(s);
     }
-    let ExprKind::Block { stmts, .. } = &mut f.body.kind else { return };
     *stmts = out;
 }
 
@@ -201,34 +235,8 @@ fn lift(e: &mut Expr, locals: &mut Vec<LocalInfo>, name: crate::ir::Name, out: &
     }
 }
 
-/// List-schedules each run of movable `let`s of `f`'s body.
-fn schedule(f: &mut Func) {
-    let ExprKind::Block { stmts, .. } = &mut f.body.kind else { return };
-    // Locals bound more than once or assigned anywhere pin the statements that touch them.
-    let mut bound: HashMap<crate::ir::Local, usize> = HashMap::new();
-    let mut pinned: HashSet<crate::ir::Local> = HashSet::new();
-    for s in stmts.iter() {
-        match s {
-            Stmt::Let { pat, .. } => pat.each_local(&mut |l| *bound.entry(l).or_insert(0) += 1),
-            Stmt::Assign { pat, .. } => pat.each_local(&mut |l| {
-                pinned.insert(l);
-            }),
-            _ => {}
-        }
-    }
-    walk(&f.body, &mut |x| {
-        if let ExprKind::Block { stmts, .. } = &x.kind {
-            for s in stmts {
-                if let Stmt::Assign { pat, .. } = s {
-                    pat.each_local(&mut |l| {
-                        pinned.insert(l);
-                    });
-                }
-            }
-        }
-    });
-    pinned.extend(bound.iter().filter(|(_, n)| **n > 1).map(|(l, _)| *l));
-    let ExprKind::Block { stmts, .. } = &mut f.body.kind else { return };
+/// List-schedules each run of movable `let`s of a block.
+fn schedule(stmts: &mut Vec<Stmt>, pinned: &HashSet<crate::ir::Local>) {
     let free = |s: &Stmt| match s {
         Stmt::Let { pat, value } => {
             let mut ok = movable(value);
