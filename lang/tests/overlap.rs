@@ -143,7 +143,14 @@ fn pat_binds(p: &Pat, l: lang::ir::Local) -> bool {
 
 #[test]
 fn the_copies_weight_gradients_are_all_reduced_once_over_dp() {
+    for body in ["mean(block(m, block(m, x)) ** 2)", "mean(block(m, x) ** 2)"] {
+        weight_gradients_all_reduced_once(body);
+    }
+}
+
+fn weight_gradients_all_reduced_once(loss_body: &str) {
     let src = BLOCK
+        .replace("mean(block(m, block(m, x)) ** 2)", loss_body)
         .replace("COPIES", "@copies(2)")
         .replace("mesh M[mp = 2]", "mesh M[dp = 2, mp = 2]")
         .replace("(m: Mlp[D, F], x: f32[B, D]) -> f32 {", "(m: Mlp[D, F], x: f32[B @dp, D]) -> f32 {");
@@ -162,7 +169,7 @@ fn the_copies_weight_gradients_are_all_reduced_once_over_dp() {
         n
     };
     // w1, b1 and w2: each copy's and each block's contribution summed, then one all-reduce.
-    assert_eq!(over_dp(busiest(&c)), 3);
+    assert_eq!(over_dp(busiest(&c)), 3, "{loss_body}");
     // `--emit collectives` lists only what remains.
     let listed: usize = report
         .collectives

@@ -133,38 +133,55 @@ fn movable(e: &Expr) -> bool {
 /// (the gradient of a weight used twice, or by each copy of `@copies`, under data
 /// parallelism). Partial sums over the same axes add up to a partial sum. Whether it merged.
 fn merge_once(stmts: &mut Vec<Stmt>, reads: &HashMap<crate::ir::Local, usize>) -> bool {
+    let mut merged = false;
+    // Within one value: `all_reduce_sum(x) + all_reduce_sum(y)`.
+    for s in stmts.iter_mut() {
+        if let Stmt::Let { value, .. } = s {
+            merged |= merge_nested(value);
+        }
+    }
     let reduced = |s: &Stmt| match s {
         Stmt::Let { pat: Pat::Local(l), value } => match &value.kind {
             ExprKind::Prim { prim: crate::ir::Prim::AllReduceSum, args, attrs } if args.len() == 1 => {
-                Some((*l, attrs.mesh_axes.clone()))
+                Some((*l, attrs.mesh_axes.clone(), value.ty.clone()))
             }
             _ => None,
         },
         _ => None,
     };
-    let mut at: HashMap<crate::ir::Local, (usize, Vec<crate::types::AxisId>)> = HashMap::new();
-    let mut merges = Vec::new();
+    // Across statements: `let a = all_reduce_sum(x); let b = …; … a + b …`.
+    let mut at: HashMap<crate::ir::Local, (usize, Vec<crate::types::AxisId>, crate::types::Type)> = HashMap::new();
+    let mut merges: Vec<(usize, usize, usize, crate::ir::ExprId)> = Vec::new();
+    let mut used = HashSet::new();
     for (i, s) in stmts.iter().enumerate() {
-        if let Some((l, axes)) = reduced(s) {
-            at.insert(l, (i, axes));
+        if let Stmt::Let { value, .. } = s {
+            if movable(value) {
+                walk_movable(value, &mut |e| {
+                    let ExprKind::Prim { prim: crate::ir::Prim::Add, args, .. } = &e.kind else { return };
+                    let [x, y] = args.as_slice() else { return };
+                    let (ExprKind::Local(a), ExprKind::Local(b)) = (&x.kind, &y.kind) else { return };
+                    let (Some((ia, axa, ta)), Some((ib, axb, tb))) = (at.get(a), at.get(b)) else { return };
+                    let same = a != b && axa == axb && *ta == e.ty && *tb == e.ty;
+                    // The partial sums move here: nothing between may assign what they read.
+                    let plain = stmts[(*ia).min(*ib)..i].iter().all(|s| matches!(s, Stmt::Let { .. }));
+                    let once = reads.get(a) == Some(&1) && reads.get(b) == Some(&1);
+                    if same && plain && once && !used.contains(ia) && !used.contains(ib) {
+                        used.insert(*ia);
+                        used.insert(*ib);
+                        merges.push((*ia, *ib, i, e.id));
+                    }
+                });
+            }
         }
-        let Stmt::Let { pat: Pat::Local(_), value } = s else { continue };
-        let ExprKind::Prim { prim: crate::ir::Prim::Add, args, .. } = &value.kind else { continue };
-        let [x, y] = args.as_slice() else { continue };
-        let (ExprKind::Local(a), ExprKind::Local(b)) = (&x.kind, &y.kind) else { continue };
-        let (Some((ia, axa)), Some((ib, axb))) = (at.get(a), at.get(b)) else { continue };
-        let same = a != b && axa == axb && x.ty == y.ty && x.ty == value.ty;
-        // The partial sums move to `g`: nothing between may assign what they read.
-        let plain = stmts[(*ia).min(*ib)..i].iter().all(|s| matches!(s, Stmt::Let { .. }));
-        if same && plain && reads.get(a) == Some(&1) && reads.get(b) == Some(&1) {
-            merges.push((*ia, *ib, i));
+        if let Some((l, axes, ty)) = reduced(s) {
+            at.insert(l, (i, axes, ty));
         }
     }
     if merges.is_empty() {
-        return false;
+        return merged;
     }
     let mut slots: Vec<Option<Stmt>> = std::mem::take(stmts).into_iter().map(Some).collect();
-    for (ia, ib, i) in merges {
+    for (ia, ib, i, id) in merges {
         let (Some(Stmt::Let { value: va, .. }), Some(Stmt::Let { value: vb, .. })) =
             (slots[ia].take(), slots[ib].take())
         else {
@@ -175,17 +192,75 @@ fn merge_once(stmts: &mut Vec<Stmt>, reads: &HashMap<crate::ir::Local, usize>) -
         };
         let Some(Stmt::Let { value, .. }) = &mut slots[i] else { continue };
         let (Some(px), Some(py)) = (xa.into_iter().next(), xb.into_iter().next()) else { continue };
-        let sum = Expr::new(
-            ExprKind::Prim { prim: crate::ir::Prim::Add, args: vec![px, py], attrs: Box::default() },
-            value.ty.clone(),
-            value.span,
-        );
-        let ty = value.ty.clone();
-        *value =
-            Expr::new(ExprKind::Prim { prim: crate::ir::Prim::AllReduceSum, args: vec![sum], attrs }, ty, value.span);
+        let mut parts = Some((px, py, attrs));
+        crate::ir::walk::walk_mut(value, &mut |e| {
+            if e.id == id {
+                if let Some((px, py, attrs)) = parts.take() {
+                    *e = summed(px, py, attrs, e.ty.clone(), e.span);
+                }
+            }
+        });
     }
     *stmts = slots.into_iter().flatten().collect();
     true
+}
+
+/// `all_reduce_sum(x + y)` typed `ty`, with the collective's attributes `attrs`.
+fn summed(x: Expr, y: Expr, attrs: Box<crate::ir::Attrs>, ty: crate::types::Type, span: crate::ir::SpanId) -> Expr {
+    let sum = Expr::new(
+        ExprKind::Prim { prim: crate::ir::Prim::Add, args: vec![x, y], attrs: Box::default() },
+        ty.clone(),
+        span,
+    );
+    Expr::new(ExprKind::Prim { prim: crate::ir::Prim::AllReduceSum, args: vec![sum], attrs }, ty, span)
+}
+
+/// Rewrites `all_reduce_sum(x) + all_reduce_sum(y)` (same axes and type) in `e`'s movable
+/// positions into `all_reduce_sum(x + y)`; whether it did.
+fn merge_nested(e: &mut Expr) -> bool {
+    let mut merged = false;
+    if let ExprKind::Prim { args, .. } | ExprKind::Tuple(args) = &mut e.kind {
+        for a in args.iter_mut() {
+            merged |= merge_nested(a);
+        }
+    }
+    if let ExprKind::ModelBuild { fields } = &mut e.kind {
+        for a in fields.iter_mut() {
+            merged |= merge_nested(a);
+        }
+    }
+    let ExprKind::Prim { prim: crate::ir::Prim::Add, args, .. } = &e.kind else { return merged };
+    let reduce = |x: &Expr| match &x.kind {
+        ExprKind::Prim { prim: crate::ir::Prim::AllReduceSum, args, attrs } if args.len() == 1 && x.ty == e.ty => {
+            Some(attrs.mesh_axes.clone())
+        }
+        _ => None,
+    };
+    let [x, y] = args.as_slice() else { return merged };
+    if reduce(x).is_none() || reduce(x) != reduce(y) {
+        return merged;
+    }
+    let ExprKind::Prim { args, .. } = std::mem::replace(&mut e.kind, ExprKind::Tuple(vec![])) else { return merged };
+    let mut it = args.into_iter();
+    let (Some(x), Some(y)) = (it.next(), it.next()) else { return merged };
+    let (ExprKind::Prim { args: xa, attrs, .. }, ExprKind::Prim { args: ya, .. }) = (x.kind, y.kind) else {
+        return merged;
+    };
+    let (Some(px), Some(py)) = (xa.into_iter().next(), ya.into_iter().next()) else { return merged };
+    *e = summed(px, py, attrs, e.ty.clone(), e.span);
+    true
+}
+
+/// Calls `f` on `e` and the expressions below it through primitives, tuples, tuple items,
+/// fields and model builds (what a statement evaluates at once).
+fn walk_movable(e: &Expr, f: &mut dyn FnMut(&Expr)) {
+    f(e);
+    match &e.kind {
+        ExprKind::Prim { args, .. } | ExprKind::Tuple(args) => args.iter().for_each(|a| walk_movable(a, f)),
+        ExprKind::ModelBuild { fields } => fields.iter().for_each(|a| walk_movable(a, f)),
+        ExprKind::TupleGet(a, _) | ExprKind::Field(a, _) => walk_movable(a, f),
+        _ => {}
+    }
 }
 
 /// Binds each collective nested in a movable `let`'s value by a `let` of its own, placed just
