@@ -51,6 +51,7 @@ fn record(p: &mut Program, pass: Pass, found: Vec<String>) {
 /// The transforms: every `grad`/`value_and_grad`/`vjp`/`jvp`/`vmap` target becomes a function.
 pub fn autodiff(p: &mut Program, diags: &mut Vec<Diagnostic>) {
     crate::autodiff::run(p, diags);
+    crate::check::copies::fuse_splits(p);
     verified(p, Pass::Autodiff);
 }
 

@@ -27,6 +27,12 @@ impl CpuDevice {
         if d.is_contiguous() && base.shape() == d.shape() {
             return Ok(Cow::Borrowed(base));
         }
+        // A run of the buffer in row-major order (a narrowed leading axis): a view of it.
+        if d.is_row_major() {
+            if let Ok(v) = base.view(d.offset(), d.shape().to_vec()) {
+                return Ok(Cow::Owned(v));
+            }
+        }
         gather_host(base, d).map(Cow::Owned)
     }
     /// A GEMM operand: a view whose last two axes are swapped from a row-major one is read

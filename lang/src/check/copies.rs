@@ -303,6 +303,71 @@ fn expand(prog: &mut Program, id: FuncId, n: usize) -> Result<(), Refusal> {
     Ok(())
 }
 
+/// `let r = copy_join(p0, p1, …)` followed in the same block by `let x = copy_split(r)` of
+/// copy `c`: `x` is `pc` (two `@copies` blocks in a row, once reverse mode has written them
+/// into one derivative, hand each copy over without joining and splitting it again).
+pub(crate) fn fuse_splits(prog: &mut Program) {
+    for f in prog.funcs.iter_mut() {
+        let mut fused = false;
+        walk_mut(&mut f.body, &mut |e| {
+            let ExprKind::Block { stmts, .. } = &mut e.kind else { return };
+            let mut joins: HashMap<Local, (Vec<Local>, Option<usize>)> = HashMap::new();
+            for s in stmts.iter_mut() {
+                let Stmt::Let { pat: Pat::Local(l), value } = s else { continue };
+                let ExprKind::Prim { prim, args, attrs } = &value.kind else { continue };
+                match prim {
+                    Prim::CopyJoin => {
+                        let parts: Option<Vec<Local>> = args
+                            .iter()
+                            .map(|a| match a.kind {
+                                ExprKind::Local(p) => Some(p),
+                                _ => None,
+                            })
+                            .collect();
+                        if let Some(parts) = parts {
+                            joins.insert(*l, (parts, attrs.axis));
+                        }
+                    }
+                    Prim::CopySplit => {
+                        let (c, n) =
+                            (attrs.perm.first().copied().unwrap_or(0), attrs.perm.get(1).copied().unwrap_or(0));
+                        let Some(ExprKind::Local(r)) = args.first().map(|a| &a.kind) else { continue };
+                        if let Some((parts, axis)) = joins.get(r) {
+                            if parts.len() == n && *axis == attrs.axis && c < n {
+                                *value = Expr::new(ExprKind::Local(parts[c]), value.ty.clone(), value.span);
+                                fused = true;
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        });
+        if fused {
+            drop_unread_joins(&mut f.body);
+        }
+    }
+}
+
+/// Removes `let r = copy_join(…)` whose `r` nothing reads any more.
+fn drop_unread_joins(body: &mut Expr) {
+    let mut read = std::collections::HashSet::new();
+    crate::ir::walk::walk(body, &mut |x| match &x.kind {
+        ExprKind::Local(l) => {
+            read.insert(*l);
+        }
+        ExprKind::Closure { captures, .. } => read.extend(captures.iter().copied()),
+        _ => {}
+    });
+    walk_mut(body, &mut |e| {
+        if let ExprKind::Block { stmts, .. } = &mut e.kind {
+            stmts.retain(|s| {
+                !matches!(s, Stmt::Let { pat: Pat::Local(l), value: Expr { kind: ExprKind::Prim { prim: Prim::CopyJoin, .. }, .. } } if !read.contains(l))
+            });
+        }
+    });
+}
+
 /// Calls nested this deep or deeper stay calls.
 const MAX_INLINE_DEPTH: usize = 8;
 

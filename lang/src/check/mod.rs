@@ -5,7 +5,7 @@
 
 mod builtins;
 mod call;
-mod copies;
+pub(crate) mod copies;
 mod expr;
 mod items;
 pub mod modules;

@@ -278,17 +278,10 @@ impl Interp<'_> {
                         span,
                     ));
                 }
-                let b = (rows / n) as i64;
-                let specs: Vec<SliceSpec> = (0..x.rank())
-                    .map(|d| {
-                        if d == ax {
-                            SliceSpec::Range { start: c as i64 * b, end: (c as i64 + 1) * b }
-                        } else {
-                            SliceSpec::Full
-                        }
-                    })
-                    .collect();
-                kt(self.kernel1(KernelId::Slice, x, KernelParams::new().slices(&specs), span))
+                // Copy `c` of each rank's rows: a view of its run of the buffer (no copy).
+                let b = rows / n;
+                let d = self.device.upload(x).and_then(|d| d.narrowed(ax, c * b, b));
+                kt(d.and_then(|d| self.device.download(&d)).map_err(|k| kerr(k, span)))
             }
             Prim::ExpandDims => kt(self.kernel1(KernelId::ExpandDims, x0()?, along(axis0), span)),
             Prim::Squeeze => {
