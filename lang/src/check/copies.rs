@@ -162,8 +162,9 @@ fn batch_dim(f: &Func) -> Option<Sym> {
     })
 }
 
-fn expand(prog: &mut Program, id: FuncId, n: usize) -> Result<(), Refusal> {
-    let f = prog.func(id);
+/// What `@copies` splits in `f`: its batch dim, the parameters that have it first, and the
+/// number of results in a tuple (`None` for one tensor); why not where it cannot.
+fn splittable(prog: &Program, f: &Func) -> Result<(Sym, Vec<Local>, Option<usize>), Refusal> {
     let fname = prog.names.get(f.name).to_string();
     let local_name = |l: Local| prog.names.get(f.locals[l.0 as usize].name).to_string();
     let Some(b) = batch_dim(f) else {
@@ -215,6 +216,15 @@ fn expand(prog: &mut Program, id: FuncId, n: usize) -> Result<(), Refusal> {
     if let Some(what) = why {
         return Err(format!("`@copies` cannot split `{fname}`: its body has {what}").into());
     }
+    Ok((b, batched, joins))
+}
+
+/// Writes `@copies(n)` function `id` out once per copy (see the module comment).
+fn expand(prog: &mut Program, id: FuncId, n: usize) -> Result<(), Refusal> {
+    let f = prog.func(id);
+    let (b, batched, joins) = splittable(prog, f)?;
+    let fname = prog.names.get(f.name).to_string();
+    let bname = prog.sym_names[b.0 as usize].clone();
     let mut g = f.clone();
     inline_calls(prog, &mut g);
     if let Some((what, at)) = mixes_rows(prog, &g.body, b) {
