@@ -691,6 +691,27 @@ fn main() {
 "#;
 
 #[test]
+fn a_loop_over_a_split_stack_keeps_its_layers_split() {
+    // The derivative of the loop indexes the stack again: its layers' types keep their `@mp`
+    // (instantiating a function's types used to drop declared layouts, and every layer was
+    // all-gathered in the backward pass).
+    let src = COPIES
+        .replace("model Mlp[D, F] {", "model Net[D, F, L] {\n    layers: [Mlp[D, F]; L]\n}\n\nmodel Mlp[D, F] {")
+        .replace(
+            "mean(block(m, block(m, x)) ** 2)",
+            "var h = x\n    for l in 0..L {\n        h = block(m.layers[l], h)\n    }\n    mean(h ** 2)",
+        )
+        .replace("fn loss[B, D, F](m: Mlp[D, F]", "fn loss[B, D, F, L](m: Net[D, F, L]")
+        .replace("init(Mlp[4, 8]", "init(Net[4, 8, 3]");
+    let dir = scratch("stack-copies", &[("s.msl", &src)]);
+    let o = msl(&dir, &["check", "--emit", "collectives", "s.msl"]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(!out.contains("all_gather") && !err.contains("W0510"), "{out}{err}");
+    assert!(out.contains("all_reduce_sum  over mp  f32[B/2, D]"), "{out}");
+}
+
+#[test]
 fn copies_defer_their_collectives_and_print_what_blocking_ones_print() {
     if !have_mpirun("copies_defer_their_collectives_and_print_what_blocking_ones_print") {
         return;

@@ -553,6 +553,9 @@ impl<'a> Fcx<'a> {
         let declared = &self.func.ret;
         let target = if has_layout(declared) {
             declared.clone()
+        } else if self.func.n_captures > 0 {
+            // A closure (or its derivative) is applied to whole values and gives one back.
+            strip(declared)
         } else if has_return(&body) {
             strip(declared)
         } else {

@@ -50,6 +50,12 @@ impl Subst {
 
     pub fn ty(&self, t: &Type) -> Type {
         match t {
+            // A declared layout stays with its dims (a shape without a rest keeps its rank).
+            Type::Tensor(TensorTy { elem: e, shape: s, layout })
+                if !s.iter().any(|i| matches!(i, ShapeItem::Rest(_))) =>
+            {
+                Type::Tensor(TensorTy { elem: *e, shape: self.shape(s), layout: layout.clone() })
+            }
             Type::Tensor(TensorTy { elem: e, shape: s, .. }) => Type::Tensor(TensorTy::new(*e, self.shape(s))),
             Type::Tuple(ts) => Type::Tuple(ts.iter().map(|t| self.ty(t)).collect()),
             Type::List(ts) => Type::List(ts.iter().map(|t| self.ty(t)).collect()),
