@@ -238,11 +238,6 @@ impl Spmd {
         self.run(Coll::AllReduce(op), axes, x)
     }
 
-    /// The mean over the group of equal-sized blocks' local means.
-    pub fn all_reduce_mean(&self, axes: &[AxisId], x: &Tensor) -> Result<Tensor, String> {
-        self.run(Coll::AllReduceMean, axes, x)
-    }
-
     /// The group's blocks of `x` concatenated along `dim`.
     pub fn all_gather(&self, axes: &[AxisId], dim: usize, x: &Tensor) -> Result<Tensor, String> {
         self.run(Coll::AllGather(dim), axes, x)
@@ -280,13 +275,6 @@ impl Spmd {
     /// whole `x` instead of an all-reduce and a slice: half the bytes of a ring all-reduce).
     pub fn reduce_scatter(&self, axes: &[AxisId], dim: usize, x: &Tensor) -> Result<Tensor, String> {
         self.run(Coll::ReduceScatter(dim), axes, x)
-    }
-
-    /// Moves the split over `axes` from dim `from` (this rank holds its block of it) to dim `to`
-    /// (held whole): every rank sends member `j` its block `j` of `to` and concatenates the
-    /// blocks it receives along `from`.
-    pub fn all_to_all(&self, axes: &[AxisId], from: usize, to: usize, x: &Tensor) -> Result<Tensor, String> {
-        self.run(Coll::AllToAll { from, to }, axes, x)
     }
 
     /// `x` with the `k` blocks of dim `dim` laid out one after another: shape `[k, …, n/k, …]`.

@@ -30,7 +30,7 @@ struct InFlight {
 }
 
 /// The collective a primitive runs, if it is one that sends (a local slice sends nothing).
-fn coll_of(p: Prim, attrs: &crate::ir::Attrs) -> Option<Coll> {
+pub(crate) fn coll_of(p: Prim, attrs: &crate::ir::Attrs) -> Option<Coll> {
     let dim = attrs.axis.unwrap_or(0);
     Some(match p {
         Prim::AllReduceSum => Coll::AllReduce(ReduceKind::Sum),

@@ -56,25 +56,17 @@ impl Interp<'_> {
 
     /// A collective primitive on this rank's block (the identity without a sharded run).
     fn collective(&self, p: Prim, x: &Tensor, attrs: &Attrs, span: Span) -> R<Value> {
-        use crate::dist::ReduceKind;
         let Some(s) = self.spmd.as_deref() else { return Ok(Value::Tensor(x.clone())) };
         let axes = &attrs.mesh_axes;
-        let dim = attrs.axis.unwrap_or(0);
-        let before = s.comm.bytes_sent();
-        let r = match p {
-            Prim::AllReduceSum => s.all_reduce(axes, ReduceKind::Sum, x),
-            Prim::AllReduceMax => s.all_reduce(axes, ReduceKind::Max, x),
-            Prim::AllReduceMin => s.all_reduce(axes, ReduceKind::Min, x),
-            Prim::AllReduceMean => s.all_reduce_mean(axes, x),
-            Prim::AllGather => s.all_gather(axes, dim, x),
-            Prim::ReduceScatter => s.reduce_scatter(axes, dim, x),
-            Prim::AllToAll => s.all_to_all(axes, dim, attrs.perm.first().copied().unwrap_or(0), x),
-            Prim::LocalSlice => s.local_slice(axes, dim, x),
-            _ => Err(format!("`{}` is not a collective", p.name())),
-        };
-        if p != Prim::LocalSlice {
-            s.count(attrs.site, span, p.name(), s.comm.bytes_sent().saturating_sub(before));
+        if p == Prim::LocalSlice {
+            let r = s.local_slice(axes, attrs.axis.unwrap_or(0), x);
+            return r.map(Value::Tensor).map_err(|m| rt(Code::E0602, m, span));
         }
+        let c = super::overlap::coll_of(p, attrs)
+            .ok_or_else(|| rt(Code::E0605, format!("`{}` is not a collective", p.name()), span))?;
+        let before = s.comm.bytes_sent();
+        let r = s.run(c, axes, x);
+        s.count(attrs.site, span, p.name(), s.comm.bytes_sent().saturating_sub(before));
         r.map(Value::Tensor).map_err(|m| rt(Code::E0602, m, span))
     }
 
