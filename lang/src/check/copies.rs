@@ -12,7 +12,7 @@ use crate::ir::walk::walk_mut;
 use crate::ir::{Attrs, Expr, ExprKind, Func, Local, LocalInfo, Pat, Prim, Program, Stmt};
 use crate::source::Span;
 use crate::types::unify::Subst;
-use crate::types::{Dim, FuncId, ShapeItem, Sym, TensorTy, Type, TypeArg};
+use crate::types::{Dim, FuncId, ShapeItem, Sym, Type, TypeArg};
 use std::collections::HashMap;
 
 /// A function annotated `@copies(n)`.
@@ -128,17 +128,6 @@ fn mixes_rows(prog: &Program, body: &Expr, b: Sym) -> Option<(String, crate::ir:
     found
 }
 
-/// `t` with the dims of `s` substituted, keeping every tensor's layout.
-fn subst_ty(s: &Subst, t: &Type) -> Type {
-    match t {
-        Type::Tensor(tt) => {
-            Type::Tensor(TensorTy { elem: tt.elem, shape: s.shape(&tt.shape), layout: tt.layout.clone() })
-        }
-        Type::Tuple(ts) => Type::Tuple(ts.iter().map(|t| subst_ty(s, t)).collect()),
-        t => s.ty(t),
-    }
-}
-
 /// Whether `t` is a tensor with `b` as its first dim and nowhere else.
 fn batch_first(t: &Type, b: Sym) -> bool {
     match t {
@@ -241,6 +230,7 @@ fn expand(prog: &mut Program, id: FuncId, n: usize) -> Result<(), Refusal> {
     };
     let span = g.body.span;
     let old_locals = g.locals.clone();
+    let (_, assigned) = crate::ir::simplify::reads_and_assigned(&g.body);
     let f_params = f.params.clone();
     let f_ret = f.ret.clone();
     let (stmts0, result0) =
@@ -254,12 +244,12 @@ fn expand(prog: &mut Program, id: FuncId, n: usize) -> Result<(), Refusal> {
         // Copy `c`'s locals: every local of the body again, its types over `B / n`.
         let base = g.locals.len() as u32;
         for l in &old_locals {
-            g.locals.push(LocalInfo { name: l.name, ty: subst_ty(&sub, &l.ty), mutable: l.mutable });
+            g.locals.push(LocalInfo { name: l.name, ty: sub.ty(&l.ty), mutable: l.mutable });
         }
         // The shared parameters (the model) are read as they are; a copy's batched ones are
         // its parts.
         let shared: Vec<Local> =
-            f_params.iter().copied().filter(|p| !batched.contains(p) && !assigns(&result0, &stmts0, *p)).collect();
+            f_params.iter().copied().filter(|p| !batched.contains(p) && !assigned.contains(p)).collect();
         let map = |l: Local| if shared.contains(&l) { l } else { Local(base + l.0) };
         for &p in f_params.iter().filter(|p| !shared.contains(p)) {
             let value = if !batched.contains(&p) {
@@ -270,7 +260,7 @@ fn expand(prog: &mut Program, id: FuncId, n: usize) -> Result<(), Refusal> {
                 let attrs = Attrs { axis: Some(0), perm: vec![c, n], ..Attrs::default() };
                 Expr::new(
                     ExprKind::Prim { prim: Prim::CopySplit, args: vec![x], attrs: Box::new(attrs) },
-                    subst_ty(&sub, ty),
+                    sub.ty(ty),
                     span,
                 )
             };
@@ -448,14 +438,15 @@ fn hoist_calls(prog: &Program, e: &mut Expr, locals: &mut Vec<LocalInfo>, out: &
     };
     let base = locals.len() as u32;
     for l in &callee.locals {
-        locals.push(LocalInfo { name: l.name, ty: subst_ty(&sub, &l.ty), mutable: l.mutable });
+        locals.push(LocalInfo { name: l.name, ty: sub.ty(&l.ty), mutable: l.mutable });
     }
     // An argument that is a local is read where the parameter is (a model keeps the layouts
     // the sharding pass gives its value); others are bound to the parameter's new local.
     let mut direct: HashMap<Local, Local> = HashMap::new();
+    let (_, assigned) = crate::ir::simplify::reads_and_assigned(&callee.body);
     for (p, a) in callee.params.iter().zip(std::mem::take(args)) {
         match a.kind {
-            ExprKind::Local(x) if !assigns(&callee.body, &[], *p) => {
+            ExprKind::Local(x) if !assigned.contains(p) => {
                 direct.insert(*p, x);
             }
             _ => out.push(Stmt::Let { pat: Pat::Local(Local(base + p.0)), value: a }),
@@ -482,29 +473,6 @@ fn hoist_calls(prog: &Program, e: &mut Expr, locals: &mut Vec<LocalInfo>, out: &
     *e = Expr::new(ExprKind::Local(t), e.ty.clone(), e.span);
 }
 
-/// Whether `l` is assigned in `stmts` or `e`.
-fn assigns(e: &Expr, stmts: &[Stmt], l: Local) -> bool {
-    let mut found = false;
-    let mut look = |s: &Stmt| {
-        if let Stmt::Assign { pat, .. } = s {
-            pat.each_local(&mut |x| found |= x == l);
-        }
-    };
-    stmts.iter().for_each(&mut look);
-    let mut nested = |x: &Expr| {
-        if let ExprKind::Block { stmts, .. } = &x.kind {
-            stmts.iter().for_each(&mut look);
-        }
-    };
-    crate::ir::walk::walk(e, &mut nested);
-    for s in stmts {
-        if let Stmt::Let { value, .. } | Stmt::Assign { value, .. } | Stmt::Expr(value) = s {
-            crate::ir::walk::walk(value, &mut nested);
-        }
-    }
-    found
-}
-
 fn rewrite_stmt(s: &mut Stmt, sub: &Subst, map: &dyn Fn(Local) -> Local) {
     match s {
         Stmt::Let { pat, value } | Stmt::Assign { pat, value } => {
@@ -527,7 +495,7 @@ fn remap_pat(p: &mut Pat, map: &dyn Fn(Local) -> Local) {
 /// `e` with its locals renamed by `map` and its dims substituted by `sub`.
 fn rewrite(e: &mut Expr, sub: &Subst, map: &dyn Fn(Local) -> Local) {
     walk_mut(e, &mut |x| {
-        x.ty = subst_ty(sub, &x.ty);
+        x.ty = sub.ty(&x.ty);
         match &mut x.kind {
             ExprKind::Local(l) => *l = map(*l),
             ExprKind::DimValue(d) => *d = sub.dim(d),

@@ -9,7 +9,7 @@
 use crate::ir::walk::{walk, walk_mut};
 use crate::ir::{ExprKind, Func, Program};
 use crate::types::unify::Subst;
-use crate::types::{FuncId, Shape, ShapeItem, TensorTy, Type};
+use crate::types::{FuncId, Shape, ShapeItem, Type};
 use std::collections::HashMap;
 
 /// At most this many copies in one program (rest functions calling each other recursively
@@ -83,11 +83,11 @@ fn concrete_copy(f: &Func, rests: &[Shape]) -> Option<Func> {
     let mut g = f.clone();
     g.rests.clear();
     for l in g.locals.iter_mut() {
-        l.ty = subst(&s, &l.ty);
+        l.ty = s.ty(&l.ty);
     }
-    g.ret = subst(&s, &g.ret);
+    g.ret = s.ty(&g.ret);
     walk_mut(&mut g.body, &mut |e| {
-        e.ty = subst(&s, &e.ty);
+        e.ty = s.ty(&e.ty);
         if let ExprKind::Call { rests, .. } = &mut e.kind {
             for r in rests.iter_mut() {
                 *r = s.shape(r);
@@ -108,15 +108,4 @@ fn concrete_copy(f: &Func, rests: &[Shape]) -> Option<Func> {
         }
     });
     Some(g)
-}
-
-/// `t` with its rests substituted, keeping the layouts of shapes that had none.
-fn subst(s: &Subst, t: &Type) -> Type {
-    match t {
-        Type::Tensor(tt) if !tt.shape.iter().any(|i| matches!(i, ShapeItem::Rest(_))) => {
-            Type::Tensor(TensorTy { elem: tt.elem, shape: s.shape(&tt.shape), layout: tt.layout.clone() })
-        }
-        Type::Tuple(ts) => Type::Tuple(ts.iter().map(|t| subst(s, t)).collect()),
-        t => s.ty(t),
-    }
 }

@@ -41,42 +41,23 @@ fn order_blocks(e: &mut Expr, locals: &mut Vec<LocalInfo>, name: crate::ir::Name
     if !stmts.iter().any(|s| matches!(s, Stmt::Let { value, .. } if has_collective(value))) {
         return;
     }
-    let reads = reads_of(e);
+    let (reads, _) = crate::ir::simplify::reads_and_assigned(e);
     let ExprKind::Block { stmts, .. } = &mut e.kind else { return };
     while merge_once(stmts, &reads) {}
     hoist(stmts, locals, name);
     schedule(stmts, pinned);
 }
 
-/// How often each local is read in `e` (a closure's capture counts as many).
-fn reads_of(e: &Expr) -> HashMap<crate::ir::Local, usize> {
-    let mut reads: HashMap<crate::ir::Local, usize> = HashMap::new();
-    walk(e, &mut |x| match &x.kind {
-        ExprKind::Local(l) => *reads.entry(*l).or_insert(0) += 1,
-        ExprKind::Closure { captures, .. } => {
-            for l in captures {
-                *reads.entry(*l).or_insert(2) += 2;
-            }
-        }
-        _ => {}
-    });
-    reads
-}
-
 /// Locals bound more than once or assigned anywhere in `body`: the statements that touch them
 /// keep their places.
 fn pinned(body: &Expr) -> HashSet<crate::ir::Local> {
+    let (_, mut pinned) = crate::ir::simplify::reads_and_assigned(body);
     let mut bound: HashMap<crate::ir::Local, usize> = HashMap::new();
-    let mut pinned: HashSet<crate::ir::Local> = HashSet::new();
     walk(body, &mut |x| {
         if let ExprKind::Block { stmts, .. } = &x.kind {
             for s in stmts {
-                match s {
-                    Stmt::Let { pat, .. } => pat.each_local(&mut |l| *bound.entry(l).or_insert(0) += 1),
-                    Stmt::Assign { pat, .. } => pat.each_local(&mut |l| {
-                        pinned.insert(l);
-                    }),
-                    _ => {}
+                if let Stmt::Let { pat, .. } = s {
+                    pat.each_local(&mut |l| *bound.entry(l).or_insert(0) += 1);
                 }
             }
         }
