@@ -9,7 +9,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{have_mpirun, mpirun, same_up_to_rounding, text};
+use common::{have_mpirun, mpirun, mpirun_with, same_up_to_rounding, text};
 
 fn msl(dir: &Path, args: &[&str]) -> Output {
     common::msl_in(dir, args)
@@ -367,6 +367,13 @@ fn the_sharding_pass_partitions_random_programs() {
     }
 }
 
+/// The events of the trace `t.json` that a run in `dir` wrote.
+fn trace_events(dir: &Path) -> Vec<serde_json::Value> {
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("t.json")).expect("the trace")).expect("JSON");
+    doc["traceEvents"].as_array().expect("traceEvents").clone()
+}
+
 #[test]
 fn a_trace_of_two_ranks_holds_both_and_their_collectives() {
     if !have_mpirun("a_trace_of_two_ranks_holds_both_and_their_collectives") {
@@ -376,9 +383,7 @@ fn a_trace_of_two_ranks_holds_both_and_their_collectives() {
     let dir = scratch("trace", &[("mlp.msl", &src)]);
     let o = mpirun(&dir, 2, &["run", "--trace", "t.json", "mlp.msl"]);
     assert!(o.status.success(), "{:?}", text(&o));
-    let doc: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("t.json")).expect("the trace")).expect("JSON");
-    let events = doc["traceEvents"].as_array().expect("traceEvents");
+    let events = trace_events(&dir);
     for rank in 0..2 {
         let mine: Vec<&serde_json::Value> = events.iter().filter(|e| e["pid"] == rank).collect();
         assert!(mine.iter().any(|e| e["ph"] == "M" && e["args"]["name"] == format!("rank {rank}")), "rank {rank}");
@@ -721,23 +726,10 @@ fn copies_defer_their_collectives_and_print_what_blocking_ones_print() {
     assert!(one.status.success(), "{:?}", text(&one));
     let mut events = Vec::new();
     for overlap in ["1", "0"] {
-        let o = Command::new("mpirun")
-            .args(["-n", "2", "--oversubscribe", "-x", "MSL_OVERLAP"])
-            .arg(env!("CARGO_BIN_EXE_msl"))
-            .args(["run", "--trace", "t.json", "c.msl"])
-            .env("MSL_OVERLAP", overlap)
-            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-            .env("NO_COLOR", "1")
-            .current_dir(&dir)
-            .stdin(Stdio::null())
-            .output()
-            .expect("mpirun");
+        let o = mpirun_with(&dir, 2, &[("MSL_OVERLAP", overlap)], &["run", "--trace", "t.json", "c.msl"]);
         assert!(o.status.success(), "{:?}", text(&o));
         assert_eq!(text(&o).0, text(&one).0, "MSL_OVERLAP={overlap}");
-        let doc: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(dir.join("t.json")).expect("the trace")).expect("JSON");
-        events.push(doc["traceEvents"].as_array().expect("events").clone());
+        events.push(trace_events(&dir));
     }
     let of = |evs: &[serde_json::Value], cat: &str| {
         evs.iter().filter(|e| e["pid"] == 0 && e["cat"] == cat && e["name"] == "all_reduce_sum").count()
@@ -753,7 +745,5 @@ fn copies_defer_their_collectives_and_print_what_blocking_ones_print() {
     let o = mpirun(&dir, 2, &["run", "--mode", "jit", "-O2", "--trace", "t.json", "c.msl"]);
     assert!(o.status.success(), "{:?}", text(&o));
     assert_eq!(text(&o).0, text(&one).0, "-O2");
-    let doc: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("t.json")).expect("the trace")).expect("JSON");
-    assert_eq!(of(doc["traceEvents"].as_array().expect("events"), "deferred"), 3 * 6);
+    assert_eq!(of(&trace_events(&dir), "deferred"), 3 * 6);
 }

@@ -65,8 +65,17 @@ fn quiet<'c>(cmd: &'c mut Command, dir: &Path) -> &'c mut Command {
 
 /// `mpirun -n N msl ARGS` in `dir`.
 pub fn mpirun(dir: &Path, n: usize, args: &[&str]) -> Output {
+    mpirun_with(dir, n, &[], args)
+}
+
+/// `mpirun -n N msl ARGS` in `dir` with environment variables `env` set on every rank.
+pub fn mpirun_with(dir: &Path, n: usize, env: &[(&str, &str)], args: &[&str]) -> Output {
     let mut cmd = Command::new("mpirun");
-    cmd.args(["-n", &n.to_string(), "--oversubscribe"]).arg(env!("CARGO_BIN_EXE_msl")).args(args);
+    cmd.args(["-n", &n.to_string(), "--oversubscribe"]);
+    for (k, v) in env {
+        cmd.args(["-x", k]).env(k, v);
+    }
+    cmd.arg(env!("CARGO_BIN_EXE_msl")).args(args);
     quiet(&mut cmd, dir).output().expect("run mpirun")
 }
 
