@@ -299,6 +299,34 @@ fn trace_events(path: &Path) -> Vec<(String, String, f64, f64, serde_json::Value
         .collect()
 }
 
+/// The largest value of a `--trace` file's `heap` counter, in MB.
+fn trace_peak_heap(path: &Path) -> f64 {
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("the trace")).expect("JSON");
+    let events = doc["traceEvents"].as_array().expect("traceEvents");
+    let heap = events.iter().filter(|e| e["ph"] == "C" && e["name"] == "heap");
+    heap.filter_map(|e| e["args"].as_object()?.values().next()?.as_f64()).fold(0.0, f64::max)
+}
+
+#[test]
+fn values_are_freed_where_they_die() {
+    // 4 MB each: `x` (read to the end); `t`, last read in a tree that reads it three times (at
+    // -O2 one fused loop, which must free it there, not when the frame ends); `z` and `w`. The
+    // interpreter holds at most three at a time (12 MB), the JIT two (`z * z` is written into
+    // `z`); keeping `t` would add one.
+    let src = "fn main() {\n    let x = uniform(1000000, seed: 1)\n    let t = x * 2.0\n    \
+               let y = sum(t * t + t)\n    let z = x * 3.0 + 1.0\n    \
+               let w = z * z\n    print(y > 0.0, sum(w) > sum(x))\n}\n";
+    let dir = scratch("freed", &[("p.msl", src)]);
+    for (mode, values) in [(&["--mode", "eager"][..], 3.0), (&["--mode", "jit", "-O2"], 2.0)] {
+        let o = msl(&dir, &[&["run", "--trace", "t.json"][..], mode, &["p.msl"]].concat());
+        assert!(o.status.success(), "{mode:?}: {}", text(&o.stderr));
+        assert_eq!(text(&o.stdout).trim(), "true true");
+        let peak = trace_peak_heap(&dir.join("t.json"));
+        assert!(peak < (values + 0.5) * 4.0, "{mode:?}: peak heap {peak} MB");
+    }
+}
+
 #[test]
 fn a_trace_holds_the_kernels_calls_and_fused_trees_of_the_run() {
     let src = "fn loss(w: f32[4, 3], x: f32[8, 4]) -> f32 {\n    sum(tanh(x @ w) * 2.0 + 1.0)\n}\n\nfn main() {\n    let x = normal(8, 4, seed: 1)\n    let w = normal(4, 3, seed: 2)\n    print(grad(loss)(w, x)[0, 0] != 0.0)\n}\n";

@@ -111,3 +111,98 @@ fn taped_and_recomputed_derivatives_agree() {
         }
     }
 }
+
+const LAYERS: &str = "
+model Layer { w: f32[4, 4] = glorot_uniform(4, 4) }
+model Net { layers: [Layer; 3] }
+
+fn layer(p: Layer, h: f32[8, 4]) -> f32[8, 4] { tanh(h @ p.w) }
+
+@recompute
+fn lean_layer(p: Layer, h: f32[8, 4]) -> f32[8, 4] { tanh(h @ p.w) }
+
+fn kept(m: Net, x: f32[8, 4]) -> f32 {
+    var h = x
+    for l in 0..3 { h = layer(m.layers[l], h) }
+    sum(h * h)
+}
+
+fn lean(m: Net, x: f32[8, 4]) -> f32 {
+    var h = x
+    for l in 0..3 { h = lean_layer(m.layers[l], h) }
+    sum(h * h)
+}
+
+fn main() {
+    let m = init(Net, seed: 0)
+    let x = normal(8, 4, seed: 1)
+    print(sum(grad(kept)(m, x).layers.w), sum(grad(lean)(m, x).layers.w))
+}
+";
+
+/// How many times a primitive is applied in an expression.
+fn count(e: &Expr, p: Prim) -> usize {
+    let mut n = 0;
+    walk::walk(e, &mut |x| n += usize::from(matches!(&x.kind, ExprKind::Prim { prim, .. } if *prim == p)));
+    n
+}
+
+#[test]
+fn a_loop_keeps_what_its_backward_pass_reads_and_computes_nothing_twice() {
+    let c = check(LAYERS).unwrap();
+    let p = &c.program;
+    // The tape keeps each iteration's `tanh` (its derivative reads it): the backward pass has
+    // no `tanh` of its own, and one product per operand.
+    let kept = p.func(grad_of(p, "kept", 1));
+    assert_eq!(count(&kept.body, Prim::Tanh), 1, "the backward pass recomputes the layer");
+    assert_eq!(count(&kept.body, Prim::MatMul), 3);
+    // Under `@recompute` the tape keeps the layer's inputs, and the backward pass runs it again.
+    let lean = p.func(grad_of(p, "lean", 1));
+    assert_eq!(count(&lean.body, Prim::Tanh), 2);
+    assert_eq!(count(&lean.body, Prim::MatMul), 4);
+    // Both derivatives give the same gradient.
+    #[derive(Clone, Default)]
+    struct Out(std::rc::Rc<std::cell::RefCell<Vec<u8>>>);
+    impl std::io::Write for Out {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.borrow_mut().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let out = Out::default();
+    let mut it = lang::interp::Interp::new(p, Box::new(out.clone()));
+    assert!(it.run_main(func(p, "main").unwrap()).is_ok(), "runs");
+    let out = String::from_utf8(out.0.borrow().clone()).unwrap();
+    let v: Vec<f64> = out.split_whitespace().map(|x| x.parse().unwrap()).collect();
+    assert!((v[0] - v[1]).abs() <= 1e-6 * (1.0 + v[0].abs()), "{out}");
+}
+
+#[test]
+fn a_sharded_loop_keeps_its_residuals_as_each_rank_holds_them() {
+    let src = "mesh M[dp = 2]
+model Layer[H] { w: f32[H, H] = glorot_uniform(H, H) }
+model Net[H] { layers: [Layer[H]; 3] }
+fn loss[N, H](m: Net[H], x: f32[N @dp, H]) -> f32 {
+    var h = x
+    for l in 0..3 { h = tanh(h @ m.layers[l].w) }
+    mean(h * h)
+}
+fn main() {
+    let (l, g) = value_and_grad(loss)(init(Net[4], seed: 0), uniform(8, 4, seed: 1))
+    print(l, sum(g.layers.w))
+}
+";
+    let mut c = check(src).unwrap();
+    lang::passes::shard(&mut c.program);
+    assert!(c.program.malformed.is_empty(), "{:?}", c.program.malformed);
+    // The tape holds each rank's rows of every residual, as the forward pass computed them: the
+    // only collectives are the weight gradients' and the loss's all-reduces, none a gather.
+    for f in &c.program.funcs {
+        assert_eq!(count(&f.body, Prim::AllGather), 0, "{}", c.program.names.get(f.name));
+    }
+    let g = c.program.func(*c.program.derived.funcs.values().next().expect("the derivative"));
+    assert!(count(&g.body, Prim::TapePush) == 1 && count(&g.body, Prim::AllReduceSum) >= 1);
+}

@@ -97,10 +97,35 @@ pub(super) struct LoopNode {
     pub init: Vec<Local>,
     pub outs: Vec<Local>,
     pub free: Vec<Local>,
-    /// The tape of the states at the start of each iteration (a tuple of the carried values),
-    /// or `None` when the backward pass recomputes them from `init` (`@recompute`).
-    pub tape: Option<Local>,
+    /// What the forward pass kept for the backward pass, or `None` when the backward pass
+    /// recomputes each iteration's state from `init` (inside `@recompute`, and in twins).
+    pub tape: Option<Tape>,
     pub span: SpanId,
+}
+
+/// What an active loop's forward pass keeps for its backward pass.
+pub(super) enum Tape {
+    /// Every value of an iteration that the iteration's backward pass reads (its residuals),
+    /// as a reverse-mode `scan` keeps them: nothing is computed twice.
+    Residuals(Box<Saved>),
+    /// The state at the start of each iteration (a tuple of the carried values); the backward
+    /// pass runs each iteration forward again from it. Used when the backward pass reads a
+    /// value bound inside a nested block, or dims bound at run time inside the body.
+    States(Local),
+}
+
+/// One iteration of a loop whose tape keeps its residuals.
+pub(super) struct Saved {
+    /// The tape after the loop: one tuple of `residuals` per iteration.
+    pub tape: Local,
+    /// The iteration's operations, in terms of its own locals (read from the tape).
+    pub nodes: Vec<Node>,
+    /// The state at the iteration's start and the carried values at its end.
+    pub start: Vec<Local>,
+    pub end: Vec<Local>,
+    /// The forward loop's counter (the backward loop's counter stands in for it).
+    pub iv: Local,
+    pub residuals: Vec<Local>,
 }
 
 struct LoopState {
@@ -132,6 +157,9 @@ pub(super) struct Gen<'p> {
     /// iterations); without it the backward recomputes every state from the initial one
     /// (O(n²) work, O(1) memory), as inside `@recompute` functions.
     tape_loops: bool,
+    /// Inside the trial backward pass that finds a loop's residuals (`loops::residuals_of`):
+    /// nested loops only mark what their backward pass would read.
+    dry: usize,
     /// Cotangents of one copy of a `copy_split` (`@copies`): (copy, copies, axis, the whole
     /// value's type). `sum` joins a value's copies in one `copy_join` instead of adding each
     /// one padded with zeros.
@@ -186,6 +214,7 @@ pub(super) fn generate(
         field_contribs: HashMap::new(),
         no_custom: mode == Mode::Jvp,
         tape_loops,
+        dry: 0,
         span,
         sid: func.span,
     };

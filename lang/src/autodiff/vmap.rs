@@ -6,7 +6,7 @@
 use super::{err, target_func};
 use crate::diag::Diagnostic;
 pub use crate::ir::derived::axes_code;
-use crate::ir::{self, Attrs, Expr, ExprKind, FnTarget, Lit, Local, LocalInfo, Name, Pat, Prim, Program, SpanId, Stmt};
+use crate::ir::{self, Attrs, Expr, ExprKind, FnTarget, Local, LocalInfo, Name, Pat, Prim, Program, SpanId, Stmt};
 use crate::source::Span;
 use crate::types::fixed_dims as fixed;
 use crate::types::unify::{Subst, Unifier};
@@ -857,41 +857,5 @@ fn copy_local_refs(e: &Expr, map: &HashMap<Local, Local>) -> Expr {
 }
 
 fn rename(e: &mut Expr, map: &HashMap<Local, Local>) {
-    if let ExprKind::Local(l) = &mut e.kind {
-        if let Some(n) = map.get(l) {
-            *l = *n;
-        }
-    }
-    match &mut e.kind {
-        ExprKind::Prim { args, .. } | ExprKind::Call { args, .. } | ExprKind::Tuple(args) => {
-            args.iter_mut().for_each(|a| rename(a, map))
-        }
-        ExprKind::Block { stmts, result } => {
-            for s in stmts {
-                match s {
-                    Stmt::Let { value, .. } | Stmt::Assign { value, .. } | Stmt::Expr(value) => rename(value, map),
-                    Stmt::BindDims { .. } => {}
-                }
-            }
-            rename(result, map);
-        }
-        ExprKind::If { cond, then, els } => {
-            rename(cond, map);
-            rename(then, map);
-            rename(els, map);
-        }
-        ExprKind::ForRange { start, end, body, .. } => {
-            rename(start, map);
-            rename(end, map);
-            rename(body, map);
-        }
-        ExprKind::While { cond, body } => {
-            rename(cond, map);
-            rename(body, map);
-        }
-        ExprKind::TupleGet(a, _) | ExprKind::Field(a, _) | ExprKind::Return(a) => rename(a, map),
-        _ => {}
-    }
-    let _ = Lit::Int(0);
-    let _ = FnTarget::Dynamic;
+    crate::ir::walk::rename_locals(e, map)
 }

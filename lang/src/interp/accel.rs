@@ -136,6 +136,7 @@ impl Interp<'_> {
         for l in leaves {
             vals.push(self.eval(l, frame)?);
         }
+        self.drop_moved_repeats(e, leaves, frame);
         let t0 = self.trace_start();
         if let Some(r) = self.run_flat_models(e, &vals) {
             self.trace_span(t0, "fused", super::trace::Kind::Fused, self.span(e));
@@ -159,6 +160,28 @@ impl Interp<'_> {
         }
         let mut next = 0;
         self.eval_with_leaves(e, leaves, &vals, &mut next, frame)
+    }
+
+    /// A local read more than once in a planned tree is one leaf, read at its first place, and
+    /// the tree's other reads take that value; when one of those is the local's last use
+    /// (`moves`), the frame's value goes now, as it would have there.
+    fn drop_moved_repeats(&mut self, e: &Expr, leaves: &[&Expr], frame: &mut Frame) {
+        if self.moves.is_empty() {
+            return;
+        }
+        for l in leaves {
+            let ExprKind::Local(x) = l.kind else { continue };
+            if self.moves.contains(&l.id) || frame.locals[x.0 as usize].is_none() {
+                continue;
+            }
+            let mut moved = false;
+            crate::ir::walk::walk(e, &mut |r| {
+                moved |= matches!(r.kind, ExprKind::Local(y) if y == x) && self.moves.contains(&r.id);
+            });
+            if moved {
+                frame.locals[x.0 as usize] = None;
+            }
+        }
     }
 
     /// A planned tree of model arithmetic whose models are flat and of one layout: the

@@ -183,16 +183,7 @@ fn pure(e: &Expr) -> bool {
 }
 
 fn rename(e: &mut Expr, renames: &HashMap<Local, Local>) {
-    if renames.is_empty() {
-        return;
-    }
-    walk_mut(e, &mut |x| {
-        if let ExprKind::Local(l) = &mut x.kind {
-            if let Some(n) = renames.get(l) {
-                *l = *n;
-            }
-        }
-    });
+    crate::ir::walk::rename_locals(e, renames)
 }
 
 /// `s` without the numbers of its `SpanId(…)`s.

@@ -1,7 +1,7 @@
 //! The one traversal of the IR: every pass visits children through these functions, so a new
 //! construct is taught to every pass in one place (the matches are exhaustive on purpose).
 
-use super::{Expr, ExprKind, Stmt};
+use super::{Expr, ExprKind, Local, Stmt};
 
 /// Calls `f` on each direct subexpression of `e`, in evaluation order (statements' values
 /// included; a closure's body is another function and is not a child).
@@ -137,4 +137,19 @@ pub fn walk<'e>(e: &'e Expr, f: &mut dyn FnMut(&'e Expr)) {
 pub fn walk_mut(e: &mut Expr, f: &mut dyn FnMut(&mut Expr)) {
     f(e);
     children_mut(e, &mut |c| walk_mut(c, f));
+}
+
+/// Replaces every read of a local that `map` names by its image (definitions and assignment
+/// targets are left alone).
+pub fn rename_locals(e: &mut Expr, map: &std::collections::HashMap<Local, Local>) {
+    if map.is_empty() {
+        return;
+    }
+    walk_mut(e, &mut |x| {
+        if let ExprKind::Local(l) = &mut x.kind {
+            if let Some(n) = map.get(l) {
+                *l = *n;
+            }
+        }
+    });
 }

@@ -441,11 +441,7 @@ pub fn has_layout(t: &Type) -> bool {
 
 /// The type with every tensor replicated.
 pub fn strip(t: &Type) -> Type {
-    match t {
-        Type::Tensor(tt) => Type::Tensor(TensorTy::new(tt.elem, tt.shape.clone())),
-        Type::Tuple(ts) => Type::Tuple(ts.iter().map(strip).collect()),
-        t => t.clone(),
-    }
+    t.replicated()
 }
 
 /// `t` with the tensor layout `l` (normalised: all-replicated is the empty layout).
@@ -476,7 +472,7 @@ struct Fcx<'a> {
     mesh: &'a Mesh,
     st: &'a State,
     func: &'a Func,
-    locals: Vec<LocalInfo>,
+    pub(super) locals: Vec<LocalInfo>,
     ret: Option<Type>,
     emit: bool,
     obs: Vec<(crate::types::FuncId, Vec<Type>)>,

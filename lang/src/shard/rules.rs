@@ -27,19 +27,22 @@ pub(super) fn prim(cx: &mut Fcx, e: &mut Expr) {
     }
     let partial: Option<(Prim, Vec<AxisId>)>;
     match p {
-        // A loop's tape stores each iteration's state as this rank holds it: nothing is
-        // gathered. The tape's type (`list[(state…)]`) carries the layouts, through copies of
-        // the tape, to `TapeGet`, which gives the blocks back in them.
+        // A loop's tape stores what each iteration pushes (its state or its residuals) as this
+        // rank holds it: nothing is gathered. The tape (one push per tape, in the loop's body)
+        // takes the pushed layouts as its type (`list[(…)]`), which carries them through copies
+        // of the tape to `TapeGet`, which gives the blocks back in them.
         Prim::TapePush => {
             let held = match args.first().map(|a| &a.ty) {
                 Some(Type::List(items)) if items.len() == 1 => Some(items[0].clone()),
                 _ => None,
             };
-            match (held, args.get_mut(1)) {
-                (Some(t), Some(state)) if strip(&t) == strip(&state.ty) => {
-                    let x = std::mem::replace(state, dummy());
-                    *state = cx.convert(x, &t, false);
-                    e.ty = Type::List(vec![t]);
+            match (held, &args[..]) {
+                (Some(t), [tape, item]) if strip(&t) == strip(&item.ty) => {
+                    let ty = Type::List(vec![item.ty.clone()]);
+                    if let ExprKind::Local(l) = tape.kind {
+                        cx.locals[l.0 as usize].ty = ty.clone();
+                    }
+                    e.ty = ty;
                     return;
                 }
                 _ => return whole_result(cx, args, &mut e.ty),

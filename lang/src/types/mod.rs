@@ -199,6 +199,15 @@ pub enum Type {
 }
 
 impl Type {
+    /// The type with every tensor in it (and in its tuples) replicated: no layout.
+    pub fn replicated(&self) -> Type {
+        match self {
+            Type::Tensor(tt) => Type::Tensor(TensorTy::new(tt.elem, tt.shape.clone())),
+            Type::Tuple(ts) => Type::Tuple(ts.iter().map(Type::replicated).collect()),
+            t => t.clone(),
+        }
+    }
+
     pub fn unit() -> Type {
         Type::Tuple(vec![])
     }

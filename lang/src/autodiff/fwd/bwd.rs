@@ -6,7 +6,7 @@ use super::*;
 use crate::types::TensorTy;
 
 /// The accumulated cotangent of a loop's free value: one slot, or one per tensor leaf.
-enum Acc {
+pub(super) enum Acc {
     Whole(Local),
     Leaves(Vec<(Vec<usize>, Local)>),
 }
@@ -394,10 +394,15 @@ impl Gen<'_> {
         Ok(mk(ExprKind::Block { stmts, result: Box::new(mk(ExprKind::Tuple(outs), t.clone(), self.sid)) }, t, self.sid))
     }
 
-    /// Backward of a loop: for each iteration, last first, take the state at its start (from the
-    /// tape, or recomputed from the state before the loop), then run the body's backward.
+    /// Backward of a loop: for each iteration, last first, the iteration's backward pass, on
+    /// its residuals read from the tape, or on its state (read from the tape, or recomputed
+    /// from the state before the loop) run forward again.
     pub(in crate::autodiff) fn loop_bwd(&mut self, l: &LoopNode, contribs: &mut HashMap<Local, Vec<Local>>) -> Res<()> {
         if !l.outs.iter().any(|o| self.has(o, contribs)) {
+            return Ok(());
+        }
+        if self.dry > 0 {
+            self.mark_loop_reads(l, contribs);
             return Ok(());
         }
         self.sid = l.span;
@@ -417,21 +422,7 @@ impl Gen<'_> {
             sb.push(s);
         }
         let free_act: Vec<Local> = l.free.iter().copied().filter(|v| self.is_active(*v)).collect();
-        // Each free value's accumulated cotangent: one slot, or one per leaf for a model holding
-        // a stack of layers (`fwd::leaves`: a row per iteration, not the whole model).
-        let mut fb = Vec::new();
-        for v in &free_act {
-            let ty = self.ty_of(*v);
-            if self.by_leaves(&ty) {
-                fb.push(Acc::Leaves(self.leaf_slots(&ty, *v)?));
-                continue;
-            }
-            let z = self.zeros_like(*v)?;
-            let ty = self.ty_of(z);
-            let s = self.new_local(ty, "fb", true);
-            self.push_stmt(Stmt::Let { pat: Pat::Local(s), value: self.local(z) });
-            fb.push(Acc::Whole(s));
-        }
+        let fb = self.free_accs(&free_act)?;
         let start = match l.start {
             Some(s) => s,
             None => self.emit(mk(ExprKind::Lit(Lit::Int(0)), i32t.clone(), self.sid), i32t.clone(), "z"),
@@ -446,13 +437,36 @@ impl Gen<'_> {
         let last = self.p(Prim::Sub, &[l.end, one], Attrs::default(), i32t.clone());
         let it = self.p(Prim::Sub, &[last, r], Attrs::default(), i32t.clone());
         let saved = std::mem::replace(&mut self.frames, l.ctx.clone());
-        let srcs: Vec<Expr> = match l.tape {
+        let srcs: Vec<Expr> = match &l.tape {
+            // The iteration's residuals, read from the tape, stand in for its own values.
+            Some(Tape::Residuals(k)) => {
+                let idx = self.p(Prim::Sub, &[it, start], Attrs::default(), i32t.clone());
+                let tys: Vec<Type> = k.residuals.iter().map(|v| self.ty_of(*v)).collect();
+                // Typed without layouts, so that the sharding pass keeps each residual's block
+                // as the forward pass held it (the tape takes the pushed layouts).
+                let tuple = Type::Tuple(tys.clone()).replicated();
+                let got = self.p(Prim::TapeGet, &[k.tape, idx], Attrs::default(), tuple);
+                let mut map = HashMap::from([(k.iv, it)]);
+                for (i, (v, t)) in k.residuals.iter().zip(tys).enumerate() {
+                    let x =
+                        self.emit(mk(ExprKind::TupleGet(Box::new(self.local(got)), i), t.clone(), self.sid), t, "rs");
+                    map.insert(*v, x);
+                }
+                let mark = self.blocks.last().map_or(0, Vec::len);
+                self.iteration_bwd(&k.nodes, &k.start, &k.end, &sb, &fb, &free_act)?;
+                for st in self.blocks.last_mut().map_or(&mut [][..], |b| &mut b[mark..]) {
+                    if let Stmt::Let { value, .. } | Stmt::Assign { value, .. } | Stmt::Expr(value) = st {
+                        ir::walk::rename_locals(value, &map);
+                    }
+                }
+                vec![]
+            }
             // The state at the start of iteration `it`, read from the tape.
-            Some(tp) => {
+            Some(Tape::States(tp)) => {
                 let idx = self.p(Prim::Sub, &[it, start], Attrs::default(), i32t.clone());
                 let tys: Vec<Type> = l.init.iter().map(|v| self.ty_of(*v)).collect();
                 let st = Type::Tuple(tys.clone());
-                let s = self.p(Prim::TapeGet, &[tp, idx], Attrs::default(), st);
+                let s = self.p(Prim::TapeGet, &[*tp, idx], Attrs::default(), st);
                 tys.into_iter()
                     .enumerate()
                     .map(|(i, t)| mk(ExprKind::TupleGet(Box::new(self.local(s)), i), t, self.sid))
@@ -471,7 +485,7 @@ impl Gen<'_> {
                     })
                     .collect();
                 let j = self.new_local(i32t.clone(), "j", false);
-                let rec_body = self.loop_body(&l.body, &l.carried, &tslots, l.ivar, j)?;
+                let rec_body = self.loop_body(&l.body, &l.carried, &tslots, l.ivar, j, false)?.block;
                 self.push_stmt(Stmt::Expr(mk(
                     ExprKind::ForRange {
                         var: j,
@@ -485,61 +499,28 @@ impl Gen<'_> {
                 tslots.iter().map(|t| self.local(*t)).collect()
             }
         };
-        // One taped iteration at `it` from that state.
-        let mut state = Vec::new();
-        for (c, src) in l.carried.iter().zip(srcs) {
-            let ty = src.ty.clone();
-            let v = self.emit(src, ty.clone(), "st");
-            // Only float state carries a cotangent (a `bool` or `i32` slot never does).
-            let act = self.active.contains(&l.init[state.len()]) || l.outs.iter().any(|o| self.active.contains(o));
-            if act && is_float_type(&ty) {
-                self.active.insert(v);
-            }
-            self.bind(*c, v);
-            state.push(v);
-        }
-        if let Some(iv) = l.ivar {
-            self.bind(iv, it);
-        }
-        let mut sub = Vec::new();
-        self.fwd(&l.body, &mut sub)?;
-        let mut local: HashMap<Local, Vec<Local>> = HashMap::new();
-        for (c, s) in l.carried.iter().zip(&sb) {
-            let new = self.frame().env[c];
-            if self.is_active(new) {
-                // Read the slot once: contributions may pass it through unchanged, and the
-                // slots are reassigned before the free values' cotangents are accumulated.
-                let ty = self.ty_of(*s);
-                let cur = self.emit(self.local(*s), ty, "sbv");
-                local.entry(new).or_default().push(cur);
-            }
-        }
-        let outer = self.enter_scope();
-        self.bwd(&sub, &mut local)?;
-        for (v, s) in state.iter().zip(&sb) {
-            let t = self.total(*v, &mut local)?;
-            self.push_stmt(Stmt::Assign { pat: Pat::Local(*s), value: self.local(t) });
-        }
-        for (v, acc) in free_act.iter().zip(&fb) {
-            if let Some(cs) = self.take(*v, &mut local)? {
-                if cs.is_empty() {
-                    continue;
+        if !matches!(l.tape, Some(Tape::Residuals(_))) {
+            // One iteration at `it` from that state, run forward again, then its backward.
+            let mut state = Vec::new();
+            for (c, src) in l.carried.iter().zip(srcs) {
+                let ty = src.ty.clone();
+                let v = self.emit(src, ty.clone(), "st");
+                // Only float state carries a cotangent (a `bool` or `i32` slot never does).
+                let act = self.active.contains(&l.init[state.len()]) || l.outs.iter().any(|o| self.active.contains(o));
+                if act && is_float_type(&ty) {
+                    self.active.insert(v);
                 }
-                match acc {
-                    Acc::Whole(s) => {
-                        let t = self.sum(&cs);
-                        let ty = self.ty_of(*s);
-                        let acc = self.p(Prim::Add, &[*s, t], Attrs::default(), ty);
-                        self.push_stmt(Stmt::Assign { pat: Pat::Local(*s), value: self.local(acc) });
-                    }
-                    Acc::Leaves(slots) => {
-                        let ty = self.ty_of(*v);
-                        self.add_into_leaves(&ty, &cs, slots)?;
-                    }
-                }
+                self.bind(*c, v);
+                state.push(v);
             }
+            if let Some(iv) = l.ivar {
+                self.bind(iv, it);
+            }
+            let mut sub = Vec::new();
+            self.fwd(&l.body, &mut sub)?;
+            let end: Vec<Local> = l.carried.iter().map(|c| self.frame().env[c]).collect();
+            self.iteration_bwd(&sub, &state, &end, &sb, &fb, &free_act)?;
         }
-        self.leave_scope(outer);
         self.frames = saved;
         let stmts = self.blocks.pop().unwrap_or_default();
         let body = mk(
@@ -578,5 +559,98 @@ impl Gen<'_> {
             contribs.entry(*v).or_default().push(x);
         }
         Ok(())
+    }
+
+    /// The cotangent accumulators of a loop's active free values: one slot each, or one per
+    /// leaf for a model holding a stack of layers (`fwd::leaves`: a row per iteration).
+    pub(super) fn free_accs(&mut self, free_act: &[Local]) -> Res<Vec<Acc>> {
+        let mut fb = Vec::new();
+        for v in free_act {
+            let ty = self.ty_of(*v);
+            if self.by_leaves(&ty) {
+                fb.push(Acc::Leaves(self.leaf_slots(&ty, *v)?));
+                continue;
+            }
+            let z = self.zeros_like(*v)?;
+            let ty = self.ty_of(z);
+            let s = self.new_local(ty, "fb", true);
+            self.push_stmt(Stmt::Let { pat: Pat::Local(s), value: self.local(z) });
+            fb.push(Acc::Whole(s));
+        }
+        Ok(fb)
+    }
+
+    /// The backward pass of one iteration whose operations are `nodes`: the carried cotangents
+    /// `sb` seed the values at its `end`, become the cotangents of its `start`, and the free
+    /// values' cotangents are added into `fb`.
+    pub(super) fn iteration_bwd(
+        &mut self,
+        nodes: &[Node],
+        start: &[Local],
+        end: &[Local],
+        sb: &[Local],
+        fb: &[Acc],
+        free_act: &[Local],
+    ) -> Res<()> {
+        let mut local: HashMap<Local, Vec<Local>> = HashMap::new();
+        for (new, s) in end.iter().zip(sb) {
+            if self.is_active(*new) {
+                // Read the slot once: contributions may pass it through unchanged, and the
+                // slots are reassigned before the free values' cotangents are accumulated.
+                let ty = self.ty_of(*s);
+                let cur = self.emit(self.local(*s), ty, "sbv");
+                local.entry(*new).or_default().push(cur);
+            }
+        }
+        let outer = self.enter_scope();
+        self.bwd(nodes, &mut local)?;
+        for (v, s) in start.iter().zip(sb) {
+            let t = self.total(*v, &mut local)?;
+            self.push_stmt(Stmt::Assign { pat: Pat::Local(*s), value: self.local(t) });
+        }
+        for (v, acc) in free_act.iter().zip(fb) {
+            if let Some(cs) = self.take(*v, &mut local)? {
+                if cs.is_empty() {
+                    continue;
+                }
+                match acc {
+                    Acc::Whole(s) => {
+                        let t = self.sum(&cs);
+                        let ty = self.ty_of(*s);
+                        let acc = self.p(Prim::Add, &[*s, t], Attrs::default(), ty);
+                        self.push_stmt(Stmt::Assign { pat: Pat::Local(*s), value: self.local(acc) });
+                    }
+                    Acc::Leaves(slots) => {
+                        let ty = self.ty_of(*v);
+                        self.add_into_leaves(&ty, &cs, slots)?;
+                    }
+                }
+            }
+        }
+        self.leave_scope(outer);
+        Ok(())
+    }
+
+    /// In the trial backward pass of an enclosing loop (`loops::residuals_of`), a nested loop's
+    /// backward pass: it reads the loop's bounds, states, free values and tape, and gives its
+    /// initial state and free values a cotangent each.
+    fn mark_loop_reads(&mut self, l: &LoopNode, contribs: &mut HashMap<Local, Vec<Local>>) {
+        let tape = match &l.tape {
+            Some(Tape::Residuals(k)) => Some(k.tape),
+            Some(Tape::States(tp)) => Some(*tp),
+            None => None,
+        };
+        let read: Vec<Local> =
+            l.start.iter().chain([&l.end]).chain(&l.init).chain(&l.outs).chain(&l.free).chain(&tape).copied().collect();
+        let ty = Type::Tuple(read.iter().map(|v| self.ty_of(*v)).collect());
+        let all = mk(ExprKind::Tuple(read.iter().map(|v| self.local(*v)).collect()), ty, self.sid);
+        self.push_stmt(Stmt::Expr(all));
+        for v in l.init.iter().chain(&l.free) {
+            if self.is_active(*v) {
+                let ty = self.ty_of(*v);
+                let c = self.new_local(ty, "dry", false);
+                contribs.entry(*v).or_default().push(c);
+            }
+        }
     }
 }

@@ -3,6 +3,15 @@
 
 use super::*;
 
+/// One forward iteration of a loop body: the block, its operations, the state at its start and
+/// the carried values at its end.
+pub(super) struct Iter {
+    pub block: Expr,
+    pub nodes: Vec<Node>,
+    pub start: Vec<Local>,
+    pub end: Vec<Local>,
+}
+
 impl Gen<'_> {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn fwd_loop(
@@ -16,10 +25,10 @@ impl Gen<'_> {
         tape: &mut Vec<Node>,
     ) -> Res<Local> {
         let LoopState { carried, init, free, active, ctx, slots } = self.loop_state(body, ivar);
-        let tp = self.new_tape(active, &slots);
+        let taping = self.taping(active);
         let iv = self.new_local(Type::scalar(ElemTy::I32), "i", false);
-        let body_e = self.loop_body(body, &carried, &slots, ivar, iv)?;
-        let body_e = self.push_state(tp, &slots, body_e);
+        let iter = self.loop_body(body, &carried, &slots, ivar, iv, taping)?;
+        let (body_e, kept) = self.with_tape(iter, taping, iv, &slots, &init, &free);
         let loop_e = match start {
             Some(s) => mk(
                 ExprKind::ForRange {
@@ -55,7 +64,7 @@ impl Gen<'_> {
                 init,
                 outs,
                 free,
-                tape: self.tape_value(tp),
+                tape: self.finish(kept),
                 span: e.span,
             })));
         }
@@ -87,7 +96,8 @@ impl Gen<'_> {
         LoopState { carried, init, free, active, ctx, slots }
     }
 
-    /// One iteration of a loop body as a block: reads the state slots, writes them back.
+    /// One iteration of a loop body as a block: reads the state slots, writes them back. With
+    /// `active`, the float state is differentiated through (its operations are kept in `nodes`).
     pub(super) fn loop_body(
         &mut self,
         body: &Expr,
@@ -95,33 +105,170 @@ impl Gen<'_> {
         slots: &[Local],
         ivar: Option<Local>,
         iv: Local,
-    ) -> Res<Expr> {
+        active: bool,
+    ) -> Res<Iter> {
         let saved = self.frames.clone();
         self.blocks.push(vec![]);
+        let mut start = Vec::with_capacity(carried.len());
         for (l, s) in carried.iter().zip(slots) {
             let ty = self.ty_of(*s);
+            let float = is_float_type(&ty);
             let v = self.emit(self.local(*s), ty, "st");
+            if active && float {
+                self.active.insert(v);
+            }
             self.bind(*l, v);
+            start.push(v);
         }
         if let Some(iv0) = ivar {
             self.bind(iv0, iv);
         }
-        let mut throwaway = Vec::new();
-        self.fwd(body, &mut throwaway)?;
+        let mut nodes = Vec::new();
+        self.fwd(body, &mut nodes)?;
         if self.frame().returned.is_some() {
             return Err(err(self.prog.span(body.span), "cannot differentiate a `return` inside a loop"));
         }
-        for (l, s) in carried.iter().zip(slots) {
-            let v = self.frame().env[l];
-            self.push_stmt(Stmt::Assign { pat: Pat::Local(*s), value: self.local(v) });
+        let end: Vec<Local> = carried.iter().map(|l| self.frame().env[l]).collect();
+        for (v, s) in end.iter().zip(slots) {
+            self.push_stmt(Stmt::Assign { pat: Pat::Local(*s), value: self.local(*v) });
         }
         let stmts = self.blocks.pop().unwrap_or_default();
         self.frames = saved;
-        Ok(mk(
+        let block = mk(
             ExprKind::Block { stmts, result: Box::new(mk(ExprKind::Tuple(vec![]), Type::unit(), self.sid)) },
             Type::unit(),
             self.sid,
-        ))
+        );
+        Ok(Iter { block, nodes, start, end })
+    }
+
+    /// Whether an active loop keeps a tape (not inside `@recompute`, nor in a twin).
+    fn taping(&self, active: bool) -> bool {
+        active && self.tape_loops && !self.frame().recompute
+    }
+
+    /// The forward loop's body with what its tape keeps pushed onto it: the iteration's
+    /// residuals at its end, or else its state at its start.
+    fn with_tape(
+        &mut self,
+        iter: Iter,
+        taping: bool,
+        iv: Local,
+        slots: &[Local],
+        init: &[Local],
+        free: &[Local],
+    ) -> (Expr, Option<Tape>) {
+        if !taping {
+            return (iter.block, None);
+        }
+        let Iter { mut block, nodes, start, end } = iter;
+        if let Some(residuals) = self.residuals_of(&block, &nodes, &start, &end, init, free) {
+            let ty = Type::Tuple(residuals.iter().map(|r| self.ty_of(*r)).collect());
+            let tp = self.new_tape(ty.clone());
+            let items = mk(ExprKind::Tuple(residuals.iter().map(|r| self.local(*r)).collect()), ty, self.sid);
+            let push = self.tape_push(tp, items);
+            if let ExprKind::Block { stmts, .. } = &mut block.kind {
+                stmts.push(push);
+            }
+            let saved = Saved { tape: tp, nodes, start, end, iv, residuals };
+            return (block, Some(Tape::Residuals(Box::new(saved))));
+        }
+        let st = self.state_type(slots);
+        let tp = self.new_tape(st.clone());
+        let state = mk(ExprKind::Tuple(slots.iter().map(|s| self.local(*s)).collect()), st, self.sid);
+        let push = self.tape_push(tp, state);
+        let block = mk(
+            ExprKind::Block {
+                stmts: vec![push, Stmt::Expr(block)],
+                result: Box::new(mk(ExprKind::Tuple(vec![]), Type::unit(), self.sid)),
+            },
+            Type::unit(),
+            self.sid,
+        );
+        (block, Some(Tape::States(tp)))
+    }
+
+    /// The values of one iteration that its backward pass reads, found by generating that
+    /// backward pass once and throwing it away; `None` when one of them is bound inside a
+    /// nested block of the body or the body binds dims at run time (the tape then keeps states).
+    fn residuals_of(
+        &mut self,
+        block: &Expr,
+        nodes: &[Node],
+        start: &[Local],
+        end: &[Local],
+        init: &[Local],
+        free: &[Local],
+    ) -> Option<Vec<Local>> {
+        let ExprKind::Block { stmts: top, .. } = &block.kind else { return None };
+        let top: Vec<Local> = top
+            .iter()
+            .filter_map(|s| match s {
+                Stmt::Let { pat, .. } => Some(pat.locals()),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        let mut inner = HashSet::new();
+        let mut binds_dims = false;
+        ir::walk::walk(block, &mut |e| match &e.kind {
+            ExprKind::Block { stmts, .. } => {
+                for s in stmts {
+                    match s {
+                        Stmt::Let { pat, .. } => inner.extend(pat.locals()),
+                        Stmt::BindDims { .. } => binds_dims = true,
+                        _ => {}
+                    }
+                }
+            }
+            ExprKind::ForRange { var, .. } => {
+                inner.insert(*var);
+            }
+            _ => {}
+        });
+        if binds_dims {
+            return None;
+        }
+        let free_act: Vec<Local> = free.iter().copied().filter(|v| self.is_active(*v)).collect();
+        let (n_locals, active) = (self.locals.len(), self.active.clone());
+        let (field_contribs, copy_parts) = (self.field_contribs.clone(), self.copy_parts.clone());
+        let tainted = self.tainted.clone();
+        let (frames, sid) = (self.frames.clone(), self.sid);
+        self.blocks.push(vec![]);
+        self.dry += 1;
+        let sb: Vec<Local> = init
+            .iter()
+            .map(|v| {
+                let ty = self.ty_of(*v);
+                self.new_local(ty, "sb", true)
+            })
+            .collect();
+        let trial = self.free_accs(&free_act).and_then(|fb| self.iteration_bwd(nodes, start, end, &sb, &fb, &free_act));
+        self.dry -= 1;
+        let stmts = self.blocks.pop().unwrap_or_default();
+        self.locals.truncate(n_locals);
+        self.active = active;
+        self.field_contribs = field_contribs;
+        self.copy_parts = copy_parts;
+        self.tainted = tainted;
+        self.frames = frames;
+        self.sid = sid;
+        trial.ok()?;
+        let mut reads = HashSet::new();
+        for s in &stmts {
+            if let Stmt::Let { value, .. } | Stmt::Assign { value, .. } | Stmt::Expr(value) = s {
+                ir::walk::walk(value, &mut |e| {
+                    if let ExprKind::Local(l) = &e.kind {
+                        reads.insert(*l);
+                    }
+                });
+            }
+        }
+        let top_set: HashSet<Local> = top.iter().copied().collect();
+        if reads.iter().any(|l| inner.contains(l) && !top_set.contains(l)) {
+            return None;
+        }
+        Some(top.into_iter().filter(|l| reads.contains(l)).collect())
     }
 
     /// The type of a loop's state: the tuple of its carried slots.
@@ -129,51 +276,46 @@ impl Gen<'_> {
         Type::Tuple(slots.iter().map(|s| self.ty_of(*s)).collect())
     }
 
-    /// A tape slot for an active loop's states (`None` when the backward recomputes them).
-    pub(super) fn new_tape(&mut self, active: bool, slots: &[Local]) -> Option<Local> {
-        if !active || !self.tape_loops || self.frame().recompute {
-            return None;
-        }
-        let ty = Type::List(vec![self.state_type(slots)]);
+    /// A tape of `item`s, empty before the loop.
+    fn new_tape(&mut self, item: Type) -> Local {
+        let ty = Type::List(vec![item]);
         let t = self.new_local(ty.clone(), "tape", true);
         let new = mk(ExprKind::Prim { prim: Prim::TapeNew, args: vec![], attrs: Box::default() }, ty, self.sid);
         self.push_stmt(Stmt::Let { pat: Pat::Local(t), value: new });
-        Some(t)
+        t
     }
 
-    /// `tape = tape_push(tape, (slots…)); body`: the state at the start of the iteration is kept.
-    pub(super) fn push_state(&mut self, tp: Option<Local>, slots: &[Local], body: Expr) -> Expr {
-        let Some(tp) = tp else { return body };
-        let st = self.state_type(slots);
-        let state = mk(ExprKind::Tuple(slots.iter().map(|s| self.local(*s)).collect()), st, self.sid);
+    /// `tape = tape_push(tape, item)`.
+    fn tape_push(&self, tp: Local, item: Expr) -> Stmt {
         let ty = self.ty_of(tp);
         let push = mk(
-            ExprKind::Prim { prim: Prim::TapePush, args: vec![self.local(tp), state], attrs: Box::default() },
+            ExprKind::Prim { prim: Prim::TapePush, args: vec![self.local(tp), item], attrs: Box::default() },
             ty,
             self.sid,
         );
-        mk(
-            ExprKind::Block {
-                stmts: vec![Stmt::Assign { pat: Pat::Local(tp), value: push }, Stmt::Expr(body)],
-                result: Box::new(mk(ExprKind::Tuple(vec![]), Type::unit(), self.sid)),
-            },
-            Type::unit(),
-            self.sid,
-        )
+        Stmt::Assign { pat: Pat::Local(tp), value: push }
     }
 
-    /// The tape's value after the loop (read by the backward pass).
-    pub(super) fn tape_value(&mut self, tp: Option<Local>) -> Option<Local> {
-        let tp = tp?;
-        let ty = self.ty_of(tp);
-        Some(self.emit(self.local(tp), ty, "tp"))
+    /// The tape as the backward pass reads it: its value after the loop.
+    fn finish(&mut self, kept: Option<Tape>) -> Option<Tape> {
+        let read = |g: &mut Self, tp: Local| {
+            let ty = g.ty_of(tp);
+            g.emit(g.local(tp), ty, "tp")
+        };
+        Some(match kept? {
+            Tape::States(tp) => Tape::States(read(self, tp)),
+            Tape::Residuals(mut s) => {
+                s.tape = read(self, s.tape);
+                Tape::Residuals(s)
+            }
+        })
     }
 
     pub(super) fn fwd_while(&mut self, e: &Expr, cond: &Expr, body: &Expr, tape: &mut Vec<Node>) -> Res<Local> {
         // `while` runs as a counted loop: the forward pass counts iterations, and the backward
         // pass (like a `for`) recomputes the state of each iteration from the initial state.
         let LoopState { carried, init, free, active, ctx, slots } = self.loop_state(body, None);
-        let tp = self.new_tape(active, &slots);
+        let taping = self.taping(active);
         let i32t = Type::scalar(ElemTy::I32);
         let count = self.new_local(i32t.clone(), "n", true);
         self.push_stmt(Stmt::Let {
@@ -198,8 +340,8 @@ impl Gen<'_> {
             self.sid,
         );
         let iv = self.new_local(i32t.clone(), "i", false);
-        let body_e = self.loop_body(body, &carried, &slots, None, iv)?;
-        let body_e = self.push_state(tp, &slots, body_e);
+        let iter = self.loop_body(body, &carried, &slots, None, iv, taping)?;
+        let (body_e, kept) = self.with_tape(iter, taping, iv, &slots, &init, &free);
         let one = mk(ExprKind::Lit(Lit::Int(1)), i32t.clone(), self.sid);
         let inc = mk(
             ExprKind::Prim { prim: Prim::Add, args: vec![self.local(count), one], attrs: Box::default() },
@@ -241,7 +383,7 @@ impl Gen<'_> {
                 init,
                 outs,
                 free,
-                tape: self.tape_value(tp),
+                tape: self.finish(kept),
                 span: e.span,
             })));
         }
