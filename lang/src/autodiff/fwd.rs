@@ -126,6 +126,8 @@ pub(super) struct Saved {
     /// The forward loop's counter (the backward loop's counter stands in for it).
     pub iv: Local,
     pub residuals: Vec<Local>,
+    /// Every local the forward body binds: the backward pass, renamed, reads none of them.
+    pub bound: HashSet<Local>,
 }
 
 struct LoopState {

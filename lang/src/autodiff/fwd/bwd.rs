@@ -454,10 +454,22 @@ impl Gen<'_> {
                 }
                 let mark = self.blocks.last().map_or(0, Vec::len);
                 self.iteration_bwd(&k.nodes, &k.start, &k.end, &sb, &fb, &free_act)?;
+                let mut stray = None;
                 for st in self.blocks.last_mut().map_or(&mut [][..], |b| &mut b[mark..]) {
                     if let Stmt::Let { value, .. } | Stmt::Assign { value, .. } | Stmt::Expr(value) = st {
                         ir::walk::rename_locals(value, &map);
+                        ir::walk::walk(value, &mut |e| match e.kind {
+                            ExprKind::Local(v) if k.bound.contains(&v) => stray = Some(v),
+                            _ => {}
+                        });
                     }
+                }
+                if let Some(v) = stray {
+                    let name = self.prog.names.get(self.locals[v.0 as usize].name);
+                    return Err(err(
+                        self.span,
+                        &format!("internal: a loop's backward pass reads `{name}`, which its tape does not keep"),
+                    ));
                 }
                 vec![]
             }

@@ -162,7 +162,7 @@ impl Gen<'_> {
             return (iter.block, None);
         }
         let Iter { mut block, nodes, start, end } = iter;
-        if let Some(residuals) = self.residuals_of(&block, &nodes, &start, &end, init, free) {
+        if let Some((residuals, bound)) = self.residuals_of(&block, &nodes, &start, &end, init, free) {
             let ty = Type::Tuple(residuals.iter().map(|r| self.ty_of(*r)).collect());
             let tp = self.new_tape(ty.clone());
             let items = mk(ExprKind::Tuple(residuals.iter().map(|r| self.local(*r)).collect()), ty, self.sid);
@@ -170,7 +170,7 @@ impl Gen<'_> {
             if let ExprKind::Block { stmts, .. } = &mut block.kind {
                 stmts.push(push);
             }
-            let saved = Saved { tape: tp, nodes, start, end, iv, residuals };
+            let saved = Saved { tape: tp, nodes, start, end, iv, residuals, bound };
             return (block, Some(Tape::Residuals(Box::new(saved))));
         }
         let st = self.state_type(slots);
@@ -189,8 +189,9 @@ impl Gen<'_> {
     }
 
     /// The values of one iteration that its backward pass reads, found by generating that
-    /// backward pass once and throwing it away; `None` when one of them is bound inside a
-    /// nested block of the body or the body binds dims at run time (the tape then keeps states).
+    /// backward pass once and throwing it away, and every local the body binds; `None` when one
+    /// of them is bound inside a nested block of the body or assigned, or the body binds dims at
+    /// run time (the tape then keeps states).
     fn residuals_of(
         &mut self,
         block: &Expr,
@@ -199,7 +200,7 @@ impl Gen<'_> {
         end: &[Local],
         init: &[Local],
         free: &[Local],
-    ) -> Option<Vec<Local>> {
+    ) -> Option<(Vec<Local>, HashSet<Local>)> {
         let ExprKind::Block { stmts: top, .. } = &block.kind else { return None };
         let top: Vec<Local> = top
             .iter()
@@ -265,10 +266,12 @@ impl Gen<'_> {
             }
         }
         let top_set: HashSet<Local> = top.iter().copied().collect();
-        if reads.iter().any(|l| inner.contains(l) && !top_set.contains(l)) {
+        let nested = |l: &Local| inner.contains(l) && !top_set.contains(l);
+        let assigned = |l: &Local| top_set.contains(l) && self.locals[l.0 as usize].mutable;
+        if reads.iter().any(|l| nested(l) || assigned(l)) {
             return None;
         }
-        Some(top.into_iter().filter(|l| reads.contains(l)).collect())
+        Some((top.into_iter().filter(|l| reads.contains(l)).collect(), inner))
     }
 
     /// The type of a loop's state: the tuple of its carried slots.
