@@ -468,7 +468,7 @@ impl Gen<'_> {
                     let name = self.prog.names.get(self.locals[v.0 as usize].name);
                     return Err(err(
                         self.span,
-                        &format!("internal: a loop's backward pass reads `{name}`, which its tape does not keep"),
+                        format!("internal: a loop's backward pass reads `{name}`, which its tape does not keep"),
                     ));
                 }
                 vec![]
