@@ -206,3 +206,88 @@ fn main() {
     let g = c.program.func(*c.program.derived.funcs.values().next().expect("the derivative"));
     assert!(count(&g.body, Prim::TapePush) == 1 && count(&g.body, Prim::AllReduceSum) >= 1);
 }
+
+/// Statements a random loop body is made of (over the state `h: f32[4, 3]`, the counter `i`, the
+/// weights `w` and the scalar `a`): products, elementwise functions, a `let` read later, a local
+/// `var`, branches, a nested loop, and jumps.
+const BODY: &[&str] = &[
+    "h = tanh(h @ w) * a",
+    "h = h + sin(h)",
+    "let t = exp(h * 0.1)\n        h = t * h",
+    "if i % 2 == 0 { h = h * 0.9 } else { h = h + a }",
+    "for j in 0..2 { h = h * cos(h) + a }",
+    "if sum(h) > 1000.0 { break }",
+    "if i == 1 { continue }",
+    "h = h @ transpose(w) * 0.5",
+    "let u = h * h\n        h = h - u * 0.01",
+    "var k = h\n        k = k * 2.0 + a\n        h = k * 0.5",
+    "h = where(h > 0.0, h, h * 0.1)",
+];
+
+#[test]
+fn random_loop_bodies_differentiate_as_their_recomputing_form() {
+    let mut rng = Rng::new(21);
+    for case in 0..24 {
+        let n = rng.range(1, 5);
+        // The first statement makes the state depend on `w` (the loop is differentiated).
+        let mut body = vec!["h = h + tanh(h @ w) * 0.1"];
+        body.extend((0..n).map(|_| rng.pick(BODY)));
+        let src = format!(
+            "fn f(w: f32[3, 3], h0: f32[4, 3], a: f32, n: i32) -> f32 {{
+    var h = h0
+    for i in 0..n {{
+        {}
+    }}
+    sum(h * h)
+}}
+
+@recompute
+fn g(w: f32[3, 3], h0: f32[4, 3], a: f32, n: i32) -> f32 {{ f(w, h0, a, n) }}
+
+fn main() {{
+    let w = normal(3, 3, seed: {case}) * 0.5
+    let h0 = normal(4, 3, seed: 99)
+    print(grad(f)(w, h0, 0.3, 4), grad(g)(w, h0, 0.3, 4))
+    print(grad(f, wrt: a)(w, h0, 0.3, 4), grad(g, wrt: a)(w, h0, 0.3, 4))
+}}
+",
+            body.join("\n        ")
+        );
+        let c = check(&src).unwrap_or_else(|e| panic!("case {case}: {e}\n{src}"));
+        let p = &c.program;
+        let taped = p.func(grad_of(p, "f", 1));
+        assert!(count(&taped.body, Prim::TapePush) >= 1, "case {case}: no tape\n{src}");
+        #[derive(Clone, Default)]
+        struct Out(std::rc::Rc<std::cell::RefCell<Vec<u8>>>);
+        impl std::io::Write for Out {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.borrow_mut().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let out = Out::default();
+        let mut it = lang::interp::Interp::new(p, Box::new(out.clone()));
+        assert!(it.run_main(func(p, "main").unwrap()).is_ok(), "case {case} fails\n{src}");
+        let text = String::from_utf8(out.0.borrow().clone()).unwrap();
+        // Each line holds the taped gradient, then the recomputed one, of equal length.
+        let lines: Vec<Vec<f64>> = text
+            .lines()
+            .map(|l| {
+                l.split(|c: char| !(c.is_ascii_alphanumeric() || c == '.' || c == '-'))
+                    .filter_map(|s| s.parse().ok())
+                    .collect()
+            })
+            .collect();
+        assert!(lines.len() == 2 && lines[0].len() == 18 && lines[1].len() == 2, "case {case}: {text}");
+        for l in &lines {
+            let (a, b) = l.split_at(l.len() / 2);
+            for (x, y) in a.iter().zip(b) {
+                let same = (x.is_nan() && y.is_nan()) || x == y || (x - y).abs() <= 1e-5 * (1.0 + y.abs());
+                assert!(same, "case {case}: {x} vs {y}\n{text}\n{src}");
+            }
+        }
+    }
+}
