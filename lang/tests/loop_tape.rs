@@ -140,6 +140,26 @@ fn main() {
 }
 ";
 
+/// What `main` prints, or `None` when it fails.
+fn main_output(p: &Program) -> Option<String> {
+    #[derive(Clone, Default)]
+    struct Out(std::rc::Rc<std::cell::RefCell<Vec<u8>>>);
+    impl std::io::Write for Out {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.borrow_mut().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let out = Out::default();
+    let mut it = lang::interp::Interp::new(p, Box::new(out.clone()));
+    it.run_main(func(p, "main").ok()?).ok()?;
+    let text = String::from_utf8(out.0.borrow().clone()).ok();
+    text
+}
+
 /// How many times a primitive is applied in an expression.
 fn count(e: &Expr, p: Prim) -> usize {
     let mut n = 0;
@@ -161,21 +181,7 @@ fn a_loop_keeps_what_its_backward_pass_reads_and_computes_nothing_twice() {
     assert_eq!(count(&lean.body, Prim::Tanh), 2);
     assert_eq!(count(&lean.body, Prim::MatMul), 4);
     // Both derivatives give the same gradient.
-    #[derive(Clone, Default)]
-    struct Out(std::rc::Rc<std::cell::RefCell<Vec<u8>>>);
-    impl std::io::Write for Out {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.borrow_mut().extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let out = Out::default();
-    let mut it = lang::interp::Interp::new(p, Box::new(out.clone()));
-    assert!(it.run_main(func(p, "main").unwrap()).is_ok(), "runs");
-    let out = String::from_utf8(out.0.borrow().clone()).unwrap();
+    let out = main_output(p).expect("runs");
     let v: Vec<f64> = out.split_whitespace().map(|x| x.parse().unwrap()).collect();
     assert!((v[0] - v[1]).abs() <= 1e-6 * (1.0 + v[0].abs()), "{out}");
 }
@@ -257,22 +263,7 @@ fn main() {{
         let p = &c.program;
         let taped = p.func(grad_of(p, "f", 1));
         assert!(count(&taped.body, Prim::TapePush) >= 1, "case {case}: no tape\n{src}");
-        #[derive(Clone, Default)]
-        struct Out(std::rc::Rc<std::cell::RefCell<Vec<u8>>>);
-        impl std::io::Write for Out {
-            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-                self.0.borrow_mut().extend_from_slice(b);
-                Ok(b.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let out = Out::default();
-        let mut it = lang::interp::Interp::new(p, Box::new(out.clone()));
-        assert!(it.run_main(func(p, "main").unwrap()).is_ok(), "case {case} fails\n{src}");
-        let text = String::from_utf8(out.0.borrow().clone()).unwrap();
-        // Each line holds the taped gradient, then the recomputed one, of equal length.
+        let text = main_output(p).unwrap_or_else(|| panic!("case {case} fails\n{src}"));
         let lines: Vec<Vec<f64>> = text
             .lines()
             .map(|l| {
