@@ -151,16 +151,44 @@ pub(crate) fn shown(text: &str) -> String {
     text.escape_debug().to_string()
 }
 
-/// Appends the elements of `t` as little-endian bytes (bool as one byte 0 or 1).
-pub(crate) fn push_le_data(out: &mut Vec<u8>, t: &Tensor) {
+/// Appends the elements of `t` as little-endian bytes (bool as one byte 0 or 1); on a
+/// little-endian machine, copies of the tensor's own memory.
+pub fn push_le_data(out: &mut Vec<u8>, t: &Tensor) {
     out.reserve(t.len() * t.dtype().size_in_bytes());
-    match t.storage() {
-        Storage::F32(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        Storage::F64(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        Storage::I32(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        Storage::Bool(v) => out.extend(v.iter().map(|&b| u8::from(b))),
-        Storage::Bf16(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
-        Storage::F16(v) => v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+    // Writing into a `Vec` cannot fail.
+    let _ = for_le_chunks(t, |b| {
+        out.extend_from_slice(b);
+        Ok(())
+    });
+}
+
+/// The tensor of `dtype` and `shape` whose elements are `bytes`, little-endian (bool one byte
+/// each, nonzero true), as [`push_le_data`] writes them; an error unless `bytes` holds exactly
+/// that many elements. On a little-endian machine the bytes are copied into place at once.
+pub fn tensor_from_le(dtype: DType, shape: Vec<usize>, bytes: &[u8]) -> Result<Tensor, KernelError> {
+    let n = crate::tensor::checked_numel(&shape)?;
+    if n.checked_mul(dtype.size_in_bytes()) != Some(bytes.len()) {
+        return Err(KernelError::Invalid(format!("{} bytes do not hold {} {} elements", bytes.len(), n, dtype.name())));
+    }
+    macro_rules! words {
+        ($t:ty, $zero:expr) => {{
+            let mut v: Vec<$t> = vec![$zero; n];
+            #[cfg(target_endian = "little")]
+            bytemuck::cast_slice_mut::<$t, u8>(&mut v).copy_from_slice(bytes);
+            #[cfg(not(target_endian = "little"))]
+            for (x, b) in v.iter_mut().zip(bytes.chunks_exact(std::mem::size_of::<$t>())) {
+                *x = <$t>::from_le_bytes(b.try_into().unwrap_or_default());
+            }
+            Tensor::from_vec(shape, v)
+        }};
+    }
+    match dtype {
+        DType::F32 => words!(f32, 0.0),
+        DType::F64 => words!(f64, 0.0),
+        DType::I32 => words!(i32, 0),
+        DType::Bf16 => words!(half::bf16, half::bf16::ZERO),
+        DType::F16 => words!(half::f16, half::f16::ZERO),
+        DType::Bool => Tensor::from_vec(shape, bytes.iter().map(|&b| b != 0).collect::<Vec<bool>>()),
     }
 }
 

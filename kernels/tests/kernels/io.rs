@@ -252,3 +252,35 @@ fn text_files_are_vectors_of_bytes() {
     std::fs::write(&p, "").unwrap();
     assert_eq!(io::load(&p, None).unwrap().shape(), &[0]);
 }
+
+#[test]
+fn little_endian_bytes_round_trip_every_element_type() {
+    use kernels::io::{push_le_data, tensor_from_le};
+    use kernels::DType;
+    let f = Tensor::from_f32(vec![2, 3], vec![1.5, -0.0, f32::INFINITY, f32::NAN, 1e-40, 7.0]).unwrap();
+    let cases = [
+        f.clone(),
+        f.cast(DType::F64),
+        f.cast(DType::Bf16),
+        f.cast(DType::F16),
+        Tensor::from_i32(vec![4], vec![0, -1, i32::MAX, i32::MIN]).unwrap(),
+        Tensor::from_bool(vec![3], vec![true, false, true]).unwrap(),
+        Tensor::from_f32(vec![0, 5], vec![]).unwrap(),
+    ];
+    for t in cases {
+        let mut bytes = vec![9u8];
+        push_le_data(&mut bytes, &t);
+        assert_eq!(bytes.len(), 1 + t.len() * t.dtype().size_in_bytes(), "{:?}", t.dtype());
+        // Bytes as the formats write them: element by element, little-endian.
+        if t.dtype() == DType::F32 && !t.is_empty() {
+            assert_eq!(&bytes[1..5], &1.5f32.to_le_bytes());
+        }
+        let back = tensor_from_le(t.dtype(), t.shape().to_vec(), &bytes[1..]).unwrap();
+        assert_eq!(back.shape(), t.shape());
+        assert_eq!(format!("{:?}", back.to_f64_vec()), format!("{:?}", t.to_f64_vec()), "{:?}", t.dtype());
+        // One byte too few or too many, or a shape whose size overflows, is an error.
+        assert!(t.is_empty() || tensor_from_le(t.dtype(), t.shape().to_vec(), &bytes[1..bytes.len() - 1]).is_err());
+        assert!(tensor_from_le(t.dtype(), t.shape().to_vec(), &[&bytes[1..], &[0u8][..]].concat()).is_err());
+        assert!(tensor_from_le(t.dtype(), vec![usize::MAX, 2], &bytes[1..]).is_err());
+    }
+}

@@ -382,21 +382,22 @@ fn accumulate(it: &mut Interp, acc: &mut Option<Value>, v: Option<Value>, span: 
 }
 
 /// A message's bytes: a tensor as its element type, rank, dims and data; a tuple as its items.
+/// The element types a message carries, by their code.
+const WIRE_TYPES: [DType; 6] = [DType::F32, DType::F64, DType::I32, DType::Bf16, DType::F16, DType::Bool];
+
 fn encode(v: &Value, out: &mut Vec<u8>) -> Result<(), String> {
     match v {
         Value::Tensor(t) => {
-            let (code, data): (u8, Vec<u8>) = match t.dtype() {
-                DType::F32 => (0, t.as_f32().unwrap_or(&[]).iter().flat_map(|x| x.to_le_bytes()).collect()),
-                DType::F64 => (1, t.as_f64().unwrap_or(&[]).iter().flat_map(|x| x.to_le_bytes()).collect()),
-                DType::I32 => (2, t.as_i32().unwrap_or(&[]).iter().flat_map(|x| x.to_le_bytes()).collect()),
-                d => return Err(format!("a pipeline stage cannot send {} values", d.name())),
-            };
-            out.push(code);
+            let code = WIRE_TYPES
+                .iter()
+                .position(|d| *d == t.dtype())
+                .ok_or_else(|| format!("a pipeline stage cannot send {} values", t.dtype().name()))?;
+            out.push(code as u8);
             out.extend((t.rank() as u32).to_le_bytes());
             for d in t.shape() {
                 out.extend((*d as u64).to_le_bytes());
             }
-            out.extend(data);
+            kernels::io::push_le_data(out, t);
         }
         Value::Tuple(xs) => {
             out.push(9);
@@ -430,29 +431,13 @@ fn decode(b: &mut &[u8]) -> Result<Value, String> {
         return Ok(Value::Tuple(Rc::new(items)));
     }
     let rank = u32_at(b)?;
-    let mut shape = Vec::with_capacity(rank);
+    let mut shape = Vec::with_capacity(rank.min(b.len() / 8));
     for _ in 0..rank {
         shape.push(u64::from_le_bytes(take(b, 8)?.try_into().map_err(|_| "bad message")?) as usize);
     }
-    let n: usize = shape.iter().product();
-    let e = |x: kernels::KernelError| x.to_string();
-    let t = match code {
-        0 => Tensor::from_f32(
-            shape,
-            take(b, 4 * n)?.chunks(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
-        )
-        .map_err(e)?,
-        1 => Tensor::from_f64(
-            shape,
-            take(b, 8 * n)?.chunks(8).map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect(),
-        )
-        .map_err(e)?,
-        2 => Tensor::from_i32(
-            shape,
-            take(b, 4 * n)?.chunks(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
-        )
-        .map_err(e)?,
-        _ => return Err("a pipeline message of an unknown kind".into()),
-    };
+    let dtype = *WIRE_TYPES.get(code as usize).ok_or("a pipeline message of an unknown kind")?;
+    let len =
+        shape.iter().try_fold(dtype.size_in_bytes(), |a, &d| a.checked_mul(d)).ok_or("a pipeline message too large")?;
+    let t = kernels::io::tensor_from_le(dtype, shape, take(b, len)?).map_err(|e| e.to_string())?;
     Ok(Value::Tensor(t))
 }
