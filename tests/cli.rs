@@ -328,6 +328,26 @@ fn values_are_freed_where_they_die() {
 }
 
 #[test]
+fn a_loop_backward_pass_frees_each_iteration_as_it_goes() {
+    // Two iterations whose residuals are 4 MB tensors; the backward pass of the first (last to
+    // run) recomputes its branch, which needs more memory than the second's. By then the second
+    // iteration's residuals are gone: 40-41 MB at the peak, 44-45 MB when the tape kept them.
+    let src = "fn loss(w: f32[1000, 1000], x: f32[1000, 1000]) -> f32 {\n    var h = x\n    \
+               for i in 0..2 {\n        if i == 0 {\n            h = tanh(h @ w) * sigmoid(h) + exp(h * 0.01)\n        \
+               } else {\n            h = tanh(h @ w)\n        }\n    }\n    sum(h)\n}\n\nfn main() {\n    \
+               let w = normal(1000, 1000, seed: 1) * 0.01\n    let x = normal(1000, 1000, seed: 2)\n    \
+               print(sum(grad(loss)(w, x)) != 0.0)\n}\n";
+    let dir = scratch("tape", &[("p.msl", src)]);
+    for mode in [&["--mode", "eager"][..], &["--mode", "jit", "-O2"]] {
+        let o = msl(&dir, &[&["run", "--trace", "t.json"][..], mode, &["p.msl"]].concat());
+        assert!(o.status.success(), "{mode:?}: {}", text(&o.stderr));
+        assert_eq!(text(&o.stdout).trim(), "true");
+        let peak = trace_peak_heap(&dir.join("t.json"));
+        assert!(peak < 42.5, "{mode:?}: peak heap {peak} MB");
+    }
+}
+
+#[test]
 fn a_trace_holds_the_kernels_calls_and_fused_trees_of_the_run() {
     let src = "fn loss(w: f32[4, 3], x: f32[8, 4]) -> f32 {\n    sum(tanh(x @ w) * 2.0 + 1.0)\n}\n\nfn main() {\n    let x = normal(8, 4, seed: 1)\n    let w = normal(4, 3, seed: 2)\n    print(grad(loss)(w, x)[0, 0] != 0.0)\n}\n";
     let dir = scratch("trace", &[("p.msl", src)]);

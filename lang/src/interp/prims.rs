@@ -426,7 +426,7 @@ impl Interp<'_> {
             Prim::TapeGet => {
                 let i = args.get(1).and_then(|v| v.tensor()).and_then(scalar_i64);
                 match (args.first(), i) {
-                    (Some(Value::Tape(t)), Some(i)) => t.get(i).ok_or_else(|| {
+                    (Some(Value::Tape(t)), Some(i)) => t.take(i).ok_or_else(|| {
                         rt(Code::E0605, format!("tape_get: no entry {i} in a tape of {}", t.len()), span)
                     }),
                     _ => Err(rt(Code::E0605, "tape_get: expected a tape and an index", span)),

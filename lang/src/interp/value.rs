@@ -47,10 +47,11 @@ impl Tape {
         Tape { buf: Rc::new(std::cell::RefCell::new(copy)), len: self.len + 1 }
     }
 
-    /// Entry `i`, if the tape has one.
-    pub fn get(&self, i: i64) -> Option<Value> {
+    /// Entry `i`, taken out of the tape (left as `()`): a loop's backward pass reads each
+    /// iteration's entry once, so its memory goes as soon as that iteration's backward is done.
+    pub fn take(&self, i: i64) -> Option<Value> {
         let i = usize::try_from(i).ok().filter(|&i| i < self.len)?;
-        self.buf.borrow().get(i).cloned()
+        self.buf.borrow_mut().get_mut(i).map(|v| std::mem::replace(v, Value::unit()))
     }
 
     pub fn len(&self) -> usize {
