@@ -5,6 +5,15 @@
 use super::*;
 use crate::types::TensorTy;
 
+/// A loop's backward pass's mutable slots: the carried state's cotangents (`sb`) and the
+/// accumulated cotangents (`fb`) of its active free values (`free_act`).
+#[derive(Clone, Copy)]
+pub(super) struct Cotangents<'a> {
+    pub sb: &'a [Local],
+    pub fb: &'a [Acc],
+    pub free_act: &'a [Local],
+}
+
 /// The accumulated cotangent of a loop's free value: one slot, or one per tensor leaf.
 pub(super) enum Acc {
     Whole(Local),
@@ -437,101 +446,10 @@ impl Gen<'_> {
         let last = self.p(Prim::Sub, &[l.end, one], Attrs::default(), i32t.clone());
         let it = self.p(Prim::Sub, &[last, r], Attrs::default(), i32t.clone());
         let saved = std::mem::replace(&mut self.frames, l.ctx.clone());
-        let srcs: Vec<Expr> = match &l.tape {
-            // The iteration's residuals, read from the tape, stand in for its own values.
-            Some(Tape::Residuals(k)) => {
-                let idx = self.p(Prim::Sub, &[it, start], Attrs::default(), i32t.clone());
-                let tys: Vec<Type> = k.residuals.iter().map(|v| self.ty_of(*v)).collect();
-                // Typed without layouts, so that the sharding pass keeps each residual's block
-                // as the forward pass held it (the tape takes the pushed layouts).
-                let tuple = Type::Tuple(tys.clone()).replicated();
-                let got = self.p(Prim::TapeGet, &[k.tape, idx], Attrs::default(), tuple);
-                let mut map = HashMap::from([(k.iv, it)]);
-                for (i, (v, t)) in k.residuals.iter().zip(tys).enumerate() {
-                    let x =
-                        self.emit(mk(ExprKind::TupleGet(Box::new(self.local(got)), i), t.clone(), self.sid), t, "rs");
-                    map.insert(*v, x);
-                }
-                let mark = self.blocks.last().map_or(0, Vec::len);
-                self.iteration_bwd(&k.nodes, &k.start, &k.end, &sb, &fb, &free_act)?;
-                let mut stray = None;
-                for st in self.blocks.last_mut().map_or(&mut [][..], |b| &mut b[mark..]) {
-                    if let Stmt::Let { value, .. } | Stmt::Assign { value, .. } | Stmt::Expr(value) = st {
-                        ir::walk::rename_locals(value, &map);
-                        ir::walk::walk(value, &mut |e| match e.kind {
-                            ExprKind::Local(v) if k.bound.contains(&v) => stray = Some(v),
-                            _ => {}
-                        });
-                    }
-                }
-                if let Some(v) = stray {
-                    let name = self.prog.names.get(self.locals[v.0 as usize].name);
-                    return Err(err(
-                        self.span,
-                        format!("internal: a loop's backward pass reads `{name}`, which its tape does not keep"),
-                    ));
-                }
-                vec![]
-            }
-            // The state at the start of iteration `it`, read from the tape.
-            Some(Tape::States(tp)) => {
-                let idx = self.p(Prim::Sub, &[it, start], Attrs::default(), i32t.clone());
-                let tys: Vec<Type> = l.init.iter().map(|v| self.ty_of(*v)).collect();
-                let st = Type::Tuple(tys.clone());
-                let s = self.p(Prim::TapeGet, &[*tp, idx], Attrs::default(), st);
-                tys.into_iter()
-                    .enumerate()
-                    .map(|(i, t)| mk(ExprKind::TupleGet(Box::new(self.local(s)), i), t, self.sid))
-                    .collect()
-            }
-            // Recompute the state at the start of iteration `it` from the state before the loop.
-            None => {
-                let tslots: Vec<Local> = l
-                    .init
-                    .iter()
-                    .map(|v| {
-                        let ty = self.ty_of(*v);
-                        let s = self.new_local(ty, "t", true);
-                        self.push_stmt(Stmt::Let { pat: Pat::Local(s), value: self.local(*v) });
-                        s
-                    })
-                    .collect();
-                let j = self.new_local(i32t.clone(), "j", false);
-                let rec_body = self.loop_body(&l.body, &l.carried, &tslots, l.ivar, j, false)?.block;
-                self.push_stmt(Stmt::Expr(mk(
-                    ExprKind::ForRange {
-                        var: j,
-                        start: Box::new(self.local(start)),
-                        end: Box::new(self.local(it)),
-                        body: Box::new(rec_body),
-                    },
-                    Type::unit(),
-                    self.sid,
-                )));
-                tslots.iter().map(|t| self.local(*t)).collect()
-            }
-        };
-        if !matches!(l.tape, Some(Tape::Residuals(_))) {
-            // One iteration at `it` from that state, run forward again, then its backward.
-            let mut state = Vec::new();
-            for (c, src) in l.carried.iter().zip(srcs) {
-                let ty = src.ty.clone();
-                let v = self.emit(src, ty.clone(), "st");
-                // Only float state carries a cotangent (a `bool` or `i32` slot never does).
-                let act = self.active.contains(&l.init[state.len()]) || l.outs.iter().any(|o| self.active.contains(o));
-                if act && is_float_type(&ty) {
-                    self.active.insert(v);
-                }
-                self.bind(*c, v);
-                state.push(v);
-            }
-            if let Some(iv) = l.ivar {
-                self.bind(iv, it);
-            }
-            let mut sub = Vec::new();
-            self.fwd(&l.body, &mut sub)?;
-            let end: Vec<Local> = l.carried.iter().map(|c| self.frame().env[c]).collect();
-            self.iteration_bwd(&sub, &state, &end, &sb, &fb, &free_act)?;
+        let cot = Cotangents { sb: &sb, fb: &fb, free_act: &free_act };
+        match &l.tape {
+            Some(Tape::Residuals(k)) => self.iteration_from_residuals(k, it, start, &cot)?,
+            _ => self.iteration_run_again(l, it, start, &cot)?,
         }
         self.frames = saved;
         let stmts = self.blocks.pop().unwrap_or_default();
@@ -573,6 +491,110 @@ impl Gen<'_> {
         Ok(())
     }
 
+    /// One iteration of a loop whose tape keeps residuals: they are read from the tape and
+    /// stand in for the iteration's own values in its backward pass.
+    fn iteration_from_residuals(&mut self, k: &Saved, it: Local, start: Local, cot: &Cotangents) -> Res<()> {
+        let idx = self.p(Prim::Sub, &[it, start], Attrs::default(), Type::scalar(ElemTy::I32));
+        let tys: Vec<Type> = k.residuals.iter().map(|v| self.ty_of(*v)).collect();
+        // Typed without layouts, so that the sharding pass keeps each residual's block
+        // as the forward pass held it (the tape takes the pushed layouts).
+        let tuple = Type::Tuple(tys.clone()).replicated();
+        let got = self.p(Prim::TapeGet, &[k.tape, idx], Attrs::default(), tuple);
+        let mut map = HashMap::from([(k.iv, it)]);
+        for (i, (v, t)) in k.residuals.iter().zip(tys).enumerate() {
+            let x = self.emit(mk(ExprKind::TupleGet(Box::new(self.local(got)), i), t.clone(), self.sid), t, "rs");
+            map.insert(*v, x);
+        }
+        let mark = self.blocks.last().map_or(0, Vec::len);
+        self.iteration_bwd(&k.nodes, &k.start, &k.end, cot)?;
+        let mut stray = None;
+        for st in self.blocks.last_mut().map_or(&mut [][..], |b| &mut b[mark..]) {
+            if let Stmt::Let { value, .. } | Stmt::Assign { value, .. } | Stmt::Expr(value) = st {
+                ir::walk::rename_locals(value, &map);
+                ir::walk::walk(value, &mut |e| match e.kind {
+                    ExprKind::Local(v) if k.bound.contains(&v) => stray = Some(v),
+                    _ => {}
+                });
+            }
+        }
+        if let Some(v) = stray {
+            let name = self.prog.names.get(self.locals[v.0 as usize].name);
+            return Err(err(
+                self.span,
+                format!("internal: a loop's backward pass reads `{name}`, which its tape does not keep"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// One iteration of a loop whose tape keeps states (or none): its state at `it`, read from
+    /// the tape or recomputed from the state before the loop, run forward again, then its
+    /// backward pass.
+    fn iteration_run_again(&mut self, l: &LoopNode, it: Local, start: Local, cot: &Cotangents) -> Res<()> {
+        let i32t = Type::scalar(ElemTy::I32);
+        let srcs: Vec<Expr> = match &l.tape {
+            // The state at the start of iteration `it`, read from the tape.
+            Some(Tape::States(tp)) => {
+                let idx = self.p(Prim::Sub, &[it, start], Attrs::default(), i32t.clone());
+                let tys: Vec<Type> = l.init.iter().map(|v| self.ty_of(*v)).collect();
+                let st = Type::Tuple(tys.clone());
+                let s = self.p(Prim::TapeGet, &[*tp, idx], Attrs::default(), st);
+                tys.into_iter()
+                    .enumerate()
+                    .map(|(i, t)| mk(ExprKind::TupleGet(Box::new(self.local(s)), i), t, self.sid))
+                    .collect()
+            }
+            // Recompute the state at the start of iteration `it` from the state before the loop.
+            None => {
+                let tslots: Vec<Local> = l
+                    .init
+                    .iter()
+                    .map(|v| {
+                        let ty = self.ty_of(*v);
+                        let s = self.new_local(ty, "t", true);
+                        self.push_stmt(Stmt::Let { pat: Pat::Local(s), value: self.local(*v) });
+                        s
+                    })
+                    .collect();
+                let j = self.new_local(i32t.clone(), "j", false);
+                let rec_body = self.loop_body(&l.body, &l.carried, &tslots, l.ivar, j, false)?.block;
+                self.push_stmt(Stmt::Expr(mk(
+                    ExprKind::ForRange {
+                        var: j,
+                        start: Box::new(self.local(start)),
+                        end: Box::new(self.local(it)),
+                        body: Box::new(rec_body),
+                    },
+                    Type::unit(),
+                    self.sid,
+                )));
+                tslots.iter().map(|t| self.local(*t)).collect()
+            }
+            Some(Tape::Residuals(_)) => return Err(err(self.span, "internal: a residual tape run again")),
+        };
+        // One iteration at `it` from that state, run forward again, then its backward.
+        let mut state = Vec::new();
+        for (c, src) in l.carried.iter().zip(srcs) {
+            let ty = src.ty.clone();
+            let v = self.emit(src, ty.clone(), "st");
+            // Only float state carries a cotangent (a `bool` or `i32` slot never does).
+            let act = self.active.contains(&l.init[state.len()]) || l.outs.iter().any(|o| self.active.contains(o));
+            if act && is_float_type(&ty) {
+                self.active.insert(v);
+            }
+            self.bind(*c, v);
+            state.push(v);
+        }
+        if let Some(iv) = l.ivar {
+            self.bind(iv, it);
+        }
+        let mut sub = Vec::new();
+        self.fwd(&l.body, &mut sub)?;
+        let end: Vec<Local> = l.carried.iter().map(|c| self.frame().env[c]).collect();
+        self.iteration_bwd(&sub, &state, &end, cot)?;
+        Ok(())
+    }
+
     /// The cotangent accumulators of a loop's active free values: one slot each, or one per
     /// leaf for a model holding a stack of layers (`fwd::leaves`: a row per iteration).
     pub(super) fn free_accs(&mut self, free_act: &[Local]) -> Res<Vec<Acc>> {
@@ -600,10 +622,9 @@ impl Gen<'_> {
         nodes: &[Node],
         start: &[Local],
         end: &[Local],
-        sb: &[Local],
-        fb: &[Acc],
-        free_act: &[Local],
+        cot: &Cotangents,
     ) -> Res<()> {
+        let Cotangents { sb, fb, free_act } = *cot;
         let mut local: HashMap<Local, Vec<Local>> = HashMap::new();
         for (new, s) in end.iter().zip(sb) {
             if self.is_active(*new) {

@@ -244,7 +244,10 @@ impl Gen<'_> {
                 self.new_local(ty, "sb", true)
             })
             .collect();
-        let trial = self.free_accs(&free_act).and_then(|fb| self.iteration_bwd(nodes, start, end, &sb, &fb, &free_act));
+        let trial = self.free_accs(&free_act).and_then(|fb| {
+            let cot = bwd::Cotangents { sb: &sb, fb: &fb, free_act: &free_act };
+            self.iteration_bwd(nodes, start, end, &cot)
+        });
         self.dry -= 1;
         let stmts = self.blocks.pop().unwrap_or_default();
         self.locals.truncate(n_locals);
