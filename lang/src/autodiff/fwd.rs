@@ -491,6 +491,22 @@ impl Gen<'_> {
         self.blocks.pop().unwrap_or_default()
     }
 
+    /// `{ stmts }`, of type `()`.
+    pub(super) fn unit_block(&self, stmts: Vec<Stmt>) -> Expr {
+        mk(
+            ExprKind::Block { stmts, result: Box::new(mk(ExprKind::Tuple(vec![]), Type::unit(), self.sid)) },
+            Type::unit(),
+            self.sid,
+        )
+    }
+
+    /// Appends `for var in start..end body` to the current block.
+    pub(super) fn push_for(&mut self, var: Local, start: Local, end: Local, body: Expr) {
+        let (start, end) = (Box::new(self.local(start)), Box::new(self.local(end)));
+        let e = mk(ExprKind::ForRange { var, start, end, body: Box::new(body) }, Type::unit(), self.sid);
+        self.push_stmt(Stmt::Expr(e));
+    }
+
     pub(super) fn env_of(&self, l: Local) -> Local {
         self.frame().env.get(&l).copied().unwrap_or(l)
     }

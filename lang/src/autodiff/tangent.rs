@@ -501,21 +501,8 @@ impl Gen<'_> {
         }
         let stmts = self.pop_block();
         self.replace_frames(saved);
-        let body = mk(
-            ExprKind::Block { stmts, result: Box::new(mk(ExprKind::Tuple(vec![]), Type::unit(), self.sid)) },
-            Type::unit(),
-            self.sid,
-        );
-        self.push_stmt(Stmt::Expr(mk(
-            ExprKind::ForRange {
-                var: iv,
-                start: Box::new(self.local(start)),
-                end: Box::new(self.local(l.end)),
-                body: Box::new(body),
-            },
-            Type::unit(),
-            self.sid,
-        )));
+        let body = self.unit_block(stmts);
+        self.push_for(iv, start, l.end, body);
         for (o, t) in l.outs.iter().zip(&tslots) {
             let ty = self.ty_of(*t);
             let v = self.emit(self.local(*t), ty, "lto");

@@ -453,21 +453,8 @@ impl Gen<'_> {
         }
         self.frames = saved;
         let stmts = self.blocks.pop().unwrap_or_default();
-        let body = mk(
-            ExprKind::Block { stmts, result: Box::new(mk(ExprKind::Tuple(vec![]), Type::unit(), self.sid)) },
-            Type::unit(),
-            self.sid,
-        );
-        self.push_stmt(Stmt::Expr(mk(
-            ExprKind::ForRange {
-                var: r,
-                start: Box::new(self.local(zero)),
-                end: Box::new(self.local(n)),
-                body: Box::new(body),
-            },
-            Type::unit(),
-            self.sid,
-        )));
+        let body = self.unit_block(stmts);
+        self.push_for(r, zero, n, body);
         for (init, s) in l.init.iter().zip(&sb) {
             if self.is_active(*init) {
                 let ty = self.ty_of(*s);
@@ -558,16 +545,7 @@ impl Gen<'_> {
                     .collect();
                 let j = self.new_local(i32t.clone(), "j", false);
                 let rec_body = self.loop_body(&l.body, &l.carried, &tslots, l.ivar, j, false)?.block;
-                self.push_stmt(Stmt::Expr(mk(
-                    ExprKind::ForRange {
-                        var: j,
-                        start: Box::new(self.local(start)),
-                        end: Box::new(self.local(it)),
-                        body: Box::new(rec_body),
-                    },
-                    Type::unit(),
-                    self.sid,
-                )));
+                self.push_for(j, start, it, rec_body);
                 tslots.iter().map(|t| self.local(*t)).collect()
             }
             Some(Tape::Residuals(_)) => return Err(err(self.span, "internal: a residual tape run again")),

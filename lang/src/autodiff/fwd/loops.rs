@@ -134,12 +134,7 @@ impl Gen<'_> {
         }
         let stmts = self.blocks.pop().unwrap_or_default();
         self.frames = saved;
-        let block = mk(
-            ExprKind::Block { stmts, result: Box::new(mk(ExprKind::Tuple(vec![]), Type::unit(), self.sid)) },
-            Type::unit(),
-            self.sid,
-        );
-        Ok(Iter { block, nodes, start, end })
+        Ok(Iter { block: self.unit_block(stmts), nodes, start, end })
     }
 
     /// Whether an active loop keeps a tape (not inside `@recompute`, nor in a twin).
@@ -177,15 +172,7 @@ impl Gen<'_> {
         let tp = self.new_tape(st.clone());
         let state = mk(ExprKind::Tuple(slots.iter().map(|s| self.local(*s)).collect()), st, self.sid);
         let push = self.tape_push(tp, state);
-        let block = mk(
-            ExprKind::Block {
-                stmts: vec![push, Stmt::Expr(block)],
-                result: Box::new(mk(ExprKind::Tuple(vec![]), Type::unit(), self.sid)),
-            },
-            Type::unit(),
-            self.sid,
-        );
-        (block, Some(Tape::States(tp)))
+        (self.unit_block(vec![push, Stmt::Expr(block)]), Some(Tape::States(tp)))
     }
 
     /// The values of one iteration that its backward pass reads, found by generating that
@@ -354,14 +341,7 @@ impl Gen<'_> {
             i32t.clone(),
             self.sid,
         );
-        let body_e = mk(
-            ExprKind::Block {
-                stmts: vec![Stmt::Expr(body_e), Stmt::Assign { pat: Pat::Local(count), value: inc }],
-                result: Box::new(mk(ExprKind::Tuple(vec![]), Type::unit(), self.sid)),
-            },
-            Type::unit(),
-            self.sid,
-        );
+        let body_e = self.unit_block(vec![Stmt::Expr(body_e), Stmt::Assign { pat: Pat::Local(count), value: inc }]);
         self.push_stmt(Stmt::Expr(mk(
             ExprKind::While { cond: Box::new(cexpr), body: Box::new(body_e) },
             Type::unit(),
