@@ -3,7 +3,8 @@
 //! declared with; elementwise operands are split as their result (a broadcast dim whole); a
 //! product's contracted dim is split alike on both sides, and a split one is a partial sum that
 //! an all-reduce or reduce-scatter over its axes combines at once; so is a reduction over a
-//! split dim; each collective changes exactly the layout it says. A violation means a rank
+//! split dim; each collective changes exactly the layout it says; a tape gives back the
+//! layouts pushed onto it. A violation means a rank
 //! would combine its block with another rank's (a wrong number, not an error), so it is reported
 //! as a compiler bug by `passes::shard` in debug builds and with `MSL_VERIFY=1`.
 
@@ -62,6 +63,23 @@ fn fixed(t: &Type) -> Option<L> {
     (matches!(t, Type::Tensor(_)) && !has_rest(t)).then(|| layout(t))
 }
 
+/// What a tape of type `t` holds per entry.
+fn tape_item(t: &Type) -> Option<&Type> {
+    match t {
+        Type::List(items) if items.len() == 1 => items.first(),
+        _ => None,
+    }
+}
+
+/// The layout of every tensor in a value of type `t` (tuples flattened), in order.
+fn leaf_layouts(t: &Type) -> Vec<L> {
+    match t {
+        Type::Tensor(_) => vec![layout(t)],
+        Type::Tuple(ts) => ts.iter().flat_map(leaf_layouts).collect(),
+        _ => vec![],
+    }
+}
+
 fn node(p: &Program, f: &Func, e: &Expr, combined: &HashMap<ExprId, (Prim, Vec<AxisId>)>, out: &mut Vec<String>) {
     let name = |e: &Expr| match &e.kind {
         ExprKind::Prim { prim, .. } => format!("`{}`", prim.name()),
@@ -95,6 +113,23 @@ fn node(p: &Program, f: &Func, e: &Expr, combined: &HashMap<ExprId, (Prim, Vec<A
                             ));
                         }
                     }
+                }
+            }
+        }
+        // A tape holds what is pushed onto it as it is, and gives it back so.
+        ExprKind::Prim { prim: Prim::TapePush, args, .. } => {
+            if let ([_, item], Some(held)) = (&args[..], tape_item(&e.ty)) {
+                let (have, want) = (leaf_layouts(&item.ty), leaf_layouts(held));
+                if have != want {
+                    out.push(format!("`tape_push` of layouts {have:?} onto a tape of {want:?}"));
+                }
+            }
+        }
+        ExprKind::Prim { prim: Prim::TapeGet, args, .. } => {
+            if let Some(held) = args.first().and_then(|a| tape_item(&a.ty)) {
+                let (have, want) = (leaf_layouts(&e.ty), leaf_layouts(held));
+                if have != want {
+                    out.push(format!("`tape_get` gives layouts {have:?} from a tape of {want:?}"));
                 }
             }
         }
