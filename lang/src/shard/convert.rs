@@ -2,9 +2,7 @@
 //! local slices, a partial sum reduce-scattered), models made whole field by field, and the
 //! record of every collective inserted (`msl check --emit collectives`, `W0510`).
 
-use super::{
-    dummy, has_rest, layout, model_has_layout, strip, strip_eq_differs, with_layout, Fcx, Inserted, LocalInfo,
-};
+use super::{dummy, has_rest, layout, model_has_layout, strip_eq_differs, with_layout, Fcx, Inserted, LocalInfo};
 use crate::diag::{Code, Diagnostic};
 use crate::ir::{Attrs, Expr, ExprKind, Local, Pat, Prim, SpanId, Stmt};
 use crate::types::{AxisId, Type};
@@ -216,7 +214,7 @@ impl Fcx<'_> {
             let whole = if matches!(fty, Type::Model(..)) {
                 self.replicate_model(get)
             } else {
-                self.convert(get, &strip(&fty), true)
+                self.convert(get, &fty.replicated(), true)
             };
             fields.push(whole);
         }

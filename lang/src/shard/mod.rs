@@ -133,7 +133,7 @@ pub fn run(prog: &mut Program) -> Report {
                             Lat::Unknown
                         } else if f.n_captures > 0 {
                             // Closures are applied by `map` and dynamic calls to whole values.
-                            Lat::Fixed(strip(t))
+                            Lat::Fixed(t.replicated())
                         } else {
                             Lat::Unknown
                         }
@@ -332,7 +332,7 @@ fn fixpoint(prog: &Program, mesh: &Mesh, st: &mut State, pristine: &[Func]) {
                     Lat::Known(t) => match join(t, &a) {
                         Some(j) if j == *t => continue,
                         Some(j) => Lat::Known(j),
-                        None => Lat::Fixed(strip(t)),
+                        None => Lat::Fixed(t.replicated()),
                     },
                     Lat::Fixed(_) => continue,
                 };
@@ -373,7 +373,7 @@ fn pipeline_params(prog: &Program, mesh: &Mesh, st: &mut State, pristine: &mut [
         let layer: Vec<Lat> =
             [Lat::Fixed(block.unwrap_or(Type::Error)), h.clone()].into_iter().chain(lp[1..].iter().cloned()).collect();
         let post: Vec<Lat> = lp.iter().cloned().chain([h.clone()]).collect();
-        let ret = Lat::Fixed(strip(&func.ret));
+        let ret = Lat::Fixed(func.ret.replicated());
         let Lat::Fixed(hty) = h.clone() else { continue };
         // The activation's cotangent, which a pullback returns, has the activation's layout.
         let pieces = [
@@ -439,11 +439,6 @@ pub fn has_layout(t: &Type) -> bool {
     }
 }
 
-/// The type with every tensor replicated.
-pub fn strip(t: &Type) -> Type {
-    t.replicated()
-}
-
 /// `t` with the tensor layout `l` (normalised: all-replicated is the empty layout).
 pub fn with_layout(t: &Type, l: Vec<Vec<AxisId>>) -> Type {
     match t {
@@ -495,7 +490,7 @@ impl<'a> Fcx<'a> {
         let mut locals = func.locals.clone();
         // Parameters take what is known of their layouts; other locals start replicated.
         for l in locals.iter_mut() {
-            l.ty = strip(&l.ty);
+            l.ty = l.ty.replicated();
         }
         Fcx {
             fid,
@@ -527,9 +522,9 @@ impl<'a> Fcx<'a> {
         for (i, p) in self.func.params.iter().enumerate() {
             let declared = self.func.locals[p.0 as usize].ty.clone();
             let t = match lats.get(i) {
-                Some(Lat::Fixed(Type::Error)) | None | Some(Lat::Unknown) => strip(&declared),
+                Some(Lat::Fixed(Type::Error)) | None | Some(Lat::Unknown) => declared.replicated(),
                 // The caller's layouts on the callee's own shapes.
-                Some(Lat::Known(t) | Lat::Fixed(t)) => with_shape_of(&strip(&declared), t),
+                Some(Lat::Known(t) | Lat::Fixed(t)) => with_shape_of(&declared.replicated(), t),
             };
             self.locals[p.0 as usize].ty = t;
         }
@@ -551,9 +546,9 @@ impl<'a> Fcx<'a> {
             declared.clone()
         } else if self.func.n_captures > 0 {
             // A closure (or its derivative) is applied to whole values and gives one back.
-            strip(declared)
+            declared.replicated()
         } else if has_return(&body) {
-            strip(declared)
+            declared.replicated()
         } else {
             body.ty.clone()
         };
@@ -571,7 +566,7 @@ impl<'a> Fcx<'a> {
     fn expr(&mut self, e: &mut Expr) {
         match &mut e.kind {
             ExprKind::Lit(_) | ExprKind::Const(_) | ExprKind::DimValue(_) | ExprKind::FuncRef(_) => {
-                e.ty = strip(&e.ty);
+                e.ty = e.ty.replicated();
             }
             ExprKind::Local(l) => e.ty = self.locals[l.0 as usize].ty.clone(),
             ExprKind::Closure { id, captures } => {
@@ -594,7 +589,7 @@ impl<'a> Fcx<'a> {
                 let (key, ret) = self.direct_call(g, args);
                 e.ty = match ret {
                     Some(t) => with_shape_of(&e.ty, &t),
-                    None => strip(&e.ty),
+                    None => e.ty.replicated(),
                 };
                 if self.emit {
                     if let Some(i) = self.st.spec_index.get(&(g, key)) {
@@ -623,7 +618,7 @@ impl<'a> Fcx<'a> {
                     }
                     None => {
                         self.replicate_all(args);
-                        e.ty = strip(&e.ty);
+                        e.ty = e.ty.replicated();
                     }
                 }
             }
@@ -647,7 +642,7 @@ impl<'a> Fcx<'a> {
                     None => {
                         self.replicate_all(primals);
                         self.replicate_all(tangents);
-                        e.ty = strip(&e.ty);
+                        e.ty = e.ty.replicated();
                     }
                 }
             }
@@ -671,7 +666,7 @@ impl<'a> Fcx<'a> {
                     }
                     None => {
                         self.replicate_all(primals);
-                        e.ty = strip(&e.ty);
+                        e.ty = e.ty.replicated();
                     }
                 }
             }
@@ -741,7 +736,7 @@ impl<'a> Fcx<'a> {
                 self.expr(start);
                 self.expr(end);
                 self.expr(body);
-                e.ty = strip(&e.ty);
+                e.ty = e.ty.replicated();
             }
             ExprKind::ForBatches { vars, data, size, shuffle, body, .. } => {
                 for d in data.iter_mut() {
@@ -749,7 +744,7 @@ impl<'a> Fcx<'a> {
                     self.make_whole(d);
                 }
                 for v in vars.iter() {
-                    let t = strip(&self.locals[v.0 as usize].ty);
+                    let t = self.locals[v.0 as usize].ty.replicated();
                     self.locals[v.0 as usize].ty = t;
                 }
                 self.expr(size);
@@ -757,13 +752,13 @@ impl<'a> Fcx<'a> {
                     self.expr(s);
                 }
                 self.expr(body);
-                e.ty = strip(&e.ty);
+                e.ty = e.ty.replicated();
             }
             ExprKind::While { cond, body } => {
                 self.expr(cond);
                 self.make_whole(cond);
                 self.expr(body);
-                e.ty = strip(&e.ty);
+                e.ty = e.ty.replicated();
             }
             ExprKind::Return(a) => self.expr(a),
         }
@@ -859,7 +854,7 @@ impl<'a> Fcx<'a> {
     fn param_ty(&self, g: crate::types::FuncId, i: usize, given: &Type) -> Type {
         match self.st.params.get(g.0 as usize).and_then(|p| p.get(i)) {
             Some(Lat::Known(t)) => with_shape_of(given, t),
-            Some(Lat::Fixed(Type::Error)) => strip(given),
+            Some(Lat::Fixed(Type::Error)) => given.replicated(),
             Some(Lat::Fixed(t)) => with_shape_of(given, t),
             Some(Lat::Unknown) | None => given.clone(),
         }
@@ -897,13 +892,13 @@ impl<'a> Fcx<'a> {
                 with_shape_of(&a.ty, &declared)
             } else if has_rest(&declared) {
                 // A `..S` parameter is whole on every rank (its dims are not tracked one by one).
-                strip(&a.ty)
+                a.ty.replicated()
             } else {
                 a.ty.clone()
             };
             let x = std::mem::replace(a, dummy());
             *a = self.convert(x, &want, written);
-            params.push(with_shape_of(&strip(&declared), &want));
+            params.push(with_shape_of(&declared.replicated(), &want));
         }
         let key = format!("{:?}", params.iter().map(layout_key).collect::<Vec<_>>());
         self.calls.push((g, key.clone(), params));
@@ -914,7 +909,7 @@ impl<'a> Fcx<'a> {
     fn ret_of(&self, g: crate::types::FuncId, ty: &Type) -> Type {
         match self.st.rets.get(g.0 as usize).and_then(Option::as_ref) {
             Some(t) => with_shape_of(ty, t),
-            None => strip(ty),
+            None => ty.replicated(),
         }
     }
 
@@ -930,7 +925,7 @@ impl<'a> Fcx<'a> {
         *a = if matches!(x.ty, Type::Model(..)) {
             self.replicate_model(x)
         } else {
-            let t = strip(&x.ty);
+            let t = x.ty.replicated();
             self.convert(x, &t, true)
         };
     }

@@ -83,17 +83,9 @@ fn has_collective(e: &Expr) -> bool {
 fn movable(e: &Expr) -> bool {
     let mut ok = true;
     walk(e, &mut |x| match &x.kind {
+        // A tape is appended to in place: its primitives keep their order.
         ExprKind::Prim { prim, .. } => {
-            ok &= !prim.has_effect()
-                && !matches!(
-                    prim,
-                    crate::ir::Prim::Normal
-                        | crate::ir::Prim::Uniform
-                        | crate::ir::Prim::HeNormal
-                        | crate::ir::Prim::GlorotUniform
-                        | crate::ir::Prim::TapeNew
-                        | crate::ir::Prim::TapePush
-                )
+            ok &= prim.is_pure() && !matches!(prim, crate::ir::Prim::TapeNew | crate::ir::Prim::TapePush)
         }
         ExprKind::Lit(_)
         | ExprKind::Local(_)

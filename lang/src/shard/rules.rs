@@ -3,7 +3,7 @@
 //! Primitives without a rule of their own take whole operands and give a whole result, which is
 //! always correct; the rules below are what avoid the communication.
 
-use super::{dummy, has_rest, layout, strip, with_layout, Fcx};
+use super::{dummy, has_rest, layout, with_layout, Fcx};
 use crate::ir::{Expr, ExprKind, Prim, SliceEntry};
 use crate::types::{AxisId, Elem, ElemTy, ShapeItem, TensorTy, Type};
 use std::collections::HashMap;
@@ -37,7 +37,7 @@ pub(super) fn prim(cx: &mut Fcx, e: &mut Expr) {
                 _ => None,
             };
             match (held, &args[..]) {
-                (Some(t), [tape, item]) if strip(&t) == strip(&item.ty) => {
+                (Some(t), [tape, item]) if t.replicated() == item.ty.replicated() => {
                     let ty = Type::List(vec![item.ty.clone()]);
                     if let ExprKind::Local(l) = tape.kind {
                         cx.locals[l.0 as usize].ty = ty.clone();
@@ -54,7 +54,7 @@ pub(super) fn prim(cx: &mut Fcx, e: &mut Expr) {
                 _ => None,
             };
             match held {
-                Some(t) if strip(&t) == strip(&e.ty) => {
+                Some(t) if t.replicated() == e.ty.replicated() => {
                     if let Some(i) = args.get_mut(1) {
                         cx.make_whole(i);
                     }
@@ -67,7 +67,7 @@ pub(super) fn prim(cx: &mut Fcx, e: &mut Expr) {
         Prim::Save if super::sharded_save(args) => {
             // A checkpoint folder: each rank writes its own blocks (`interp::shards`), so
             // nothing is gathered, a model no more than a tuple.
-            e.ty = strip(&e.ty);
+            e.ty = e.ty.replicated();
             return;
         }
         crate::unary_prims!() | Prim::Cast | Prim::StopGradient | crate::collective_prims!() => {
@@ -216,7 +216,7 @@ pub(super) fn prim(cx: &mut Fcx, e: &mut Expr) {
         | Prim::Params
         | Prim::ModelSum => {
             whole(cx, args, true);
-            e.ty = strip(&e.ty);
+            e.ty = e.ty.replicated();
             return;
         }
         // The state keeps its declared layouts; the pieces are cut at run time.
@@ -285,7 +285,7 @@ pub(super) fn prim(cx: &mut Fcx, e: &mut Expr) {
             if fixed != out {
                 // An axis on both x and idx: idx is made whole.
                 let x = std::mem::replace(&mut args[1], dummy());
-                let t = strip(&x.ty);
+                let t = x.ty.replicated();
                 args[1] = cx.convert(x, &t, false);
                 out = lx[..k].to_vec();
                 out.extend(std::iter::repeat_n(Vec::new(), li.len()));
@@ -512,7 +512,7 @@ fn convert_to(cx: &mut Fcx, a: &mut Expr, want: L, requested: bool) {
 /// The rule of primitives without one: whole operands, whole result.
 fn whole_result(cx: &mut Fcx, args: &mut [Expr], ty: &mut Type) {
     whole(cx, args, false);
-    *ty = strip(ty);
+    *ty = ty.replicated();
 }
 
 /// Every tensor operand whole (and model operands gathered field by field).
@@ -522,7 +522,7 @@ fn whole(cx: &mut Fcx, args: &mut [Expr], requested: bool) {
             cx.make_whole(a);
         } else {
             let x = std::mem::replace(a, dummy());
-            let t = strip(&x.ty);
+            let t = x.ty.replicated();
             *a = cx.convert(x, &t, false);
         }
     }
