@@ -486,6 +486,13 @@ impl Prim {
         )
     }
 
+    /// Whether an application is a function of its operands alone: no effect, and no fresh
+    /// random draw (each `normal(…)` draws anew). Such an application may be shared with an
+    /// equal one, moved, or dropped when unused.
+    pub fn is_pure(self) -> bool {
+        !self.has_effect() && !matches!(self, Prim::Normal | Prim::Uniform | Prim::HeNormal | Prim::GlorotUniform)
+    }
+
     /// Every builtin name callable as a function (for "did you mean" suggestions and completion):
     /// the callable primitives, then the special forms the checker handles itself.
     pub fn builtin_names() -> &'static [&'static str] {

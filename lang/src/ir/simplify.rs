@@ -153,18 +153,7 @@ fn may_fail(e: &Expr) -> bool {
 fn pure(e: &Expr) -> bool {
     let mut ok = true;
     walk(e, &mut |x| match &x.kind {
-        ExprKind::Prim { prim, .. }
-            if prim.has_effect()
-                || matches!(
-                    prim,
-                    crate::ir::Prim::Normal
-                        | crate::ir::Prim::Uniform
-                        | crate::ir::Prim::HeNormal
-                        | crate::ir::Prim::GlorotUniform
-                ) =>
-        {
-            ok = false
-        }
+        ExprKind::Prim { prim, .. } if !prim.is_pure() => ok = false,
         ExprKind::Call { .. }
         | ExprKind::CallValue { .. }
         | ExprKind::Block { .. }
