@@ -127,25 +127,21 @@ fn decode(dtype: Dtype, shape: &[usize], raw: &[u8]) -> Result<Tensor, String> {
             .collect::<Result<Vec<i32>, String>>()?;
         mk(Tensor::from_vec(shape.clone(), v))
     };
+    // The element types msl keeps as they are: the bytes copied into place.
+    let kept = |d: DType| mk(super::tensor_from_le(d, shape.clone(), raw));
     match dtype {
-        Dtype::F32 => mk(Tensor::from_vec(shape.clone(), le!(4, f32::from_le_bytes).collect::<Vec<f32>>())),
-        Dtype::F64 => mk(Tensor::from_vec(shape.clone(), le!(8, f64::from_le_bytes).collect::<Vec<f64>>())),
-        Dtype::F16 => mk(Tensor::from_vec(
-            shape.clone(),
-            le!(2, u16::from_le_bytes).map(half::f16::from_bits).collect::<Vec<half::f16>>(),
-        )),
-        Dtype::BF16 => mk(Tensor::from_vec(
-            shape.clone(),
-            le!(2, u16::from_le_bytes).map(half::bf16::from_bits).collect::<Vec<half::bf16>>(),
-        )),
-        Dtype::I32 => mk(Tensor::from_vec(shape.clone(), le!(4, i32::from_le_bytes).collect::<Vec<i32>>())),
+        Dtype::F32 => kept(DType::F32),
+        Dtype::F64 => kept(DType::F64),
+        Dtype::F16 => kept(DType::F16),
+        Dtype::BF16 => kept(DType::Bf16),
+        Dtype::I32 => kept(DType::I32),
+        Dtype::BOOL => kept(DType::Bool),
         Dtype::I64 => ints(le!(8, i64::from_le_bytes).collect()),
         Dtype::I16 => ints(le!(2, i16::from_le_bytes).map(i64::from).collect()),
         Dtype::I8 => ints(raw.iter().map(|&b| b as i8 as i64).collect()),
         Dtype::U8 => ints(raw.iter().map(|&b| b as i64).collect()),
         Dtype::U16 => ints(le!(2, u16::from_le_bytes).map(i64::from).collect()),
         Dtype::U32 => ints(le!(4, u32::from_le_bytes).map(i64::from).collect()),
-        Dtype::BOOL => mk(Tensor::from_vec(shape.clone(), raw.iter().map(|&b| b != 0).collect::<Vec<bool>>())),
         other => Err(format!(
             "unsupported dtype {other:?} (msl reads F32, F64, F16, BF16, I64, I32, I16, I8, U8, U16, U32 and BOOL)"
         )),
