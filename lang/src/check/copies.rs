@@ -8,11 +8,11 @@
 
 use super::Checker;
 use crate::diag::{Code, Diagnostic};
-use crate::ir::walk::walk_mut;
+use crate::ir::walk::{remap, remap_stmt, walk_mut};
 use crate::ir::{Attrs, Expr, ExprKind, Func, Local, LocalInfo, Pat, Prim, Program, Stmt};
 use crate::source::Span;
 use crate::types::unify::Subst;
-use crate::types::{Dim, FuncId, ShapeItem, Sym, Type, TypeArg};
+use crate::types::{Dim, FuncId, ShapeItem, Sym, Type};
 use std::collections::HashMap;
 
 /// A function annotated `@copies(n)`.
@@ -268,11 +268,11 @@ fn expand(prog: &mut Program, id: FuncId, n: usize) -> Result<(), Refusal> {
         }
         for s in &stmts0 {
             let mut s = s.clone();
-            rewrite_stmt(&mut s, &sub, &map);
+            remap_stmt(&mut s, &map, &sub);
             stmts.push(s);
         }
         let mut r = result0.clone();
-        rewrite(&mut r, &sub, &map);
+        remap(&mut r, &map, &sub);
         let rl = Local(g.locals.len() as u32);
         g.locals.push(LocalInfo { name: g.name, ty: r.ty.clone(), mutable: false });
         stmts.push(Stmt::Let { pat: Pat::Local(rl), value: r });
@@ -458,78 +458,17 @@ fn hoist_calls(prog: &Program, e: &mut Expr, locals: &mut Vec<LocalInfo>, out: &
         _ => (Vec::new(), callee.body.clone()),
     };
     for mut s in stmts {
-        rewrite_stmt(&mut s, &sub, &map);
+        remap_stmt(&mut s, &map, &sub);
         if let Stmt::Let { value, .. } | Stmt::Expr(value) = &mut s {
             hoist_calls(prog, value, locals, out, depth + 1);
         }
         out.push(s);
     }
     let mut r = result;
-    rewrite(&mut r, &sub, &map);
+    remap(&mut r, &map, &sub);
     hoist_calls(prog, &mut r, locals, out, depth + 1);
     let t = Local(locals.len() as u32);
     locals.push(LocalInfo { name: callee.name, ty: e.ty.clone(), mutable: false });
     out.push(Stmt::Let { pat: Pat::Local(t), value: r });
     *e = Expr::new(ExprKind::Local(t), e.ty.clone(), e.span);
-}
-
-fn rewrite_stmt(s: &mut Stmt, sub: &Subst, map: &dyn Fn(Local) -> Local) {
-    match s {
-        Stmt::Let { pat, value } | Stmt::Assign { pat, value } => {
-            remap_pat(pat, map);
-            rewrite(value, sub, map);
-        }
-        Stmt::Expr(e) => rewrite(e, sub, map),
-        Stmt::BindDims { local, .. } => *local = map(*local),
-    }
-}
-
-fn remap_pat(p: &mut Pat, map: &dyn Fn(Local) -> Local) {
-    match p {
-        Pat::Local(l) => *l = map(*l),
-        Pat::Ignore => {}
-        Pat::Tuple(ps) => ps.iter_mut().for_each(|p| remap_pat(p, map)),
-    }
-}
-
-/// `e` with its locals renamed by `map` and its dims substituted by `sub`.
-fn rewrite(e: &mut Expr, sub: &Subst, map: &dyn Fn(Local) -> Local) {
-    walk_mut(e, &mut |x| {
-        x.ty = sub.ty(&x.ty);
-        match &mut x.kind {
-            ExprKind::Local(l) => *l = map(*l),
-            ExprKind::DimValue(d) => *d = sub.dim(d),
-            ExprKind::Prim { attrs, .. } => {
-                for d in attrs.shape.iter_mut() {
-                    *d = sub.dim(d);
-                }
-            }
-            ExprKind::Call { dims, rests, .. } => {
-                for d in dims.iter_mut() {
-                    *d = sub.dim(d);
-                }
-                for r in rests.iter_mut() {
-                    *r = sub.shape(r);
-                }
-            }
-            ExprKind::ModelInit { args, .. } => {
-                for a in args.iter_mut() {
-                    if let TypeArg::Dim(d) = a {
-                        *d = sub.dim(d);
-                    }
-                }
-            }
-            ExprKind::ForRange { var, .. } => *var = map(*var),
-            ExprKind::Block { stmts, .. } => {
-                for s in stmts.iter_mut() {
-                    match s {
-                        Stmt::Let { pat, .. } | Stmt::Assign { pat, .. } => remap_pat(pat, map),
-                        Stmt::BindDims { local, .. } => *local = map(*local),
-                        Stmt::Expr(_) => {}
-                    }
-                }
-            }
-            _ => {}
-        }
-    });
 }

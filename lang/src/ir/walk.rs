@@ -1,7 +1,9 @@
 //! The one traversal of the IR: every pass visits children through these functions, so a new
 //! construct is taught to every pass in one place (the matches are exhaustive on purpose).
 
-use super::{Expr, ExprKind, Local, Stmt};
+use super::{Expr, ExprKind, Local, Pat, Stmt};
+use crate::types::unify::Subst;
+use crate::types::TypeArg;
 
 /// Calls `f` on each direct subexpression of `e`, in evaluation order (statements' values
 /// included; a closure's body is another function and is not a child).
@@ -152,4 +154,58 @@ pub fn rename_locals(e: &mut Expr, map: &std::collections::HashMap<Local, Local>
             }
         }
     });
+}
+
+/// Renames every local `e` binds or reads by `map` and substitutes its dims by `sub`: a body
+/// copied into another function (an inlined callee, a copy of `@copies`).
+pub fn remap(e: &mut Expr, map: &dyn Fn(Local) -> Local, sub: &Subst) {
+    walk_mut(e, &mut |x| {
+        x.ty = sub.ty(&x.ty);
+        match &mut x.kind {
+            ExprKind::Local(l) => *l = map(*l),
+            ExprKind::DimValue(d) => *d = sub.dim(d),
+            ExprKind::Prim { attrs, .. } => attrs.shape.iter_mut().for_each(|d| *d = sub.dim(d)),
+            ExprKind::Call { dims, rests, .. } => {
+                dims.iter_mut().for_each(|d| *d = sub.dim(d));
+                rests.iter_mut().for_each(|r| *r = sub.shape(r));
+            }
+            ExprKind::Closure { captures, .. } => captures.iter_mut().for_each(|l| *l = map(*l)),
+            ExprKind::ModelInit { args, .. } => {
+                for a in args.iter_mut() {
+                    match a {
+                        TypeArg::Dim(d) => *d = sub.dim(d),
+                        TypeArg::Type(t) => *t = sub.ty(t),
+                    }
+                }
+            }
+            ExprKind::ForRange { var, .. } => *var = map(*var),
+            ExprKind::ForBatches { vars, .. } => vars.iter_mut().for_each(|l| *l = map(*l)),
+            ExprKind::Block { stmts, .. } => stmts.iter_mut().for_each(|s| remap_bindings(s, map)),
+            _ => {}
+        }
+    });
+}
+
+/// [`remap`] of a statement.
+pub fn remap_stmt(s: &mut Stmt, map: &dyn Fn(Local) -> Local, sub: &Subst) {
+    remap_bindings(s, map);
+    if let Stmt::Let { value, .. } | Stmt::Assign { value, .. } | Stmt::Expr(value) = s {
+        remap(value, map, sub);
+    }
+}
+
+/// The locals a statement binds (or whose dims it binds), renamed.
+fn remap_bindings(s: &mut Stmt, map: &dyn Fn(Local) -> Local) {
+    fn pat(p: &mut Pat, map: &dyn Fn(Local) -> Local) {
+        match p {
+            Pat::Local(l) => *l = map(*l),
+            Pat::Ignore => {}
+            Pat::Tuple(ps) => ps.iter_mut().for_each(|p| pat(p, map)),
+        }
+    }
+    match s {
+        Stmt::Let { pat: p, .. } | Stmt::Assign { pat: p, .. } => pat(p, map),
+        Stmt::BindDims { local, .. } => *local = map(*local),
+        Stmt::Expr(_) => {}
+    }
 }
