@@ -109,7 +109,7 @@ pub(crate) fn comm_report(c: &Checked) {
     let traffic = j.traffic.borrow();
     let (calls, bytes) = traffic.values().fold((0, 0), |(c, b), &(_, _, n, x)| (c + n, b + x));
     let mut s = format!("collectives run by rank 0: {calls} calls, {bytes} bytes sent\n");
-    for (&(site, _, _), &(span, kind, n, total)) in traffic.iter() {
+    for (&(site, ..), &(span, kind, n, total)) in traffic.iter() {
         let (line, col) = c.sources.line_col(span.file, span.start);
         let per = total.checked_div(n).unwrap_or(0);
         let calls = if n == 1 { "call" } else { "calls" };

@@ -575,8 +575,11 @@ fn a_sharded_optimizer_state_gives_the_numbers_and_checkpoint_of_a_whole_one() {
     // The peak holds the pieces, not the whole state.
     let saved = optimizer(&out_whole) - optimizer(&out);
     assert_eq!(figure(&out, "peak"), figure(&out_whole, "peak") - saved, "{out}\n{out_whole}");
-    assert!(out.contains("all_gather       over dp"), "{out}");
+    assert!(out.contains("all_gather       over dp            3 calls            204 bytes"), "{out}");
+    assert!(out.contains("reduce_scatter   over dp            3 calls            408 bytes"), "{out}");
+    assert!(!out.contains("all_reduce_sum   over dp"), "{out}");
     assert!(!out_whole.contains("all_gather       over dp"), "{out_whole}");
+    assert!(out_whole.contains("all_reduce_sum   over dp"), "{out_whole}");
     if !have_mpirun("a_sharded_optimizer_state_gives_the_numbers_and_checkpoint_of_a_whole_one") {
         return;
     }
@@ -596,7 +599,12 @@ fn a_sharded_optimizer_state_gives_the_numbers_and_checkpoint_of_a_whole_one() {
         assert_eq!(got, reference, "{engine:?}");
         assert!(same_up_to_rounding(&got, &want), "{engine:?}\none process:\n{want}\nfour ranks:\n{got}");
         if engine.contains(&"--comm-report") {
+            // Each step reduce-scatters the gradient's pieces of both ranks of `dp` and
+            // all-gathers the model's; the derivative's all-reduces over `dp` are gone: the one
+            // left is the forward pass's over `mp`.
             assert!(err.contains("32:19  optimizer all_gather  3 calls  68 bytes per call"), "{err}");
+            assert!(err.contains("32:19  optimizer reduce_scatter  3 calls  136 bytes per call"), "{err}");
+            assert_eq!(err.lines().filter(|l| l.contains("all_reduce_sum  9 calls")).count(), 1, "{err}");
         }
         // The same state gives the same checkpoint, byte for byte.
         let mut names: Vec<_> =

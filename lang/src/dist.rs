@@ -206,9 +206,10 @@ pub struct Spmd {
 
 /// Bytes sent per collective site, as the communicator counted them: keyed by the site's
 /// number (`ir::Attrs::site`; 0 for the run-time traffic of pipelines and sharded optimizer
-/// steps, one entry per place) and its place; its location and kind, the number of calls and
-/// the bytes of all of them.
-pub type Traffic = std::collections::BTreeMap<(u32, u32, u32), (crate::source::Span, &'static str, u64, u64)>;
+/// steps, one entry per place and kind) and its place and kind; its location and kind, the
+/// number of calls and the bytes of all of them.
+pub type Traffic =
+    std::collections::BTreeMap<(u32, u32, u32, &'static str), (crate::source::Span, &'static str, u64, u64)>;
 
 impl Spmd {
     pub fn new(mesh: Mesh, comm: Box<dyn Collectives>) -> Spmd {
@@ -218,7 +219,7 @@ impl Spmd {
     /// Counts one call of collective number `site` (`kind`, at `span`) that sent `bytes`.
     pub fn count(&self, site: u32, span: crate::source::Span, kind: &'static str, bytes: u64) {
         let mut t = self.traffic.borrow_mut();
-        let e = t.entry((site, span.file.0, span.start)).or_insert((span, kind, 0, 0));
+        let e = t.entry((site, span.file.0, span.start, kind)).or_insert((span, kind, 0, 0));
         e.2 += 1;
         e.3 += bytes;
     }

@@ -16,6 +16,7 @@ use crate::dist::Mesh;
 use crate::ir::derived::target_func;
 use crate::ir::memplan::{self, MemPlan};
 use crate::ir::{walk, Expr, ExprId, ExprKind, FnTarget, Lit, Local, Pat, Prim, Program, SpanId, Stmt};
+use crate::shard::zero::{is_optimizer_step, kind_of, sharded_locals, Kind};
 use crate::types::{AxisId, Dim, FuncId, ShapeItem, Sym, Type, TypeArg};
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -109,6 +110,10 @@ pub fn run(prog: &Program, sources: &crate::source::SourceMap, files: &Files) ->
         flops: 0.0,
         noted: std::collections::HashSet::new(),
         stack: Vec::new(),
+        zero: crate::shard::zero::ZeroPlan::of(prog),
+        defers: Vec::new(),
+        next_defer: None,
+        fed: Default::default(),
     };
     let Some(main) = prog.main else { return cx.report };
     let env = cx.frame_env(main, Env::new());
@@ -149,6 +154,13 @@ struct Cx<'p> {
     noted: std::collections::HashSet<String>,
     /// The functions being walked, innermost last.
     stack: Vec<FuncId>,
+    /// Gradients that reach sharded optimizer steps (`shard::zero`): the sums each function
+    /// being walked leaves partial (as `stack`), the next callee's, and the state locals that
+    /// such a gradient reaches, whose steps reduce-scatter it.
+    zero: crate::shard::zero::ZeroPlan,
+    defers: Vec<Option<(AxisId, Option<usize>)>>,
+    next_defer: Option<(AxisId, Option<usize>)>,
+    fed: std::collections::HashSet<(FuncId, Local)>,
 }
 
 /// Calls deeper than this are not followed (recursion is rejected by the checker; this bounds
@@ -333,7 +345,9 @@ impl<'p> Cx<'p> {
         let prog = self.prog;
         let Some(func) = prog.funcs.get(f.0 as usize) else { return Some(0) };
         self.stack.push(f);
+        self.defers.push(self.next_defer.take());
         let r = self.expr(&func.body, env, mult, t, depth);
+        self.defers.pop();
         self.stack.pop();
         r
     }
@@ -397,7 +411,10 @@ impl<'p> Cx<'p> {
                 return self.looped(e, body, None, env, mult, t, depth, steps);
             }
             ExprKind::Prim { prim, args, attrs } => {
-                if attrs.site != 0 {
+                // A sum left partial is sent by the optimizer step's reduce-scatter.
+                let partial =
+                    self.defers.last().copied().flatten().is_some_and(|d| self.zero.sums.get(&e.id) == Some(&d));
+                if attrs.site != 0 && !partial {
                     if let (Some(mesh), Some(a)) = (&self.mesh, args.first()) {
                         let b = crate::shard::sent_bytes(mesh, &a.ty);
                         let key = CommKey {
@@ -422,14 +439,28 @@ impl<'p> Cx<'p> {
             }
             ExprKind::Call { .. } | ExprKind::CallValue { .. } => {
                 // A step on a state held in pieces all-gathers the model's pieces.
-                if let (Some(mesh), Some((axis, bytes))) = (&self.mesh, self.sharded_step(e, env)) {
-                    let key = CommKey { kind: "all_gather", axes: vec![mesh.names[axis.0 as usize].clone()] };
-                    let c = t.entry(key).or_default();
-                    c.calls = c.calls.saturating_add(mult);
-                    c.bytes = c.bytes.saturating_add(mult.saturating_mul(bytes));
+                // A step on a state held in pieces all-gathers the model's pieces, and
+                // reduce-scatters a gradient left partial into its own (`interp::zero`).
+                if let (Some(mesh), Some((axis, state, bytes))) = (&self.mesh, self.sharded_step(e, env)) {
+                    let name = vec![mesh.names[axis.0 as usize].clone()];
+                    let k = mesh.size(axis).max(1) as u64;
+                    let fed = self.stack.last().is_some_and(|f| self.fed.contains(&(*f, state)));
+                    let sends = [("all_gather", bytes), ("reduce_scatter", bytes.saturating_mul(k))];
+                    for (kind, bytes) in sends.into_iter().take(if fed { 2 } else { 1 }) {
+                        let c = t.entry(CommKey { kind, axes: name.clone() }).or_default();
+                        c.calls = c.calls.saturating_add(mult);
+                        c.bytes = c.bytes.saturating_add(mult.saturating_mul(bytes));
+                    }
+                }
+                let split = |f: &crate::shard::zero::Feed| self.mesh.as_ref().is_some_and(|m| m.size(f.axis) > 1);
+                let feed = self.zero.feeds.get(&e.id).copied().filter(split);
+                if let (Some(f), Some(g)) = (feed, self.stack.last()) {
+                    self.fed.insert((*g, f.state));
                 }
                 if let Some((f, cenv)) = self.callee(e, env) {
+                    self.next_defer = feed.map(|f| (f.axis, f.item));
                     add(&mut steps, self.func(f, &cenv, mult, t, depth + 1));
+                    self.next_defer = None;
                 }
             }
             _ => {}
@@ -718,53 +749,20 @@ fn grad_target(t: &FnTarget) -> bool {
     matches!(t, FnTarget::Grad { .. })
 }
 
-enum Kind {
-    Model,
-    Optimizer,
-    Other,
-}
-
 impl Cx<'_> {
     /// For a call of an `@optimizer_step` function whose state is a local of the calling
-    /// function held in pieces: the axis, and the bytes of the model's pieces that each rank
-    /// all-gathers.
-    fn sharded_step(&self, e: &Expr, env: &Env) -> Option<(AxisId, u64)> {
+    /// function held in pieces: the axis, that local, and the bytes of the model's pieces that
+    /// each rank all-gathers.
+    fn sharded_step(&self, e: &Expr, env: &Env) -> Option<(AxisId, Local, u64)> {
         let ExprKind::Call { func, args, .. } = &e.kind else { return None };
         let prog = self.prog;
-        if !prog.func(*func).annotations.iter().any(|n| prog.names.get(*n) == "optimizer_step") {
+        if !is_optimizer_step(prog, *func) {
             return None;
         }
         let (Some(ExprKind::Local(l)), Some(m)) = (args.get(2).map(|a| &a.kind), args.first()) else { return None };
         let axis = *sharded_locals(prog, *self.stack.last()?).get(l)?;
-        Some((axis, piece_bytes(prog, self.mesh.as_ref()?, &m.ty, axis, env, 0)))
+        Some((axis, *l, piece_bytes(prog, self.mesh.as_ref()?, &m.ty, axis, env, 0)))
     }
-}
-
-/// The locals of `f` bound to an optimizer state made with `shard:` (a `shard_state`), with
-/// its axis.
-fn sharded_locals(prog: &Program, f: FuncId) -> HashMap<Local, AxisId> {
-    let mut out = HashMap::new();
-    let func = prog.func(f);
-    walk::walk(&func.body, &mut |e| {
-        let ExprKind::Block { stmts, .. } = &e.kind else { return };
-        for s in stmts {
-            let (Stmt::Let { pat, value } | Stmt::Assign { pat, value }) = s else { continue };
-            let mut axis = None;
-            walk::walk(value, &mut |x| {
-                if let ExprKind::Prim { prim: Prim::ShardState, attrs, .. } = &x.kind {
-                    axis = axis.or(attrs.mesh_axes.first().copied());
-                }
-            });
-            if let Some(a) = axis {
-                pat.each_local(&mut |l| {
-                    if matches!(kind_of(prog, &func.locals[l.0 as usize].ty), Kind::Optimizer) {
-                        out.insert(l, a);
-                    }
-                });
-            }
-        }
-    });
-    out
 }
 
 /// This rank's bytes of a value of type `t` held in pieces over `axis`: a tensor of rank ≥ 1
@@ -780,7 +778,9 @@ fn piece_bytes(prog: &Program, mesh: &Mesh, t: &Type, axis: AxisId, env: &Env, d
             if tt.layout.0.iter().any(|a| a.contains(&axis)) {
                 return b;
             }
-            let elem = memplan::tensor_bytes(prog, &crate::types::TensorTy { shape: vec![], ..tt.clone() })
+            // One element's bytes (the scalar type without the tensor's layout, which would
+            // divide it by the dims' splits).
+            let elem = memplan::tensor_bytes(prog, &crate::types::TensorTy::new(tt.elem, vec![]))
                 .and_then(|d| d.as_const())
                 .unwrap_or(4)
                 .max(1) as u64;
@@ -800,24 +800,6 @@ fn piece_bytes(prog: &Program, mesh: &Mesh, t: &Type, axis: AxisId, env: &Env, d
 }
 
 /// What a local of type `t` holds, for the memory report.
-fn kind_of(prog: &Program, t: &Type) -> Kind {
-    match t {
-        Type::Model(id, _) if prog.models.get(id.0 as usize).is_some_and(|m| !m.models.is_empty()) => Kind::Optimizer,
-        Type::Model(..) => Kind::Model,
-        Type::Tuple(ts) => {
-            let ks: Vec<Kind> = ts.iter().map(|t| kind_of(prog, t)).collect();
-            if ks.iter().any(|k| matches!(k, Kind::Model)) {
-                Kind::Model
-            } else if ks.iter().any(|k| matches!(k, Kind::Optimizer)) {
-                Kind::Optimizer
-            } else {
-                Kind::Other
-            }
-        }
-        _ => Kind::Other,
-    }
-}
-
 /// This rank's bytes of the gradient in a gradient call's result: its model and tensor parts
 /// other than the value of `value_and_grad` (the first part of a pair whose first part is a
 /// scalar).

@@ -923,8 +923,8 @@ impl Remap<'_> {
                 }))
             }
             Value::Fn(f) => Value::Fn(Rc::new(self.func(f)?)),
-            // The REPL runs on one process, where no state is held in pieces.
-            Value::Sharded(_) => return None,
+            // The REPL runs on one process, where no state is held in pieces and no sum is partial.
+            Value::Sharded(_) | Value::Partial(_) => return None,
         })
     }
 

@@ -207,6 +207,11 @@ pub struct Interp<'p> {
     pub spmd: Option<Rc<crate::dist::Spmd>>,
     /// `msl run --trace`: the timeline being recorded; `None` records nothing.
     pub trace: Option<Box<trace::Trace>>,
+    /// Where gradients reach sharded optimizer steps (`shard::zero`), found at the first call
+    /// of a sharded run that could be one.
+    zero_plan: Option<Rc<crate::shard::zero::ZeroPlan>>,
+    /// What the next [`Interp::call`] tells its callee: which sums to leave partial (`zero`).
+    defer_next: Option<zero::Defer>,
 }
 
 impl<'p> Interp<'p> {
@@ -229,6 +234,8 @@ impl<'p> Interp<'p> {
             preset: Vec::new(),
             spmd: None,
             trace: None,
+            zero_plan: None,
+            defer_next: None,
         }
     }
 
@@ -277,6 +284,7 @@ impl<'p> Interp<'p> {
         dims: HashMap<Sym, i64>,
         captures: Vec<(Local, Value)>,
     ) -> R<Value> {
+        let defer = self.defer_next.take();
         if let Some(pi) = self.pipeline_of(f) {
             let span = self.prog.span(self.prog.func(f).span);
             return self.run_pipeline(pi, args, false, span).map(|(v, _)| v);
@@ -285,7 +293,8 @@ impl<'p> Interp<'p> {
             let span = self.prog.span(self.prog.func(f).span);
             return self.sharded_step(f, args, dims, span);
         }
-        self.call_body(f, args, dims, captures)
+        let args = self.whole_partials(args, self.prog.span(self.prog.func(f).span))?;
+        self.call_body_deferring(f, args, dims, captures, defer)
     }
 
     /// [`Interp::call`] without the calls that run another way (pipelines, sharded steps).
@@ -295,6 +304,18 @@ impl<'p> Interp<'p> {
         args: Vec<Value>,
         dims: HashMap<Sym, i64>,
         captures: Vec<(Local, Value)>,
+    ) -> R<Value> {
+        self.call_body_deferring(f, args, dims, captures, None)
+    }
+
+    /// [`Interp::call_body`], leaving the sums `defer` names partial (`zero`).
+    fn call_body_deferring(
+        &mut self,
+        f: FuncId,
+        args: Vec<Value>,
+        dims: HashMap<Sym, i64>,
+        captures: Vec<(Local, Value)>,
+        defer: Option<zero::Defer>,
     ) -> R<Value> {
         let func = self.prog.func(f);
         let mut dims = dims;
@@ -322,7 +343,9 @@ impl<'p> Interp<'p> {
         let kind = if compiled.is_some() { trace::Kind::Compiled } else { trace::Kind::Call };
         let r = match (compiled, &func.body.kind) {
             (Some(code), _) => code.run(self, &mut frame),
-            (None, ExprKind::Block { stmts, result }) if deferring => self.body_overlapped(stmts, result, &mut frame),
+            (None, ExprKind::Block { stmts, result }) if deferring => {
+                self.body_overlapped(stmts, result, &mut frame, defer)
+            }
             (None, _) => self.eval(&func.body, &mut frame),
         };
         self.trace_call(t0, f, kind);
@@ -435,7 +458,10 @@ impl<'p> Interp<'p> {
                 let r = if zero::is_sharded_step(self.prog, *func, &vals) {
                     self.sharded_step(*func, vals, env, self.span(e))
                 } else {
-                    self.call(*func, vals, env, vec![])
+                    self.defer_next = self.defer_for(e, frame);
+                    let r = self.call(*func, vals, env, vec![]);
+                    self.defer_next = None;
+                    r
                 };
                 r.map_err(|c| called_from(c, self.prog.names.get(callee.name), self.span(e)))
             }
@@ -448,7 +474,10 @@ impl<'p> Interp<'p> {
                 let Value::Fn(fv) = f else {
                     return Err(rt(Code::E0605, "called value is not a function", self.span(e)));
                 };
-                self.apply(&fv, target, vals, self.span(e))
+                self.defer_next = self.defer_for(e, frame);
+                let r = self.apply(&fv, target, vals, self.span(e));
+                self.defer_next = None;
+                r
             }
             ExprKind::FuncRef(f) => Ok(Value::Fn(Rc::new(FnValue::Func {
                 target: FnTarget::Func(*f),
@@ -517,7 +546,7 @@ impl<'p> Interp<'p> {
             }
             ExprKind::Block { stmts, result } => {
                 if self.spmd.is_some() && overlap::block_starts_collectives(stmts) && !overlap::overlap_off() {
-                    return self.body_overlapped(stmts, result, frame);
+                    return self.body_overlapped(stmts, result, frame, None);
                 }
                 for s in stmts {
                     self.stmt(s, frame)?;

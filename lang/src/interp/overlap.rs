@@ -87,9 +87,17 @@ pub(crate) fn overlap_off() -> bool {
 impl Interp<'_> {
     /// Runs a block `{ stmts; result }` of a sharded run (a function body, a loop body) with
     /// its collectives deferred; every one is waited for before the block ends.
-    pub(crate) fn body_overlapped(&mut self, stmts: &[Stmt], result: &Expr, frame: &mut Frame) -> R<super::Value> {
+    /// With `defer` (a function body whose result feeds a sharded optimizer step), the sums it
+    /// names are left partial (`interp::zero`).
+    pub(crate) fn body_overlapped(
+        &mut self,
+        stmts: &[Stmt],
+        result: &Expr,
+        frame: &mut Frame,
+        defer: Option<super::zero::Defer>,
+    ) -> R<super::Value> {
         let mut flight: Vec<InFlight> = Vec::new();
-        let r = self.overlapped(stmts, result, frame, &mut flight);
+        let r = self.overlapped(stmts, result, frame, &mut flight, defer);
         if r.is_err() {
             // An error ends the run; what is in flight is still waited for, so that no rank
             // leaves a collective its group has started.
@@ -108,6 +116,7 @@ impl Interp<'_> {
         result: &Expr,
         frame: &mut Frame,
         flight: &mut Vec<InFlight>,
+        defer: Option<super::zero::Defer>,
     ) -> R<super::Value> {
         let mut reads = Vec::new();
         let mut polled = Instant::now();
@@ -121,6 +130,11 @@ impl Interp<'_> {
                 Stmt::Let { pat: Pat::Local(l), value } if self.preset.is_empty() => {
                     if let ExprKind::Prim { prim, args, attrs } = &value.kind {
                         if let (Some(c), [arg]) = (coll_of(*prim, attrs), args.as_slice()) {
+                            if self.deferred_sum(defer, value) {
+                                let v = self.partial_sum(arg, value, frame)?;
+                                frame.locals[l.0 as usize] = Some(v);
+                                continue;
+                            }
                             let f = self.start_collective(*l, c, arg, value, frame)?;
                             flight.push(f);
                             continue;

@@ -30,6 +30,7 @@ impl Interp<'_> {
                         span,
                     ));
                 }
+                self.defer_next = None; // a pipeline's gradient comes whole
                 let (v, g) = self.run_pipeline(pi, args, true, span)?;
                 let g = g.unwrap_or(Value::unit());
                 return Ok(if *with_value { Value::Tuple(Rc::new(vec![v, g])) } else { g });

@@ -21,6 +21,9 @@ pub enum Value {
     Quant(Rc<kernels::QuantMatrix>),
     /// An optimizer state held in pieces over a mesh axis (`shard: dp`, `interp::zero`).
     Sharded(Rc<super::zero::Sharded>),
+    /// A gradient's partial sum over a mesh axis, left for a sharded optimizer step to
+    /// reduce-scatter (`interp::zero`); summed whole before anything else reads it.
+    Partial(Rc<super::zero::PartialSum>),
 }
 
 /// An append-only sequence shared by all its versions: each version sees its first `len`
@@ -179,6 +182,7 @@ impl Value {
     pub(crate) fn map_tensors<E>(&self, f: &mut dyn FnMut(&Tensor) -> Result<Tensor, E>) -> Result<Value, E> {
         Ok(match self {
             Value::Tensor(t) => Value::Tensor(f(t)?),
+            Value::Partial(p) => Value::Tensor(f(&p.t)?),
             Value::Model(m) => {
                 let fields = m.fields.iter().map(|x| x.map_tensors(f)).collect::<Result<Vec<_>, E>>()?;
                 Value::Model(Rc::new(ModelValue { model: m.model, dims: m.dims.clone(), fields }))
@@ -192,6 +196,7 @@ impl Value {
     pub fn leaves<'a>(&'a self, out: &mut Vec<&'a Tensor>) {
         match self {
             Value::Tensor(t) => out.push(t),
+            Value::Partial(p) => out.push(&p.t),
             Value::Model(m) => m.fields.iter().for_each(|f| f.leaves(out)),
             Value::Tuple(ts) => ts.iter().for_each(|f| f.leaves(out)),
             _ => {}
@@ -298,6 +303,8 @@ impl Value {
             Value::Quant(q) => format_tensor_with(&q.dequantize(), precision.map(|k| k as usize)),
             // Gathered before `print` sees it; this is the rank's piece.
             Value::Sharded(s) => s.value.display_with(prog, precision),
+            // Summed before `print` sees it.
+            Value::Partial(p) => format!("<partial sum of {:?}>", p.t.shape()),
         }
     }
 }

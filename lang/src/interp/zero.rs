@@ -8,6 +8,12 @@
 //! already split over the axis (its rank holds a block no other rank of the axis holds), and a
 //! scalar, is kept as it is. The pieces of one value share one buffer, so model arithmetic on
 //! them stays one kernel.
+//!
+//! The gradient comes in pieces too: where it reaches the step straight from the function that
+//! computes it (`shard::zero` finds where), that function leaves its data-parallel partial sums
+//! unsummed ([`Value::Partial`]) and the step sums and cuts them with one reduce-scatter, so a
+//! step sends what plain data parallelism sends (a reduce-scatter and an all-gather move the
+//! bytes of one all-reduce). Anything else that meets a partial sum sums it whole first.
 
 use super::value::Value;
 use super::Frame;
@@ -18,6 +24,21 @@ use crate::source::Span;
 use crate::types::{AxisId, Type};
 use kernels::Tensor;
 use std::rc::Rc;
+
+/// A tensor each rank of a mesh axis holds a partial sum of: the value is their sum.
+#[derive(Clone, Debug)]
+pub struct PartialSum {
+    pub axis: AxisId,
+    pub t: Tensor,
+}
+
+/// What a call tells its callee: the sums over `axis` that reach item `item` of its result
+/// (`shard::zero::ZeroPlan::sums`) stay partial.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Defer {
+    pub axis: AxisId,
+    pub item: Option<usize>,
+}
 
 /// An optimizer state held in pieces.
 #[derive(Clone, Debug)]
@@ -55,6 +76,25 @@ fn plan(prog: &Program, v: &Value, decl: Option<&Type>, axis: AxisId, out: &mut 
 /// The elements of `t` from `start`, `len` of them, as a rank-1 view.
 fn run(t: &Tensor, start: usize, len: usize, span: Span) -> R<Tensor> {
     t.view(start, vec![len]).map_err(|e| rt(Code::E0605, e.to_string(), span))
+}
+
+/// Piece `i` of `k` of `t`: its elements from `i·⌈n/k⌉`, `⌈n/k⌉` of them, padded with zeros.
+fn piece(t: &Tensor, i: usize, k: usize, span: Span) -> R<Tensor> {
+    let n = t.len();
+    let c = n.div_ceil(k);
+    let start = (i * c).min(n);
+    let len = c.min(n - start);
+    let p = run(t, start, len, span)?;
+    if len == c {
+        return Ok(p);
+    }
+    let pad = kernels::ops::zeros(t.dtype(), &[c - len]).map_err(|e| rt(Code::E0605, e.to_string(), span))?;
+    Ok(Tensor::concat_flat(&[&p, &pad]).unwrap_or(p))
+}
+
+/// `t` as a rank-1 tensor.
+fn flat(t: &Tensor, span: Span) -> R<Tensor> {
+    t.with_shape(vec![t.len()]).map_err(|e| rt(Code::E0605, e.to_string(), span))
 }
 
 /// `v` with its tensor leaves replaced, in order, by `parts` reshaped to `shapes`, all in one
@@ -126,23 +166,14 @@ impl Interp<'_> {
         let (mut parts, mut shapes, mut was) = (Vec::new(), Vec::new(), Vec::new());
         for (t, &c) in leaves.iter().zip(cut) {
             if !c {
-                parts.push(t.with_shape(vec![t.len()]).map_err(|e| rt(Code::E0605, e.to_string(), span))?);
+                parts.push(flat(t, span)?);
                 shapes.push(t.shape().to_vec());
                 was.push(None);
                 continue;
             }
-            let n = t.len();
-            let c = n.div_ceil(k);
-            let start = (i * c).min(n);
-            let len = c.min(n - start);
-            let mut p = run(t, start, len, span)?;
-            if len < c {
-                let pad =
-                    kernels::ops::zeros(t.dtype(), &[c - len]).map_err(|e| rt(Code::E0605, e.to_string(), span))?;
-                p = Tensor::concat_flat(&[&p, &pad]).unwrap_or(p);
-            }
+            let p = piece(t, i, k, span)?;
+            shapes.push(vec![p.len()]);
             parts.push(p);
-            shapes.push(vec![c]);
             was.push(Some(t.shape().to_vec()));
         }
         Ok((rebuild(v, parts, shapes, span)?, was))
@@ -152,7 +183,6 @@ impl Interp<'_> {
     /// all-gather over `axis` of all the pieces (per element type).
     fn gather(&mut self, v: &Value, cut: &[Option<Vec<usize>>], axis: AxisId, span: Span) -> R<Value> {
         let Some((_, k)) = self.zero_group(axis) else { return Ok(v.clone()) };
-        let Some(s) = self.spmd.as_deref() else { return Ok(v.clone()) };
         let mut leaves = Vec::new();
         v.leaves(&mut leaves);
         if leaves.len() != cut.len() {
@@ -173,24 +203,14 @@ impl Interp<'_> {
             }
             let refs: Vec<&Tensor> = mine.iter().map(|&j| leaves[j]).collect();
             let Some(cat) = Tensor::concat_flat(&refs) else { continue };
-            let before = s.comm.bytes_sent();
-            let t0 = self.trace_start();
-            let all = s.all_gather(&[axis], 0, &cat).map_err(|m| rt(Code::E0602, m, span))?;
-            let sent = s.comm.bytes_sent().saturating_sub(before);
-            s.count(0, span, "optimizer all_gather", sent);
+            let all = self.counted("optimizer all_gather", span, |s| s.all_gather(&[axis], 0, &cat))?;
             gathered.push((dt, all, at));
-            if let (Some(t0), Some(tr)) = (t0, self.trace.as_mut()) {
-                if let Some(ev) = tr.end(t0, "optimizer all_gather".into(), super::trace::Kind::Collective, Some(span))
-                {
-                    ev.bytes = Some(sent);
-                }
-            }
         }
         let mut parts = Vec::with_capacity(leaves.len());
         let mut shapes = Vec::with_capacity(leaves.len());
         for (j, t) in leaves.iter().enumerate() {
             let Some(shape) = &cut[j] else {
-                parts.push(t.with_shape(vec![t.len()]).map_err(|e| rt(Code::E0605, e.to_string(), span))?);
+                parts.push(flat(t, span)?);
                 shapes.push(t.shape().to_vec());
                 continue;
             };
@@ -215,6 +235,78 @@ impl Interp<'_> {
         rebuild(v, parts, shapes, span)
     }
 
+    /// Collective `f` of an optimizer step, counted under `name` (`msl run --comm-report`) and
+    /// on the timeline.
+    fn counted(
+        &mut self,
+        name: &'static str,
+        span: Span,
+        f: impl FnOnce(&crate::dist::Spmd) -> Result<Tensor, String>,
+    ) -> R<Tensor> {
+        let s = self.spmd.clone().ok_or_else(|| rt(Code::E0605, "a collective outside a sharded run", span))?;
+        let before = s.comm.bytes_sent();
+        let t0 = self.trace_start();
+        let out = f(&s).map_err(|m| rt(Code::E0602, m, span))?;
+        let sent = s.comm.bytes_sent().saturating_sub(before);
+        s.count(0, span, name, sent);
+        if let (Some(t0), Some(tr)) = (t0, self.trace.as_mut()) {
+            if let Some(ev) = tr.end(t0, name.into(), super::trace::Kind::Collective, Some(span)) {
+                ev.bytes = Some(sent);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The sums call `e` leaves partial: those of the gradient it hands to a sharded step
+    /// (`shard::zero`) whose state is held in pieces now.
+    pub(crate) fn defer_for(&mut self, e: &crate::ir::Expr, frame: &Frame) -> Option<Defer> {
+        if self.spmd.is_none() || super::overlap::overlap_off() {
+            return None;
+        }
+        let prog = self.prog;
+        let plan = self.zero_plan.get_or_insert_with(|| Rc::new(crate::shard::zero::ZeroPlan::of(prog)));
+        let feed = *plan.feeds.get(&e.id)?;
+        match frame.locals.get(feed.state.0 as usize) {
+            Some(Some(Value::Sharded(s))) if s.axis == feed.axis => {}
+            _ => return None,
+        }
+        self.zero_group(feed.axis)?;
+        Some(Defer { axis: feed.axis, item: feed.item })
+    }
+
+    /// Whether the statement's all-reduce `value` stays partial under `defer`.
+    pub(crate) fn deferred_sum(&self, defer: Option<Defer>, value: &crate::ir::Expr) -> bool {
+        match (defer, &self.zero_plan) {
+            (Some(d), Some(plan)) => plan.sums.get(&value.id) == Some(&(d.axis, d.item)),
+            _ => false,
+        }
+    }
+
+    /// The partial sum `all_reduce_sum(arg)` (at `value`) stands for, unsummed.
+    pub(crate) fn partial_sum(
+        &mut self,
+        arg: &crate::ir::Expr,
+        value: &crate::ir::Expr,
+        frame: &mut Frame,
+    ) -> R<Value> {
+        let span = self.span(value);
+        let crate::ir::ExprKind::Prim { attrs, .. } = &value.kind else {
+            return Err(rt(Code::E0605, "internal: expected an all-reduce", span));
+        };
+        let axis = *attrs.mesh_axes.first().ok_or_else(|| rt(Code::E0605, "internal: a sum over no axis", span))?;
+        let x = super::compress::plain(self.eval(arg, frame)?);
+        let t = x.tensor().ok_or_else(|| rt(Code::E0605, "a collective takes a tensor", span))?.clone();
+        Ok(Value::Partial(Rc::new(PartialSum { axis, t })))
+    }
+
+    /// `args` with every partial sum in them summed (a sharded run only has them).
+    pub(crate) fn whole_partials(&mut self, args: Vec<Value>, span: Span) -> R<Vec<Value>> {
+        if self.spmd.is_none() || !args.iter().any(holds_pieces) {
+            return Ok(args);
+        }
+        args.into_iter().map(|a| self.whole_value(a, span)).collect()
+    }
+
     /// The whole value a sharded state stands for (its reader is not an optimizer step).
     pub(crate) fn whole_state(&mut self, s: &Sharded, span: Span) -> R<Value> {
         self.gather(&s.value, &s.cut, s.axis, span)
@@ -224,6 +316,12 @@ impl Interp<'_> {
     pub(crate) fn whole_value(&mut self, v: Value, span: Span) -> R<Value> {
         Ok(match v {
             Value::Sharded(s) => self.whole_state(&s, span)?,
+            Value::Partial(p) => {
+                let (axis, t) = (p.axis, &p.t);
+                let sum = self
+                    .counted("gradient all_reduce", span, |s| s.all_reduce(&[axis], crate::dist::ReduceKind::Sum, t))?;
+                Value::Tensor(sum)
+            }
             Value::Tuple(xs) if xs.iter().any(holds_pieces) => {
                 let mut out = Vec::with_capacity(xs.len());
                 for x in xs.iter() {
@@ -279,7 +377,7 @@ impl Interp<'_> {
         let mut plan_m = Vec::new();
         plan(self.prog, &m, None, st.axis, &mut plan_m);
         let (mp, cut_m) = self.cut(&m, &plan_m, i, k, span)?;
-        let (gp, _) = self.cut(&g, &plan_m, i, k, span)?;
+        let gp = self.gradient_pieces(&g, &plan_m, st.axis, i, k, span)?;
         let out = self.call_body(f, vec![mp, gp, st.value.clone()], dims, vec![])?;
         let Value::Tuple(items) = &out else {
             return Err(rt(Code::E0605, "an `@optimizer_step` function returns (model, state)", span));
@@ -290,6 +388,82 @@ impl Interp<'_> {
         let whole = self.gather(m2, &cut_m, st.axis, span)?;
         let kept = Value::Sharded(Rc::new(Sharded { axis: st.axis, value: s2.clone(), cut: st.cut.clone() }));
         Ok(Value::Tuple(Rc::new(vec![whole, kept])))
+    }
+}
+
+impl Interp<'_> {
+    /// The rank's pieces of gradient `g`, cut as `plan` says: its partial sums over `axis`
+    /// summed and cut by one reduce-scatter per element type, its whole tensors cut.
+    fn gradient_pieces(&mut self, g: &Value, plan: &[bool], axis: AxisId, i: usize, k: usize, span: Span) -> R<Value> {
+        let mut partial = Vec::new();
+        partial_leaves(g, &mut partial);
+        if !partial.iter().any(|p| p.is_some()) {
+            return Ok(self.cut(g, plan, i, k, span)?.0);
+        }
+        let mut leaves = Vec::new();
+        g.leaves(&mut leaves);
+        if leaves.len() != plan.len() || partial.len() != plan.len() {
+            return Err(rt(Code::E0605, "internal: the gradient does not match its model", span));
+        }
+        let mut parts: Vec<Option<Tensor>> = vec![None; leaves.len()];
+        // Partial sums that are cut: per element type, the k pieces of every one, piece r of
+        // all of them before piece r + 1, so that the reduce-scatter hands rank r its pieces.
+        for dt in [kernels::DType::F32, kernels::DType::F64, kernels::DType::I32] {
+            let mine: Vec<usize> =
+                (0..leaves.len()).filter(|&j| plan[j] && partial[j] == Some(axis) && leaves[j].dtype() == dt).collect();
+            if mine.is_empty() {
+                continue;
+            }
+            let mut blocks = Vec::with_capacity(k * mine.len());
+            for r in 0..k {
+                for &j in &mine {
+                    blocks.push(piece(leaves[j], r, k, span)?);
+                }
+            }
+            let refs: Vec<&Tensor> = blocks.iter().collect();
+            let Some(cat) = Tensor::concat_flat(&refs) else { continue };
+            let mine_sum = self.counted("optimizer reduce_scatter", span, |s| s.reduce_scatter(&[axis], 0, &cat))?;
+            let mut at = 0;
+            for (&j, b) in mine.iter().zip(&blocks) {
+                parts[j] = Some(run(&mine_sum, at, b.len(), span)?);
+                at += b.len();
+            }
+        }
+        let mut shapes = Vec::with_capacity(leaves.len());
+        let mut out = Vec::with_capacity(leaves.len());
+        for (j, t) in leaves.iter().enumerate() {
+            let p = match parts[j].take() {
+                Some(p) => p,
+                None => {
+                    // Summed whole (a partial sum kept whole, or over another axis), then cut.
+                    let t = match partial[j] {
+                        Some(ax) => self.counted("gradient all_reduce", span, |s| {
+                            s.all_reduce(&[ax], crate::dist::ReduceKind::Sum, t)
+                        })?,
+                        None => (*t).clone(),
+                    };
+                    if plan[j] {
+                        piece(&t, i, k, span)?
+                    } else {
+                        flat(&t, span)?
+                    }
+                }
+            };
+            shapes.push(if plan[j] { vec![p.len()] } else { t.shape().to_vec() });
+            out.push(p);
+        }
+        rebuild(g, out, shapes, span)
+    }
+}
+
+/// For each tensor leaf of `v` (in `Value::leaves` order), the axis it is a partial sum over.
+fn partial_leaves(v: &Value, out: &mut Vec<Option<AxisId>>) {
+    match v {
+        Value::Tensor(_) => out.push(None),
+        Value::Partial(p) => out.push(Some(p.axis)),
+        Value::Model(m) => m.fields.iter().for_each(|f| partial_leaves(f, out)),
+        Value::Tuple(xs) => xs.iter().for_each(|x| partial_leaves(x, out)),
+        _ => {}
     }
 }
 
@@ -309,10 +483,10 @@ fn holds_sharded(pat: &Pat, frame: &Frame) -> bool {
     }
 }
 
-/// Whether `v` holds a state in pieces, at any depth.
+/// Whether `v` holds a state in pieces or a partial sum, at any depth.
 pub(crate) fn holds_pieces(v: &Value) -> bool {
     match v {
-        Value::Sharded(_) => true,
+        Value::Sharded(_) | Value::Partial(_) => true,
         Value::Tuple(xs) => xs.iter().any(holds_pieces),
         Value::Model(m) => m.fields.iter().any(holds_pieces),
         _ => false,
@@ -321,6 +495,5 @@ pub(crate) fn holds_pieces(v: &Value) -> bool {
 
 /// Whether `f` is an `@optimizer_step` function called with a sharded state.
 pub(crate) fn is_sharded_step(prog: &Program, f: crate::types::FuncId, args: &[Value]) -> bool {
-    args.iter().any(|a| matches!(a, Value::Sharded(_)))
-        && prog.func(f).annotations.iter().any(|n| prog.names.get(*n) == "optimizer_step")
+    args.iter().any(|a| matches!(a, Value::Sharded(_))) && crate::shard::zero::is_optimizer_step(prog, f)
 }

@@ -13,6 +13,7 @@ pub mod overlap;
 mod rules;
 pub mod schedule;
 pub mod verify;
+pub mod zero;
 
 use crate::diag::Diagnostic;
 use crate::dist::Mesh;
