@@ -15,6 +15,7 @@ use kernels::{DType, Tensor};
 use lang::ir::{Expr, ExprKind, Local, Prim, SpanId};
 use lang::types::TensorTy;
 use lang::types::{Elem, ElemTy, ShapeItem, Type};
+use std::collections::HashMap;
 use std::fmt::Write as _;
 
 /// One node of a fused tree; nodes are stored children first, the root last.
@@ -185,41 +186,69 @@ fn constant(e: &Expr) -> Option<Tensor> {
 }
 
 /// Builds the tree rooted at `e` (which must satisfy [`may_root`]) and collects its leaves.
-/// A local read several times in the tree is one input (reading a local has no effect).
+/// A local read several times in the tree is one input (reading a local has no effect), and an
+/// operation that occurs several times on the same operands is one node, computed once per
+/// element (every node is pure; `-O2` copies a value read several times by one tree into it).
 pub fn analyse(e: &Expr) -> (Tree, Vec<&Expr>) {
-    let mut b = Builder { nodes: Vec::new(), leaves: Vec::new(), locals: Vec::new() };
+    let mut b = Builder { nodes: Vec::new(), leaves: Vec::new(), locals: Vec::new(), seen: HashMap::new() };
     b.build(e);
     (Tree { nodes: b.nodes, n_inputs: b.leaves.len(), span: e.span }, b.leaves)
+}
+
+/// What makes two nodes the same: an operation on the same nodes, an input, or a constant
+/// of one element type and bits.
+#[derive(PartialEq, Eq, Hash)]
+enum Key {
+    Op(Prim, Option<DType>, Vec<usize>),
+    Leaf(usize),
+    Const(DType, u64),
 }
 
 struct Builder<'e> {
     nodes: Vec<Node>,
     leaves: Vec<&'e Expr>,
     locals: Vec<(Local, usize)>,
+    seen: HashMap<Key, usize>,
 }
 
 impl<'e> Builder<'e> {
     fn build(&mut self, e: &'e Expr) -> usize {
         if let ExprKind::Prim { prim, args, attrs } = &e.kind {
             if interior(e) {
-                let args = args.iter().map(|a| self.build(a)).collect();
+                let args: Vec<usize> = args.iter().map(|a| self.build(a)).collect();
                 let to = (*prim == Prim::Cast).then(|| lang::interp::accel::dtype(attrs.dtype.unwrap_or(ElemTy::F32)));
-                self.nodes.push(Node::Op { prim: *prim, to, args });
-                return self.nodes.len() - 1;
+                return self.node(Key::Op(*prim, to, args.clone()), Node::Op { prim: *prim, to, args });
             }
         }
-        let node = if let Some(t) = is_const(e).then(|| constant(e)).flatten() {
-            Node::Const(t)
-        } else if let Some(&(_, i)) = self.locals.iter().find(|(l, _)| matches!(e.kind, ExprKind::Local(m) if m == *l))
-        {
-            Node::Leaf(i)
-        } else {
-            if let ExprKind::Local(l) = e.kind {
-                self.locals.push((l, self.leaves.len()));
-            }
-            self.leaves.push(e);
-            Node::Leaf(self.leaves.len() - 1)
-        };
+        if let Some(t) = is_const(e).then(|| constant(e)).flatten() {
+            let key = t.scalar_value_f64().map(|v| Key::Const(t.dtype(), v.to_bits()));
+            return match key {
+                Some(k) => self.node(k, Node::Const(t)),
+                None => self.push(Node::Const(t)),
+            };
+        }
+        if let Some(&(_, i)) = self.locals.iter().find(|(l, _)| matches!(e.kind, ExprKind::Local(m) if m == *l)) {
+            return self.node(Key::Leaf(i), Node::Leaf(i));
+        }
+        if let ExprKind::Local(l) = e.kind {
+            self.locals.push((l, self.leaves.len()));
+        }
+        self.leaves.push(e);
+        let i = self.leaves.len() - 1;
+        self.node(Key::Leaf(i), Node::Leaf(i))
+    }
+
+    /// The node `key` names, pushed as `node` the first time.
+    fn node(&mut self, key: Key, node: Node) -> usize {
+        if let Some(&i) = self.seen.get(&key) {
+            return i;
+        }
+        let i = self.push(node);
+        self.seen.insert(key, i);
+        i
+    }
+
+    fn push(&mut self, node: Node) -> usize {
         self.nodes.push(node);
         self.nodes.len() - 1
     }

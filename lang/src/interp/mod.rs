@@ -775,7 +775,10 @@ impl<'p> Interp<'p> {
             FnTarget::Vmap { inner, in_axes } => match crate::autodiff::target_func(self.prog, target) {
                 // The batched function the vmap pass generated; the loop is the fallback.
                 Some(f) => self.call(f, args, HashMap::new(), captures.to_vec()),
-                None => self.vmap(inner, in_axes, closure, captures, args, span),
+                None => {
+                    self.defer_next = None; // each element's call returns whole values
+                    self.vmap(inner, in_axes, closure, captures, args, span)
+                }
             },
             FnTarget::Grad { .. } => self.grad_call(target, closure, captures, args, span),
         }

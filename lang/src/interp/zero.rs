@@ -260,9 +260,7 @@ impl Interp<'_> {
     /// The sums call `e` leaves partial: those of the gradient it hands to a sharded step
     /// (`shard::zero`) whose state is held in pieces now.
     pub(crate) fn defer_for(&mut self, e: &crate::ir::Expr, frame: &Frame) -> Option<Defer> {
-        if self.spmd.is_none() || super::overlap::overlap_off() {
-            return None;
-        }
+        self.spmd.as_ref()?;
         let prog = self.prog;
         let plan = self.zero_plan.get_or_insert_with(|| Rc::new(crate::shard::zero::ZeroPlan::of(prog)));
         let feed = *plan.feeds.get(&e.id)?;

@@ -121,19 +121,54 @@ fn same_bits(a: &Tensor, b: &Tensor) -> bool {
 /// tensors over locals and literals, no integer division, no random numbers), and only when
 /// nothing they read is assigned anywhere in the function, so moving them changes no value, no
 /// error and no order of effects.
+///
+/// A value read several times, all by one later elementwise tree (`let x2 = x * x; let t =
+/// tanh(x + x2 * x); let d = bar * (1 + t) * (1 - t * t) * (1 + x2)`, common subexpressions
+/// and derivative rules), is copied into each read, so that the tree fuses into one loop and
+/// the value is never stored: the JIT computes an operation that occurs several times on the
+/// same operands once per element (`jit::fuse::analyse`). Copies are bounded in size.
 fn substitute(f: &mut Func) -> usize {
+    let mut n = 0;
+    // Copying a value into a tree adds reads of what it reads: each sweep counts them again.
+    for _ in 0..8 {
+        let k = substitute_once(f);
+        n += k;
+        if k == 0 {
+            break;
+        }
+    }
+    n
+}
+
+/// Nodes a value copied into a tree may add, at most.
+const COPY_BUDGET: usize = 64;
+
+fn substitute_once(f: &mut Func) -> usize {
     let (reads, assigned) = crate::ir::simplify::reads_and_assigned(&f.body);
     let mut n = 0;
     crate::ir::walk::walk_mut(&mut f.body, &mut |e| {
         let ExprKind::Block { stmts, result } = &mut e.kind else { return };
         let mut i = 0;
         while i < stmts.len() {
-            let movable = match &stmts[i] {
-                Stmt::Let { pat: Pat::Local(l), value } => {
-                    reads.get(l) == Some(&1)
-                        && !assigned.contains(l)
+            let candidate = match &stmts[i] {
+                Stmt::Let { pat: Pat::Local(l), value }
+                    if !assigned.contains(l)
                         && cannot_fail(value, &assigned)
-                        && !matches!(value.kind, ExprKind::Local(_))
+                        && !matches!(value.kind, ExprKind::Local(_)) =>
+                {
+                    reads.get(l).map(|&r| (*l, r, count(value)))
+                }
+                _ => None,
+            };
+            let movable = match candidate {
+                Some((_, 1, _)) => true,
+                Some((l, r, size)) if r > 1 && size * (r - 1) <= COPY_BUDGET => {
+                    if copy_into_tree(stmts, result, i, l, r) {
+                        stmts.remove(i);
+                        n += 1;
+                        continue;
+                    }
+                    false
                 }
                 _ => false,
             };
@@ -161,6 +196,87 @@ fn substitute(f: &mut Func) -> usize {
         }
     });
     n
+}
+
+/// Copies the value of `let l = …` (statement `i`, read `r` times) into every read, when all
+/// of them lie in one elementwise tree of one later statement (or the block's result); whether
+/// it did.
+fn copy_into_tree(stmts: &mut [Stmt], result: &mut Expr, i: usize, l: Local, r: usize) -> bool {
+    let Stmt::Let { value, .. } = &stmts[i] else { return false };
+    let value = value.clone();
+    let target = stmts[i + 1..].iter_mut().find_map(|s| match s {
+        Stmt::Let { value: v, .. } | Stmt::Assign { value: v, .. } | Stmt::Expr(v) if reads_of(v, l) > 0 => Some(v),
+        _ => None,
+    });
+    let target = match target {
+        Some(v) => v,
+        None if reads_of(result, l) > 0 => result,
+        None => return false,
+    };
+    if !one_tree(target, l, r) {
+        return false;
+    }
+    crate::ir::walk::walk_mut(target, &mut |x| {
+        if matches!(x.kind, ExprKind::Local(m) if m == l) {
+            *x = value.clone();
+        }
+    });
+    true
+}
+
+/// The reads of `l` in `e`.
+fn reads_of(e: &Expr, l: Local) -> usize {
+    let mut n = 0;
+    crate::ir::walk::walk(e, &mut |x| match &x.kind {
+        ExprKind::Local(m) if *m == l => n += 1,
+        ExprKind::Closure { captures, .. } if captures.contains(&l) => n += 2,
+        _ => {}
+    });
+    n
+}
+
+/// A float/bool elementwise primitive application on float/bool operands: an interior node of
+/// the trees the JIT fuses.
+fn elementwise(e: &Expr) -> bool {
+    let float_or_bool = |t: &Type| matches!(t, Type::Tensor(TensorTy { elem: el, .. }) if el.is_float() || *el == crate::types::Elem::T(crate::types::ElemTy::Bool));
+    match &e.kind {
+        ExprKind::Prim { prim, args, .. } => {
+            (matches!(prim.class(), Class::Unary | Class::Binary) || matches!(prim, Prim::Where))
+                && float_or_bool(&e.ty)
+                && args.iter().all(|a| float_or_bool(&a.ty))
+        }
+        _ => false,
+    }
+}
+
+/// Whether the `r` reads of `l` in `e` all lie in one elementwise tree of `e`, reached from its
+/// root through elementwise primitives only (so a copy there is computed in that tree's loop,
+/// once per element, and nowhere else).
+fn one_tree(e: &Expr, l: Local, r: usize) -> bool {
+    if elementwise(e) {
+        return tree_reads(e, l) == Some(r);
+    }
+    let kids: Vec<&Expr> = match &e.kind {
+        ExprKind::Prim { args, .. } | ExprKind::Call { args, .. } | ExprKind::Tuple(args) => args.iter().collect(),
+        ExprKind::ModelBuild { fields } => fields.iter().collect(),
+        ExprKind::TupleGet(a, _) | ExprKind::Field(a, _) => vec![a],
+        _ => return false,
+    };
+    let mut with = kids.into_iter().filter(|k| reads_of(k, l) > 0);
+    match (with.next(), with.next()) {
+        (Some(k), None) => one_tree(k, l, r),
+        _ => false,
+    }
+}
+
+/// The reads of `l` in the elementwise tree rooted at `e`; `None` when one is below a node
+/// that is not elementwise.
+fn tree_reads(e: &Expr, l: Local) -> Option<usize> {
+    match &e.kind {
+        ExprKind::Local(m) if *m == l => Some(1),
+        ExprKind::Prim { args, .. } if elementwise(e) => args.iter().map(|a| tree_reads(a, l)).sum(),
+        _ => (reads_of(e, l) == 0).then_some(0),
+    }
 }
 
 /// Elementwise float/bool arithmetic over locals (never assigned) and literals: no run-time
