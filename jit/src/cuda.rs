@@ -168,6 +168,17 @@ fn op(prim: Prim, d: DType, o: DType, arg: &dyn Fn(usize) -> Option<String>) -> 
             let cmp = if prim == Maximum { ">=" } else { "<=" };
             format!("(({a} != {a} || {a} {cmp} {b}) ? {a} : {b})")
         }
+        // g (s + 2x s (1 - s) du), s = 1 / (1 + exp(-2u)), in the kernel's order.
+        GeluGrad => {
+            let (a, g) = (arg(0)?, arg(1)?);
+            let c = literal(o, round(o, (2.0 / std::f64::consts::PI).sqrt()));
+            let k = literal(o, round(o, 0.044715));
+            let k3 = literal(o, round(o, 0.134145));
+            let exp = f("exp", o);
+            format!(
+                "([&] {{ const auto x = {a}; const auto u = {c} * (x + {k} * x * x * x); const auto s = {one} / ({one} + {exp}(-(u + u))); const auto du = {c} * ({one} + {k3} * x * x); return {g} * (s + (x + x) * (s * ({one} - s)) * du); }}())"
+            )
+        }
         Relu => {
             let a = arg(0)?;
             format!("((!({a} <= {zero})) ? {a} : {zero})")

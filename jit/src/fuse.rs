@@ -121,6 +121,7 @@ pub fn is_elementwise(p: Prim) -> bool {
             | Floor
             | Maximum
             | Minimum
+            | GeluGrad
             | Where
             | Cast
     )

@@ -211,6 +211,7 @@ impl<'a, 'f> Lower<'a, 'f> {
                 let m = self.b.ins().bor(nan, wins);
                 self.select(mode, m, a, b)
             }
+            Prim::GeluGrad => self.gelu_grad(mode, d, a, b),
             Prim::Eq => self.b.ins().fcmp(FloatCC::Equal, a, b),
             Prim::Ne => self.b.ins().fcmp(FloatCC::NotEqual, a, b),
             Prim::Lt => self.b.ins().fcmp(FloatCC::LessThan, a, b),
@@ -218,6 +219,37 @@ impl<'a, 'f> Lower<'a, 'f> {
             Prim::Gt => self.b.ins().fcmp(FloatCC::GreaterThan, a, b),
             _ => self.b.ins().fcmp(FloatCC::GreaterThanOrEqual, a, b),
         }
+    }
+
+    /// `g · gelu'(x)` as `kernels`' `gelu_grad` computes it, operation for operation:
+    /// `g * (s + (x + x) * (s * (1 - s)) * du)`, `s = 1 / (1 + exp(-(u + u)))`,
+    /// `u = c * (x + k * x * x * x)`, `du = c * (1 + k3 * x * x)`.
+    fn gelu_grad(&mut self, mode: Mode, d: DType, x: Value, g: Value) -> Value {
+        let one = self.fconst(mode, d, 1.0);
+        let c = self.fconst(mode, d, round(d, (2.0 / std::f64::consts::PI).sqrt()));
+        let k = self.fconst(mode, d, round(d, 0.044715));
+        let k3 = self.fconst(mode, d, round(d, 0.134145));
+        let t = self.b.ins().fmul(k, x);
+        let t = self.b.ins().fmul(t, x);
+        let t = self.b.ins().fmul(t, x);
+        let t = self.b.ins().fadd(x, t);
+        let u = self.b.ins().fmul(c, t);
+        let u2 = self.b.ins().fadd(u, u);
+        let n = self.b.ins().fneg(u2);
+        let e = self.exp(mode, d, n);
+        let den = self.b.ins().fadd(one, e);
+        let s = self.b.ins().fdiv(one, den);
+        let q = self.b.ins().fmul(k3, x);
+        let q = self.b.ins().fmul(q, x);
+        let q = self.b.ins().fadd(one, q);
+        let du = self.b.ins().fmul(c, q);
+        let x2 = self.b.ins().fadd(x, x);
+        let oms = self.b.ins().fsub(one, s);
+        let ss = self.b.ins().fmul(s, oms);
+        let m = self.b.ins().fmul(x2, ss);
+        let m = self.b.ins().fmul(m, du);
+        let sum = self.b.ins().fadd(s, m);
+        self.b.ins().fmul(g, sum)
     }
 
     /// The f32 polynomial with coefficients `cs` (highest power first) at `x`, as `kernels::math`

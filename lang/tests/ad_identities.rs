@@ -637,3 +637,39 @@ fn sgd[M: Model](m: M, g: M, lr: f64) -> M { m - lr * g }";
     );
     run_all("compositions", cases);
 }
+
+/// `jvp` through `gelu` and `gelu_grad` (its tangent rule needs `gelu''`) against central
+/// differences along the tangent, in f64.
+#[test]
+fn gelu_tangents_match_finite_differences() {
+    let text = "
+fn h(x: f64[5]) -> f64[5] { gelu_grad(x, sin(x)) + gelu(x * 0.7) }
+fn main() {
+    let x = f64(stack([-2.5, -0.4, 0.0, 0.9, 3.1]))
+    let v = f64(stack([0.3, -1.0, 0.5, 2.0, -0.7]))
+    let (_, t) = jvp(h, (x,), (v,))
+    let e = f64(1e-6)
+    print(t - (h(x + e * v) - h(x - e * v)) / (2.0 * e))
+    print(t)
+}
+";
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let c = lang::check::check_source("t.msl", text, dir);
+    assert!(!c.has_errors(), "{:?}", c.diagnostics);
+    let mut out = Vec::new();
+    {
+        let mut it = lang::interp::Interp::new(&c.program, Box::new(&mut out));
+        it.run_main(c.program.main.unwrap()).unwrap_or_else(|e| panic!("{}", e.message));
+    }
+    let out = String::from_utf8(out).unwrap();
+    let nums = |l: &str| -> Vec<f64> {
+        l.trim_matches(|c| c == '[' || c == ']').split(", ").map(|x| x.parse().unwrap()).collect()
+    };
+    let mut lines = out.lines();
+    let diff = nums(lines.next().unwrap());
+    let t = nums(lines.next().unwrap());
+    for (d, t) in diff.iter().zip(&t) {
+        assert!(d.abs() <= 1e-7 * (1.0 + t.abs()), "{out}");
+    }
+    assert!(t.iter().any(|x| x.abs() > 0.1), "{out}");
+}

@@ -38,6 +38,7 @@ fn unary_elementwise() {
         ("gelu(x)", Dist::Normal),
         ("erf(x)", Dist::Normal),
         ("gelu(x, approximate: false)", Dist::Normal),
+        ("gelu_grad(x, sin(x))", Dist::Normal),
         ("sin(x)", Dist::Normal),
         ("cos(x)", Dist::Normal),
         ("abs(x)", away),

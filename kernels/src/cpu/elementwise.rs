@@ -73,6 +73,8 @@ pub enum BinaryOp {
     Ge,
     And,
     Or,
+    /// `g · gelu'(x)` of `x` and `g` (the tanh approximation): `gelu`'s adjoint in one pass.
+    GeluGrad,
 }
 
 impl BinaryOp {
@@ -95,6 +97,7 @@ impl BinaryOp {
             BinaryOp::Ge => "ge",
             BinaryOp::And => "and",
             BinaryOp::Or => "or",
+            BinaryOp::GeluGrad => "gelu_grad",
         }
     }
 
@@ -161,6 +164,21 @@ fn float_unary<T: Float>(op: UnaryOp, v: &[T]) -> Result<Vec<T>, KernelError> {
         UnaryOp::Square => map_slice(v, |a| a * a),
         UnaryOp::Not => return Err(KernelError::dtype("not", "a bool tensor", T::DTYPE)),
     })
+}
+
+/// `g · gelu'(x)`, with `gelu(x) = x · s`, `s = 1 / (1 + e^(-2u))`, `u = c (x + k x³)` (the
+/// forward kernel's form): `gelu'(x) = s + 2x · s (1 - s) · c (1 + 3k x²)`. The JIT lowers the
+/// same operations in the same order (`jit::lower`).
+#[inline(always)]
+pub(crate) fn gelu_grad<T: Float>(x: T, g: T) -> T {
+    let one = T::one();
+    let c = T::from_f64c((2.0 / std::f64::consts::PI).sqrt());
+    let k = T::from_f64c(0.044715);
+    let k3 = T::from_f64c(0.134145);
+    let u = c * (x + k * x * x * x);
+    let s = one / (one + (-(u + u)).exp());
+    let du = c * (one + k3 * x * x);
+    g * (s + (x + x) * (s * (one - s)) * du)
 }
 
 /// The logistic function, computed without overflow for large negative inputs.
@@ -244,6 +262,7 @@ fn float_binary<T: Float>(
         BinaryOp::Pow => broadcast_map(x, sa, y, sb, shape, T::powf),
         BinaryOp::Max => broadcast_map(x, sa, y, sb, shape, T::max_p),
         BinaryOp::Min => broadcast_map(x, sa, y, sb, shape, T::min_p),
+        BinaryOp::GeluGrad => broadcast_map(x, sa, y, sb, shape, gelu_grad),
         _ => return Err(KernelError::dtype(op.name(), "a bool tensor", T::DTYPE)),
     })
 }

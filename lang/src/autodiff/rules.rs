@@ -401,13 +401,18 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
             let c = g.cmp(Prim::Gt, a, z);
             v.push((0, g.select(c, bar, z, ot.clone())));
         }
-        Prim::Gelu => {
-            // d/dx 0.5x(1+tanh(u)), u = c(x + 0.044715x³): 0.5(1+t) + 0.5x(1-t²)c(1+0.134145x²)
-            let (x, c) = (a.unwrap(), 0.797_884_560_802_865_4);
-            let x2 = g.build(l(x) * x, et)?;
-            let t = g.build(un(Prim::Tanh, c * (l(x) + 0.044_715 * (l(x2) * x))), et)?;
-            let d = 0.5 * (1.0 + l(t)) + 0.5 * l(x) * (1.0 - l(t) * t) * (c * (1.0 + 0.134_145 * l(x2)));
-            v.push((0, g.build(l(bar) * d, et)?));
+        // One pass over `x` and the cotangent: nothing between is stored.
+        Prim::Gelu => v.push((0, g.p(Prim::GeluGrad, &[a.unwrap(), bar], Attrs::default(), ot.clone()))),
+        Prim::GeluGrad => {
+            // y = g·gelu'(x): x̄ = ȳ·g·gelu''(x), ḡ = gelu_grad(x, ȳ).
+            let (x, gb) = (a.unwrap(), b.unwrap());
+            if act[0] {
+                let d2 = gelu_second(g, x, et)?;
+                v.push((0, g.build(l(bar) * gb * d2, et)?));
+            }
+            if act[1] {
+                v.push((1, g.p(Prim::GeluGrad, &[x, bar], Attrs::default(), ot.clone())));
+            }
         }
         // d/dx erf(x) = 2/√π · exp(-x²)
         Prim::Erf => {
@@ -644,6 +649,17 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
         }
     }
     Ok(v)
+}
+
+/// `gelu''(x)` of the tanh approximation, in the forward kernel's terms (`s = sigmoid(2u)`,
+/// `u = c (x + k x³)`, `du = c (1 + 3k x²)`): `s (1 - s) (4 du + 4x (1 - 2s) du² + 12ck x²)`,
+/// for the derivatives of `gelu_grad`.
+pub(super) fn gelu_second(g: &mut Gen, x: Local, et: ElemTy) -> Res<Local> {
+    let (c, k) = (0.797_884_560_802_865_4, 0.044_715);
+    let s = g.build(un(Prim::Sigmoid, (2.0 * c) * (l(x) + k * (l(x) * x * x))), et)?;
+    let du = g.build(c * (1.0 + (3.0 * k) * (l(x) * x)), et)?;
+    let inner = 4.0 * l(du) + 4.0 * l(x) * (1.0 - 2.0 * l(s)) * (l(du) * du) + (12.0 * c * k) * (l(x) * x);
+    g.build(l(s) * (1.0 - l(s)) * inner, et)
 }
 
 fn negate(g: &mut Gen, x: Local) -> Local {

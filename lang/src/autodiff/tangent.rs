@@ -321,6 +321,23 @@ impl Gen<'_> {
                     ot.clone(),
                 )
             }
+            // ẏ = gelu_grad(x, ġ) + g·gelu''(x)·ẋ.
+            Prim::GeluGrad => {
+                let et = match &ot {
+                    Type::Tensor(t) => t.elem.materialise(),
+                    _ => ElemTy::F32,
+                };
+                let mut parts = Vec::new();
+                if let Some(t) = t1 {
+                    parts.push(self.p(Prim::GeluGrad, &[args[0], t], Attrs::default(), ot.clone()));
+                }
+                if let Some(t) = t0 {
+                    let d2 = super::rules::gelu_second(self, args[0], et)?;
+                    parts.push(self.build(super::build::l(t) * args[1] * d2, et)?);
+                }
+                let s = self.sum(&parts);
+                self.shaped_like_out(s, out)?
+            }
             crate::unary_prims!() => {
                 // For f(x) elementwise the reverse rule g ↦ g·f'(x) is also the tangent rule.
                 let t = t0.unwrap_or(args[0]);

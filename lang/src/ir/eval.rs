@@ -101,6 +101,7 @@ pub fn binary_op(p: Prim) -> Option<BinaryOp> {
         Prim::Ge => BinaryOp::Ge,
         Prim::And => BinaryOp::And,
         Prim::Or => BinaryOp::Or,
+        Prim::GeluGrad => BinaryOp::GeluGrad,
         crate::unary_prims!() | crate::reduce_prims!() | crate::collective_prims!() | crate::other_prims!() => {
             return None
         }

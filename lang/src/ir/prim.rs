@@ -85,6 +85,9 @@ prims! {
     Floor: "floor" callable("floor(x: f[..S]) -> f[..S]", "Rounds down, keeping the float type."),
     Maximum: "maximum" callable("maximum(a, b) -> broadcast(a, b)", "The elementwise larger value."),
     Minimum: "minimum" callable("minimum(a, b) -> broadcast(a, b)", "The elementwise smaller value."),
+    /// `gelu_grad(x, g)`: `g · gelu'(x)` (the tanh approximation), the adjoint of `gelu` in
+    /// one pass, so the backward pass stores nothing between (PyTorch's `GeluBackward`).
+    GeluGrad: "gelu_grad" callable("gelu_grad(x: f[..S], g: f[..S]) -> f[..S]", "The gradient of `gelu` (the tanh approximation): `g * gelu'(x)`, in one pass; what reverse mode emits for `gelu`."),
     Where: "where" callable("where(c: bool[..], a, b) -> broadcast(c, a, b)", "`a` where `c` is true, else `b`."),
     Cast: "cast" internal,
     // Reductions (attrs.axis, attrs.keepdims).
@@ -303,6 +306,7 @@ macro_rules! binary_prims {
             | $crate::ir::Prim::Or
             | $crate::ir::Prim::Maximum
             | $crate::ir::Prim::Minimum
+            | $crate::ir::Prim::GeluGrad
     };
 }
 

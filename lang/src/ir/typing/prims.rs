@@ -177,7 +177,7 @@ fn rule_of(prim: Prim, args: &[Expr], attrs: &Attrs, declared: &Type) -> Result<
             tensor_arg(args, 0)?;
             same_as(0)
         }
-        P::Add | P::Sub | P::Mul | P::Div | P::Rem | P::Pow | P::Maximum | P::Minimum => {
+        P::Add | P::Sub | P::Mul | P::Div | P::Rem | P::Pow | P::Maximum | P::Minimum | P::GeluGrad => {
             arity(args, 2)?;
             let (ea, sa) = tensor_arg(args, 0)?;
             let (eb, sb) = tensor_arg(args, 1)?;
