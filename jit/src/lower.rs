@@ -221,14 +221,12 @@ impl<'a, 'f> Lower<'a, 'f> {
         }
     }
 
-    /// `g · gelu'(x)` as `kernels`' `gelu_grad` computes it, operation for operation:
-    /// `g * (s + (x + x) * (s * (1 - s)) * du)`, `s = 1 / (1 + exp(-(u + u)))`,
-    /// `u = c * (x + k * x * x * x)`, `du = c * (1 + k3 * x * x)`.
-    fn gelu_grad(&mut self, mode: Mode, d: DType, x: Value, g: Value) -> Value {
+    /// `1 + exp(-(u + u))` with `u = c * (x + k * x * x * x)`, in the kernels' order: `gelu(x)`
+    /// is `x` over it, and `gelu_grad`'s `s` is one over it.
+    fn gelu_den(&mut self, mode: Mode, d: DType, x: Value) -> Value {
         let one = self.fconst(mode, d, 1.0);
         let c = self.fconst(mode, d, round(d, (2.0 / std::f64::consts::PI).sqrt()));
         let k = self.fconst(mode, d, round(d, 0.044715));
-        let k3 = self.fconst(mode, d, round(d, 0.134145));
         let t = self.b.ins().fmul(k, x);
         let t = self.b.ins().fmul(t, x);
         let t = self.b.ins().fmul(t, x);
@@ -237,7 +235,17 @@ impl<'a, 'f> Lower<'a, 'f> {
         let u2 = self.b.ins().fadd(u, u);
         let n = self.b.ins().fneg(u2);
         let e = self.exp(mode, d, n);
-        let den = self.b.ins().fadd(one, e);
+        self.b.ins().fadd(one, e)
+    }
+
+    /// `g · gelu'(x)` as `kernels`' `gelu_grad` computes it, operation for operation:
+    /// `g * (s + (x + x) * (s * (1 - s)) * du)`, `s = 1 / (1 + exp(-(u + u)))`,
+    /// `u = c * (x + k * x * x * x)`, `du = c * (1 + k3 * x * x)`.
+    fn gelu_grad(&mut self, mode: Mode, d: DType, x: Value, g: Value) -> Value {
+        let one = self.fconst(mode, d, 1.0);
+        let c = self.fconst(mode, d, round(d, (2.0 / std::f64::consts::PI).sqrt()));
+        let k3 = self.fconst(mode, d, round(d, 0.134145));
+        let den = self.gelu_den(mode, d, x);
         let s = self.b.ins().fdiv(one, den);
         let q = self.b.ins().fmul(k3, x);
         let q = self.b.ins().fmul(q, x);
@@ -391,18 +399,8 @@ impl<'a, 'f> Lower<'a, 'f> {
                 self.select(mode, m, a, zero)
             }
             Prim::Gelu => {
-                // a / (one + exp(-(u + u))) with u = c * (a + k * a * a * a), in the kernel's order.
-                let c = self.fconst(mode, d, round(d, (2.0 / std::f64::consts::PI).sqrt()));
-                let kk = self.fconst(mode, d, round(d, 0.044715));
-                let t = self.b.ins().fmul(kk, a);
-                let t = self.b.ins().fmul(t, a);
-                let t = self.b.ins().fmul(t, a);
-                let t = self.b.ins().fadd(a, t);
-                let u = self.b.ins().fmul(c, t);
-                let u2 = self.b.ins().fadd(u, u);
-                let n = self.b.ins().fneg(u2);
-                let e = self.exp(mode, d, n);
-                let den = self.b.ins().fadd(one, e);
+                // a / (one + exp(-(u + u))), in the kernel's order.
+                let den = self.gelu_den(mode, d, a);
                 self.b.ins().fdiv(a, den)
             }
             Prim::Sign => {

@@ -145,16 +145,9 @@ fn float_unary<T: Float>(op: UnaryOp, v: &[T]) -> Result<Vec<T>, KernelError> {
         UnaryOp::Tanh => map_slice(v, T::tanh),
         UnaryOp::Sigmoid => map_slice(v, |a| sigmoid(a)),
         UnaryOp::Relu => map_slice(v, |a| if a > T::zero() || a.is_nan_v() { a } else { T::zero() }),
-        UnaryOp::Gelu => {
-            let c = T::from_f64c((2.0 / std::f64::consts::PI).sqrt());
-            let k = T::from_f64c(0.044715);
-            // ½a(1 + tanh u) written as a / (1 + e^(-2u)): the same function, without the
-            // cancellation of 1 + tanh u in the negative tail.
-            map_slice(v, move |a| {
-                let u = c * (a + k * a * a * a);
-                a / (one + (-(u + u)).exp())
-            })
-        }
+        // ½a(1 + tanh u) written as a / (1 + e^(-2u)): the same function, without the
+        // cancellation of 1 + tanh u in the negative tail.
+        UnaryOp::Gelu => map_slice(v, |a| a / gelu_den(a)),
         UnaryOp::Erf => map_slice(v, T::erf),
         UnaryOp::Sin => map_slice(v, T::sin),
         UnaryOp::Cos => map_slice(v, T::cos),
@@ -166,6 +159,15 @@ fn float_unary<T: Float>(op: UnaryOp, v: &[T]) -> Result<Vec<T>, KernelError> {
     })
 }
 
+/// `1 + e^(-2u)` with `u = c (x + k x³)`: `gelu(x)` is `x` over it.
+#[inline(always)]
+fn gelu_den<T: Float>(x: T) -> T {
+    let c = T::from_f64c((2.0 / std::f64::consts::PI).sqrt());
+    let k = T::from_f64c(0.044715);
+    let u = c * (x + k * x * x * x);
+    T::one() + (-(u + u)).exp()
+}
+
 /// `g · gelu'(x)`, with `gelu(x) = x · s`, `s = 1 / (1 + e^(-2u))`, `u = c (x + k x³)` (the
 /// forward kernel's form): `gelu'(x) = s + 2x · s (1 - s) · c (1 + 3k x²)`. The JIT lowers the
 /// same operations in the same order (`jit::lower`).
@@ -173,10 +175,8 @@ fn float_unary<T: Float>(op: UnaryOp, v: &[T]) -> Result<Vec<T>, KernelError> {
 pub(crate) fn gelu_grad<T: Float>(x: T, g: T) -> T {
     let one = T::one();
     let c = T::from_f64c((2.0 / std::f64::consts::PI).sqrt());
-    let k = T::from_f64c(0.044715);
     let k3 = T::from_f64c(0.134145);
-    let u = c * (x + k * x * x * x);
-    let s = one / (one + (-(u + u)).exp());
+    let s = one / gelu_den(x);
     let du = c * (one + k3 * x * x);
     g * (s + (x + x) * (s * (one - s)) * du)
 }
