@@ -755,3 +755,57 @@ fn copies_defer_their_collectives_and_print_what_blocking_ones_print() {
     assert_eq!(text(&o).0, text(&one).0, "-O2");
     assert_eq!(of(&trace_events(&dir), "deferred"), 3 * 6);
 }
+
+/// A stack of layers with its optimizer state in pieces: the reverse loop's per-layer gradients
+/// are added up on each rank and reduce-scattered once by the step (`shard::zero`), with the
+/// numbers of a whole state.
+const STACK_ZERO: &str = r#"use nn
+use optim.adam
+
+mesh M[dp = 2]
+
+model Layer[D] { w: f32[D, D] = he_normal(D, D), b: f32[D] = zeros(D) }
+model Net[D, L] { layers: [Layer[D]; L], out: f32[D, 3] = he_normal(D, 3) }
+
+fn loss[N, D, L](m: Net[D, L], x: f32[N @dp, D], y: i32[N @dp]) -> f32 {
+    var h = x
+    for l in 0..L { h = tanh(h @ m.layers[l].w + m.layers[l].b) }
+    mean(nn.cross_entropy(h @ m.out, y))
+}
+
+fn main() {
+    var m = init(Net[8, 3], seed: 1)
+    var opt = adam.init(m, lr: 0.05, shard: dp)
+    let x = normal(16, 8, seed: 2)
+    let y = i32(floor(uniform(16, seed: 3) * 2.99))
+    for step in 0..3 {
+        let (l, g) = value_and_grad(loss)(m, x, y)
+        (m, opt) = adam.step(m, g, opt)
+        print(step, l)
+    }
+    print(sum(m.layers[1].w), sum(opt.nu.out), sum(opt.mu.layers.b))
+}
+"#;
+
+#[test]
+fn a_stacks_gradient_is_reduce_scattered_once_a_step() {
+    if !have_mpirun("a_stacks_gradient_is_reduce_scattered_once_a_step") {
+        return;
+    }
+    let whole = STACK_ZERO.replace(", shard: dp", "");
+    let dir = scratch("stack_zero", &[("z.msl", STACK_ZERO), ("w.msl", &whole)]);
+    let o = msl(&dir, &["run", "--ranks", "2", "w.msl"]);
+    let (want, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    for engine in [&["--mode", "eager"][..], &["--mode", "jit", "-O2"]] {
+        let mut args = vec!["run", "--ranks", "2", "--comm-report"];
+        args.extend_from_slice(engine);
+        args.push("z.msl");
+        let o = msl(&dir, &args);
+        let (got, err) = text(&o);
+        assert!(o.status.success(), "{engine:?}: {err}");
+        assert!(same_up_to_rounding(&got, &want), "{engine:?}\nwhole:\n{want}\nin pieces:\n{got}");
+        assert!(err.contains("optimizer reduce_scatter  3 calls"), "{engine:?}: {err}");
+        assert!(!err.contains("all_reduce_sum"), "a gradient all-reduce is left ({engine:?}): {err}");
+    }
+}

@@ -212,6 +212,8 @@ pub struct Interp<'p> {
     zero_plan: Option<Rc<crate::shard::zero::ZeroPlan>>,
     /// What the next [`Interp::call`] tells its callee: which sums to leave partial (`zero`).
     defer_next: Option<zero::Defer>,
+    /// For each function call running, innermost last: the sums it leaves out (`zero`).
+    defers: Vec<Option<zero::Defer>>,
 }
 
 impl<'p> Interp<'p> {
@@ -236,6 +238,7 @@ impl<'p> Interp<'p> {
             trace: None,
             zero_plan: None,
             defer_next: None,
+            defers: Vec::new(),
         }
     }
 
@@ -339,20 +342,25 @@ impl<'p> Interp<'p> {
         // compiled body would wait at each); the accelerator still fuses its elementwise trees.
         let deferring = self.spmd.is_some() && !overlap::overlap_off() && overlap::starts_collectives(&func.body);
         let compiled = if self.nan_check || deferring { None } else { self.accel.as_mut().and_then(|a| a.body(f)) };
+        let defer = defer.filter(|d| self.returns_partial(f, *d));
+        self.defers.push(defer);
         let t0 = self.trace_start();
         let kind = if compiled.is_some() { trace::Kind::Compiled } else { trace::Kind::Call };
         let r = match (compiled, &func.body.kind) {
             (Some(code), _) => code.run(self, &mut frame),
-            (None, ExprKind::Block { stmts, result }) if deferring => {
-                self.body_overlapped(stmts, result, &mut frame, defer)
-            }
+            (None, ExprKind::Block { stmts, result }) if deferring => self.body_overlapped(stmts, result, &mut frame),
             (None, _) => self.eval(&func.body, &mut frame),
         };
+        self.defers.pop();
         self.trace_call(t0, f, kind);
-        match r {
-            Ok(v) => Ok(v),
-            Err(Ctrl::Return(v)) => Ok(v),
-            Err(e) => Err(e),
+        let v = match r {
+            Ok(v) => v,
+            Err(Ctrl::Return(v)) => v,
+            Err(e) => return Err(e),
+        };
+        match defer {
+            Some(d) => self.partial_result(v, d),
+            None => Ok(v),
         }
     }
 
@@ -546,7 +554,7 @@ impl<'p> Interp<'p> {
             }
             ExprKind::Block { stmts, result } => {
                 if self.spmd.is_some() && overlap::block_starts_collectives(stmts) && !overlap::overlap_off() {
-                    return self.body_overlapped(stmts, result, frame, None);
+                    return self.body_overlapped(stmts, result, frame);
                 }
                 for s in stmts {
                     self.stmt(s, frame)?;

@@ -87,17 +87,9 @@ pub(crate) fn overlap_off() -> bool {
 impl Interp<'_> {
     /// Runs a block `{ stmts; result }` of a sharded run (a function body, a loop body) with
     /// its collectives deferred; every one is waited for before the block ends.
-    /// With `defer` (a function body whose result feeds a sharded optimizer step), the sums it
-    /// names are left partial (`interp::zero`).
-    pub(crate) fn body_overlapped(
-        &mut self,
-        stmts: &[Stmt],
-        result: &Expr,
-        frame: &mut Frame,
-        defer: Option<super::zero::Defer>,
-    ) -> R<super::Value> {
+    pub(crate) fn body_overlapped(&mut self, stmts: &[Stmt], result: &Expr, frame: &mut Frame) -> R<super::Value> {
         let mut flight: Vec<InFlight> = Vec::new();
-        let r = self.overlapped(stmts, result, frame, &mut flight, defer);
+        let r = self.overlapped(stmts, result, frame, &mut flight);
         if r.is_err() {
             // An error ends the run; what is in flight is still waited for, so that no rank
             // leaves a collective its group has started.
@@ -116,7 +108,6 @@ impl Interp<'_> {
         result: &Expr,
         frame: &mut Frame,
         flight: &mut Vec<InFlight>,
-        defer: Option<super::zero::Defer>,
     ) -> R<super::Value> {
         let mut reads = Vec::new();
         let mut polled = Instant::now();
@@ -130,8 +121,9 @@ impl Interp<'_> {
                 Stmt::Let { pat: Pat::Local(l), value } if self.preset.is_empty() => {
                     if let ExprKind::Prim { prim, args, attrs } = &value.kind {
                         if let (Some(c), [arg]) = (coll_of(*prim, attrs), args.as_slice()) {
-                            if self.deferred_sum(defer, value) {
-                                let v = self.partial_sum(arg, value, frame)?;
+                            if self.left_out(value) {
+                                // A partial result's sum (`interp::zero`): this rank's part.
+                                let v = super::compress::plain(self.eval(arg, frame)?);
                                 frame.locals[l.0 as usize] = Some(v);
                                 continue;
                             }

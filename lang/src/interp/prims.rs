@@ -432,6 +432,8 @@ impl Interp<'_> {
                     _ => Err(rt(Code::E0605, "tape_get: expected a tape and an index", span)),
                 }
             }
+            // A partial result's sum (`interp::zero`): this rank's part.
+            Prim::AllReduceSum if self.left_out(e) => Ok(args.swap_remove(0)),
             crate::collective_prims!() => self.collective(p, t(&args[0], span)?, attrs, span),
             Prim::Print => {
                 let parts: Vec<String> = args.iter().map(|v| v.display_with(self.prog, attrs.precision)).collect();

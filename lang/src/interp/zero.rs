@@ -272,29 +272,43 @@ impl Interp<'_> {
         Some(Defer { axis: feed.axis, item: feed.item })
     }
 
-    /// Whether the statement's all-reduce `value` stays partial under `defer`.
-    pub(crate) fn deferred_sum(&self, defer: Option<Defer>, value: &crate::ir::Expr) -> bool {
-        match (defer, &self.zero_plan) {
-            (Some(d), Some(plan)) => plan.sums.get(&value.id) == Some(&(d.axis, d.item)),
+    /// Whether function `f` returns item `d.item` as a partial sum over `d.axis`
+    /// (`shard::zero::ZeroPlan::results`).
+    pub(crate) fn returns_partial(&self, f: crate::types::FuncId, d: Defer) -> bool {
+        self.zero_plan.as_ref().is_some_and(|p| p.results.get(&(f, d.item)) == Some(&d.axis))
+    }
+
+    /// Whether the all-reduce `e` is left out by the function call running now (its partial
+    /// result's sums, `shard::zero`): each rank keeps its own part.
+    pub(crate) fn left_out(&self, e: &crate::ir::Expr) -> bool {
+        match (self.defers.last(), &self.zero_plan) {
+            (Some(Some(d)), Some(plan)) => plan.sums.get(&e.id) == Some(&(d.axis, d.item)),
             _ => false,
         }
     }
 
-    /// The partial sum `all_reduce_sum(arg)` (at `value`) stands for, unsummed.
-    pub(crate) fn partial_sum(
-        &mut self,
-        arg: &crate::ir::Expr,
-        value: &crate::ir::Expr,
-        frame: &mut Frame,
-    ) -> R<Value> {
-        let span = self.span(value);
-        let crate::ir::ExprKind::Prim { attrs, .. } = &value.kind else {
-            return Err(rt(Code::E0605, "internal: expected an all-reduce", span));
-        };
-        let axis = *attrs.mesh_axes.first().ok_or_else(|| rt(Code::E0605, "internal: a sum over no axis", span))?;
-        let x = super::compress::plain(self.eval(arg, frame)?);
-        let t = x.tensor().ok_or_else(|| rt(Code::E0605, "a collective takes a tensor", span))?.clone();
-        Ok(Value::Partial(Rc::new(PartialSum { axis, t })))
+    /// A call's result `v` with item `d.item` (the whole result for `None`) marked as partial
+    /// sums over `d.axis`: every tensor in it.
+    pub(crate) fn partial_result(&self, v: Value, d: Defer) -> R<Value> {
+        fn mark(v: &Value, axis: AxisId) -> Value {
+            match v {
+                Value::Tensor(t) => Value::Partial(Rc::new(PartialSum { axis, t: t.clone() })),
+                Value::Model(m) => Value::Model(Rc::new(super::value::ModelValue {
+                    model: m.model,
+                    dims: m.dims.clone(),
+                    fields: m.fields.iter().map(|f| mark(f, axis)).collect(),
+                })),
+                Value::Tuple(xs) => Value::Tuple(Rc::new(xs.iter().map(|x| mark(x, axis)).collect())),
+                other => other.clone(),
+            }
+        }
+        Ok(match (d.item, v) {
+            (None, v) => mark(&v, d.axis),
+            (Some(k), Value::Tuple(xs)) => Value::Tuple(Rc::new(
+                xs.iter().enumerate().map(|(i, x)| if i == k { mark(x, d.axis) } else { x.clone() }).collect(),
+            )),
+            (Some(_), v) => v,
+        })
     }
 
     /// `args` with every partial sum in them summed (a sharded run only has them).

@@ -7,13 +7,18 @@
 //! - a *feed*: `let (l, g) = value_and_grad(loss)(m, x, y)` (any call) whose `g` is read once,
 //!   by an `@optimizer_step` call whose state is a local bound to an optimizer state made with
 //!   `shard:` (`opt = adam.init(m, …, shard: dp)`);
-//! - a *deferrable sum*: a statement `let c = all_reduce_sum(p)` of a function body, over one
-//!   mesh axis, whose local is read once, by the function's result (as a field of the model or
-//!   an item of the tuple it returns, directly or through locals that are read only there).
+//! - a function's *partial result*: an item of its result that is built from its
+//!   `all_reduce_sum`s over one axis by linear operations only (sums, differences, scaling by
+//!   values that do not depend on them, slices and `update`s, reshapes, fields and model or
+//!   tuple building), starting from zeros, with every value on the way read by nothing else.
+//!   Such an item equals the all-reduce of the same computation run on each rank's partial
+//!   sums, so those all-reduces can be left out and the item returned as a partial sum. This
+//!   covers a gradient summed where the backward pass returns it and one accumulated in a loop
+//!   (a stack of layers, whose reverse loop adds each layer's gradient into its row).
 //!
-//! A call that is a feed tells its callee to leave the deferrable sums of the gradient's part of
-//! its result, over the state's axis, as partial sums; only the step reads them, and it sums and
-//! cuts them with one reduce-scatter. Everything else gets whole values, as without this.
+//! A call that is a feed runs its callee with the all-reduces of the gradient's item left out
+//! and that item returned as partial sums; only the step reads them, and it sums and cuts them
+//! with one reduce-scatter. Everything else gets whole values, as without this.
 
 use crate::ir::walk::walk;
 use crate::ir::{Expr, ExprId, ExprKind, Local, Pat, Prim, Program, Stmt};
@@ -36,9 +41,11 @@ pub struct Feed {
 pub struct ZeroPlan {
     /// Feeds, by the id of the call.
     pub feeds: HashMap<ExprId, Feed>,
-    /// Deferrable sums, by the id of the `all_reduce_sum`: its axis and the item of the tuple
-    /// result it reaches (`None`: the result is not a tuple).
+    /// The all-reduces a partial result leaves out, by the id of the `all_reduce_sum`: its axis
+    /// and the item of the tuple result it reaches (`None`: the result is not a tuple).
     pub sums: HashMap<ExprId, (AxisId, Option<usize>)>,
+    /// Partial results: a function and the item of its result, with the axis of its sums.
+    pub results: HashMap<(FuncId, Option<usize>), AxisId>,
 }
 
 impl ZeroPlan {
@@ -56,7 +63,7 @@ impl ZeroPlan {
             let (reads, assigned) = crate::ir::simplify::reads_and_assigned(&f.body);
             let once = |l: Local| reads.get(&l) == Some(&1) && !assigned.contains(&l);
             feeds(prog, FuncId(i as u32), &once, &mut plan.feeds);
-            sums(&f.body, &once, &mut plan.sums);
+            partial_results(FuncId(i as u32), &f.body, &mut plan.results, &mut plan.sums);
         }
         plan
     }
@@ -168,48 +175,275 @@ fn feeds(prog: &Program, f: FuncId, once: &dyn Fn(Local) -> bool, out: &mut Hash
     });
 }
 
-/// The deferrable sums of a function body.
-fn sums(body: &Expr, once: &dyn Fn(Local) -> bool, out: &mut HashMap<ExprId, (AxisId, Option<usize>)>) {
-    let ExprKind::Block { stmts, result } = &body.kind else { return };
-    // Locals that reach the result only, with the tuple item they reach.
-    let mut reach: HashMap<Local, Option<usize>> = HashMap::new();
-    match &result.kind {
-        ExprKind::Tuple(items) => {
-            for (k, x) in items.iter().enumerate() {
-                built_from(x, &mut |l| {
-                    reach.insert(l, Some(k));
-                });
-            }
-        }
-        _ => built_from(result, &mut |l| {
-            reach.insert(l, None);
-        }),
+/// How a local is read: into the value bound to another local, by the function's result (in
+/// that item of a tuple result), or otherwise.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Use {
+    Bind(Local),
+    Result(Option<usize>),
+    Other,
+}
+
+/// The locals of a function body, the values bound to each, and how each is read.
+#[derive(Default)]
+struct Flow<'e> {
+    binds: HashMap<Local, Vec<&'e Expr>>,
+    uses: HashMap<Local, Vec<Use>>,
+    /// Bound by a tuple pattern or read by a closure or a dim binding.
+    bad: std::collections::HashSet<Local>,
+}
+
+impl<'e> Flow<'e> {
+    fn of(body: &'e Expr) -> Flow<'e> {
+        let mut f = Flow::default();
+        f.visit(body, Use::Other, true);
+        f
     }
-    for s in stmts.iter().rev() {
-        let Stmt::Let { pat: Pat::Local(y), value } = s else { continue };
-        let Some(item) = reach.remove(y) else { continue };
-        if !once(*y) {
-            continue;
-        }
-        match &value.kind {
-            ExprKind::Prim { prim: Prim::AllReduceSum, args, attrs }
-                if args.len() == 1 && attrs.mesh_axes.len() == 1 =>
-            {
-                out.insert(value.id, (attrs.mesh_axes[0], item));
+
+    fn visit(&mut self, e: &'e Expr, u: Use, top: bool) {
+        match &e.kind {
+            ExprKind::Local(x) => self.uses.entry(*x).or_default().push(u),
+            ExprKind::Closure { captures, .. } => self.bad.extend(captures.iter().copied()),
+            // What a sum adds up is read as anything else is: a partial value may not enter it.
+            ExprKind::Prim { prim: Prim::AllReduceSum, args, .. } => {
+                args.iter().for_each(|a| self.visit(a, Use::Other, false))
             }
-            _ => built_from(value, &mut |l| {
-                reach.insert(l, item);
-            }),
+            ExprKind::Block { stmts, result } => {
+                for s in stmts {
+                    match s {
+                        Stmt::Let { pat: Pat::Local(y), value } | Stmt::Assign { pat: Pat::Local(y), value } => {
+                            self.binds.entry(*y).or_default().push(value);
+                            self.visit(value, Use::Bind(*y), false);
+                        }
+                        Stmt::Let { pat, value } | Stmt::Assign { pat, value } => {
+                            pat.each_local(&mut |l| {
+                                self.bad.insert(l);
+                            });
+                            self.visit(value, Use::Other, false);
+                        }
+                        Stmt::Expr(v) => self.visit(v, Use::Other, false),
+                        Stmt::BindDims { local, .. } => {
+                            self.bad.insert(*local);
+                        }
+                    }
+                }
+                match (&result.kind, top) {
+                    (ExprKind::Tuple(items), true) => {
+                        for (k, x) in items.iter().enumerate() {
+                            self.visit(x, Use::Result(Some(k)), false);
+                        }
+                    }
+                    (_, true) => self.visit(result, Use::Result(None), false),
+                    _ => self.visit(result, Use::Other, false),
+                }
+            }
+            _ => crate::ir::walk::children(e, &mut |c| self.visit(c, u, false)),
         }
     }
 }
 
-/// The locals `e` is built from as it is: itself when it is a local, the items and fields of a
-/// tuple or model it builds, at any depth.
-fn built_from(e: &Expr, f: &mut dyn FnMut(Local)) {
-    match &e.kind {
-        ExprKind::Local(l) => f(*l),
-        ExprKind::Tuple(items) | ExprKind::ModelBuild { fields: items } => items.iter().for_each(|x| built_from(x, f)),
+/// The locals of `c` and those that depend on a sum (`tainted`), for [`linear`].
+struct Sets<'a> {
+    c: &'a std::collections::HashSet<Local>,
+    tainted: &'a std::collections::HashSet<Local>,
+}
+
+/// Whether `e` reads none of `locals` and holds no sum.
+fn reads_none(e: &Expr, locals: &std::collections::HashSet<Local>) -> bool {
+    let mut ok = true;
+    walk(e, &mut |y| match &y.kind {
+        ExprKind::Local(l) => ok &= !locals.contains(l),
+        ExprKind::Prim { prim: Prim::AllReduceSum, .. } => ok = false,
         _ => {}
+    });
+    ok
+}
+
+/// Whether `e` is linear in the locals of `c` and the sums it holds (see the module
+/// documentation); the sums it holds go into `sums`.
+fn linear<'e>(e: &'e Expr, k: &Sets, sums: &mut Vec<&'e Expr>) -> bool {
+    let c = k.c;
+    // A factor that does not depend on any sum and is the same on every rank (a rank's own
+    // block of a split value would scale each rank's part differently).
+    let free = |x: &Expr| {
+        !matches!(&x.ty, crate::types::Type::Tensor(t) if t.layout.0.iter().any(|a| !a.is_empty()))
+            && reads_none(x, k.tainted)
+    };
+    match &e.kind {
+        ExprKind::Local(x) => c.contains(x),
+        ExprKind::Lit(crate::ir::Lit::Float(v)) => *v == 0.0,
+        ExprKind::Field(a, _) | ExprKind::TupleGet(a, _) => linear(a, k, sums),
+        ExprKind::Tuple(items) | ExprKind::ModelBuild { fields: items } => items.iter().all(|x| linear(x, k, sums)),
+        ExprKind::Prim { prim, args, attrs } => match (prim, args.as_slice()) {
+            (Prim::Zeros, _) => true,
+            // Its operand reads no local of `c` (`Flow` counts such a read as `Other`).
+            (Prim::AllReduceSum, [_]) if attrs.mesh_axes.len() == 1 => {
+                sums.push(e);
+                true
+            }
+            (Prim::Add | Prim::Sub, [a, b]) => linear(a, k, sums) && linear(b, k, sums),
+            (Prim::Mul, [a, b]) => (free(b) && linear(a, k, sums)) || (free(a) && linear(b, k, sums)),
+            (Prim::Div, [a, b]) => free(b) && linear(a, k, sums),
+            (Prim::Slice, [a, rest @ ..]) => rest.iter().all(free) && linear(a, k, sums),
+            (Prim::Update, [a, v, rest @ ..]) => rest.iter().all(free) && linear(a, k, sums) && linear(v, k, sums),
+            (
+                Prim::Neg
+                | Prim::Reshape
+                | Prim::Transpose
+                | Prim::Permute
+                | Prim::ExpandDims
+                | Prim::Squeeze
+                | Prim::BroadcastTo
+                | Prim::Sum
+                | Prim::Mean,
+                [a],
+            ) => linear(a, k, sums),
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+/// The partial results of function `f` and the sums they leave out.
+fn partial_results(
+    f: FuncId,
+    body: &Expr,
+    results: &mut HashMap<(FuncId, Option<usize>), AxisId>,
+    out: &mut HashMap<ExprId, (AxisId, Option<usize>)>,
+) {
+    // A `return` could hand back another value than the result's expression.
+    let mut returns = false;
+    walk(body, &mut |e| returns |= matches!(e.kind, ExprKind::Return(_)));
+    if returns {
+        return;
+    }
+    let flow = Flow::of(body);
+    // The locals whose values depend on a sum.
+    let mut tainted = std::collections::HashSet::new();
+    loop {
+        let before = tainted.len();
+        for (x, vs) in &flow.binds {
+            if !tainted.contains(x) && vs.iter().any(|v| !reads_none(v, &tainted)) {
+                tainted.insert(*x);
+            }
+        }
+        if tainted.len() == before {
+            break;
+        }
+    }
+    let mut c: std::collections::HashSet<Local> =
+        flow.binds.keys().copied().filter(|x| !flow.bad.contains(x)).collect();
+    // Each local's sums' axes and the result items it reaches, for the locals of `c`.
+    let mut axes: HashMap<Local, std::collections::BTreeSet<AxisId>> = HashMap::new();
+    let mut items: HashMap<Local, std::collections::BTreeSet<Option<usize>>> = HashMap::new();
+    loop {
+        // Greatest set of locals bound only to linear values and read only into one another
+        // and the result.
+        loop {
+            let before = c.len();
+            let keep: Vec<Local> = c
+                .iter()
+                .copied()
+                .filter(|x| {
+                    let bound =
+                        flow.binds[x].iter().all(|v| linear(v, &Sets { c: &c, tainted: &tainted }, &mut Vec::new()));
+                    let read = flow.uses.get(x).into_iter().flatten().all(|u| match u {
+                        Use::Bind(y) => c.contains(y),
+                        Use::Result(_) => true,
+                        Use::Other => false,
+                    });
+                    bound && read
+                })
+                .collect();
+            c = keep.into_iter().collect();
+            if c.len() == before {
+                break;
+            }
+        }
+        // Axes flow forward along the bindings, items backward along the reads.
+        axes.clear();
+        items.clear();
+        for _ in 0..c.len() + 1 {
+            let mut changed = false;
+            for x in &c {
+                let mut a: std::collections::BTreeSet<AxisId> = axes.get(x).cloned().unwrap_or_default();
+                for v in &flow.binds[x] {
+                    let mut sums = Vec::new();
+                    linear(v, &Sets { c: &c, tainted: &tainted }, &mut sums);
+                    for s in sums {
+                        if let ExprKind::Prim { attrs, .. } = &s.kind {
+                            a.extend(attrs.mesh_axes.iter().copied());
+                        }
+                    }
+                    walk(v, &mut |y| {
+                        if let ExprKind::Local(l) = &y.kind {
+                            if let Some(more) = axes.get(l) {
+                                a.extend(more.iter().copied());
+                            }
+                        }
+                    });
+                }
+                let mut it: std::collections::BTreeSet<Option<usize>> = items.get(x).cloned().unwrap_or_default();
+                for u in flow.uses.get(x).into_iter().flatten() {
+                    match u {
+                        Use::Result(k) => {
+                            it.insert(*k);
+                        }
+                        Use::Bind(y) => it.extend(items.get(y).into_iter().flatten().copied()),
+                        Use::Other => {}
+                    }
+                }
+                changed |= axes.get(x) != Some(&a) || items.get(x) != Some(&it);
+                axes.insert(*x, a);
+                items.insert(*x, it);
+            }
+            if !changed {
+                break;
+            }
+        }
+        let mixed: Vec<Local> = c.iter().copied().filter(|x| axes[x].len() > 1 || items[x].len() > 1).collect();
+        if mixed.is_empty() {
+            break;
+        }
+        for x in mixed {
+            c.remove(&x);
+        }
+    }
+    let ExprKind::Block { result, .. } = &body.kind else { return };
+    let item_exprs: Vec<(Option<usize>, &Expr)> = match &result.kind {
+        ExprKind::Tuple(xs) => xs.iter().enumerate().map(|(k, x)| (Some(k), x)).collect(),
+        _ => vec![(None, &**result)],
+    };
+    for (k, x) in item_exprs {
+        let mut sums = Vec::new();
+        if !linear(x, &Sets { c: &c, tainted: &tainted }, &mut sums) {
+            continue;
+        }
+        let mut a: std::collections::BTreeSet<AxisId> = sums
+            .iter()
+            .filter_map(|s| match &s.kind {
+                ExprKind::Prim { attrs, .. } => attrs.mesh_axes.first().copied(),
+                _ => None,
+            })
+            .collect();
+        walk(x, &mut |y| {
+            if let ExprKind::Local(l) = &y.kind {
+                a.extend(axes.get(l).into_iter().flatten().copied());
+            }
+        });
+        let [axis] = a.into_iter().collect::<Vec<_>>()[..] else { continue };
+        results.insert((f, k), axis);
+        for s in sums {
+            out.insert(s.id, (axis, k));
+        }
+        for l in c.iter().filter(|l| items[l].contains(&k)) {
+            for v in &flow.binds[l] {
+                let mut sums = Vec::new();
+                linear(v, &Sets { c: &c, tainted: &tainted }, &mut sums);
+                for s in sums {
+                    out.insert(s.id, (axis, k));
+                }
+            }
+        }
     }
 }
