@@ -304,6 +304,8 @@ fn linear<'e>(e: &'e Expr, k: &Sets, sums: &mut Vec<&'e Expr>) -> bool {
     }
 }
 
+type Set<T> = std::collections::BTreeSet<T>;
+
 /// The partial results of function `f` and the sums they leave out.
 fn partial_results(
     f: FuncId,
@@ -314,11 +316,50 @@ fn partial_results(
     // A `return` could hand back another value than the result's expression.
     let mut returns = false;
     walk(body, &mut |e| returns |= matches!(e.kind, ExprKind::Return(_)));
+    let ExprKind::Block { result, .. } = &body.kind else { return };
     if returns {
         return;
     }
     let flow = Flow::of(body);
-    // The locals whose values depend on a sum.
+    let tainted = tainted(&flow);
+    let (c, axes, items) = linear_locals(&flow, &tainted);
+    let k = Sets { c: &c, tainted: &tainted };
+    let item_exprs: Vec<(Option<usize>, &Expr)> = match &result.kind {
+        ExprKind::Tuple(xs) => xs.iter().enumerate().map(|(i, x)| (Some(i), x)).collect(),
+        _ => vec![(None, &**result)],
+    };
+    for (item, x) in item_exprs {
+        let mut sums = Vec::new();
+        if !linear(x, &k, &mut sums) {
+            continue;
+        }
+        let mut a: Set<AxisId> = sums.iter().flat_map(|s| sum_axis(s)).collect();
+        walk(x, &mut |y| {
+            if let ExprKind::Local(l) = &y.kind {
+                a.extend(axes.get(l).into_iter().flatten().copied());
+            }
+        });
+        let [axis] = a.into_iter().collect::<Vec<_>>()[..] else { continue };
+        results.insert((f, item), axis);
+        for l in c.iter().filter(|l| items[l].contains(&item)) {
+            for v in &flow.binds[l] {
+                linear(v, &k, &mut sums);
+            }
+        }
+        out.extend(sums.into_iter().map(|s| (s.id, (axis, item))));
+    }
+}
+
+/// The axis of the sum `s`.
+fn sum_axis(s: &Expr) -> Option<AxisId> {
+    match &s.kind {
+        ExprKind::Prim { attrs, .. } => attrs.mesh_axes.first().copied(),
+        _ => None,
+    }
+}
+
+/// The locals whose values depend on a sum.
+fn tainted(flow: &Flow) -> std::collections::HashSet<Local> {
     let mut tainted = std::collections::HashSet::new();
     loop {
         let before = tainted.len();
@@ -328,25 +369,29 @@ fn partial_results(
             }
         }
         if tainted.len() == before {
-            break;
+            return tainted;
         }
     }
+}
+
+/// The locals that may hold partial sums: the greatest set bound only to values linear in one
+/// another and the sums, read only into one another and the result, each over one axis and
+/// reaching one item of the result; with each one's axes and items.
+#[allow(clippy::type_complexity)]
+fn linear_locals(
+    flow: &Flow,
+    tainted: &std::collections::HashSet<Local>,
+) -> (std::collections::HashSet<Local>, HashMap<Local, Set<AxisId>>, HashMap<Local, Set<Option<usize>>>) {
     let mut c: std::collections::HashSet<Local> =
         flow.binds.keys().copied().filter(|x| !flow.bad.contains(x)).collect();
-    // Each local's sums' axes and the result items it reaches, for the locals of `c`.
-    let mut axes: HashMap<Local, std::collections::BTreeSet<AxisId>> = HashMap::new();
-    let mut items: HashMap<Local, std::collections::BTreeSet<Option<usize>>> = HashMap::new();
     loop {
-        // Greatest set of locals bound only to linear values and read only into one another
-        // and the result.
         loop {
-            let before = c.len();
-            let keep: Vec<Local> = c
+            let keep: std::collections::HashSet<Local> = c
                 .iter()
                 .copied()
                 .filter(|x| {
-                    let bound =
-                        flow.binds[x].iter().all(|v| linear(v, &Sets { c: &c, tainted: &tainted }, &mut Vec::new()));
+                    let k = Sets { c: &c, tainted };
+                    let bound = flow.binds[x].iter().all(|v| linear(v, &k, &mut Vec::new()));
                     let read = flow.uses.get(x).into_iter().flatten().all(|u| match u {
                         Use::Bind(y) => c.contains(y),
                         Use::Result(_) => true,
@@ -355,95 +400,64 @@ fn partial_results(
                     bound && read
                 })
                 .collect();
-            c = keep.into_iter().collect();
-            if c.len() == before {
+            if keep.len() == c.len() {
                 break;
             }
+            c = keep;
         }
-        // Axes flow forward along the bindings, items backward along the reads.
-        axes.clear();
-        items.clear();
-        for _ in 0..c.len() + 1 {
-            let mut changed = false;
-            for x in &c {
-                let mut a: std::collections::BTreeSet<AxisId> = axes.get(x).cloned().unwrap_or_default();
-                for v in &flow.binds[x] {
-                    let mut sums = Vec::new();
-                    linear(v, &Sets { c: &c, tainted: &tainted }, &mut sums);
-                    for s in sums {
-                        if let ExprKind::Prim { attrs, .. } = &s.kind {
-                            a.extend(attrs.mesh_axes.iter().copied());
-                        }
-                    }
-                    walk(v, &mut |y| {
-                        if let ExprKind::Local(l) = &y.kind {
-                            if let Some(more) = axes.get(l) {
-                                a.extend(more.iter().copied());
-                            }
-                        }
-                    });
-                }
-                let mut it: std::collections::BTreeSet<Option<usize>> = items.get(x).cloned().unwrap_or_default();
-                for u in flow.uses.get(x).into_iter().flatten() {
-                    match u {
-                        Use::Result(k) => {
-                            it.insert(*k);
-                        }
-                        Use::Bind(y) => it.extend(items.get(y).into_iter().flatten().copied()),
-                        Use::Other => {}
-                    }
-                }
-                changed |= axes.get(x) != Some(&a) || items.get(x) != Some(&it);
-                axes.insert(*x, a);
-                items.insert(*x, it);
-            }
-            if !changed {
-                break;
-            }
-        }
+        let (axes, items) = spread(flow, &c, tainted);
         let mixed: Vec<Local> = c.iter().copied().filter(|x| axes[x].len() > 1 || items[x].len() > 1).collect();
         if mixed.is_empty() {
-            break;
+            return (c, axes, items);
         }
         for x in mixed {
             c.remove(&x);
         }
     }
-    let ExprKind::Block { result, .. } = &body.kind else { return };
-    let item_exprs: Vec<(Option<usize>, &Expr)> = match &result.kind {
-        ExprKind::Tuple(xs) => xs.iter().enumerate().map(|(k, x)| (Some(k), x)).collect(),
-        _ => vec![(None, &**result)],
-    };
-    for (k, x) in item_exprs {
-        let mut sums = Vec::new();
-        if !linear(x, &Sets { c: &c, tainted: &tainted }, &mut sums) {
-            continue;
-        }
-        let mut a: std::collections::BTreeSet<AxisId> = sums
-            .iter()
-            .filter_map(|s| match &s.kind {
-                ExprKind::Prim { attrs, .. } => attrs.mesh_axes.first().copied(),
-                _ => None,
-            })
-            .collect();
-        walk(x, &mut |y| {
-            if let ExprKind::Local(l) = &y.kind {
-                a.extend(axes.get(l).into_iter().flatten().copied());
-            }
-        });
-        let [axis] = a.into_iter().collect::<Vec<_>>()[..] else { continue };
-        results.insert((f, k), axis);
-        for s in sums {
-            out.insert(s.id, (axis, k));
-        }
-        for l in c.iter().filter(|l| items[l].contains(&k)) {
-            for v in &flow.binds[l] {
+}
+
+/// For the locals of `c`: the axes of the sums they hold (forward along the bindings) and the
+/// items of the result they reach (backward along the reads).
+#[allow(clippy::type_complexity)]
+fn spread(
+    flow: &Flow,
+    c: &std::collections::HashSet<Local>,
+    tainted: &std::collections::HashSet<Local>,
+) -> (HashMap<Local, Set<AxisId>>, HashMap<Local, Set<Option<usize>>>) {
+    let k = Sets { c, tainted };
+    let mut axes: HashMap<Local, Set<AxisId>> = c.iter().map(|x| (*x, Set::new())).collect();
+    let mut items: HashMap<Local, Set<Option<usize>>> = c.iter().map(|x| (*x, Set::new())).collect();
+    for _ in 0..=c.len() {
+        let mut changed = false;
+        for x in c {
+            let mut a = axes[x].clone();
+            for v in &flow.binds[x] {
                 let mut sums = Vec::new();
-                linear(v, &Sets { c: &c, tainted: &tainted }, &mut sums);
-                for s in sums {
-                    out.insert(s.id, (axis, k));
+                linear(v, &k, &mut sums);
+                a.extend(sums.iter().flat_map(|s| sum_axis(s)));
+                walk(v, &mut |y| {
+                    if let ExprKind::Local(l) = &y.kind {
+                        a.extend(axes.get(l).into_iter().flatten().copied());
+                    }
+                });
+            }
+            let mut it = items[x].clone();
+            for u in flow.uses.get(x).into_iter().flatten() {
+                match u {
+                    Use::Result(i) => {
+                        it.insert(*i);
+                    }
+                    Use::Bind(y) => it.extend(items.get(y).into_iter().flatten().copied()),
+                    Use::Other => {}
                 }
             }
+            changed |= axes[x] != a || items[x] != it;
+            axes.insert(*x, a);
+            items.insert(*x, it);
+        }
+        if !changed {
+            break;
         }
     }
+    (axes, items)
 }
