@@ -230,23 +230,7 @@ impl Gen<'_> {
                 self.p(p, &a, attrs, ot.clone())
             }
             // Linear in the first operand; the others (indices, bounds) carry no tangent.
-            Prim::Sum
-            | Prim::Mean
-            | Prim::Cumsum
-            | Prim::Reshape
-            | Prim::Transpose
-            | Prim::Permute
-            | Prim::ExpandDims
-            | Prim::Squeeze
-            | Prim::BroadcastTo
-            | Prim::Gather
-            | Prim::ScatterAdd
-            | Prim::TakeAlong
-            | Prim::ScatterAddAlong
-            | Prim::Slice
-            | Prim::CopySplit
-            | Prim::AvgPool2d
-            | Prim::AvgPool2dGrad
+            crate::linear_first_prims!()
             // The linear collectives: a tangent is communicated like its primal.
             | Prim::AllReduceSum
             | Prim::AllReduceMean

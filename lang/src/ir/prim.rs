@@ -310,6 +310,32 @@ macro_rules! binary_prims {
     };
 }
 
+/// The primitives linear in their first operand whose other operands are indices, bounds or
+/// attributes (see [`unary_prims!`]): forward mode's tangent is the primitive of the tangent,
+/// and a partial sum stays one through them (`shard::zero`).
+#[macro_export]
+macro_rules! linear_first_prims {
+    () => {
+        $crate::ir::Prim::Sum
+            | $crate::ir::Prim::Mean
+            | $crate::ir::Prim::Cumsum
+            | $crate::ir::Prim::Reshape
+            | $crate::ir::Prim::Transpose
+            | $crate::ir::Prim::Permute
+            | $crate::ir::Prim::ExpandDims
+            | $crate::ir::Prim::Squeeze
+            | $crate::ir::Prim::BroadcastTo
+            | $crate::ir::Prim::Gather
+            | $crate::ir::Prim::ScatterAdd
+            | $crate::ir::Prim::TakeAlong
+            | $crate::ir::Prim::ScatterAddAlong
+            | $crate::ir::Prim::Slice
+            | $crate::ir::Prim::CopySplit
+            | $crate::ir::Prim::AvgPool2d
+            | $crate::ir::Prim::AvgPool2dGrad
+    };
+}
+
 /// The reductions (see [`unary_prims!`]).
 #[macro_export]
 macro_rules! reduce_prims {

@@ -284,20 +284,9 @@ fn linear<'e>(e: &'e Expr, k: &Sets, sums: &mut Vec<&'e Expr>) -> bool {
             (Prim::Add | Prim::Sub, [a, b]) => linear(a, k, sums) && linear(b, k, sums),
             (Prim::Mul, [a, b]) => (free(b) && linear(a, k, sums)) || (free(a) && linear(b, k, sums)),
             (Prim::Div, [a, b]) => free(b) && linear(a, k, sums),
-            (Prim::Slice, [a, rest @ ..]) => rest.iter().all(free) && linear(a, k, sums),
+            (crate::linear_first_prims!(), [a, rest @ ..]) => rest.iter().all(free) && linear(a, k, sums),
             (Prim::Update, [a, v, rest @ ..]) => rest.iter().all(free) && linear(a, k, sums) && linear(v, k, sums),
-            (
-                Prim::Neg
-                | Prim::Reshape
-                | Prim::Transpose
-                | Prim::Permute
-                | Prim::ExpandDims
-                | Prim::Squeeze
-                | Prim::BroadcastTo
-                | Prim::Sum
-                | Prim::Mean,
-                [a],
-            ) => linear(a, k, sums),
+            (Prim::Neg, [a]) => linear(a, k, sums),
             _ => false,
         },
         _ => false,
