@@ -331,6 +331,17 @@ impl Checker {
                     _ => ast::BinOp::Add,
                 };
                 let r = self.binary_op(op, x, y, span, a.pos[0].1, a.pos[1].1);
+                // `gelu_grad` is a derivative: of floats only.
+                let float = matches!(&r.ty, Type::Tensor(t) if t.elem.is_float());
+                if p == Prim::GeluGrad && !float && !matches!(r.ty, Type::Error) {
+                    let ts = self.ty_str(&r.ty);
+                    self.error(
+                        Diagnostic::error(Code::E0318, span, format!("`{name}` needs float tensors, found {ts}"))
+                            .label(ts)
+                            .with_help("convert them with `f32(…)`"),
+                    );
+                    return self.error_expr(span);
+                }
                 // `maximum`/`minimum` share the arithmetic rule; swap the primitive.
                 match r.kind {
                     ExprKind::Prim { args, attrs, .. } if p != Prim::Pow => {
