@@ -330,7 +330,7 @@ impl Checker {
                     Prim::Pow => ast::BinOp::Pow,
                     _ => ast::BinOp::Add,
                 };
-                let r = self.binary_op(op, x, y, span, a.pos[0].1, a.pos[1].1);
+                let r = self.binary_op(op, Some(name), x, y, span, a.pos[0].1, a.pos[1].1);
                 // `gelu_grad` is a derivative: of floats only.
                 let float = matches!(&r.ty, Type::Tensor(t) if t.elem.is_float());
                 if p == Prim::GeluGrad && !float && !matches!(r.ty, Type::Error) {
@@ -672,7 +672,7 @@ impl Checker {
                     return self.error_expr(span);
                 }
                 // The value operands follow the arithmetic rule (element types and broadcasting).
-                let xy = self.binary_op(ast::BinOp::Add, x, y, span, a.pos[1].1, a.pos[2].1);
+                let xy = self.binary_op(ast::BinOp::Add, Some("where"), x, y, span, a.pos[1].1, a.pos[2].1);
                 let ExprKind::Prim { args: xy_args, .. } = xy.kind else { return xy };
                 let Type::Tensor(TensorTy { elem: e, shape: s, .. }) = xy.ty else { return self.error_expr(span) };
                 let shape = match broadcast(&cs, &s) {

@@ -246,7 +246,7 @@ impl Checker {
         }
         let x = self.check_expr(cx, a.pos[0].0, None);
         let y = self.check_expr(cx, a.pos[1].0, None);
-        let both = self.binary_op(ast::BinOp::Sub, x, y, span, a.pos[0].1, a.pos[1].1);
+        let both = self.binary_op(ast::BinOp::Sub, Some(p.name()), x, y, span, a.pos[0].1, a.pos[1].1);
         let (x, y) = match both.kind {
             ExprKind::Prim { mut args, .. } if args.len() == 2 => {
                 let y = args.pop().unwrap();

@@ -39,17 +39,21 @@ impl Checker {
             let y = self.check_expr(cx, b, None);
             let ha = from(&y);
             let x = self.check_expr(cx, a, ha.as_ref());
-            return self.binary_op(op, x, y, span, a.span, b.span);
+            return self.binary_op(op, None, x, y, span, a.span, b.span);
         }
         let x = self.check_expr(cx, a, hint);
         let hb = if arithmetic { hint.cloned().or_else(|| from(&x)) } else { None };
         let y = self.check_expr(cx, b, hb.as_ref());
-        self.binary_op(op, x, y, span, a.span, b.span)
+        self.binary_op(op, None, x, y, span, a.span, b.span)
     }
 
+    /// `x op y`, or with `name` the builtin of that name that shares the operator's rule
+    /// (`maximum(x, y)`, which the messages then name).
+    #[allow(clippy::too_many_arguments)]
     pub(in crate::check) fn binary_op(
         &mut self,
         op: BinOp,
+        name: Option<&'static str>,
         x: ir::Expr,
         y: ir::Expr,
         span: Span,
@@ -76,6 +80,10 @@ impl Checker {
         if x.ty.has_error() || y.ty.has_error() {
             return self.prim(prim, vec![x, y], Attrs::default(), Type::Error, span);
         }
+        let what = match name {
+            Some(n) => format!("`{n}`"),
+            None => format!("operator `{}`", op.symbol()),
+        };
         // Model arithmetic: field by field, or scaling by a scalar.
         if x.ty.is_model() || y.ty.is_model() {
             return self.model_arith(op, prim, x, y, span, aspan, bspan);
@@ -83,13 +91,9 @@ impl Checker {
         let (Some((ea, sa)), Some((eb, sb))) = (x.ty.as_tensor(), y.ty.as_tensor()) else {
             let (xs, ys) = (self.ty_str(&x.ty), self.ty_str(&y.ty));
             self.error(
-                Diagnostic::error(
-                    Code::E0318,
-                    span,
-                    format!("operator `{}` cannot be applied to {xs} and {ys}", op.symbol()),
-                )
-                .with_secondary(aspan, xs)
-                .with_secondary(bspan, ys),
+                Diagnostic::error(Code::E0318, span, format!("{what} cannot be applied to {xs} and {ys}"))
+                    .with_secondary(aspan, xs)
+                    .with_secondary(bspan, ys),
             );
             return self.error_expr(span);
         };
@@ -102,7 +106,10 @@ impl Checker {
                 Diagnostic::error(
                     if ea.is_weak() || eb.is_weak() { Code::E0322 } else { Code::E0303 },
                     span,
-                    format!("element types differ: {} {} {}", ea.name(), op.symbol(), eb.name()),
+                    match name {
+                        Some(n) => format!("`{n}`: element types differ: {} and {}", ea.name(), eb.name()),
+                        None => format!("element types differ: {} {} {}", ea.name(), op.symbol(), eb.name()),
+                    },
                 )
                 .with_secondary(aspan, ea.name())
                 .with_secondary(bspan, eb.name())
@@ -137,12 +144,8 @@ impl Checker {
         };
         if bad {
             self.error(
-                Diagnostic::error(
-                    Code::E0318,
-                    span,
-                    format!("operator `{}` cannot be applied to {} values", op.symbol(), elem.name()),
-                )
-                .label(if logical { "needs bool operands" } else { "needs numeric operands" }),
+                Diagnostic::error(Code::E0318, span, format!("{what} cannot be applied to {} values", elem.name()))
+                    .label(if logical { "needs bool operands" } else { "needs numeric operands" }),
             );
             return self.error_expr(span);
         }
