@@ -6,6 +6,7 @@
 
 mod support;
 
+use lang::ir::derived::Mode;
 use lang::ir::{walk, ExprKind, Prim, Program};
 use lang::shard::zero::ZeroPlan;
 use support::*;
@@ -43,11 +44,12 @@ fn sharded(shard: &str, read: &str) -> Program {
     c.program
 }
 
-/// The all-reduces over `dp` of the derivative of `loss` (the one function returning a pair).
+/// The all-reduces of `value_and_grad(loss)`, the derivative the training loop calls.
 fn gradient_sums(p: &Program) -> Vec<lang::ir::ExprId> {
     let mut out = Vec::new();
-    for f in p.funcs.iter().filter(|f| matches!(f.ret, lang::types::Type::Tuple(_))) {
-        walk::walk(&f.body, &mut |e| {
+    let called = p.derived.funcs.iter().filter(|((_, mode), _)| matches!(mode, Mode::ValueAndGrad { .. }));
+    for (_, f) in called {
+        walk::walk(&p.func(*f).body, &mut |e| {
             if let ExprKind::Prim { prim: Prim::AllReduceSum, .. } = &e.kind {
                 out.push(e.id);
             }

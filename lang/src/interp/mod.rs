@@ -358,10 +358,10 @@ impl<'p> Interp<'p> {
             Err(Ctrl::Return(v)) => v,
             Err(e) => return Err(e),
         };
-        match defer {
+        Ok(match defer {
             Some(d) => self.partial_result(v, d),
-            None => Ok(v),
-        }
+            None => v,
+        })
     }
 
     pub fn dim(&self, frame: &Frame, d: &Dim, span: Span) -> R<i64> {

@@ -289,7 +289,7 @@ impl Interp<'_> {
 
     /// A call's result `v` with item `d.item` (the whole result for `None`) marked as partial
     /// sums over `d.axis`: every tensor in it.
-    pub(crate) fn partial_result(&self, v: Value, d: Defer) -> R<Value> {
+    pub(crate) fn partial_result(&self, v: Value, d: Defer) -> Value {
         fn mark(v: &Value, axis: AxisId) -> Value {
             match v {
                 Value::Tensor(t) => Value::Partial(Rc::new(PartialSum { axis, t: t.clone() })),
@@ -302,13 +302,18 @@ impl Interp<'_> {
                 other => other.clone(),
             }
         }
-        Ok(match (d.item, v) {
+        match (d.item, v) {
             (None, v) => mark(&v, d.axis),
             (Some(k), Value::Tuple(xs)) => Value::Tuple(Rc::new(
                 xs.iter().enumerate().map(|(i, x)| if i == k { mark(x, d.axis) } else { x.clone() }).collect(),
             )),
             (Some(_), v) => v,
-        })
+        }
+    }
+
+    /// The sum over `axis` of the partial sums `t` of its ranks.
+    fn summed(&mut self, axis: AxisId, t: &Tensor, span: Span) -> R<Tensor> {
+        self.counted("gradient all_reduce", span, |s| s.all_reduce(&[axis], crate::dist::ReduceKind::Sum, t))
     }
 
     /// `args` with every partial sum in them summed (a sharded run only has them).
@@ -328,12 +333,7 @@ impl Interp<'_> {
     pub(crate) fn whole_value(&mut self, v: Value, span: Span) -> R<Value> {
         Ok(match v {
             Value::Sharded(s) => self.whole_state(&s, span)?,
-            Value::Partial(p) => {
-                let (axis, t) = (p.axis, &p.t);
-                let sum = self
-                    .counted("gradient all_reduce", span, |s| s.all_reduce(&[axis], crate::dist::ReduceKind::Sum, t))?;
-                Value::Tensor(sum)
-            }
+            Value::Partial(p) => Value::Tensor(self.summed(p.axis, &p.t, span)?),
             Value::Tuple(xs) if xs.iter().any(holds_pieces) => {
                 let mut out = Vec::with_capacity(xs.len());
                 for x in xs.iter() {
@@ -401,9 +401,7 @@ impl Interp<'_> {
         let kept = Value::Sharded(Rc::new(Sharded { axis: st.axis, value: s2.clone(), cut: st.cut.clone() }));
         Ok(Value::Tuple(Rc::new(vec![whole, kept])))
     }
-}
 
-impl Interp<'_> {
     /// The rank's pieces of gradient `g`, cut as `plan` says: its partial sums over `axis`
     /// summed and cut by one reduce-scatter per element type, its whole tensors cut.
     fn gradient_pieces(&mut self, g: &Value, plan: &[bool], axis: AxisId, i: usize, k: usize, span: Span) -> R<Value> {
@@ -449,9 +447,7 @@ impl Interp<'_> {
                 None => {
                     // Summed whole (a partial sum kept whole, or over another axis), then cut.
                     let t = match partial[j] {
-                        Some(ax) => self.counted("gradient all_reduce", span, |s| {
-                            s.all_reduce(&[ax], crate::dist::ReduceKind::Sum, t)
-                        })?,
+                        Some(ax) => self.summed(ax, t, span)?,
                         None => (*t).clone(),
                     };
                     if plan[j] {

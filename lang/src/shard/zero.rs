@@ -59,11 +59,15 @@ impl ZeroPlan {
         if !any {
             return plan;
         }
+        let mut callees = std::collections::BTreeSet::new();
         for (i, f) in prog.funcs.iter().enumerate() {
             let (reads, assigned) = crate::ir::simplify::reads_and_assigned(&f.body);
             let once = |l: Local| reads.get(&l) == Some(&1) && !assigned.contains(&l);
-            feeds(prog, FuncId(i as u32), &once, &mut plan.feeds);
-            partial_results(FuncId(i as u32), &f.body, &mut plan.results, &mut plan.sums);
+            feeds(prog, FuncId(i as u32), &once, &mut plan.feeds, &mut callees);
+        }
+        // Only a feed's callee runs with sums left out.
+        for f in callees {
+            partial_results(f, &prog.func(f).body, &mut plan.results, &mut plan.sums);
         }
         plan
     }
@@ -128,8 +132,15 @@ pub(crate) fn is_optimizer_step(prog: &Program, f: FuncId) -> bool {
     prog.func(f).annotations.iter().any(|n| prog.names.get(*n) == "optimizer_step")
 }
 
-/// The feeds in the blocks of function `f`.
-fn feeds(prog: &Program, f: FuncId, once: &dyn Fn(Local) -> bool, out: &mut HashMap<ExprId, Feed>) {
+/// The feeds in the blocks of function `f`; the functions they call (when known statically) go
+/// into `callees`.
+fn feeds(
+    prog: &Program,
+    f: FuncId,
+    once: &dyn Fn(Local) -> bool,
+    out: &mut HashMap<ExprId, Feed>,
+    callees: &mut std::collections::BTreeSet<FuncId>,
+) {
     let states = sharded_locals(prog, f);
     if states.is_empty() {
         return;
@@ -168,6 +179,12 @@ fn feeds(prog: &Program, f: FuncId, once: &dyn Fn(Local) -> bool, out: &mut Hash
             for (item, g) in items.into_iter().filter(|(_, g)| once(*g)) {
                 if let Some((state, axis)) = stmts[i + 1..].iter().find_map(|s| step_of(s, g)) {
                     out.insert(value.id, Feed { state, item, axis });
+                    let callee = match &value.kind {
+                        ExprKind::Call { func, .. } => Some(*func),
+                        ExprKind::CallValue { target, .. } => crate::ir::derived::target_func(prog, target),
+                        _ => None,
+                    };
+                    callees.extend(callee);
                     break;
                 }
             }
