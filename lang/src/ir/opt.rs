@@ -282,14 +282,10 @@ fn tree_reads(e: &Expr, l: Local) -> Option<usize> {
 /// Elementwise float/bool arithmetic over locals (never assigned) and literals: no run-time
 /// error is possible, and its value does not depend on when it is computed.
 fn cannot_fail(e: &Expr, assigned: &HashSet<Local>) -> bool {
-    let float_or_bool = |t: &Type| matches!(t, Type::Tensor(TensorTy { elem: el, .. }) if el.is_float() || *el == crate::types::Elem::T(crate::types::ElemTy::Bool));
     match &e.kind {
         ExprKind::Local(l) => !assigned.contains(l),
         ExprKind::Lit(Lit::Float(_) | Lit::Bool(_)) => true,
-        ExprKind::Prim { prim, args, .. } => {
-            let elementwise = matches!(prim.class(), Class::Unary | Class::Binary) || matches!(prim, Prim::Where);
-            elementwise && float_or_bool(&e.ty) && args.iter().all(|a| float_or_bool(&a.ty) && cannot_fail(a, assigned))
-        }
+        ExprKind::Prim { args, .. } => elementwise(e) && args.iter().all(|a| cannot_fail(a, assigned)),
         _ => false,
     }
 }
