@@ -6,11 +6,16 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
-echo "== cargo clippy"
-cargo clippy --workspace --all-targets -- -D warnings
-echo "== cargo test"
+echo "== cargo clippy (and every table over primitives exhaustive: scripts/tables.sh)"
+clog=$(mktemp)
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+trap 'rm -f "$clog" "$log"' EXIT
+cargo clippy --workspace --all-targets -- -D warnings --force-warn clippy::wildcard_enum_match_arm 2> "$clog" || {
+    grep -A12 "^error" "$clog" | head -200
+    exit 1
+}
+bash scripts/tables.sh "$clog"
+echo "== cargo test"
 status=0
 cargo test --workspace 2>&1 | tee "$log" || status=$?
 passed=$(grep -Eo '(test result: (ok|FAILED)\. |^spec: )[0-9]+ passed' "$log" | grep -Eo '[0-9]+ passed' | awk '{s += $1} END {print s + 0}')

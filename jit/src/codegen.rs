@@ -12,7 +12,7 @@
 //! `minimum` written with the kernels' NaN rule rather than Cranelift's `fmax`, and the
 //! transcendental functions calling the same Rust methods as the kernels (`helpers`).
 
-use crate::fuse::{Node, Tree, Typed};
+use crate::fuse::{ElemOp, Node, Tree, Typed};
 use crate::helpers;
 use crate::lower::{float_type, Lower, Mode};
 use cranelift_codegen::ir::condcodes::IntCC;
@@ -22,7 +22,6 @@ use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{default_libcall_names, FuncId, Linkage, Module};
 use kernels::{DType, Storage, Tensor};
-use lang::ir::Prim;
 use std::collections::HashMap;
 use std::time::Instant;
 
@@ -294,7 +293,7 @@ impl Gen<'_, '_, '_> {
                     Some(v)
                 }
                 Node::Const(_) => None,
-                Node::Op { prim, to, args } => Some(self.op(mode, k, *prim, *to, args, &vals)),
+                Node::Op { op, to, args } => Some(self.op(mode, k, *op, *to, args, &vals)),
             };
             vals.push(v);
         }
@@ -344,28 +343,33 @@ impl Gen<'_, '_, '_> {
         &mut self,
         mode: Mode,
         k: usize,
-        prim: Prim,
+        op: ElemOp,
         to: Option<kernels::DType>,
         args: &[usize],
         vals: &[Option<Value>],
     ) -> Value {
         let od = self.spec.typed.operand[k];
-        if prim == Prim::Where {
-            let c = self.operand(mode, args[0], DType::Bool, vals);
-            let a = self.operand(mode, args[1], od, vals);
-            let b = self.operand(mode, args[2], od, vals);
-            return self.l.select(mode, c, a, b);
+        match op {
+            ElemOp::Where => {
+                let c = self.operand(mode, args[0], DType::Bool, vals);
+                let a = self.operand(mode, args[1], od, vals);
+                let b = self.operand(mode, args[2], od, vals);
+                self.l.select(mode, c, a, b)
+            }
+            ElemOp::Cast => {
+                let x = self.operand(mode, args[0], od, vals);
+                self.l.convert(mode, x, od, to.unwrap_or(DType::F32))
+            }
+            ElemOp::Binary(b) => {
+                let x = self.operand(mode, args[0], od, vals);
+                let y = self.operand(mode, args[1], od, vals);
+                self.l.binary(mode, b, od, x, y)
+            }
+            ElemOp::Unary(u) => {
+                let x = self.operand(mode, args[0], od, vals);
+                self.l.unary(mode, u, od, x)
+            }
         }
-        if prim == Prim::Cast {
-            let x = self.operand(mode, args[0], od, vals);
-            return self.l.convert(mode, x, od, to.unwrap_or(DType::F32));
-        }
-        let a = self.operand(mode, args[0], od, vals);
-        if args.len() == 2 {
-            let b = self.operand(mode, args[1], od, vals);
-            return self.l.binary(mode, prim, od, a, b);
-        }
-        self.l.unary(mode, prim, od, a)
     }
 }
 /// The element type of each input, from the tree's leaves.

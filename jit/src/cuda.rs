@@ -10,10 +10,10 @@
 //! with `--fmad=false`, so that no product and sum are contracted into one rounding the CPU
 //! does not make. `kernels::cuda::compile_cubin` compiles it with NVRTC.
 
-use crate::fuse::{Node, Tree, Typed};
+use crate::fuse::{ElemOp, Node, Tree, Typed};
 use crate::lower::round;
+use kernels::ops::{BinaryOp, UnaryOp};
 use kernels::DType;
-use lang::ir::Prim;
 use std::fmt::Write as _;
 
 /// The most dims a kernel's index arithmetic handles; a larger rank is declined.
@@ -100,18 +100,18 @@ pub fn source(tree: &Tree, typed: &Typed, name: &str) -> Option<String> {
         let value = match node {
             Node::Leaf(k) => format!("in{k}[o{k}]"),
             Node::Const(c) => literal(d, c.scalar_value_f64()?),
-            Node::Op { prim, args, .. } => {
+            Node::Op { op: o_p, args, .. } => {
                 let o = typed.operand[i];
                 // Operands converted to the operation's operand type, as the interpreter does.
                 let arg = |j: usize| -> Option<String> {
                     let a = *args.get(j)?;
-                    Some(if typed.dtype[a] == o || *prim == Prim::Where && j == 0 {
+                    Some(if typed.dtype[a] == o || *o_p == ElemOp::Where && j == 0 {
                         format!("v{a}")
                     } else {
                         format!("(({})v{a})", c_type(o)?)
                     })
                 };
-                op(*prim, d, o, &arg)?
+                op(*o_p, d, o, &arg)?
             }
         };
         let _ = writeln!(s, "        const {t} v{i} = {value};");
@@ -121,40 +121,41 @@ pub fn source(tree: &Tree, typed: &Typed, name: &str) -> Option<String> {
 }
 
 /// One operation as a C expression; `d` is its result type, `o` its operands' type.
-fn op(prim: Prim, d: DType, o: DType, arg: &dyn Fn(usize) -> Option<String>) -> Option<String> {
-    use Prim::*;
+fn op(e: ElemOp, d: DType, o: DType, arg: &dyn Fn(usize) -> Option<String>) -> Option<String> {
+    use BinaryOp as B;
+    use UnaryOp as U;
     let zero = literal(o, 0.0);
     let one = literal(o, 1.0);
     let bin = |sym: &str| -> Option<String> { Some(format!("({} {sym} {})", arg(0)?, arg(1)?)) };
     let call1 = |name: &str| -> Option<String> { Some(format!("{}({})", f(name, o), arg(0)?)) };
-    Some(match prim {
-        Add => bin("+")?,
-        Sub => bin("-")?,
-        Mul => bin("*")?,
-        Div => bin("/")?,
-        Eq => bin("==")?,
-        Ne => bin("!=")?,
-        Lt => bin("<")?,
-        Le => bin("<=")?,
-        Gt => bin(">")?,
-        Ge => bin(">=")?,
-        And => bin("&&")?,
-        Or => bin("||")?,
-        Not => format!("(!{})", arg(0)?),
-        Neg => format!("(-{})", arg(0)?),
-        Abs => call1("fabs")?,
-        Sqrt => call1("sqrt")?,
-        Floor => call1("floor")?,
-        Exp => call1("exp")?,
-        Log => call1("log")?,
-        Tanh => call1("tanh")?,
-        Erf => call1("erf")?,
-        Sin => call1("sin")?,
-        Cos => call1("cos")?,
-        Rsqrt => format!("({one} / {}({}))", f("sqrt", o), arg(0)?),
-        Pow => format!("{}({}, {})", f("pow", o), arg(0)?, arg(1)?),
+    Some(match e {
+        ElemOp::Binary(B::Add) => bin("+")?,
+        ElemOp::Binary(B::Sub) => bin("-")?,
+        ElemOp::Binary(B::Mul) => bin("*")?,
+        ElemOp::Binary(B::Div) => bin("/")?,
+        ElemOp::Binary(B::Eq) => bin("==")?,
+        ElemOp::Binary(B::Ne) => bin("!=")?,
+        ElemOp::Binary(B::Lt) => bin("<")?,
+        ElemOp::Binary(B::Le) => bin("<=")?,
+        ElemOp::Binary(B::Gt) => bin(">")?,
+        ElemOp::Binary(B::Ge) => bin(">=")?,
+        ElemOp::Binary(B::And) => bin("&&")?,
+        ElemOp::Binary(B::Or) => bin("||")?,
+        ElemOp::Unary(U::Not) => format!("(!{})", arg(0)?),
+        ElemOp::Unary(U::Neg) => format!("(-{})", arg(0)?),
+        ElemOp::Unary(U::Abs) => call1("fabs")?,
+        ElemOp::Unary(U::Sqrt) => call1("sqrt")?,
+        ElemOp::Unary(U::Floor) => call1("floor")?,
+        ElemOp::Unary(U::Exp) => call1("exp")?,
+        ElemOp::Unary(U::Log) => call1("log")?,
+        ElemOp::Unary(U::Tanh) => call1("tanh")?,
+        ElemOp::Unary(U::Erf) => call1("erf")?,
+        ElemOp::Unary(U::Sin) => call1("sin")?,
+        ElemOp::Unary(U::Cos) => call1("cos")?,
+        ElemOp::Unary(U::Rsqrt) => format!("({one} / {}({}))", f("sqrt", o), arg(0)?),
+        ElemOp::Binary(B::Pow) => format!("{}({}, {})", f("pow", o), arg(0)?, arg(1)?),
         // Python's remainder: the divisor's sign, a zero result signed like the divisor.
-        Rem => {
+        ElemOp::Binary(B::Rem) => {
             let (a, b) = (arg(0)?, arg(1)?);
             let r = format!("{}({a}, {b})", f("fmod", o));
             format!(
@@ -163,13 +164,13 @@ fn op(prim: Prim, d: DType, o: DType, arg: &dyn Fn(usize) -> Option<String>) -> 
             )
         }
         // `a` when it is NaN or wins the comparison, else `b` (the kernels' `max_p`/`min_p`).
-        Maximum | Minimum => {
+        ElemOp::Binary(B::Max | B::Min) => {
             let (a, b) = (arg(0)?, arg(1)?);
-            let cmp = if prim == Maximum { ">=" } else { "<=" };
+            let cmp = if e == ElemOp::Binary(B::Max) { ">=" } else { "<=" };
             format!("(({a} != {a} || {a} {cmp} {b}) ? {a} : {b})")
         }
         // g (s + 2x s (1 - s) du), s = 1 / (1 + exp(-2u)), in the kernel's order.
-        GeluGrad => {
+        ElemOp::Binary(B::GeluGrad) => {
             let (a, g) = (arg(0)?, arg(1)?);
             let c = literal(o, round(o, (2.0 / std::f64::consts::PI).sqrt()));
             let k = literal(o, round(o, 0.044715));
@@ -179,16 +180,16 @@ fn op(prim: Prim, d: DType, o: DType, arg: &dyn Fn(usize) -> Option<String>) -> 
                 "([&] {{ const auto x = {a}; const auto u = {c} * (x + {k} * x * x * x); const auto s = {one} / ({one} + {exp}(-(u + u))); const auto du = {c} * ({one} + {k3} * x * x); return {g} * (s + (x + x) * (s * ({one} - s)) * du); }}())"
             )
         }
-        Relu => {
+        ElemOp::Unary(U::Relu) => {
             let a = arg(0)?;
             format!("((!({a} <= {zero})) ? {a} : {zero})")
         }
-        Sign => {
+        ElemOp::Unary(U::Sign) => {
             let a = arg(0)?;
             format!("({a} > {zero} ? {one} : ({a} < {zero} ? {} : {a}))", literal(o, -1.0))
         }
         // a >= 0: 1 / (1 + exp(-a)); otherwise (NaN too) exp(a) / (1 + exp(a)).
-        Sigmoid => {
+        ElemOp::Unary(U::Sigmoid) => {
             let a = arg(0)?;
             let exp = f("exp", o);
             format!(
@@ -196,7 +197,7 @@ fn op(prim: Prim, d: DType, o: DType, arg: &dyn Fn(usize) -> Option<String>) -> 
             )
         }
         // a / (1 + exp(-(u + u))) with u = c (a + k a³), in the kernel's order.
-        Gelu => {
+        ElemOp::Unary(U::Gelu) => {
             let a = arg(0)?;
             let c = literal(o, round(o, (2.0 / std::f64::consts::PI).sqrt()));
             let k = literal(o, round(o, 0.044715));
@@ -205,8 +206,8 @@ fn op(prim: Prim, d: DType, o: DType, arg: &dyn Fn(usize) -> Option<String>) -> 
                 "([&] {{ const auto x = {a}; const auto u = {c} * (x + {k} * x * x * x); return x / ({one} + {exp}(-(u + u))); }}())"
             )
         }
-        Where => format!("({} ? {} : {})", arg(0)?, arg(1)?, arg(2)?),
-        Cast => {
+        ElemOp::Where => format!("({} ? {} : {})", arg(0)?, arg(1)?, arg(2)?),
+        ElemOp::Cast => {
             let a = arg(0)?;
             match (o, d) {
                 (_, DType::Bool) => format!("({a} != {zero})"),
@@ -214,68 +215,9 @@ fn op(prim: Prim, d: DType, o: DType, arg: &dyn Fn(usize) -> Option<String>) -> 
                 _ => format!("(({}){a})", c_type(d)?),
             }
         }
-        // Not elementwise: `fuse` never puts these in a tree. Listed rather than caught by a
-        // wildcard, so a new primitive cannot compile without a decision here.
-        lang::reduce_prims!()
-        | MatMul
-        | Cumsum
-        | Softmax
-        | LogSoftmax
-        | Reshape
-        | Transpose
-        | Permute
-        | Concat
-        | Stack
-        | ExpandDims
-        | Squeeze
-        | BroadcastTo
-        | Gather
-        | OneHot
-        | Einsum
-        | Slice
-        | ScatterAdd
-        | Argsort
-        | Attention
-        | AttentionWeights
-        | Quantize
-        | Prune
-        | TakeAlong
-        | ScatterAddAlong
-        | Update
-        | Conv2d
-        | Conv2dInputGrad
-        | Conv2dWeightGrad
-        | MaxPool2d
-        | MaxPool2dGrad
-        | AvgPool2d
-        | AvgPool2dGrad
-        | Zeros
-        | Ones
-        | Full
-        | Arange
-        | Eye
-        | Normal
-        | Uniform
-        | HeNormal
-        | GlorotUniform
-        | Params
-        | Map
-        | ModelSum
-        | ShardState
-        | CopySplit
-        | CopyJoin
-        | StopGradient
-        | Print
-        | Load
-        | Save
-        | LogScalar
-        | Exists
-        | Clock
-        | Assert
-        | AssertClose
-        | TapeNew
-        | TapePush
-        | TapeGet
-        | lang::collective_prims!() => return None,
+        ElemOp::Unary(U::Square) => {
+            let a = arg(0)?;
+            format!("({a} * {a})")
+        }
     })
 }

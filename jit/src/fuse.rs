@@ -11,6 +11,7 @@
 //! operand, otherwise the wider type wins; comparisons give bool. A tree whose inputs need a
 //! rule the JIT does not implement (any i32 value) is declined and runs op by op.
 
+use kernels::ops::{BinaryOp, UnaryOp};
 use kernels::{DType, Tensor};
 use lang::ir::{Expr, ExprKind, Local, Prim, SpanId};
 use lang::types::TensorTy;
@@ -25,8 +26,44 @@ pub enum Node {
     Leaf(usize),
     /// A literal, as the interpreter's rank-0 tensor.
     Const(Tensor),
-    /// An elementwise primitive; `to` is the target of a `Cast`.
-    Op { prim: Prim, to: Option<DType>, args: Vec<usize> },
+    /// An elementwise operation; `to` is the target of a `Cast`.
+    Op { op: ElemOp, to: Option<DType>, args: Vec<usize> },
+}
+
+/// An operation a fused tree computes: a kernel's unary or binary operation, `where`, or a
+/// conversion. Code generators (Cranelift here, CUDA C in `cuda`) lower these, not primitives:
+/// `ElemOp::of` is the one map from the IR's elementwise primitives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ElemOp {
+    Unary(UnaryOp),
+    Binary(BinaryOp),
+    Where,
+    Cast,
+}
+
+impl ElemOp {
+    /// The operation of an elementwise primitive (`Prim::is_elementwise`), through the kernels'
+    /// map (`lang::ir::eval`); `None` for any other primitive.
+    pub fn of(p: Prim) -> Option<ElemOp> {
+        use lang::ir::eval::{binary_op, unary_op};
+        if p == Prim::Where {
+            return Some(ElemOp::Where);
+        }
+        if p == Prim::Cast {
+            return Some(ElemOp::Cast);
+        }
+        unary_op(p).map(ElemOp::Unary).or_else(|| binary_op(p).map(ElemOp::Binary))
+    }
+
+    /// The operation's msl name.
+    pub fn name(self) -> &'static str {
+        match self {
+            ElemOp::Unary(u) => u.name(),
+            ElemOp::Binary(b) => b.name(),
+            ElemOp::Where => "where",
+            ElemOp::Cast => "cast",
+        }
+    }
 }
 
 /// A fused tree of elementwise primitives.
@@ -43,7 +80,7 @@ impl Tree {
         self.nodes
             .iter()
             .filter_map(|n| match n {
-                Node::Op { prim, .. } => Some(prim.name()),
+                Node::Op { op, .. } => Some(op.name()),
                 _ => None,
             })
             .collect()
@@ -67,8 +104,8 @@ impl Tree {
                     None => write!(s, "{}", t.scalar_value_f64().unwrap_or(f64::NAN)),
                 };
             }
-            Node::Op { prim, to, args } => {
-                s.push_str(prim.name());
+            Node::Op { op, to, args } => {
+                s.push_str(op.name());
                 if let Some(d) = to {
                     let _ = write!(s, "<{d}>");
                 }
@@ -85,46 +122,9 @@ impl Tree {
     }
 }
 
-/// The elementwise primitives the JIT compiles.
+/// The elementwise primitives the JIT compiles: those with an [`ElemOp`].
 pub fn is_elementwise(p: Prim) -> bool {
-    use Prim::*;
-    matches!(
-        p,
-        Neg | Not
-            | Add
-            | Sub
-            | Mul
-            | Div
-            | Rem
-            | Pow
-            | Eq
-            | Ne
-            | Lt
-            | Le
-            | Gt
-            | Ge
-            | And
-            | Or
-            | Exp
-            | Log
-            | Sqrt
-            | Rsqrt
-            | Tanh
-            | Sigmoid
-            | Relu
-            | Gelu
-            | Erf
-            | Sin
-            | Cos
-            | Abs
-            | Sign
-            | Floor
-            | Maximum
-            | Minimum
-            | GeluGrad
-            | Where
-            | Cast
-    )
+    ElemOp::of(p).is_some()
 }
 
 /// A tensor type whose element type the JIT handles (float or bool).
@@ -200,7 +200,7 @@ pub fn analyse(e: &Expr) -> (Tree, Vec<&Expr>) {
 /// of one element type and bits.
 #[derive(PartialEq, Eq, Hash)]
 enum Key {
-    Op(Prim, Option<DType>, Vec<usize>),
+    Op(ElemOp, Option<DType>, Vec<usize>),
     Leaf(usize),
     Const(DType, u64),
 }
@@ -215,10 +215,10 @@ struct Builder<'e> {
 impl<'e> Builder<'e> {
     fn build(&mut self, e: &'e Expr) -> usize {
         if let ExprKind::Prim { prim, args, attrs } = &e.kind {
-            if interior(e) {
+            if let Some(op) = ElemOp::of(*prim).filter(|_| interior(e)) {
                 let args: Vec<usize> = args.iter().map(|a| self.build(a)).collect();
-                let to = (*prim == Prim::Cast).then(|| lang::interp::accel::dtype(attrs.dtype.unwrap_or(ElemTy::F32)));
-                return self.node(Key::Op(*prim, to, args.clone()), Node::Op { prim: *prim, to, args });
+                let to = (op == ElemOp::Cast).then(|| lang::interp::accel::dtype(attrs.dtype.unwrap_or(ElemTy::F32)));
+                return self.node(Key::Op(op, to, args.clone()), Node::Op { op, to, args });
             }
         }
         if let Some(t) = is_const(e).then(|| constant(e)).flatten() {
@@ -329,45 +329,42 @@ pub fn type_tree(tree: &Tree, inputs: &[Tensor]) -> Option<Typed> {
                 (t.dtype(), t.dtype(), t.rank() == 0)
             }
             Node::Const(t) => (t.dtype(), t.dtype(), true),
-            Node::Op { prim, to, args } => {
+            Node::Op { op, to, args } => {
                 let arg = |k: usize| (dtype[args[k]], scalar[args[k]]);
                 let s = args.iter().all(|&a| scalar[a]);
                 if args.iter().any(|&a| dtype[a] == DType::I32) {
                     return None;
                 }
-                match prim {
-                    Prim::Not => {
+                match op {
+                    ElemOp::Unary(UnaryOp::Not) => {
                         let x = arg(0).0;
                         (x == DType::Bool).then_some(())?;
                         (x, x, s)
                     }
-                    Prim::Cast => {
+                    ElemOp::Unary(_) => {
+                        let x = arg(0).0;
+                        is_float(x).then_some(())?;
+                        (x, x, s)
+                    }
+                    ElemOp::Cast => {
                         let to = to.filter(|t| *t != DType::I32)?;
                         (to, arg(0).0, s)
                     }
-                    Prim::Where => {
+                    ElemOp::Where => {
                         (arg(0).0 == DType::Bool).then_some(())?;
                         let u = unify(arg(1), arg(2));
                         (u, u, s)
                     }
-                    Prim::Eq | Prim::Ne | Prim::Lt | Prim::Le | Prim::Gt | Prim::Ge => {
-                        (DType::Bool, unify(arg(0), arg(1)), s)
-                    }
-                    Prim::And | Prim::Or => {
+                    ElemOp::Binary(b) if b.is_comparison() => (DType::Bool, unify(arg(0), arg(1)), s),
+                    ElemOp::Binary(BinaryOp::And | BinaryOp::Or) => {
                         let u = unify(arg(0), arg(1));
                         (u == DType::Bool).then_some(())?;
                         (u, u, s)
                     }
-                    p if args.len() == 2 => {
-                        let _ = p;
+                    ElemOp::Binary(_) => {
                         let u = unify(arg(0), arg(1));
                         is_float(u).then_some(())?;
                         (u, u, s)
-                    }
-                    _ => {
-                        let x = arg(0).0;
-                        is_float(x).then_some(())?;
-                        (x, x, s)
                     }
                 }
             }
@@ -408,8 +405,8 @@ pub fn key(tree: &Tree, typed: &Typed, bcast: &[bool], vector: Option<DType>) ->
                 let bits = t.scalar_value_f64().unwrap_or(0.0).to_bits();
                 let _ = write!(k, "C{}{bits:x};", t.dtype());
             }
-            Node::Op { prim, to, args } => {
-                let _ = write!(k, "{}{:?}{}{}", prim.name(), to, typed.dtype[i], typed.operand[i]);
+            Node::Op { op, to, args } => {
+                let _ = write!(k, "{}{:?}{}{}", op.name(), to, typed.dtype[i], typed.operand[i]);
                 for a in args {
                     let _ = write!(k, ",{a}");
                 }

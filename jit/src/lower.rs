@@ -14,8 +14,8 @@ use cranelift_codegen::ir::{
 use cranelift_frontend::FunctionBuilder;
 use cranelift_jit::JITModule;
 use cranelift_module::{FuncId, Module};
+use kernels::ops::{BinaryOp, UnaryOp};
 use kernels::DType;
-use lang::ir::Prim;
 use std::collections::HashMap;
 
 pub(crate) fn float_type(d: DType) -> Type {
@@ -181,43 +181,40 @@ impl<'a, 'f> Lower<'a, 'f> {
         }
     }
 
-    pub(crate) fn binary(&mut self, mode: Mode, prim: Prim, d: DType, a: Value, b: Value) -> Value {
-        if d == DType::Bool {
-            let cc = match prim {
-                Prim::And => return self.b.ins().band(a, b),
-                Prim::Or => return self.b.ins().bor(a, b),
-                Prim::Eq => IntCC::Equal,
-                Prim::Ne => IntCC::NotEqual,
-                Prim::Lt => IntCC::UnsignedLessThan,
-                Prim::Le => IntCC::UnsignedLessThanOrEqual,
-                Prim::Gt => IntCC::UnsignedGreaterThan,
-                _ => IntCC::UnsignedGreaterThanOrEqual,
-            };
-            // Scalar bools are 0/1 and lane masks 0/-1: unsigned order puts false first in both.
-            return self.b.ins().icmp(cc, a, b);
-        }
-        match prim {
-            Prim::Add => self.b.ins().fadd(a, b),
-            Prim::Sub => self.b.ins().fsub(a, b),
-            Prim::Mul => self.b.ins().fmul(a, b),
-            Prim::Div => self.b.ins().fdiv(a, b),
-            Prim::Rem => self.call(mode, "rem", d, &[a, b]),
-            Prim::Pow => self.call(mode, "pow", d, &[a, b]),
-            Prim::Maximum | Prim::Minimum => {
+    pub(crate) fn binary(&mut self, mode: Mode, op: BinaryOp, d: DType, a: Value, b: Value) -> Value {
+        // Comparisons: bools unsigned (scalar bools are 0/1 and lane masks 0/-1, so unsigned
+        // order puts false first in both), floats ordered.
+        let compare = |s: &mut Self, int: IntCC, float: FloatCC| {
+            if d == DType::Bool {
+                s.b.ins().icmp(int, a, b)
+            } else {
+                s.b.ins().fcmp(float, a, b)
+            }
+        };
+        match op {
+            BinaryOp::And => self.b.ins().band(a, b),
+            BinaryOp::Or => self.b.ins().bor(a, b),
+            BinaryOp::Eq => compare(self, IntCC::Equal, FloatCC::Equal),
+            BinaryOp::Ne => compare(self, IntCC::NotEqual, FloatCC::NotEqual),
+            BinaryOp::Lt => compare(self, IntCC::UnsignedLessThan, FloatCC::LessThan),
+            BinaryOp::Le => compare(self, IntCC::UnsignedLessThanOrEqual, FloatCC::LessThanOrEqual),
+            BinaryOp::Gt => compare(self, IntCC::UnsignedGreaterThan, FloatCC::GreaterThan),
+            BinaryOp::Ge => compare(self, IntCC::UnsignedGreaterThanOrEqual, FloatCC::GreaterThanOrEqual),
+            BinaryOp::Add => self.b.ins().fadd(a, b),
+            BinaryOp::Sub => self.b.ins().fsub(a, b),
+            BinaryOp::Mul => self.b.ins().fmul(a, b),
+            BinaryOp::Div => self.b.ins().fdiv(a, b),
+            BinaryOp::Rem => self.call(mode, "rem", d, &[a, b]),
+            BinaryOp::Pow => self.call(mode, "pow", d, &[a, b]),
+            BinaryOp::Max | BinaryOp::Min => {
                 // `Num::max_p`: `a` when `a` is NaN or wins the comparison, else `b`.
-                let cc = if prim == Prim::Maximum { FloatCC::GreaterThanOrEqual } else { FloatCC::LessThanOrEqual };
+                let cc = if op == BinaryOp::Max { FloatCC::GreaterThanOrEqual } else { FloatCC::LessThanOrEqual };
                 let nan = self.b.ins().fcmp(FloatCC::Unordered, a, a);
                 let wins = self.b.ins().fcmp(cc, a, b);
                 let m = self.b.ins().bor(nan, wins);
                 self.select(mode, m, a, b)
             }
-            Prim::GeluGrad => self.gelu_grad(mode, d, a, b),
-            Prim::Eq => self.b.ins().fcmp(FloatCC::Equal, a, b),
-            Prim::Ne => self.b.ins().fcmp(FloatCC::NotEqual, a, b),
-            Prim::Lt => self.b.ins().fcmp(FloatCC::LessThan, a, b),
-            Prim::Le => self.b.ins().fcmp(FloatCC::LessThanOrEqual, a, b),
-            Prim::Gt => self.b.ins().fcmp(FloatCC::GreaterThan, a, b),
-            _ => self.b.ins().fcmp(FloatCC::GreaterThanOrEqual, a, b),
+            BinaryOp::GeluGrad => self.gelu_grad(mode, d, a, b),
         }
     }
 
@@ -355,28 +352,30 @@ impl<'a, 'f> Lower<'a, 'f> {
         self.select(mode, small, a, r)
     }
 
-    pub(crate) fn unary(&mut self, mode: Mode, prim: Prim, d: DType, a: Value) -> Value {
-        if prim == Prim::Not {
+    pub(crate) fn unary(&mut self, mode: Mode, op: UnaryOp, d: DType, a: Value) -> Value {
+        if op == UnaryOp::Not {
             return self.not(mode, a);
         }
         let zero = self.fconst(mode, d, 0.0);
         let one = self.fconst(mode, d, 1.0);
-        match prim {
-            Prim::Neg => self.b.ins().fneg(a),
-            Prim::Abs => self.b.ins().fabs(a),
-            Prim::Sqrt => self.b.ins().sqrt(a),
-            Prim::Floor => self.b.ins().floor(a),
-            Prim::Rsqrt => {
+        match op {
+            UnaryOp::Not => self.not(mode, a), // returned above, before the float constants
+            UnaryOp::Square => self.b.ins().fmul(a, a),
+            UnaryOp::Neg => self.b.ins().fneg(a),
+            UnaryOp::Abs => self.b.ins().fabs(a),
+            UnaryOp::Sqrt => self.b.ins().sqrt(a),
+            UnaryOp::Floor => self.b.ins().floor(a),
+            UnaryOp::Rsqrt => {
                 let s = self.b.ins().sqrt(a);
                 self.b.ins().fdiv(one, s)
             }
-            Prim::Exp => self.exp(mode, d, a),
-            Prim::Log => self.call(mode, "log", d, &[a]),
-            Prim::Tanh => self.tanh(mode, d, a),
-            Prim::Erf => self.call(mode, "erf", d, &[a]),
-            Prim::Sin => self.call(mode, "sin", d, &[a]),
-            Prim::Cos => self.call(mode, "cos", d, &[a]),
-            Prim::Sigmoid => {
+            UnaryOp::Exp => self.exp(mode, d, a),
+            UnaryOp::Log => self.call(mode, "log", d, &[a]),
+            UnaryOp::Tanh => self.tanh(mode, d, a),
+            UnaryOp::Erf => self.call(mode, "erf", d, &[a]),
+            UnaryOp::Sin => self.call(mode, "sin", d, &[a]),
+            UnaryOp::Cos => self.call(mode, "cos", d, &[a]),
+            UnaryOp::Sigmoid => {
                 // a >= 0: 1 / (1 + exp(-a)); otherwise (NaN too) exp(a) / (1 + exp(a)).
                 let ge = self.b.ins().fcmp(FloatCC::GreaterThanOrEqual, a, zero);
                 let neg = self.b.ins().fneg(a);
@@ -387,7 +386,7 @@ impl<'a, 'f> Lower<'a, 'f> {
                 let negv = self.b.ins().fdiv(e, den);
                 self.select(mode, ge, pos, negv)
             }
-            Prim::Relu => {
+            UnaryOp::Relu => {
                 // `a` when a > 0 or a is NaN, else +0.
                 let m = match mode {
                     Mode::Scalar => self.b.ins().fcmp(FloatCC::UnorderedOrGreaterThan, a, zero),
@@ -398,87 +397,17 @@ impl<'a, 'f> Lower<'a, 'f> {
                 };
                 self.select(mode, m, a, zero)
             }
-            Prim::Gelu => {
+            UnaryOp::Gelu => {
                 // a / (one + exp(-(u + u))), in the kernel's order.
                 let den = self.gelu_den(mode, d, a);
                 self.b.ins().fdiv(a, den)
             }
-            Prim::Sign => {
+            UnaryOp::Sign => {
                 let minus = self.fconst(mode, d, -1.0);
                 let gt = self.b.ins().fcmp(FloatCC::GreaterThan, a, zero);
                 let lt = self.b.ins().fcmp(FloatCC::LessThan, a, zero);
                 let inner = self.select(mode, lt, minus, a);
                 self.select(mode, gt, one, inner)
-            }
-            // Not unary elementwise (`not` is lowered above): `fuse` never plans these as a unary
-            // node. Listed rather than caught by a wildcard, so a new unary primitive cannot
-            // compile without a lowering.
-            Prim::Not
-            | lang::binary_prims!()
-            | lang::reduce_prims!()
-            | Prim::MatMul
-            | Prim::Where
-            | Prim::Cast
-            | Prim::Cumsum
-            | Prim::Softmax
-            | Prim::LogSoftmax
-            | Prim::Reshape
-            | Prim::Transpose
-            | Prim::Permute
-            | Prim::Concat
-            | Prim::Stack
-            | Prim::ExpandDims
-            | Prim::Squeeze
-            | Prim::BroadcastTo
-            | Prim::Gather
-            | Prim::OneHot
-            | Prim::Einsum
-            | Prim::Slice
-            | Prim::ScatterAdd
-            | Prim::Argsort
-            | Prim::Attention
-            | Prim::AttentionWeights
-            | Prim::Quantize
-            | Prim::Prune
-            | Prim::TakeAlong
-            | Prim::ScatterAddAlong
-            | Prim::Update
-            | Prim::Conv2d
-            | Prim::Conv2dInputGrad
-            | Prim::Conv2dWeightGrad
-            | Prim::MaxPool2d
-            | Prim::MaxPool2dGrad
-            | Prim::AvgPool2d
-            | Prim::AvgPool2dGrad
-            | Prim::Zeros
-            | Prim::Ones
-            | Prim::Full
-            | Prim::Arange
-            | Prim::Eye
-            | Prim::Normal
-            | Prim::Uniform
-            | Prim::HeNormal
-            | Prim::GlorotUniform
-            | Prim::Params
-            | Prim::Map
-            | Prim::ModelSum
-            | Prim::ShardState
-            | Prim::CopySplit
-            | Prim::CopyJoin
-            | Prim::StopGradient
-            | Prim::Print
-            | Prim::Load
-            | Prim::Save
-            | Prim::LogScalar
-            | Prim::Exists
-            | Prim::Clock
-            | Prim::Assert
-            | Prim::AssertClose
-            | Prim::TapeNew
-            | Prim::TapePush
-            | Prim::TapeGet
-            | lang::collective_prims!() => {
-                unreachable!("`{}` is not a unary elementwise primitive", prim.name())
             }
         }
     }

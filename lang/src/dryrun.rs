@@ -554,7 +554,13 @@ impl<'p> Cx<'p> {
                 }
                 2.0 * sizes.values().product::<f64>()
             }
-            _ => 0.0,
+            // `q[..B, Q, D] kᵀ` then the weights times `v[..B, S, E]` (causal masks counted whole).
+            Prim::Attention => {
+                let s = op(1).and_then(|v| v.iter().rev().nth(1).copied()).unwrap_or(0.0);
+                2.0 * (numel(&op(0)) + numel(&out)) * s
+            }
+            Prim::AttentionWeights => 2.0 * numel(&out) * op(0).and_then(|v| v.last().copied()).unwrap_or(0.0),
+            _ => 0.0, // any other primitive: not a product
         }
     }
 
@@ -927,7 +933,7 @@ fn int_value(e: &Expr, env: &Env) -> Option<i64> {
                 Prim::Sub => a.checked_sub(b),
                 Prim::Mul => a.checked_mul(b),
                 Prim::Div => a.checked_div(b),
-                _ => None,
+                _ => None, // any other primitive: not integer arithmetic of sizes
             }
         }
         _ => None,

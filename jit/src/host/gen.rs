@@ -2,12 +2,14 @@
 //! `if`, loops and inlined calls, and the interpreter's scalar arithmetic (see `host`).
 
 use super::{kind_name, leaves, Analysis, DECLINE, INTERRUPTED, OK};
+use crate::fuse::ElemOp;
 use crate::lower::{float_type, Lower, Mode};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{
     types, Block, BlockArg, InstBuilder, InstructionData, MemFlagsData, Opcode, Type as ClType, Value,
 };
 use cranelift_frontend::{FunctionBuilder, Variable};
+use kernels::ops::{BinaryOp, UnaryOp};
 use kernels::{DType, Tensor};
 use lang::ir::{Expr, ExprKind, Local, Pat, Prim, Program, Stmt};
 use std::collections::HashMap;
@@ -467,9 +469,9 @@ impl<'a, 'f, 'p> HostGen<'a, 'f, 'p> {
     }
 
     fn prim(&mut self, p: Prim, to: Option<DType>, xs: &[(Value, DType)]) -> Result<(Value, DType), String> {
-        use Prim::*;
-        match p {
-            Cast => {
+        let Some(op) = ElemOp::of(p) else { return bad(format!("`{}` is not elementwise", p.name())) };
+        match op {
+            ElemOp::Cast => {
                 let to = to.unwrap_or(DType::F32);
                 let (x, from) = xs[0];
                 if to == DType::I32 && from.is_float() {
@@ -477,7 +479,7 @@ impl<'a, 'f, 'p> HostGen<'a, 'f, 'p> {
                 }
                 Ok((self.cast(x, from, to), to))
             }
-            Where => {
+            ElemOp::Where => {
                 if xs[0].1 != DType::Bool {
                     return bad("`where` needs a bool condition");
                 }
@@ -486,66 +488,61 @@ impl<'a, 'f, 'p> HostGen<'a, 'f, 'p> {
                 let b = self.cast(xs[2].0, xs[2].1, d);
                 Ok((self.l.b.ins().select(xs[0].0, a, b), d))
             }
-            Not => match xs[0].1 {
+            ElemOp::Unary(UnaryOp::Not) => match xs[0].1 {
                 DType::Bool => Ok((self.l.b.ins().bxor_imm_u(xs[0].0, 1), DType::Bool)),
                 _ => bad("`not` needs a bool"),
             },
-            _ if xs.len() == 2 => self.binary(p, xs[0], xs[1]),
-            _ => self.unary(p, xs[0]),
+            ElemOp::Binary(b) => self.binary(b, xs[0], xs[1]),
+            ElemOp::Unary(u) => self.unary(u, xs[0]),
         }
     }
 
-    fn unary(&mut self, p: Prim, (x, d): (Value, DType)) -> Result<(Value, DType), String> {
-        match d {
-            DType::Bool => bad(format!("`{}` of a bool", p.name())),
-            DType::I32 if matches!(p, Prim::Neg | Prim::Abs | Prim::Sign) => {
-                let b = &mut self.l.b;
-                let v = match p {
-                    Prim::Neg => b.ins().ineg(x),
-                    Prim::Abs => {
-                        let n = b.ins().ineg(x);
-                        let neg = b.ins().icmp_imm_s(IntCC::SignedLessThan, x, 0);
-                        b.ins().select(neg, n, x)
-                    }
-                    _ => {
-                        let gt = b.ins().icmp_imm_s(IntCC::SignedGreaterThan, x, 0);
-                        let lt = b.ins().icmp_imm_s(IntCC::SignedLessThan, x, 0);
-                        let gt = b.ins().uextend(types::I32, gt);
-                        let lt = b.ins().uextend(types::I32, lt);
-                        b.ins().isub(gt, lt)
-                    }
-                };
-                Ok((v, DType::I32))
+    fn unary(&mut self, u: UnaryOp, (x, d): (Value, DType)) -> Result<(Value, DType), String> {
+        let b = &mut self.l.b;
+        match (d, u) {
+            (DType::Bool, _) => bad(format!("`{}` of a bool", u.name())),
+            (DType::I32, UnaryOp::Neg) => Ok((b.ins().ineg(x), DType::I32)),
+            (DType::I32, UnaryOp::Abs) => {
+                let n = b.ins().ineg(x);
+                let neg = b.ins().icmp_imm_s(IntCC::SignedLessThan, x, 0);
+                Ok((b.ins().select(neg, n, x), DType::I32))
             }
-            DType::I32 if p == Prim::Relu => bad("`relu` of an i32"),
-            DType::I32 => {
+            (DType::I32, UnaryOp::Sign) => {
+                let gt = b.ins().icmp_imm_s(IntCC::SignedGreaterThan, x, 0);
+                let lt = b.ins().icmp_imm_s(IntCC::SignedLessThan, x, 0);
+                let gt = b.ins().uextend(types::I32, gt);
+                let lt = b.ins().uextend(types::I32, lt);
+                Ok((b.ins().isub(gt, lt), DType::I32))
+            }
+            (DType::I32, UnaryOp::Relu) => bad("`relu` of an i32"),
+            (DType::I32, _) => {
                 // A weak integer under a float function is computed in f64.
                 let f = self.cast(x, DType::I32, DType::F64);
-                Ok((self.l.unary(Mode::Scalar, p, DType::F64, f), DType::F64))
+                Ok((self.l.unary(Mode::Scalar, u, DType::F64, f), DType::F64))
             }
-            d => Ok((self.l.unary(Mode::Scalar, p, d, x), d)),
+            (d, _) => Ok((self.l.unary(Mode::Scalar, u, d, x), d)),
         }
     }
 
-    fn binary(&mut self, p: Prim, a: (Value, DType), b: (Value, DType)) -> Result<(Value, DType), String> {
-        use Prim::*;
+    fn binary(&mut self, op: BinaryOp, a: (Value, DType), b: (Value, DType)) -> Result<(Value, DType), String> {
         let d = wider(a.1, b.1);
         let x = self.cast(a.0, a.1, d);
         let y = self.cast(b.0, b.1, d);
-        let cmp = matches!(p, Eq | Ne | Lt | Le | Gt | Ge);
+        let cmp = op.is_comparison();
+        let logic = matches!(op, BinaryOp::And | BinaryOp::Or);
         let out = if cmp { DType::Bool } else { d };
         match d {
-            DType::Bool if cmp || matches!(p, And | Or) => Ok((self.l.binary(Mode::Scalar, p, d, x, y), out)),
-            DType::Bool => bad(format!("`{}` of bools", p.name())),
-            _ if matches!(p, And | Or) => bad(format!("`{}` of numbers", p.name())),
+            DType::Bool if cmp || logic => Ok((self.l.binary(Mode::Scalar, op, d, x, y), out)),
+            DType::Bool => bad(format!("`{}` of bools", op.name())),
+            _ if logic => bad(format!("`{}` of numbers", op.name())),
             DType::I32 => {
-                let v = self.int_binary(p, x, y)?;
-                if let Some(r) = self.result_range(p, x, y) {
+                let v = self.int_binary(op, x, y)?;
+                if let Some(r) = self.result_range(op, x, y) {
                     self.ranges.insert(v, r);
                 }
                 Ok((v, out))
             }
-            d => Ok((self.l.binary(Mode::Scalar, p, d, x, y), out)),
+            d => Ok((self.l.binary(Mode::Scalar, op, d, x, y), out)),
         }
     }
 
@@ -571,18 +568,18 @@ impl<'a, 'f, 'p> HostGen<'a, 'f, 'p> {
     }
 
     /// The bounds of `p(x, y)` on `i32`s of known bounds, when no result can wrap.
-    fn result_range(&self, p: Prim, x: Value, y: Value) -> Option<(i64, i64)> {
+    fn result_range(&self, p: BinaryOp, x: Value, y: Value) -> Option<(i64, i64)> {
         let ((a, b), (c, d)) = (self.range(x)?, self.range(y)?);
         let r = match p {
-            Prim::Add => (a + c, b + d),
-            Prim::Sub => (a - d, b - c),
-            Prim::Mul => {
+            BinaryOp::Add => (a + c, b + d),
+            BinaryOp::Sub => (a - d, b - c),
+            BinaryOp::Mul => {
                 let ps = [a * c, a * d, b * c, b * d];
                 (*ps.iter().min()?, *ps.iter().max()?)
             }
-            Prim::Rem if c == d && c >= 2 && a >= 0 => (0, b.min(c - 1)),
-            Prim::Div if c == d && c >= 2 && a >= 0 => (a / c, b / c),
-            _ => return None,
+            BinaryOp::Rem if c == d && c >= 2 && a >= 0 => (0, b.min(c - 1)),
+            BinaryOp::Div if c == d && c >= 2 && a >= 0 => (a / c, b / c),
+            _ => return None, // any other primitive: bounds not tracked
         };
         let fits = |v: i64| (i64::from(i32::MIN)..=i64::from(i32::MAX)).contains(&v);
         (fits(r.0) && fits(r.1)).then_some(r)
@@ -617,27 +614,21 @@ impl<'a, 'f, 'p> HostGen<'a, 'f, 'p> {
 
     /// The interpreter's `i32` arithmetic: wrapping, truncating division, division by zero
     /// an error (here: decline, and the interpreter reports it).
-    fn int_binary(&mut self, p: Prim, x: Value, y: Value) -> Result<Value, String> {
-        use Prim::*;
-        let cc = |c| -> Option<IntCC> { Some(c) };
-        let c = match p {
-            Eq => cc(IntCC::Equal),
-            Ne => cc(IntCC::NotEqual),
-            Lt => cc(IntCC::SignedLessThan),
-            Le => cc(IntCC::SignedLessThanOrEqual),
-            Gt => cc(IntCC::SignedGreaterThan),
-            Ge => cc(IntCC::SignedGreaterThanOrEqual),
-            _ => None,
-        };
-        if let Some(c) = c {
-            return Ok(self.l.b.ins().icmp(c, x, y));
-        }
+    fn int_binary(&mut self, p: BinaryOp, x: Value, y: Value) -> Result<Value, String> {
+        use BinaryOp::*;
+        let compare = |s: &mut Self, c: IntCC| s.l.b.ins().icmp(c, x, y);
         Ok(match p {
+            Eq => compare(self, IntCC::Equal),
+            Ne => compare(self, IntCC::NotEqual),
+            Lt => compare(self, IntCC::SignedLessThan),
+            Le => compare(self, IntCC::SignedLessThanOrEqual),
+            Gt => compare(self, IntCC::SignedGreaterThan),
+            Ge => compare(self, IntCC::SignedGreaterThanOrEqual),
             Add => self.l.b.ins().iadd(x, y),
             Sub => self.l.b.ins().isub(x, y),
             Mul => self.l.b.ins().imul(x, y),
-            Maximum => self.l.b.ins().smax(x, y),
-            Minimum => self.l.b.ins().smin(x, y),
+            Max => self.l.b.ins().smax(x, y),
+            Min => self.l.b.ins().smin(x, y),
             Div | Rem if self.constant(y).is_some_and(|c| (2..=i64::from(i32::MAX)).contains(&c)) => {
                 // A literal divisor d ≥ 2: no checks, and the quotient by a multiplication
                 // (`magic_s32`), which is exact for every x.
@@ -699,7 +690,7 @@ impl<'a, 'f, 'p> HostGen<'a, 'f, 'p> {
                 floor_div_rem(b, p == Div, q, r, y)
             }
             Pow => self.int_pow(x, y),
-            _ => return bad(format!("`{}` of i32 values", p.name())),
+            And | Or | GeluGrad => return bad(format!("`{}` of i32 values", p.name())),
         })
     }
 }

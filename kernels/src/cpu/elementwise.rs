@@ -87,8 +87,8 @@ impl BinaryOp {
             BinaryOp::Div => "div",
             BinaryOp::Rem => "rem",
             BinaryOp::Pow => "pow",
-            BinaryOp::Max => "max",
-            BinaryOp::Min => "min",
+            BinaryOp::Max => "maximum",
+            BinaryOp::Min => "minimum",
             BinaryOp::Eq => "eq",
             BinaryOp::Ne => "ne",
             BinaryOp::Lt => "lt",
@@ -122,13 +122,38 @@ pub fn unary(op: UnaryOp, x: &Tensor) -> Result<Tensor, KernelError> {
                 UnaryOp::Square => map_slice(v, |a| a.wrapping_mul(a)),
                 UnaryOp::Relu => map_slice(v, |a| a.max(0)),
                 UnaryOp::Floor => v.to_vec(),
-                _ => return Err(KernelError::dtype(op.name(), "a float tensor", DType::I32)),
+                UnaryOp::Not
+                | UnaryOp::Exp
+                | UnaryOp::Log
+                | UnaryOp::Sqrt
+                | UnaryOp::Rsqrt
+                | UnaryOp::Tanh
+                | UnaryOp::Sigmoid
+                | UnaryOp::Gelu
+                | UnaryOp::Erf
+                | UnaryOp::Sin
+                | UnaryOp::Cos => return Err(KernelError::dtype(op.name(), "a float tensor", DType::I32)),
             };
             Ok(Tensor::from_parts(shape, out))
         }
         Storage::Bool(v) => match op {
             UnaryOp::Not => Ok(Tensor::from_parts(shape, map_slice(v, |a| !a))),
-            _ => Err(KernelError::dtype(op.name(), "a numeric tensor", DType::Bool)),
+            UnaryOp::Neg
+            | UnaryOp::Exp
+            | UnaryOp::Log
+            | UnaryOp::Sqrt
+            | UnaryOp::Rsqrt
+            | UnaryOp::Tanh
+            | UnaryOp::Sigmoid
+            | UnaryOp::Relu
+            | UnaryOp::Gelu
+            | UnaryOp::Erf
+            | UnaryOp::Sin
+            | UnaryOp::Cos
+            | UnaryOp::Abs
+            | UnaryOp::Sign
+            | UnaryOp::Floor
+            | UnaryOp::Square => Err(KernelError::dtype(op.name(), "a numeric tensor", DType::Bool)),
         },
         Storage::Bf16(_) | Storage::F16(_) => x.in_f32(|w| unary(op, w)),
     }
@@ -212,10 +237,10 @@ pub fn binary(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor, KernelErro
     let shape = broadcast_shapes(op.name(), a.shape(), b.shape())?;
     if op.is_comparison() {
         return match (a.storage(), b.storage()) {
-            (Storage::F32(x), Storage::F32(y)) => Ok(compare(op, x, a, y, b, shape)),
-            (Storage::F64(x), Storage::F64(y)) => Ok(compare(op, x, a, y, b, shape)),
-            (Storage::I32(x), Storage::I32(y)) => Ok(compare(op, x, a, y, b, shape)),
-            (Storage::Bool(x), Storage::Bool(y)) => Ok(compare(op, x, a, y, b, shape)),
+            (Storage::F32(x), Storage::F32(y)) => compare(op, x, a, y, b, shape),
+            (Storage::F64(x), Storage::F64(y)) => compare(op, x, a, y, b, shape),
+            (Storage::I32(x), Storage::I32(y)) => compare(op, x, a, y, b, shape),
+            (Storage::Bool(x), Storage::Bool(y)) => compare(op, x, a, y, b, shape),
             _ => unreachable!("dtypes were checked equal"),
         };
     }
@@ -226,22 +251,54 @@ pub fn binary(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor, KernelErro
         (Storage::Bool(x), Storage::Bool(y)) => match op {
             BinaryOp::And => Ok(broadcast_map(x, a.shape(), y, b.shape(), shape, |p, q| p & q)),
             BinaryOp::Or => Ok(broadcast_map(x, a.shape(), y, b.shape(), shape, |p, q| p | q)),
-            _ => Err(KernelError::dtype(op.name(), "a numeric tensor", DType::Bool)),
+            BinaryOp::Add
+            | BinaryOp::Sub
+            | BinaryOp::Mul
+            | BinaryOp::Div
+            | BinaryOp::Rem
+            | BinaryOp::Pow
+            | BinaryOp::Max
+            | BinaryOp::Min
+            | BinaryOp::Eq
+            | BinaryOp::Ne
+            | BinaryOp::Lt
+            | BinaryOp::Le
+            | BinaryOp::Gt
+            | BinaryOp::Ge
+            | BinaryOp::GeluGrad => Err(KernelError::dtype(op.name(), "a numeric tensor", DType::Bool)),
         },
         _ => unreachable!("dtypes were checked equal"),
     }
 }
 
-fn compare<T: Element>(op: BinaryOp, x: &[T], a: &Tensor, y: &[T], b: &Tensor, shape: Vec<usize>) -> Tensor {
+fn compare<T: Element>(
+    op: BinaryOp,
+    x: &[T],
+    a: &Tensor,
+    y: &[T],
+    b: &Tensor,
+    shape: Vec<usize>,
+) -> Result<Tensor, KernelError> {
     let (sa, sb) = (a.shape(), b.shape());
-    match op {
+    Ok(match op {
         BinaryOp::Eq => broadcast_map(x, sa, y, sb, shape, |p, q| p == q),
         BinaryOp::Ne => broadcast_map(x, sa, y, sb, shape, |p, q| p != q),
         BinaryOp::Lt => broadcast_map(x, sa, y, sb, shape, |p, q| p < q),
         BinaryOp::Le => broadcast_map(x, sa, y, sb, shape, |p, q| p <= q),
         BinaryOp::Gt => broadcast_map(x, sa, y, sb, shape, |p, q| p > q),
-        _ => broadcast_map(x, sa, y, sb, shape, |p, q| p >= q),
-    }
+        BinaryOp::Ge => broadcast_map(x, sa, y, sb, shape, |p, q| p >= q),
+        BinaryOp::Add
+        | BinaryOp::Sub
+        | BinaryOp::Mul
+        | BinaryOp::Div
+        | BinaryOp::Rem
+        | BinaryOp::Pow
+        | BinaryOp::Max
+        | BinaryOp::Min
+        | BinaryOp::And
+        | BinaryOp::Or
+        | BinaryOp::GeluGrad => return Err(KernelError::Invalid(format!("{} is not a comparison", op.name()))),
+    })
 }
 
 fn float_binary<T: Float>(
@@ -263,7 +320,14 @@ fn float_binary<T: Float>(
         BinaryOp::Max => broadcast_map(x, sa, y, sb, shape, T::max_p),
         BinaryOp::Min => broadcast_map(x, sa, y, sb, shape, T::min_p),
         BinaryOp::GeluGrad => broadcast_map(x, sa, y, sb, shape, gelu_grad),
-        _ => return Err(KernelError::dtype(op.name(), "a bool tensor", T::DTYPE)),
+        BinaryOp::Eq
+        | BinaryOp::Ne
+        | BinaryOp::Lt
+        | BinaryOp::Le
+        | BinaryOp::Gt
+        | BinaryOp::Ge
+        | BinaryOp::And
+        | BinaryOp::Or => return Err(KernelError::dtype(op.name(), "a bool tensor", T::DTYPE)),
     })
 }
 
@@ -300,7 +364,15 @@ fn int_binary(
         BinaryOp::Pow => broadcast_map(x, sa, y, sb, shape, |p, q| p.wrapping_pow(q.max(0) as u32)),
         BinaryOp::Max => broadcast_map(x, sa, y, sb, shape, i32::max),
         BinaryOp::Min => broadcast_map(x, sa, y, sb, shape, i32::min),
-        _ => return Err(KernelError::dtype(op.name(), "a bool tensor", DType::I32)),
+        BinaryOp::Eq
+        | BinaryOp::Ne
+        | BinaryOp::Lt
+        | BinaryOp::Le
+        | BinaryOp::Gt
+        | BinaryOp::Ge
+        | BinaryOp::And
+        | BinaryOp::Or
+        | BinaryOp::GeluGrad => return Err(KernelError::dtype(op.name(), "a bool tensor", DType::I32)),
     })
 }
 

@@ -214,38 +214,31 @@ impl Device for CudaDevice {
                 let name = if kernel == KernelId::ArgMax { "argmax" } else { "argmin" };
                 self.axis_kernel(name, x, a, reduced(x.shape(), a, p.keepdims), true, s)
             }
-            KernelId::Softmax | KernelId::LogSoftmax | KernelId::Cumsum => {
+            KernelId::Softmax => self.axis_kernel("softmax", one()?, axis()?, one()?.shape().to_vec(), false, s),
+            KernelId::LogSoftmax => self.axis_kernel("log_softmax", one()?, axis()?, one()?.shape().to_vec(), false, s),
+            KernelId::Cumsum => self.axis_kernel("cumsum", one()?, axis()?, one()?.shape().to_vec(), false, s),
+            // Shape only: the same buffer under the new shape.
+            KernelId::Reshape => reshaped(one()?, p.shape.clone()),
+            KernelId::ExpandDims => {
                 let x = one()?;
-                let name = match kernel {
-                    KernelId::Softmax => "softmax",
-                    KernelId::LogSoftmax => "log_softmax",
-                    _ => "cumsum",
-                };
-                self.axis_kernel(name, x, axis()?, x.shape().to_vec(), false, s)
-            }
-            KernelId::Reshape | KernelId::ExpandDims | KernelId::Squeeze => {
-                let x = one()?;
-                // Shape only: the same buffer under the new shape.
                 let mut shape = x.shape().to_vec();
-                match kernel {
-                    KernelId::Reshape => shape.clone_from(&p.shape),
-                    KernelId::ExpandDims => shape.insert(axis()?.min(shape.len()), 1),
-                    _ => match p.axis {
-                        Some(a) if shape.get(a) == Some(&1) => {
-                            shape.remove(a);
-                        }
-                        Some(a) => {
-                            return Err(KernelError::AxisOutOfRange { op: "squeeze", axis: a, rank: shape.len() })
-                        }
-                        None => shape.retain(|&d| d != 1),
-                    },
+                shape.insert(axis()?.min(shape.len()), 1);
+                reshaped(x, shape)
+            }
+            KernelId::Squeeze => {
+                let x = one()?;
+                let mut shape = x.shape().to_vec();
+                match p.axis {
+                    Some(a) if shape.get(a) == Some(&1) => {
+                        shape.remove(a);
+                    }
+                    Some(a) => return Err(KernelError::AxisOutOfRange { op: "squeeze", axis: a, rank: shape.len() }),
+                    None => shape.retain(|&d| d != 1),
                 }
-                if shape.iter().product::<usize>() != x.len() {
-                    return Err(KernelError::DataLength { shape, len: x.len() });
-                }
-                Ok(x.with_shape(shape))
+                reshaped(x, shape)
             }
             other => {
+                // any other kernel: not on this device yet (the CPU device runs every kernel)
                 Err(KernelError::Invalid(format!("{}: kernel {other:?} does not run on this device yet", self.name)))
             }
         }
@@ -298,4 +291,12 @@ impl Device for CudaDevice {
     fn memory(&self) -> MemoryStats {
         MemoryStats::default()
     }
+}
+
+/// `x`'s buffer under `shape`, which must hold as many elements.
+fn reshaped(x: &DeviceTensor, shape: Vec<usize>) -> Result<DeviceTensor, KernelError> {
+    if shape.iter().product::<usize>() != x.len() {
+        return Err(KernelError::DataLength { shape, len: x.len() });
+    }
+    Ok(x.with_shape(shape))
 }

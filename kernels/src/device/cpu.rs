@@ -111,9 +111,10 @@ impl Device for CpuDevice {
                 return Ok(CpuDevice::wrap(ops::matmul(&a, &b)?));
             }
             let ((a, sa), (b, sb)) = (self.gemm_operand(inputs[0])?, self.gemm_operand(inputs[1])?);
-            let (ta, tb) = match kernel {
-                KernelId::MatmulT { transpose_a, transpose_b } => (sa ^ transpose_a, sb ^ transpose_b),
-                _ => (sa, sb),
+            let (ta, tb) = if let KernelId::MatmulT { transpose_a, transpose_b } = kernel {
+                (sa ^ transpose_a, sb ^ transpose_b)
+            } else {
+                (sa, sb)
             };
             let out = if ta || tb { ops::matmul_t(&a, &b, ta, tb)? } else { ops::matmul(&a, &b)? };
             return Ok(CpuDevice::wrap(out));

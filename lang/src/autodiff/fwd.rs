@@ -985,16 +985,7 @@ impl Gen<'_> {
             return Ok(());
         }
         if !out_float {
-            let name: &'static str = match prim {
-                Prim::Cast => "i32",
-                Prim::Eq => "==",
-                Prim::Ne => "!=",
-                Prim::Lt => "<",
-                Prim::Le => "<=",
-                Prim::Gt => ">",
-                Prim::Ge => ">=",
-                p => p.name(),
-            };
+            let name = if prim == Prim::Cast { "i32" } else { prim.symbol().unwrap_or(prim.name()) };
             self.tainted.insert(out, name);
             return Ok(());
         }

@@ -576,7 +576,9 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
         Prim::Einsum => linalg::einsum(g, &site, &mut v)?,
         // The convolutions are bilinear, and each one's adjoints are the other two
         // (`kernels::ops::conv2d*`): ⟨conv(x, w), g⟩ = ⟨x, input_grad(g, w)⟩ = ⟨w, weight_grad(x, g)⟩.
-        Prim::Conv2d | Prim::Conv2dInputGrad | Prim::Conv2dWeightGrad => nn::conv(g, &site, &mut v)?,
+        Prim::Conv2d => nn::conv(g, &site, &mut v, nn::Conv::Forward)?,
+        Prim::Conv2dInputGrad => nn::conv(g, &site, &mut v, nn::Conv::InputGrad)?,
+        Prim::Conv2dWeightGrad => nn::conv(g, &site, &mut v, nn::Conv::WeightGrad)?,
         // Max pooling selects: the cotangent goes to each window's first maximum, and the
         // positions (the first operand, when a second one is picked from) get none.
         Prim::MaxPool2d => {

@@ -328,7 +328,23 @@ impl Checker {
                 let y = self.check_expr(cx, a.pos[1].0, expected);
                 let op = match p {
                     Prim::Pow => ast::BinOp::Pow,
-                    _ => ast::BinOp::Add,
+                    // `maximum`, `minimum` and `gelu_grad` share the arithmetic rule of `+`.
+                    Prim::Maximum | Prim::Minimum | Prim::GeluGrad => ast::BinOp::Add,
+                    // Operators are not called by name (`Prim::callable`); the syntax checks them.
+                    Prim::Add
+                    | Prim::Sub
+                    | Prim::Mul
+                    | Prim::Div
+                    | Prim::Rem
+                    | Prim::Eq
+                    | Prim::Ne
+                    | Prim::Lt
+                    | Prim::Le
+                    | Prim::Gt
+                    | Prim::Ge
+                    | Prim::And
+                    | Prim::Or
+                    | crate::not_binary_prims!() => return self.error_expr(span),
                 };
                 let r = self.binary_op(op, Some(name), x, y, span, a.pos[0].1, a.pos[1].1);
                 // `gelu_grad` is a derivative: of floats only.
@@ -517,11 +533,7 @@ impl Checker {
             Some(k) => self.const_bool(k, "keepdims").unwrap_or(false),
             None => false,
         };
-        let out_elem = match p {
-            Prim::Argmax | Prim::Argmin => Elem::T(ElemTy::I32),
-            Prim::Sum if e == Elem::T(ElemTy::Bool) => Elem::T(ElemTy::I32),
-            _ => e,
-        };
+        let out_elem = crate::ir::typing::reduction_elem(p, e);
         if let Some(ax) = self.named(a, "axis") {
             if let ast::ExprKind::List(items) | ast::ExprKind::Tuple(items) = &ax.kind {
                 return self.reduce_axes(cx, p, v, &s, items, ax.span, keepdims, out_elem, span);
@@ -703,9 +715,10 @@ impl Checker {
             Prim::Cumsum => self.check_cumsum(cx, p, a, span),
             Prim::Conv2d => self.check_conv2d(cx, a, span),
             Prim::Conv2dInputGrad | Prim::Conv2dWeightGrad => self.check_conv2d_grad(cx, p, a, span),
-            Prim::MaxPool2d | Prim::MaxPool2dGrad | Prim::AvgPool2d | Prim::AvgPool2dGrad => {
-                self.check_pool2d(cx, p, a, span)
-            }
+            Prim::MaxPool2d => self.check_pool2d(cx, conv::Pool::Max, a, span),
+            Prim::MaxPool2dGrad => self.check_pool2d(cx, conv::Pool::MaxGrad, a, span),
+            Prim::AvgPool2d => self.check_pool2d(cx, conv::Pool::Avg, a, span),
+            Prim::AvgPool2dGrad => self.check_pool2d(cx, conv::Pool::AvgGrad, a, span),
             Prim::Softmax | Prim::LogSoftmax => self.check_softmax(cx, p, a, span),
             Prim::Zeros | Prim::Ones | Prim::Full | Prim::Arange | Prim::Eye => {
                 self.check_zeros(cx, p, a, span, expected)

@@ -100,20 +100,14 @@ fn mixes_rows(prog: &Program, body: &Expr, b: Sym) -> Option<(String, crate::ir:
         }
         let what = match &e.kind {
             ExprKind::DimValue(d) if d.mentions(b) => Some("reads the batch size as a value".to_string()),
-            ExprKind::Prim { prim, args, attrs } => {
-                let name = prim.name();
-                match prim {
-                    Prim::Slice => {
-                        let cut = attrs.slice.iter().enumerate().any(|(ax, k)| {
-                            *k != crate::ir::SliceEntry::Full && args.first().is_some_and(|a| dim_has(&a.ty, ax))
-                        });
-                        cut.then(|| "indexes or slices the batch dim".to_string())
-                    }
-                    _ if args.iter().any(|a| has(&a.ty)) && !has(&e.ty) => {
-                        Some(format!("`{name}` combines the batch's rows (its result has no batch dim)"))
-                    }
-                    _ => None,
-                }
+            ExprKind::Prim { prim: Prim::Slice, args, attrs } => {
+                let cut = attrs.slice.iter().enumerate().any(|(ax, k)| {
+                    *k != crate::ir::SliceEntry::Full && args.first().is_some_and(|a| dim_has(&a.ty, ax))
+                });
+                cut.then(|| "indexes or slices the batch dim".to_string())
+            }
+            ExprKind::Prim { prim, args, .. } if args.iter().any(|a| has(&a.ty)) && !has(&e.ty) => {
+                Some(format!("`{}` combines the batch's rows (its result has no batch dim)", prim.name()))
             }
             ExprKind::Call { func, args, .. } if args.iter().any(|a| has(&a.ty)) && !has(&e.ty) => Some(format!(
                 "`{}` combines the batch's rows (its result has no batch dim)",
@@ -315,31 +309,26 @@ pub(crate) fn fuse_splits(prog: &mut Program) {
             for s in stmts.iter_mut() {
                 let Stmt::Let { pat: Pat::Local(l), value } = s else { continue };
                 let ExprKind::Prim { prim, args, attrs } = &value.kind else { continue };
-                match prim {
-                    Prim::CopyJoin => {
-                        let parts: Option<Vec<Local>> = args
-                            .iter()
-                            .map(|a| match a.kind {
-                                ExprKind::Local(p) => Some(p),
-                                _ => None,
-                            })
-                            .collect();
-                        if let Some(parts) = parts {
-                            joins.insert(*l, (parts, attrs.axis));
+                if *prim == Prim::CopyJoin {
+                    let parts: Option<Vec<Local>> = args
+                        .iter()
+                        .map(|a| match a.kind {
+                            ExprKind::Local(p) => Some(p),
+                            _ => None,
+                        })
+                        .collect();
+                    if let Some(parts) = parts {
+                        joins.insert(*l, (parts, attrs.axis));
+                    }
+                } else if *prim == Prim::CopySplit {
+                    let (c, n) = (attrs.perm.first().copied().unwrap_or(0), attrs.perm.get(1).copied().unwrap_or(0));
+                    let Some(ExprKind::Local(r)) = args.first().map(|a| &a.kind) else { continue };
+                    if let Some((parts, axis)) = joins.get(r) {
+                        if parts.len() == n && *axis == attrs.axis && c < n {
+                            *value = Expr::new(ExprKind::Local(parts[c]), value.ty.clone(), value.span);
+                            fused = true;
                         }
                     }
-                    Prim::CopySplit => {
-                        let (c, n) =
-                            (attrs.perm.first().copied().unwrap_or(0), attrs.perm.get(1).copied().unwrap_or(0));
-                        let Some(ExprKind::Local(r)) = args.first().map(|a| &a.kind) else { continue };
-                        if let Some((parts, axis)) = joins.get(r) {
-                            if parts.len() == n && *axis == attrs.axis && c < n {
-                                *value = Expr::new(ExprKind::Local(parts[c]), value.ty.clone(), value.span);
-                                fused = true;
-                            }
-                        }
-                    }
-                    _ => {}
                 }
             }
         });

@@ -994,7 +994,7 @@ impl Interp<'_> {
                     (t.len() * t.dtype().size_in_bytes().max(4 * usize::from(t.dtype() == kernels::DType::Bool))) as u64
                 })
             }
-            _ => None,
+            _ => None, // any other primitive: sends no message
         };
         let t0 = self.trace_start();
         let r = self.prim(prim, vals, attrs, e, frame);

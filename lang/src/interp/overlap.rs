@@ -40,7 +40,7 @@ pub(crate) fn coll_of(p: Prim, attrs: &crate::ir::Attrs) -> Option<Coll> {
         Prim::AllGather => Coll::AllGather(dim),
         Prim::ReduceScatter => Coll::ReduceScatter(dim),
         Prim::AllToAll => Coll::AllToAll { from: dim, to: attrs.perm.first().copied().unwrap_or(0) },
-        _ => return None,
+        Prim::LocalSlice | crate::not_collective_prims!() => return None,
     })
 }
 

@@ -148,10 +148,9 @@ impl Interp<'_> {
         let span = self.span(e);
         // A quantized matrix stays int8 as the right operand of `@`, in `save`, `params` and
         // the compression builtins; everywhere else it is the f32 matrix it stands for.
-        let keeps = |i: usize| match p {
-            Prim::MatMul => i == 1,
-            Prim::Save | Prim::Params | Prim::Quantize | Prim::Prune | Prim::Print => true,
-            _ => false,
+        let keeps = |i: usize| {
+            (p == Prim::MatMul && i == 1)
+                || matches!(p, Prim::Save | Prim::Params | Prim::Quantize | Prim::Prune | Prim::Print)
         };
         for (i, a) in args.iter_mut().enumerate() {
             if matches!(a, Value::Quant(_)) && !keeps(i) {
@@ -300,13 +299,15 @@ impl Interp<'_> {
                     span,
                 ))
             }
-            Prim::Conv2d
-            | Prim::Conv2dInputGrad
-            | Prim::Conv2dWeightGrad
-            | Prim::MaxPool2d
-            | Prim::MaxPool2dGrad
-            | Prim::AvgPool2d
-            | Prim::AvgPool2dGrad => self.conv_pool(p, &args, attrs, e, frame),
+            // The adjoints whose input size floor division does not determine carry it in
+            // `attrs.shape` (`sized`).
+            Prim::Conv2d => self.conv_pool(p, (KernelId::Conv2d, false), &args, attrs, e, frame),
+            Prim::Conv2dInputGrad => self.conv_pool(p, (KernelId::Conv2dInputGrad, true), &args, attrs, e, frame),
+            Prim::Conv2dWeightGrad => self.conv_pool(p, (KernelId::Conv2dWeightGrad, true), &args, attrs, e, frame),
+            Prim::MaxPool2d => self.conv_pool(p, (KernelId::MaxPool2d, false), &args, attrs, e, frame),
+            Prim::MaxPool2dGrad => self.conv_pool(p, (KernelId::MaxPool2dGrad, false), &args, attrs, e, frame),
+            Prim::AvgPool2d => self.conv_pool(p, (KernelId::AvgPool2d, false), &args, attrs, e, frame),
+            Prim::AvgPool2dGrad => self.conv_pool(p, (KernelId::AvgPool2dGrad, true), &args, attrs, e, frame),
             Prim::Slice => {
                 let x = t(&args[0], span)?;
                 let specs = self.slice_specs(&attrs.slice, &args[1..], span)?;
@@ -352,49 +353,15 @@ impl Interp<'_> {
                 let p = KernelParams { axis: axis0, ..KernelParams::new().shape(&shape) };
                 kt(self.kernel(KernelId::ScatterAddAlong, &[t(&args[1], span)?, x0()?], &p, span))
             }
-            Prim::Zeros | Prim::Ones | Prim::Full | Prim::Arange | Prim::Eye => {
-                let shape = self.dims_usize(frame, &attrs.shape, span)?;
-                // A split result (the sharding pass made it one) is created as this rank's block.
-                let shape = if matches!(p, Prim::Arange | Prim::Eye) { shape } else { self.local_shape(&e.ty, shape) };
-                let dt = dtype_of(attrs.dtype.unwrap_or(ElemTy::F32));
-                let fill = |v: f64| (KernelId::Fill, KernelParams::new().dtype(dt).shape(&shape).value(v));
-                let (id, params) = match p {
-                    Prim::Zeros => fill(0.0),
-                    Prim::Ones => fill(1.0),
-                    Prim::Full => fill(x0()?.scalar_value_f64().unwrap_or(0.0)),
-                    Prim::Arange => (KernelId::Arange, KernelParams::new().n(shape[0]).dtype(dt)),
-                    _ => (KernelId::Eye, KernelParams::new().n(shape[0]).dtype(dt)),
-                };
-                kt(self.kernel(id, &[], &params, span))
-            }
-            Prim::Normal | Prim::Uniform | Prim::HeNormal | Prim::GlorotUniform => {
-                // `uniform(like: x, seed: s)` takes the (global) shape of its second operand.
-                let shape = match args.get(1) {
-                    Some(like) => self.global_shape(&e.ty, t(like, span)?.shape().to_vec()),
-                    None => self.dims_usize(frame, &attrs.shape, span)?,
-                };
-                // Element `i` draws counter `i`: a rank's block holds what the whole tensor has there.
-                let region = self.region(&e.ty, &shape);
-                let dt = dtype_of(attrs.dtype.unwrap_or(ElemTy::F32));
-                let key = match args.first() {
-                    Some(v) => rng::stream_key(t(v, span).map(|x| scalar_i64(x).unwrap_or(0))? as u64, ""),
-                    None => match self.init_keys.last() {
-                        Some((seed, path)) => rng::stream_key(*seed as u64, path),
-                        None => return Err(rt(Code::E0605, "random creation outside `init` needs `seed:`", span)),
-                    },
-                };
-                let (id, lo, hi) = match p {
-                    Prim::Normal => (KernelId::Normal, 0.0, 1.0),
-                    Prim::Uniform => (KernelId::Uniform, 0.0, 1.0),
-                    Prim::HeNormal => (KernelId::Normal, 0.0, (2.0 / shape[0].max(1) as f64).sqrt()),
-                    _ => {
-                        let a = (6.0 / shape[0].saturating_add(shape[1]).max(1) as f64).sqrt();
-                        (KernelId::Uniform, -a, a)
-                    }
-                };
-                let params = KernelParams::new().dtype(dt).key(key).region(region).value(lo).scale(hi);
-                kt(self.kernel(id, &[], &params, span))
-            }
+            Prim::Zeros => kt(self.create(Create::Fill(0.0), attrs, e, frame)),
+            Prim::Ones => kt(self.create(Create::Fill(1.0), attrs, e, frame)),
+            Prim::Full => kt(self.create(Create::Fill(x0()?.scalar_value_f64().unwrap_or(0.0)), attrs, e, frame)),
+            Prim::Arange => kt(self.create(Create::Counted(KernelId::Arange), attrs, e, frame)),
+            Prim::Eye => kt(self.create(Create::Counted(KernelId::Eye), attrs, e, frame)),
+            Prim::Normal => kt(self.draw(Draw::Normal, &args, attrs, e, frame)),
+            Prim::Uniform => kt(self.draw(Draw::Uniform, &args, attrs, e, frame)),
+            Prim::HeNormal => kt(self.draw(Draw::He, &args, attrs, e, frame)),
+            Prim::GlorotUniform => kt(self.draw(Draw::Glorot, &args, attrs, e, frame)),
             Prim::ModelSum => {
                 let mut leaves = Vec::new();
                 args[0].leaves(&mut leaves);
@@ -494,27 +461,76 @@ impl Interp<'_> {
         }
     }
 
+    /// `zeros`, `ones`, `full` (a filled shape) and `arange`, `eye` (sized by their first dim).
+    fn create(&mut self, how: Create, attrs: &Attrs, e: &Expr, frame: &Frame) -> R<Tensor> {
+        let span = self.span(e);
+        let shape = self.dims_usize(frame, &attrs.shape, span)?;
+        let dt = dtype_of(attrs.dtype.unwrap_or(ElemTy::F32));
+        let (id, params) = match how {
+            // A split result (the sharding pass made it one) is created as this rank's block.
+            Create::Fill(v) => {
+                let shape = self.local_shape(&e.ty, shape);
+                (KernelId::Fill, KernelParams::new().dtype(dt).shape(&shape).value(v))
+            }
+            Create::Counted(id) => (id, KernelParams::new().n(shape.first().copied().unwrap_or(0)).dtype(dt)),
+        };
+        self.kernel(id, &[], &params, span)
+    }
+
+    /// The random creations: element `i` draws counter `i` of the seed's stream, so a rank's
+    /// block holds what the whole tensor has there.
+    fn draw(&mut self, how: Draw, args: &[Value], attrs: &Attrs, e: &Expr, frame: &Frame) -> R<Tensor> {
+        let span = self.span(e);
+        // `uniform(like: x, seed: s)` takes the (global) shape of its second operand.
+        let shape = match args.get(1) {
+            Some(like) => self.global_shape(&e.ty, t(like, span)?.shape().to_vec()),
+            None => self.dims_usize(frame, &attrs.shape, span)?,
+        };
+        let region = self.region(&e.ty, &shape);
+        let dt = dtype_of(attrs.dtype.unwrap_or(ElemTy::F32));
+        let key = match args.first() {
+            Some(v) => rng::stream_key(t(v, span).map(|x| scalar_i64(x).unwrap_or(0))? as u64, ""),
+            None => match self.init_keys.last() {
+                Some((seed, path)) => rng::stream_key(*seed as u64, path),
+                None => return Err(rt(Code::E0605, "random creation outside `init` needs `seed:`", span)),
+            },
+        };
+        let dim = |i: usize| shape.get(i).copied().unwrap_or(0);
+        let (id, lo, hi) = match how {
+            Draw::Normal => (KernelId::Normal, 0.0, 1.0),
+            Draw::Uniform => (KernelId::Uniform, 0.0, 1.0),
+            Draw::He => (KernelId::Normal, 0.0, (2.0 / dim(0).max(1) as f64).sqrt()),
+            Draw::Glorot => {
+                let a = (6.0 / dim(0).saturating_add(dim(1)).max(1) as f64).sqrt();
+                (KernelId::Uniform, -a, a)
+            }
+        };
+        let params = KernelParams::new().dtype(dt).key(key).region(region).value(lo).scale(hi);
+        self.kernel(id, &[], &params, span)
+    }
+
     /// The convolution and pooling primitives (`attrs.perm` holds their two integers). A
     /// symbolic output size with a stride above 1 is an exact division in the type
     /// (`check::builtins::conv`); a run whose sizes make it inexact stops here (exit 2).
-    fn conv_pool(&mut self, p: Prim, args: &[Value], attrs: &Attrs, e: &Expr, frame: &Frame) -> R<Value> {
+    #[allow(clippy::too_many_arguments)]
+    fn conv_pool(
+        &mut self,
+        p: Prim,
+        (id, sized): (KernelId, bool),
+        args: &[Value],
+        attrs: &Attrs,
+        e: &Expr,
+        frame: &Frame,
+    ) -> R<Value> {
         let span = self.span(e);
         let (a, b) = (attrs.perm.first().copied().unwrap_or(1), attrs.perm.get(1).copied().unwrap_or(0));
-        let ints = KernelParams::new().ints(&[a as i64, b as i64]);
-        let sized = || -> R<KernelParams> {
+        let mut params = KernelParams::new().ints(&[a as i64, b as i64]);
+        if sized {
             let s = self.dims_usize(frame, &attrs.shape, span)?;
-            Ok(ints.clone().shape(&[s.first().copied().unwrap_or(0), s.get(1).copied().unwrap_or(0)]))
-        };
+            params = params.shape(&[s.first().copied().unwrap_or(0), s.get(1).copied().unwrap_or(0)]);
+        }
         let xs = args.iter().map(|v| t(v, span)).collect::<R<Vec<&Tensor>>>()?;
-        let out = match p {
-            Prim::Conv2d => self.kernel(KernelId::Conv2d, &xs, &ints, span)?,
-            Prim::Conv2dInputGrad => self.kernel(KernelId::Conv2dInputGrad, &xs, &sized()?, span)?,
-            Prim::Conv2dWeightGrad => self.kernel(KernelId::Conv2dWeightGrad, &xs, &sized()?, span)?,
-            Prim::MaxPool2d => self.kernel(KernelId::MaxPool2d, &xs, &ints, span)?,
-            Prim::MaxPool2dGrad => self.kernel(KernelId::MaxPool2dGrad, &xs, &ints, span)?,
-            Prim::AvgPool2d => self.kernel(KernelId::AvgPool2d, &xs, &ints, span)?,
-            _ => self.kernel(KernelId::AvgPool2dGrad, &xs, &sized()?, span)?,
-        };
+        let out = self.kernel(id, &xs, &params, span)?;
         // The type's spatial sizes: a symbolic one may be an exact division that the sizes of
         // this run do not divide.
         if let Type::Tensor(TensorTy { shape: s, .. }) = &e.ty {
@@ -841,4 +857,22 @@ fn dtype_of_elem(e: crate::types::Elem) -> Option<DType> {
         crate::types::Elem::T(t) => Some(super::dtype_of(t)),
         _ => None,
     }
+}
+
+/// What a creation fills its tensor with.
+enum Create {
+    /// Every element `v` (`zeros`, `ones`, `full`).
+    Fill(f64),
+    /// A kernel sized by the first dim alone (`arange`, `eye`).
+    Counted(KernelId),
+}
+
+/// The distribution a random creation draws from.
+enum Draw {
+    Normal,
+    Uniform,
+    /// `he_normal(i, o)`: a normal with standard deviation `sqrt(2 / i)`.
+    He,
+    /// `glorot_uniform(i, o)`: uniform on `±sqrt(6 / (i + o))`.
+    Glorot,
 }

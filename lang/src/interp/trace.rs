@@ -160,7 +160,7 @@ impl super::Interp<'_> {
             | crate::ir::Prim::Load
             | crate::ir::Prim::LogScalar
             | crate::ir::Prim::Exists => Kind::Io,
-            _ => Kind::Kernel,
+            _ => Kind::Kernel, // any other primitive: computes
         };
         let span = self.span(e);
         let shape = shape_of(v);

@@ -188,7 +188,7 @@ pub fn scalar_binary(op: BinaryOp, a: &Tensor, b: &Tensor) -> Option<Tensor> {
                 BinaryOp::Le => return Some(Tensor::scalar_bool(x <= y)),
                 BinaryOp::Gt => return Some(Tensor::scalar_bool(x > y)),
                 BinaryOp::Ge => return Some(Tensor::scalar_bool(x >= y)),
-                _ => return None,
+                _ => return None, // any other primitive: folded by its kernel
             };
             Some(Tensor::scalar_i32(v))
         }
@@ -203,7 +203,7 @@ pub fn scalar_binary(op: BinaryOp, a: &Tensor, b: &Tensor) -> Option<Tensor> {
                 BinaryOp::Le => return Some(Tensor::scalar_bool(x <= y)),
                 BinaryOp::Gt => return Some(Tensor::scalar_bool(x > y)),
                 BinaryOp::Ge => return Some(Tensor::scalar_bool(x >= y)),
-                _ => return None,
+                _ => return None, // any other primitive: folded by its kernel
             };
             Some(Tensor::scalar_f32(v))
         }

@@ -784,7 +784,7 @@ impl Planner<'_> {
                     args.iter().map(|a| if strided { a.swapped_last().unwrap_or(a) } else { a }).collect();
                 self.consume(&ops, &e.ty)
             }
-            _ => self.consume(&args.iter().collect::<Vec<_>>(), &e.ty),
+            _ => self.consume(&args.iter().collect::<Vec<_>>(), &e.ty), // any other primitive: reads its operands
         }
     }
 

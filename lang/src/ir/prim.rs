@@ -1,14 +1,17 @@
 //! The primitive table: every builtin operation of msl, its surface name and its class.
 //!
-//! Shape rules live in `check::builtins` (keyed by this enum), evaluation in the interpreter,
-//! derivative rules in the autodiff pass; all match on `Prim` exhaustively, so adding a
-//! primitive is one entry here plus one arm in each of those tables.
+//! Each stage's rule for a primitive is an arm of that stage's table (type rules in
+//! `ir::typing`, diagnostics in `check::builtins`, evaluation in `interp::prims`, derivatives
+//! in `autodiff`, layouts in `shard::rules`, the map to kernel operations in `ir::eval`); every
+//! table matches on `Prim` without a catch-all arm (`scripts/tables.sh` checks it), so adding a
+//! primitive is one entry here plus one arm in each table, each asked for by the compiler.
 
 /// Declares the primitives: the enum, every variant in `Prim::ALL`, each one's name, whether
 /// users call it by that name (operators, casts and slices have their own syntax), and for
-/// those that they do, its signature and description (`Prim::info`).
+/// those that they do, its signature and description (`Prim::info`); operators add
+/// `op(symbol, precedence)` (`Prim::symbol`, `Prim::precedence`).
 macro_rules! prims {
-    ($($(#[$m:meta])* $v:ident : $name:literal $kind:ident $(($sig:literal, $doc:literal))?,)*) => {
+    ($($(#[$m:meta])* $v:ident : $name:literal $kind:ident $(($sig:literal, $doc:literal))? $(op($sym:literal, $prec:literal))?,)*) => {
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
         pub enum Prim {
             $($(#[$m])* $v,)*
@@ -40,8 +43,26 @@ macro_rules! prims {
                     $(Prim::$v => prims!(@info $kind $(($sig, $doc))?),)*
                 }
             }
+
+            /// The operator's symbol (`+`, `**`, prefix `-` and `!`), for operators written with one.
+            pub fn symbol(self) -> Option<&'static str> {
+                match self {
+                    $(Prim::$v => prims!(@opt $($sym)?),)*
+                }
+            }
+
+            /// How tightly the operator binds, loosest first (LANGUAGE.md §5); 10 for calls.
+            pub fn precedence(self) -> u8 {
+                match self {
+                    $(Prim::$v => prims!(@prec $($prec)?),)*
+                }
+            }
         }
     };
+    (@opt $x:literal) => { Some($x) };
+    (@opt) => { None };
+    (@prec $x:literal) => { $x };
+    (@prec) => { 10 };
     (@callable callable) => { true };
     (@callable internal) => { false };
     (@info callable ($sig:literal, $doc:literal)) => { Some(($sig, $doc)) };
@@ -50,23 +71,23 @@ macro_rules! prims {
 
 prims! {
     // Operators.
-    Neg: "neg" internal,
-    Not: "not" internal,
-    Add: "add" internal,
-    Sub: "sub" internal,
-    Mul: "mul" internal,
-    Div: "div" internal,
-    Rem: "rem" internal,
-    Pow: "pow" callable("pow(x, y) -> broadcast(x, y)", "`x` to the power `y`, elementwise with broadcasting; same as `x ** y`."),
-    MatMul: "matmul" internal,
-    Eq: "eq" internal,
-    Ne: "ne" internal,
-    Lt: "lt" internal,
-    Le: "le" internal,
-    Gt: "gt" internal,
-    Ge: "ge" internal,
-    And: "and" internal,
-    Or: "or" internal,
+    Neg: "neg" internal op("-", 7),
+    Not: "not" internal op("!", 7),
+    Add: "add" internal op("+", 4),
+    Sub: "sub" internal op("-", 4),
+    Mul: "mul" internal op("*", 5),
+    Div: "div" internal op("/", 5),
+    Rem: "rem" internal op("%", 5),
+    Pow: "pow" callable("pow(x, y) -> broadcast(x, y)", "`x` to the power `y`, elementwise with broadcasting; same as `x ** y`.") op("**", 8),
+    MatMul: "matmul" internal op("@", 6),
+    Eq: "eq" internal op("==", 3),
+    Ne: "ne" internal op("!=", 3),
+    Lt: "lt" internal op("<", 3),
+    Le: "le" internal op("<=", 3),
+    Gt: "gt" internal op(">", 3),
+    Ge: "ge" internal op(">=", 3),
+    And: "and" internal op("&&", 2),
+    Or: "or" internal op("||", 1),
     // Elementwise functions.
     Exp: "exp" callable("exp(x: f[..S]) -> f[..S]", "Elementwise exponential."),
     Log: "log" callable("log(x: f[..S]) -> f[..S]", "Elementwise natural logarithm."),
@@ -419,6 +440,39 @@ macro_rules! other_prims {
             | $crate::ir::Prim::TapeNew
             | $crate::ir::Prim::TapePush
             | $crate::ir::Prim::TapeGet
+    };
+}
+
+/// Every primitive outside the reductions: the last arm of a table over the reductions alone,
+/// so that a new reduction does not compile until that table has its arm.
+#[macro_export]
+macro_rules! not_reduce_prims {
+    () => {
+        $crate::unary_prims!() | $crate::binary_prims!() | $crate::other_prims!() | $crate::collective_prims!()
+    };
+}
+
+/// Every primitive outside the binary elementwise ones (see [`not_reduce_prims!`]).
+#[macro_export]
+macro_rules! not_binary_prims {
+    () => {
+        $crate::unary_prims!() | $crate::reduce_prims!() | $crate::other_prims!() | $crate::collective_prims!()
+    };
+}
+
+/// Every primitive outside the unary elementwise ones (see [`not_reduce_prims!`]).
+#[macro_export]
+macro_rules! not_unary_prims {
+    () => {
+        $crate::binary_prims!() | $crate::reduce_prims!() | $crate::other_prims!() | $crate::collective_prims!()
+    };
+}
+
+/// Every primitive but the collectives (see [`not_reduce_prims!`]).
+#[macro_export]
+macro_rules! not_collective_prims {
+    () => {
+        $crate::unary_prims!() | $crate::binary_prims!() | $crate::reduce_prims!() | $crate::other_prims!()
     };
 }
 

@@ -3,6 +3,7 @@
 //! The output uses only surface syntax: operators, builtins with named arguments, `let`/`var`,
 //! `if`, `for`, `while`, tuples, fields and model constructors, so it can be checked again.
 
+use super::prim::Class;
 use super::{Expr, ExprKind, Func, Lit, Local, Pat, Prim, Program, SliceEntry, Stmt};
 use crate::types::TensorTy;
 use crate::types::{dim_str, type_str, Elem, Type};
@@ -27,42 +28,6 @@ struct Printer<'a> {
     p: &'a Program,
     f: &'a Func,
     out: String,
-}
-
-/// Binding strength of an operator, loosest first, as in LANGUAGE.md §5.
-fn prec(p: Prim) -> u8 {
-    match p {
-        Prim::Or => 1,
-        Prim::And => 2,
-        Prim::Eq | Prim::Ne | Prim::Lt | Prim::Le | Prim::Gt | Prim::Ge => 3,
-        Prim::Add | Prim::Sub => 4,
-        Prim::Mul | Prim::Div | Prim::Rem => 5,
-        Prim::MatMul => 6,
-        Prim::Neg | Prim::Not => 7,
-        Prim::Pow => 8,
-        _ => 10,
-    }
-}
-
-fn op_symbol(p: Prim) -> Option<&'static str> {
-    Some(match p {
-        Prim::Add => "+",
-        Prim::Sub => "-",
-        Prim::Mul => "*",
-        Prim::Div => "/",
-        Prim::Rem => "%",
-        Prim::Pow => "**",
-        Prim::MatMul => "@",
-        Prim::Eq => "==",
-        Prim::Ne => "!=",
-        Prim::Lt => "<",
-        Prim::Le => "<=",
-        Prim::Gt => ">",
-        Prim::Ge => ">=",
-        Prim::And => "&&",
-        Prim::Or => "||",
-        _ => return None,
-    })
 }
 
 impl Printer<'_> {
@@ -217,8 +182,8 @@ impl Printer<'_> {
             }
             ExprKind::Prim { prim, args, attrs } => {
                 let a = self.args(args, depth);
-                if let Some(sym) = op_symbol(*prim) {
-                    let pr = prec(*prim);
+                if let (Some(sym), Class::Binary | Class::Other) = (prim.symbol(), prim.class()) {
+                    let pr = prim.precedence();
                     let l = self.expr(&args[0], pr, depth);
                     let r = self.expr(&args[1], pr + 1, depth);
                     let s = format!("{l} {sym} {r}");
@@ -393,6 +358,7 @@ impl Printer<'_> {
                         format!("{}[{}]", self.expr(&args[0], 10, depth), parts.join(", "))
                     }
                     _ => {
+                        // any other primitive: a call, `name(operands, axis: k, …)`
                         let mut all = a.clone();
                         if let Some(ax) = attrs.axis {
                             all.push(if attrs.from_end { format!("axis: -{ax}") } else { format!("axis: {ax}") });

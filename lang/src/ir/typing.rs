@@ -10,6 +10,7 @@
 //! type and checks the rest.
 
 mod prims;
+pub(crate) use prims::reduction_elem;
 
 use super::{Expr, ExprKind, Func, Lit, Pat, Program, Stmt};
 use crate::types::unify::elem_accepts;

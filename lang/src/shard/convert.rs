@@ -269,7 +269,8 @@ impl Fcx<'_> {
                 Prim::AllReduceSum | Prim::AllReduceMean | Prim::AllReduceMax | Prim::AllReduceMin => "all-reduce",
                 Prim::ReduceScatter => "reduce-scatter",
                 Prim::AllToAll => "all-to-all",
-                _ => "collective",
+                Prim::LocalSlice => "local slice",
+                crate::not_collective_prims!() => "collective",
             };
             self.warnings.push(
                 Diagnostic::warning(

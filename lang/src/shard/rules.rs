@@ -88,13 +88,7 @@ pub(super) fn prim(cx: &mut Fcx, e: &mut Expr) {
             let lx = layout(&args[0].ty);
             let (out, axes) = reduced(&lx, attrs.axis, attrs.keepdims);
             e.ty = with_layout(&e.ty, out);
-            let coll = match p {
-                Prim::Sum => Prim::AllReduceSum,
-                Prim::Mean => Prim::AllReduceMean,
-                Prim::Max => Prim::AllReduceMax,
-                _ => Prim::AllReduceMin,
-            };
-            partial = (!axes.is_empty()).then_some((coll, axes));
+            partial = combined_by(p).filter(|_| !axes.is_empty()).map(|coll| (coll, axes));
         }
         Prim::Argmax | Prim::Argmin | Prim::Logsumexp => {
             // The reduced dims must be whole; the others keep their layout.
@@ -199,12 +193,15 @@ pub(super) fn prim(cx: &mut Fcx, e: &mut Expr) {
             e.ty = with_layout(&e.ty, out);
             return;
         }
-        Prim::MatMul | Prim::Einsum => {
-            let out = match p {
-                Prim::MatMul => matmul(cx, args, &e.ty),
-                _ => einsum(cx, args, attrs.spec.as_deref(), &e.ty),
+        Prim::MatMul => {
+            let Some((out, k)) = matmul(cx, args, &e.ty) else { return whole_result(cx, args, &mut e.ty) };
+            e.ty = with_layout(&e.ty, out);
+            partial = (!k.is_empty()).then_some((Prim::AllReduceSum, k));
+        }
+        Prim::Einsum => {
+            let Some((out, k)) = einsum(cx, args, attrs.spec.as_deref(), &e.ty) else {
+                return whole_result(cx, args, &mut e.ty);
             };
-            let Some((out, k)) = out else { return whole_result(cx, args, &mut e.ty) };
             e.ty = with_layout(&e.ty, out);
             partial = (!k.is_empty()).then_some((Prim::AllReduceSum, k));
         }
@@ -644,4 +641,16 @@ fn matmul(cx: &mut Fcx, args: &mut [Expr], out_ty: &Type) -> Option<(L, Vec<Axis
         out.push(n);
     }
     Some((out, k))
+}
+
+/// The all-reduce that combines the ranks' partial results of reduction `p` over a split dim;
+/// `None` for a reduction whose dims must be whole (and for anything else).
+fn combined_by(p: Prim) -> Option<Prim> {
+    match p {
+        Prim::Sum => Some(Prim::AllReduceSum),
+        Prim::Mean => Some(Prim::AllReduceMean),
+        Prim::Max => Some(Prim::AllReduceMax),
+        Prim::Min => Some(Prim::AllReduceMin),
+        Prim::Argmax | Prim::Argmin | Prim::Logsumexp | crate::not_reduce_prims!() => None,
+    }
 }

@@ -198,7 +198,15 @@ fn node(p: &Program, f: &Func, e: &Expr, combined: &HashMap<ExprId, (Prim, Vec<A
                             }
                             want[t] = std::mem::take(&mut want[d]);
                         }
-                        _ => {
+                        // A guard above failed, so the operand's layout does not fit the collective.
+                        Prim::AllGather
+                        | Prim::LocalSlice
+                        | Prim::ReduceScatter
+                        | Prim::AllReduceSum
+                        | Prim::AllReduceMean
+                        | Prim::AllReduceMax
+                        | Prim::AllReduceMin
+                        | crate::not_collective_prims!() => {
                             out.push(format!(
                                 "{} over {:?} at dim {d} of an operand of layout {xl:?}",
                                 name(e),
@@ -218,7 +226,7 @@ fn node(p: &Program, f: &Func, e: &Expr, combined: &HashMap<ExprId, (Prim, Vec<A
                         }
                     }
                 }
-                _ => {}
+                _ => {} // any other primitive: no layout invariant beyond its rule in `shard::rules`
             }
         }
         _ => {}

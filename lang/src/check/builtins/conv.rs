@@ -13,6 +13,26 @@ use crate::types::unify::window_out_size as out_size;
 /// A checked float tensor operand of rank 4 (or `rank`): its expression and dims.
 type Operand = (ir::Expr, Elem, Vec<Dim>);
 
+/// The four pooling primitives, which share one checking rule.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Pool {
+    Max,
+    MaxGrad,
+    Avg,
+    AvgGrad,
+}
+
+impl Pool {
+    fn prim(self) -> Prim {
+        match self {
+            Pool::Max => Prim::MaxPool2d,
+            Pool::MaxGrad => Prim::MaxPool2dGrad,
+            Pool::Avg => Prim::AvgPool2d,
+            Pool::AvgGrad => Prim::AvgPool2dGrad,
+        }
+    }
+}
+
 impl Checker {
     /// One tensor operand of a convolution or pooling: float, of the given rank.
     fn window_operand(
@@ -239,15 +259,15 @@ impl Checker {
     /// `max_pool2d(x[, v], kernel: k, stride: s)`, `avg_pool2d(x, kernel:, stride:)`,
     /// `max_pool2d_grad(x, g, …)` and `avg_pool2d_grad(g, size: [H, W], …)`; the stride
     /// defaults to the window, as in PyTorch.
-    pub(super) fn check_pool2d(&mut self, cx: &mut FnCx, q: Prim, a: &Args, span: Span) -> ir::Expr {
+    pub(super) fn check_pool2d(&mut self, cx: &mut FnCx, pool: Pool, a: &Args, span: Span) -> ir::Expr {
+        let q = pool.prim();
         let name = q.name();
-        let named: &[&str] =
-            if q == Prim::AvgPool2dGrad { &["size", "kernel", "stride"] } else { &["kernel", "stride"] };
+        let named: &[&str] = if pool == Pool::AvgGrad { &["size", "kernel", "stride"] } else { &["kernel", "stride"] };
         self.check_named(name, a, named);
-        let (lo, hi) = match q {
-            Prim::MaxPool2d => (1, 2),
-            Prim::MaxPool2dGrad => (2, 2),
-            _ => (1, 1),
+        let (lo, hi) = match pool {
+            Pool::Max => (1, 2),
+            Pool::MaxGrad => (2, 2),
+            Pool::Avg | Pool::AvgGrad => (1, 1),
         };
         if !self.arity(name, a, lo, hi, span) {
             return self.error_expr(span);
@@ -266,14 +286,14 @@ impl Checker {
             Some(&p) => self.window_operand(cx, name, p, 4, "a tensor `[N, C, …]`").map(Some),
             None => Some(None),
         };
-        let size = if q == Prim::AvgPool2dGrad { self.dim_pair(cx, a, name, "size", span) } else { Some(vec![]) };
+        let size = if pool == Pool::AvgGrad { self.dim_pair(cx, a, name, "size", span) } else { Some(vec![]) };
         let (Some(k), Some(s), Some((x, xe, xd)), Some(second), Some(size)) = (k, s, x, second, size) else {
             return self.error_expr(span);
         };
         let kd = Dim::constant(k);
         let kspan = kexpr.span;
         // The input's spatial size: the operand's, or `size:` for the adjoint of averaging.
-        let (h, w) = if q == Prim::AvgPool2dGrad { (&size[0], &size[1]) } else { (&xd[2], &xd[3]) };
+        let (h, w) = if pool == Pool::AvgGrad { (&size[0], &size[1]) } else { (&xd[2], &xd[3]) };
         let (Some(oh), Some(ow)) =
             (self.window_out(name, (h, &kd), s, 0, kspan), self.window_out(name, (w, &kd), s, 0, kspan))
         else {
@@ -286,7 +306,7 @@ impl Checker {
                 return self.error_expr(span);
             }
             // `max_pool2d(x, v)` picks from a `v` shaped like `x`; the adjoint's `g` is pooled.
-            let want = if q == Prim::MaxPool2d { &xd } else { &pooled };
+            let want = if pool == Pool::Max { &xd } else { &pooled };
             for i in 0..4 {
                 if !self.dims_agree(name, "operand sizes", (&want[i], &vd[i]), a.pos[1].1) {
                     return self.error_expr(span);
@@ -294,16 +314,16 @@ impl Checker {
             }
             args.push(v);
         }
-        if q == Prim::AvgPool2dGrad
+        if pool == Pool::AvgGrad
             && (!self.dims_agree(name, "gradient heights", (&oh, &xd[2]), a.pos[0].1)
                 || !self.dims_agree(name, "gradient widths", (&ow, &xd[3]), a.pos[0].1))
         {
             return self.error_expr(span);
         }
-        let dims = match q {
-            Prim::MaxPool2d | Prim::AvgPool2d => pooled,
-            Prim::MaxPool2dGrad => xd.clone(),
-            _ => vec![xd[0].clone(), xd[1].clone(), size[0].clone(), size[1].clone()],
+        let dims = match pool {
+            Pool::Max | Pool::Avg => pooled,
+            Pool::MaxGrad => xd.clone(),
+            Pool::AvgGrad => vec![xd[0].clone(), xd[1].clone(), size[0].clone(), size[1].clone()],
         };
         let ty = Type::tensor_of(xe, dims.into_iter().map(ShapeItem::Dim).collect());
         let attrs = Attrs { perm: vec![k as usize, s as usize], shape: size, ..Attrs::default() };

@@ -466,15 +466,22 @@ fn rule_of(prim: Prim, args: &[Expr], attrs: &Attrs, declared: &Type) -> Result<
     }
 }
 
+/// The element type of reduction `prim` of `e` elements: the arg-reductions give indices, a
+/// sum of booleans counts them.
+pub(crate) fn reduction_elem(prim: Prim, e: Elem) -> Elem {
+    match prim {
+        Prim::Argmax | Prim::Argmin => Elem::T(ElemTy::I32),
+        Prim::Sum if e == Elem::T(ElemTy::Bool) => Elem::T(ElemTy::I32),
+        Prim::Sum | Prim::Mean | Prim::Max | Prim::Min | Prim::Logsumexp => e,
+        crate::not_reduce_prims!() => e,
+    }
+}
+
 /// A reduction: the axis removed (kept as 1 with `keepdims`), or every axis.
 fn reduction(prim: Prim, args: &[Expr], attrs: &Attrs) -> Result<Rule, String> {
     arity(args, 1)?;
     let (e, s) = tensor_arg(args, 0)?;
-    let out = match prim {
-        Prim::Argmax | Prim::Argmin => Elem::T(ElemTy::I32),
-        Prim::Sum if e == Elem::T(ElemTy::Bool) => Elem::T(ElemTy::I32),
-        _ => e,
-    };
+    let out = reduction_elem(prim, e);
     let shape = match attrs.axis {
         None if attrs.keepdims => s.iter().map(|_| ShapeItem::Dim(Dim::constant(1))).collect(),
         None => vec![],
