@@ -5,7 +5,7 @@ change of the machine's speed during the run falls on both. Per-step times are d
 runs with different step counts (start-up, data and compilation cancel out); the table gives each
 build's median and the median of the per-round ratios B/A, with the CPU and the load.
 
-Usage: bench/ab.py A_MSL B_MSL [--rounds 5] [--json OUT]
+Usage: bench/ab.py A_MSL B_MSL [--rounds 5] [--only SUBSTRING] [--json OUT]
 """
 import argparse, json, os, statistics, sys
 
@@ -59,11 +59,14 @@ def main():
     ap.add_argument("b")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--json")
+    ap.add_argument("--only", help="run only the workloads whose name contains this")
     args = ap.parse_args()
     info = cpu()
     print(f"CPU: {info['model']} ({', '.join(info['flags'])}), {os.cpu_count()} threads")
     rows = []
     for name, tpl, subst, k1, k2, modes in WORKLOADS:
+        if args.only and args.only not in name:
+            continue
         for mode in modes:
             ta, tb, ratios, loads = [], [], [], []
             for r in range(args.rounds):
