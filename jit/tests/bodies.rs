@@ -139,3 +139,52 @@ fn interrupted(src: &str) {
     assert!(out.text().contains("interrupted"), "{}", out.text());
     assert!(out.text().contains("3:5"), "the error points at the loop: {}", out.text());
 }
+
+/// Small counted loops run their body several times a trip (`host::gen`'s `UNROLL`), then one
+/// at a time: every length from 0 to 18 and starts below and above 0, loops that cross the
+/// 65,536-iteration chunk, and a body with a branch give the numbers Rust computes, at every
+/// level, with each loop compiled.
+#[test]
+fn unrolled_counted_loops_give_every_iteration_once() {
+    let src = r#"
+fn main() {
+    var total = 0
+    for a in -9..4 {
+        for len in 0..19 {
+            var acc = 0
+            for i in a..a + len {
+                let r = i % 7
+                if r > 2 { acc = acc + r * i } else { acc = acc - i }
+            }
+            total = total + acc * (len + 1)
+        }
+    }
+    print(total)
+    var s = 0
+    for i in 3..140003 { s = s + (i % 13) * (i % 5) }
+    print(s)
+    var f = 0.0
+    for i in 0..65541 { f = f + 0.5 }
+    print(f)
+}
+"#;
+    let mut total: i64 = 0;
+    for a in -9i64..4 {
+        for len in 0i64..19 {
+            let mut acc = 0;
+            for i in a..a + len {
+                let r = i.rem_euclid(7);
+                acc += if r > 2 { r * i } else { -i };
+            }
+            total += acc * (len + 1);
+        }
+    }
+    let s: i64 = (3i64..140003).map(|i| (i % 13) * (i % 5)).sum();
+    let want = format!("{total}\n{s}\n32770.5\n");
+    assert_eq!(run_block(src, Path::new(".")).text(), want, "interpreter");
+    for level in 0..3 {
+        let (out, r) = jit::run_block(src, Path::new("."), jit::Options::level(level));
+        assert_eq!(out.text(), want, "-O{level}");
+        assert_eq!(r.borrow().interpreted_loops(), 0, "-O{level}: a loop ran in the interpreter");
+    }
+}

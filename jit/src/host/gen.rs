@@ -58,6 +58,28 @@ type Val = Option<(Value, DType)>;
 /// Iterations of a `for` loop between two reads of the interrupt flag.
 const CHUNK: i64 = 1 << 16;
 
+/// How many iterations of a small counted loop's body one trip runs (`unrollable`).
+const UNROLL: i64 = 8;
+
+/// The most IR nodes a loop body may have to be unrolled.
+const UNROLL_NODES: usize = 40;
+
+/// Whether a counted loop's body is small and straight enough to be written `UNROLL` times: no
+/// call, loop or `return` (each copy would inline, nest or exit again), at most `UNROLL_NODES`
+/// nodes.
+fn unrollable(body: &Expr) -> bool {
+    let mut nodes = 0;
+    let mut straight = true;
+    lang::ir::walk::walk(body, &mut |e| {
+        nodes += 1;
+        straight &= !matches!(
+            e.kind,
+            ExprKind::Call { .. } | ExprKind::ForRange { .. } | ExprKind::While { .. } | ExprKind::Return(_)
+        );
+    });
+    straight && nodes <= UNROLL_NODES
+}
+
 pub(super) struct HostGen<'a, 'f, 'p> {
     l: Lower<'a, 'f>,
     prog: &'p Program,
@@ -236,12 +258,39 @@ impl<'a, 'f, 'p> HostGen<'a, 'f, 'p> {
                 self.l.b.ins().jump(inner, &[BlockArg::Value(i)]);
                 self.l.b.switch_to_block(inner);
                 let j = self.l.b.block_params(inner)[0];
-                let v = self.l.b.ins().ireduce(types::I32, j);
-                if let Some(r) = var_range {
-                    self.ranges.insert(v, r);
+                if unrollable(body) {
+                    // `UNROLL` iterations a trip while they fit in the chunk, then one at a time:
+                    // a small body then pays the loop's test and jump once per `UNROLL`.
+                    let b = &mut self.l.b;
+                    let (wide, tail, single) = (b.create_block(), b.create_block(), b.create_block());
+                    b.append_block_param(tail, types::I64);
+                    let wide_end = b.ins().iadd_imm_s(j, UNROLL);
+                    let fits = b.ins().icmp(IntCC::SignedLessThanOrEqual, wide_end, chunk_end);
+                    b.ins().brif(fits, wide, &[], tail, &[BlockArg::Value(j)]);
+                    b.switch_to_block(wide);
+                    for k in 0..UNROLL {
+                        let jk = self.l.b.ins().iadd_imm_s(j, k);
+                        self.iteration(*var, jk, var_range, body)?;
+                    }
+                    self.l.b.ins().jump(inner, &[BlockArg::Value(wide_end)]);
+                    self.l.b.switch_to_block(tail);
+                    let t = self.l.b.block_params(tail)[0];
+                    let b = &mut self.l.b;
+                    let (after, in_chunk) = (b.create_block(), b.ins().icmp(IntCC::SignedLessThan, t, chunk_end));
+                    b.append_block_param(after, types::I64);
+                    b.ins().brif(in_chunk, single, &[], after, &[BlockArg::Value(t)]);
+                    b.switch_to_block(single);
+                    self.iteration(*var, t, var_range, body)?;
+                    let next = self.l.b.ins().iadd_imm_s(t, 1);
+                    self.l.b.ins().jump(tail, &[BlockArg::Value(next)]);
+                    self.l.b.switch_to_block(after);
+                    let n = self.l.b.block_params(after)[0];
+                    let more = self.l.b.ins().icmp(IntCC::SignedLessThan, n, b64);
+                    self.l.b.ins().brif(more, outer, &[BlockArg::Value(n)], exit, &[]);
+                    self.l.b.switch_to_block(exit);
+                    return Ok(None);
                 }
-                self.define(*var, v, DType::I32)?;
-                self.expr(body)?;
+                self.iteration(*var, j, var_range, body)?;
                 let b = &mut self.l.b;
                 let next = b.ins().iadd_imm_s(j, 1);
                 let in_chunk = b.ins().icmp(IntCC::SignedLessThan, next, chunk_end);
@@ -309,6 +358,17 @@ impl<'a, 'f, 'p> HostGen<'a, 'f, 'p> {
     }
 
     /// Gives local `l` of the current frame the value `x` (declaring it on first sight).
+    /// One iteration of a counted loop's body, the loop variable `var` being `j` (an i64 counter).
+    fn iteration(&mut self, var: Local, j: Value, range: Option<(i64, i64)>, body: &Expr) -> Result<(), String> {
+        let v = self.l.b.ins().ireduce(types::I32, j);
+        if let Some(r) = range {
+            self.ranges.insert(v, r);
+        }
+        self.define(var, v, DType::I32)?;
+        self.expr(body)?;
+        Ok(())
+    }
+
     fn define(&mut self, l: Local, x: Value, d: DType) -> Result<(), String> {
         let key = (self.frame, l);
         let var = match self.vars.get(&key) {
