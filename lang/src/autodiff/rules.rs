@@ -605,12 +605,7 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
         // before differentiation) and effects. Listed, not caught by a wildcard, so that a new
         // primitive cannot compile without a decision here.
         Prim::Not
-        | Prim::Eq
-        | Prim::Ne
-        | Prim::Lt
-        | Prim::Le
-        | Prim::Gt
-        | Prim::Ge
+        | crate::comparison_prims!()
         | Prim::And
         | Prim::Or
         | Prim::Sign

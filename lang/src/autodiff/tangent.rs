@@ -331,12 +331,7 @@ impl Gen<'_> {
             // No tangent: the same primitives as the reverse rules' list (a wildcard would let a new
             // primitive compile without a rule).
             Prim::Rem
-            | Prim::Eq
-            | Prim::Ne
-            | Prim::Lt
-            | Prim::Le
-            | Prim::Gt
-            | Prim::Ge
+            | crate::comparison_prims!()
             | Prim::And
             | Prim::Or
             | Prim::Argmax

@@ -336,12 +336,7 @@ impl Checker {
                     | Prim::Mul
                     | Prim::Div
                     | Prim::Rem
-                    | Prim::Eq
-                    | Prim::Ne
-                    | Prim::Lt
-                    | Prim::Le
-                    | Prim::Gt
-                    | Prim::Ge
+                    | crate::comparison_prims!()
                     | Prim::And
                     | Prim::Or
                     | crate::not_binary_prims!() => return self.error_expr(span),

@@ -307,6 +307,19 @@ macro_rules! unary_prims {
     };
 }
 
+/// The six comparisons, binary elementwise primitives with a bool result (see [`unary_prims!`]).
+#[macro_export]
+macro_rules! comparison_prims {
+    () => {
+        $crate::ir::Prim::Eq
+            | $crate::ir::Prim::Ne
+            | $crate::ir::Prim::Lt
+            | $crate::ir::Prim::Le
+            | $crate::ir::Prim::Gt
+            | $crate::ir::Prim::Ge
+    };
+}
+
 /// The binary elementwise primitives (see [`unary_prims!`]).
 #[macro_export]
 macro_rules! binary_prims {
@@ -317,12 +330,7 @@ macro_rules! binary_prims {
             | $crate::ir::Prim::Div
             | $crate::ir::Prim::Rem
             | $crate::ir::Prim::Pow
-            | $crate::ir::Prim::Eq
-            | $crate::ir::Prim::Ne
-            | $crate::ir::Prim::Lt
-            | $crate::ir::Prim::Le
-            | $crate::ir::Prim::Gt
-            | $crate::ir::Prim::Ge
+            | $crate::comparison_prims!()
             | $crate::ir::Prim::And
             | $crate::ir::Prim::Or
             | $crate::ir::Prim::Maximum

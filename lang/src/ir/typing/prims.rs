@@ -185,7 +185,7 @@ fn rule_of(prim: Prim, args: &[Expr], attrs: &Attrs, declared: &Type) -> Result<
             let s = broadcast(sa, sb).map_err(|_| "operands do not broadcast".to_string())?;
             Ok(Rule::Is(tensor(e, s)))
         }
-        P::Eq | P::Ne | P::Lt | P::Le | P::Gt | P::Ge | P::And | P::Or => {
+        crate::comparison_prims!() | P::And | P::Or => {
             arity(args, 2)?;
             let (ea, sa) = tensor_arg(args, 0)?;
             let (eb, sb) = tensor_arg(args, 1)?;
