@@ -40,6 +40,10 @@ run)
     echo "== msl run --device cuda"
     printf 'fn main() {\n    print(sum(ones(4)))\n}\n' > "${TMPDIR:-/tmp}/gpu_check.msl"
     target/gpu/msl run --device cuda "${TMPDIR:-/tmp}/gpu_check.msl" || echo "(exit $?)"
+    # Every spec example, its expected output checked, with the CUDA device's kernels on the
+    # GPU (the rest on the CPU): the same text as on the CPU, or the example fails.
+    echo "== msl test --device cuda spec/"
+    target/gpu/msl test --device cuda spec/ | tail -n 5 || status=1
     exit "$status"
     ;;
 *)

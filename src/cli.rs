@@ -5,6 +5,7 @@ use lang::check::{self, Checked};
 use lang::diag;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 #[derive(Parser)]
 #[command(name = "msl", version, about = "msl: a statically shape-typed language for tensor models")]
@@ -44,16 +45,32 @@ enum DeviceKind {
     Cuda(Option<u32>),
 }
 
-/// The device's name and why it cannot run here, or `None` for the CPU.
-fn absent_device(device: DeviceKind) -> Option<(String, &'static str)> {
-    let DeviceKind::Cuda(n) = device else { return None };
+/// The device a run asks for: `None` for the CPU; for CUDA, the GPU behind `kernels::Offload`
+/// (the kernels the CUDA device has run on it, the rest on the CPU), or its name and why it
+/// cannot run here.
+fn open_device(device: DeviceKind) -> Result<Option<Arc<kernels::Offload>>, (String, String)> {
+    let DeviceKind::Cuda(n) = device else { return Ok(None) };
     let n = n.unwrap_or_else(|| dist::launcher_local_rank().unwrap_or(0) as u32);
-    let why = if kernels::cuda::driver_present() {
-        "msl cannot run programs on a CUDA GPU yet (its CUDA kernels compile, but the interpreter does not run on the CUDA device)"
-    } else {
-        "the CUDA driver (libcuda.so) is not on this machine"
-    };
-    Some((format!("cuda:{n}"), why))
+    let name = format!("cuda:{n}");
+    if !kernels::cuda::driver_present() {
+        return Err((name, "the CUDA driver (libcuda.so) is not on this machine".into()));
+    }
+    match kernels::cuda::CudaDevice::new(n as usize) {
+        Ok(gpu) => Ok(Some(Arc::new(kernels::Offload::new(Arc::new(gpu))))),
+        Err(e) => Err((name, e.to_string())),
+    }
+}
+
+/// After a run on an offloading device: how many launches ran where (stderr).
+fn device_note(off: Option<&Arc<kernels::Offload>>) {
+    if let Some(off) = off {
+        let (accel, host) = off.counts();
+        eprintln!(
+            "note: {} ran {accel} of the run's {} kernel launches, the CPU the rest (the CUDA device has only some kernels yet)",
+            kernels::Device::name(off.as_ref()),
+            accel + host
+        );
+    }
 }
 
 fn parse_device(s: &str) -> Result<DeviceKind, String> {
@@ -270,32 +287,49 @@ pub fn main() -> u8 {
             if let Some(t) = trace {
                 let _ = crate::trace::TRACE.set(t);
             }
-            if let Some((name, why)) = absent_device(device) {
-                eprintln!("error: no CUDA device `{name}`: {why}; run with `--device cpu`");
-                return 2;
+            let off = match open_device(device) {
+                Ok(off) => off,
+                Err((name, why)) => {
+                    eprintln!("error: no CUDA device `{name}`: {why}; run with `--device cpu`");
+                    return 2;
+                }
+            };
+            if let Some(off) = &off {
+                let _ = crate::run::DEVICE.set(off.clone());
             }
-            if mode == Mode::Jit {
-                return crate::jit_cmd::run(&file, &logdir, opt, explain, message_format == MessageFormat::Json);
-            }
-            let _ = opt;
-            if explain {
-                eprintln!("note: `--explain` describes compiled code; add `--mode jit` to see it");
-            }
-            crate::run::run_cmd(&file, &logdir, message_format == MessageFormat::Json)
+            let code = if mode == Mode::Jit {
+                crate::jit_cmd::run(&file, &logdir, opt, explain, message_format == MessageFormat::Json)
+            } else {
+                if explain {
+                    eprintln!("note: `--explain` describes compiled code; add `--mode jit` to see it");
+                }
+                crate::run::run_cmd(&file, &logdir, message_format == MessageFormat::Json)
+            };
+            device_note(off.as_ref());
+            code
         }
         Cmd::Test { paths, mode, opt, mesh, consts, logdir, device } => {
             if let Err(code) = mesh_override(mesh.as_deref()).and_then(|_| const_override(consts.as_deref())) {
                 return code;
             }
-            if let Some((name, why)) = absent_device(device) {
-                println!("skipped: every test of this run: no CUDA device `{name}`: {why}");
-                return 0;
+            let off = match open_device(device) {
+                Ok(off) => off,
+                Err((name, why)) => {
+                    println!("skipped: every test of this run: no CUDA device `{name}`: {why}");
+                    return 0;
+                }
+            };
+            if let Some(off) = &off {
+                let _ = crate::run::DEVICE.set(off.clone());
             }
             if opt > 2 {
                 eprintln!("error: `-O{opt}` is not an optimisation level (use 0, 1 or 2)");
                 return 2;
             }
-            crate::run::test_cmd(&paths, (mode == Mode::Jit).then(|| jit::Options::level(opt)), logdir.as_deref())
+            let code =
+                crate::run::test_cmd(&paths, (mode == Mode::Jit).then(|| jit::Options::level(opt)), logdir.as_deref());
+            device_note(off.as_ref());
+            code
         }
         Cmd::Dryrun { file, devices, mesh, consts, search, memory } => {
             if let Err(code) = const_override(consts.as_deref()) {

@@ -90,6 +90,9 @@ pub(crate) fn interpreter<'p>(prog: &'p lang::ir::Program, file: &Path, logdir: 
     it.spmd = crate::spmd::job();
     it.scalars = Box::new(crate::metrics::TensorBoard::new(logdir.to_path_buf()));
     it.nan_check = NAN_CHECK.load(std::sync::atomic::Ordering::Relaxed);
+    if let Some(d) = device() {
+        it.device = d;
+    }
     it.source_dir = file.parent().map(Path::to_path_buf);
     crate::trace::start(&mut it);
     if std::io::stderr().is_terminal() && crate::spmd::rank() == 0 {
@@ -100,6 +103,15 @@ pub(crate) fn interpreter<'p>(prog: &'p lang::ir::Program, file: &Path, logdir: 
 
 /// `msl run --nan-check`, for every interpreter the command makes.
 pub(crate) static NAN_CHECK: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// `--device cuda`: the device every interpreter of this process runs its kernels on (the CPU
+/// device when unset).
+pub(crate) static DEVICE: std::sync::OnceLock<std::sync::Arc<kernels::Offload>> = std::sync::OnceLock::new();
+
+/// The device `--device` chose.
+pub(crate) fn device() -> Option<std::sync::Arc<dyn kernels::Device>> {
+    DEVICE.get().map(|d| d.clone() as std::sync::Arc<dyn kernels::Device>)
+}
 
 pub fn run_cmd(file: &Path, logdir: &Path, json: bool) -> u8 {
     let (c, main) = match runnable(file, json) {
@@ -184,10 +196,23 @@ pub fn test_cmd(paths: &[PathBuf], jit: Option<jit::Options>, logdir: Option<&Pa
             };
             let dir = f.parent().unwrap_or(Path::new(".")).to_path_buf();
             for b in lang::spec::parse_blocks(&text) {
-                let out = match jit {
-                    Some(opts) => jit::run_block(&b.code, &dir, opts).0,
-                    None => lang::spec::run_block(&b.code, &dir),
-                };
+                let out = lang::spec::run_block_prepared(
+                    &b.code,
+                    &dir,
+                    &mut |p| {
+                        if let Some(opts) = jit {
+                            jit::prepare(p, opts);
+                        }
+                    },
+                    &mut |it| {
+                        if let Some(d) = device() {
+                            it.device = d;
+                        }
+                        if let Some(opts) = jit {
+                            drop(jit::install(it, opts));
+                        }
+                    },
+                );
                 let ok = match &b.expect {
                     Some((k, _, _, content)) => k == out.kind() && content == out.text(),
                     None => out.kind() == "output" && !out.text().contains("error["),
@@ -226,6 +251,9 @@ pub fn test_cmd(paths: &[PathBuf], jit: Option<jit::Options>, logdir: Option<&Pa
         });
         for t in &c.program.tests {
             let mut it = Interp::new(&c.program, Box::new(std::io::stdout()));
+            if let Some(d) = device() {
+                it.device = d;
+            }
             it.source_dir = f.parent().map(Path::to_path_buf);
             if let Some(log) = &log {
                 it.scalars = Box::new(crate::metrics::Shared(log.clone()));

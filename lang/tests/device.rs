@@ -13,6 +13,9 @@ use std::path::Path;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 
+#[path = "../../kernels/tests/support/accel.rs"]
+mod accel;
+
 const SRC: &str = r#"
 model Mlp { w1: f32[4, 8] = glorot_uniform(4, 8), w2: f32[8, 3] = glorot_uniform(8, 3) }
 
@@ -42,6 +45,9 @@ struct Recording {
 impl Device for Recording {
     fn name(&self) -> &str {
         "recording"
+    }
+    fn runs(&self, _: KernelId, _: &[DType]) -> bool {
+        true
     }
     fn alloc(&self, dtype: DType, len: usize) -> Result<DeviceTensor, KernelError> {
         CpuDevice.alloc(dtype, len)
@@ -141,4 +147,18 @@ fn nothing_bypasses_the_device() {
     let cpu = run(Arc::new(CpuDevice));
     let skewed = run(Arc::new(Recording { skew: true, ..Recording::default() }));
     assert_ne!(skewed, cpu, "a device whose products are off by one changes what the program prints");
+}
+
+/// `--device cuda`'s way: a device that has only some kernels (here reductions, softmax and
+/// cumsum, in buffers of its own) runs those, the CPU the rest, and the program prints what it
+/// prints on the CPU.
+#[test]
+fn a_program_runs_whole_on_a_device_that_has_some_kernels() {
+    let cpu = run(Arc::new(CpuDevice));
+    let accel = Arc::new(accel::Accel::default());
+    let off = Arc::new(kernels::Offload::new(accel.clone()));
+    assert_eq!(run(off.clone()), cpu);
+    let (on_accel, on_host) = off.counts();
+    assert!(on_accel > 0 && on_host > 0, "{on_accel} launches on the accelerator, {on_host} on the CPU");
+    assert_eq!(accel.launches.load(std::sync::atomic::Ordering::Relaxed), on_accel);
 }

@@ -148,6 +148,59 @@ impl Device for CudaDevice {
         &self.name
     }
 
+    /// The kernels `launch_on` has, on the element types its buffers and `ops.cu` take.
+    fn runs(&self, kernel: KernelId, inputs: &[DType]) -> bool {
+        let float = inputs.iter().all(|d| matches!(d, DType::F32 | DType::F64));
+        let held = inputs.iter().all(|d| matches!(d, DType::F32 | DType::F64 | DType::I32));
+        match kernel {
+            KernelId::Reduce(ReduceOp::Prod) => false,
+            KernelId::Reduce(_)
+            | KernelId::ArgMax
+            | KernelId::ArgMin
+            | KernelId::Softmax
+            | KernelId::LogSoftmax
+            | KernelId::Cumsum => float,
+            KernelId::Reshape | KernelId::ExpandDims | KernelId::Squeeze | KernelId::Contiguous => held,
+            KernelId::Unary(_)
+            | KernelId::Binary(_)
+            | KernelId::Where
+            | KernelId::LogSumExp
+            | KernelId::Matmul
+            | KernelId::MatmulT { .. }
+            | KernelId::Cast
+            | KernelId::Transpose
+            | KernelId::Permute
+            | KernelId::Concat
+            | KernelId::Stack
+            | KernelId::BroadcastTo
+            | KernelId::SumToShape
+            | KernelId::Slice
+            | KernelId::SliceUpdateAdd
+            | KernelId::Gather
+            | KernelId::ScatterAdd
+            | KernelId::OneHot
+            | KernelId::Einsum
+            | KernelId::Conv2d
+            | KernelId::Conv2dInputGrad
+            | KernelId::Conv2dWeightGrad
+            | KernelId::MaxPool2d
+            | KernelId::MaxPool2dGrad
+            | KernelId::AvgPool2d
+            | KernelId::AvgPool2dGrad
+            | KernelId::Attention
+            | KernelId::AttentionWeights
+            | KernelId::Argsort
+            | KernelId::TakeAlong
+            | KernelId::ScatterAddAlong
+            | KernelId::Fill
+            | KernelId::Arange
+            | KernelId::Eye
+            | KernelId::Uniform
+            | KernelId::Normal
+            | KernelId::Update => false,
+        }
+    }
+
     fn alloc(&self, dtype: DType, len: usize) -> Result<DeviceTensor, KernelError> {
         let s = &self.default_stream()?;
         let b = match dtype {

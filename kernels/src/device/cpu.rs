@@ -81,6 +81,10 @@ impl Device for CpuDevice {
         "cpu"
     }
 
+    fn runs(&self, _: KernelId, _: &[DType]) -> bool {
+        true
+    }
+
     fn alloc(&self, dtype: DType, len: usize) -> Result<DeviceTensor, KernelError> {
         Ok(CpuDevice::wrap(ops::zeros(dtype, &[len])?))
     }

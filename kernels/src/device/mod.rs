@@ -10,9 +10,11 @@
 //! through whichever device it is given.
 
 mod cpu;
+mod offload;
 mod view;
 
 pub use cpu::CpuDevice;
+pub use offload::Offload;
 pub use view::{gather_host, row_major, DeviceTensor};
 
 use crate::cpu::elementwise::{BinaryOp, UnaryOp};
@@ -227,6 +229,9 @@ pub struct MemoryStats {
 pub trait Device: Send + Sync {
     /// A short name such as `"cpu"` or `"cuda:0"`.
     fn name(&self) -> &str;
+    /// Whether the device runs `kernel` itself on inputs of these element types (the CPU
+    /// device runs every kernel; an accelerator may run some, see [`Offload`]).
+    fn runs(&self, kernel: KernelId, inputs: &[DType]) -> bool;
     /// A zero-filled 1-D tensor of `len` elements on the device, from its allocator.
     fn alloc(&self, dtype: DType, len: usize) -> Result<DeviceTensor, KernelError>;
     /// Copies a host tensor to the device.

@@ -1,0 +1,119 @@
+//! A device that runs on an accelerator the kernels it has and every other kernel on the CPU:
+//! values live on the host, and each offloaded launch moves its operands to the accelerator and
+//! its result back. It is how a program runs whole on a device that has only some kernels (the
+//! CUDA device today): slow, since every such kernel pays two transfers, but every kernel the
+//! accelerator has is exercised on it with the program's own operands, and the results can be
+//! compared with the CPU's.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use super::{computed_into, CpuDevice, Device, DeviceTensor, KernelId, KernelParams, MemoryStats, Stream};
+use crate::error::KernelError;
+use crate::tensor::DType;
+
+/// The CPU device, with the kernels `accel` runs offloaded to it.
+pub struct Offload {
+    accel: Arc<dyn Device>,
+    on_accel: AtomicU64,
+    on_host: AtomicU64,
+}
+
+impl Offload {
+    pub fn new(accel: Arc<dyn Device>) -> Offload {
+        Offload { accel, on_accel: AtomicU64::new(0), on_host: AtomicU64::new(0) }
+    }
+
+    /// Launches so far: (run on the accelerator, run on the CPU).
+    pub fn counts(&self) -> (u64, u64) {
+        (self.on_accel.load(Ordering::Relaxed), self.on_host.load(Ordering::Relaxed))
+    }
+
+    fn offloaded(&self, kernel: KernelId, inputs: &[&DeviceTensor]) -> bool {
+        let dtypes: Vec<DType> = inputs.iter().map(|d| d.dtype()).collect();
+        let here = self.accel.runs(kernel, &dtypes);
+        let count = if here { &self.on_accel } else { &self.on_host };
+        count.fetch_add(1, Ordering::Relaxed);
+        here
+    }
+}
+
+impl Device for Offload {
+    fn name(&self) -> &str {
+        self.accel.name()
+    }
+
+    fn runs(&self, _: KernelId, _: &[DType]) -> bool {
+        true
+    }
+
+    fn alloc(&self, dtype: DType, len: usize) -> Result<DeviceTensor, KernelError> {
+        CpuDevice.alloc(dtype, len)
+    }
+
+    fn upload(&self, t: &crate::Tensor) -> Result<DeviceTensor, KernelError> {
+        CpuDevice.upload(t)
+    }
+
+    fn download(&self, d: &DeviceTensor) -> Result<crate::Tensor, KernelError> {
+        CpuDevice.download(d)
+    }
+
+    fn launch_on(
+        &self,
+        stream: Stream,
+        kernel: KernelId,
+        inputs: &[&DeviceTensor],
+        params: &KernelParams,
+    ) -> Result<DeviceTensor, KernelError> {
+        if !self.offloaded(kernel, inputs) {
+            return CpuDevice.launch_on(stream, kernel, inputs, params);
+        }
+        // Each operand (a view: what it selects) to the accelerator, the result back.
+        let moved = inputs
+            .iter()
+            .map(|d| CpuDevice.download(d).and_then(|t| self.accel.upload(&t)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let refs: Vec<&DeviceTensor> = moved.iter().collect();
+        let out = self.accel.launch(kernel, &refs, params)?;
+        CpuDevice.upload(&self.accel.download(&out)?)
+    }
+
+    fn launch_into(
+        &self,
+        stream: Stream,
+        kernel: KernelId,
+        inputs: &[&DeviceTensor],
+        params: &KernelParams,
+        out: &mut DeviceTensor,
+    ) -> Result<(), KernelError> {
+        let dtypes: Vec<DType> = inputs.iter().map(|d| d.dtype()).collect();
+        if self.accel.runs(kernel, &dtypes) {
+            computed_into(self, stream, kernel, inputs, params, out)
+        } else {
+            // In place where the CPU writes so (`update` into a cache nothing else holds).
+            self.on_host.fetch_add(1, Ordering::Relaxed);
+            CpuDevice.launch_into(stream, kernel, inputs, params, out)
+        }
+    }
+
+    fn copy_into(&self, stream: Stream, src: &DeviceTensor, dst: &mut DeviceTensor) -> Result<(), KernelError> {
+        CpuDevice.copy_into(stream, src, dst)
+    }
+
+    fn new_stream(&self) -> Result<Stream, KernelError> {
+        CpuDevice.new_stream()
+    }
+
+    fn synchronize_stream(&self, stream: Stream) -> Result<(), KernelError> {
+        CpuDevice.synchronize_stream(stream)
+    }
+
+    fn synchronize(&self) -> Result<(), KernelError> {
+        self.accel.synchronize()
+    }
+
+    fn memory(&self) -> MemoryStats {
+        CpuDevice.memory()
+    }
+}

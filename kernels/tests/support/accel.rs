@@ -1,0 +1,87 @@
+//! A fake accelerator for tests of `Offload`: it keeps its tensors in a buffer type of its own,
+//! so an operand handed to the wrong device is an error rather than a silent success, and runs
+//! reductions (sum, mean, max, min), softmax, log-softmax and cumsum of f32 and f64 (what the
+//! CUDA device runs today) with the CPU device's code.
+
+use kernels::ops::ReduceOp;
+use kernels::{
+    CpuDevice, DType, Device, DeviceTensor, KernelError, KernelId, KernelParams, MemoryStats, Stream, Tensor,
+};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// A host tensor that belongs to the fake accelerator.
+struct Owned(Tensor);
+
+/// The fake accelerator; `launches` counts the kernels it ran.
+#[derive(Default)]
+pub struct Accel {
+    pub launches: AtomicU64,
+}
+
+fn own(d: &DeviceTensor) -> Result<DeviceTensor, KernelError> {
+    let t = d.buffer::<Owned>().ok_or_else(|| KernelError::Invalid("accel: not an accelerator tensor".into()))?;
+    CpuDevice.upload(&t.0)
+}
+
+fn mine(d: DeviceTensor) -> Result<DeviceTensor, KernelError> {
+    let t = CpuDevice.download(&d)?;
+    Ok(DeviceTensor::new(t.shape().to_vec(), t.dtype(), Arc::new(Owned(t))))
+}
+
+impl Device for Accel {
+    fn name(&self) -> &str {
+        "accel"
+    }
+    fn runs(&self, kernel: KernelId, inputs: &[DType]) -> bool {
+        let float = inputs.iter().all(|d| matches!(d, DType::F32 | DType::F64));
+        float
+            && matches!(
+                kernel,
+                KernelId::Reduce(ReduceOp::Sum | ReduceOp::Mean | ReduceOp::Max | ReduceOp::Min)
+                    | KernelId::Softmax
+                    | KernelId::LogSoftmax
+                    | KernelId::Cumsum
+            )
+    }
+    fn alloc(&self, dtype: DType, len: usize) -> Result<DeviceTensor, KernelError> {
+        mine(CpuDevice.alloc(dtype, len)?)
+    }
+    fn upload(&self, t: &Tensor) -> Result<DeviceTensor, KernelError> {
+        Ok(DeviceTensor::new(t.shape().to_vec(), t.dtype(), Arc::new(Owned(t.clone()))))
+    }
+    fn download(&self, d: &DeviceTensor) -> Result<Tensor, KernelError> {
+        CpuDevice.download(&own(d)?)
+    }
+    fn launch_on(
+        &self,
+        stream: Stream,
+        kernel: KernelId,
+        inputs: &[&DeviceTensor],
+        params: &KernelParams,
+    ) -> Result<DeviceTensor, KernelError> {
+        let dtypes: Vec<DType> = inputs.iter().map(|d| d.dtype()).collect();
+        if !self.runs(kernel, &dtypes) {
+            return Err(KernelError::Invalid(format!("accel: no kernel {kernel:?}")));
+        }
+        self.launches.fetch_add(1, Ordering::Relaxed);
+        let host = inputs.iter().map(|d| own(d)).collect::<Result<Vec<_>, _>>()?;
+        let refs: Vec<&DeviceTensor> = host.iter().collect();
+        mine(CpuDevice.launch_on(stream, kernel, &refs, params)?)
+    }
+    fn copy_into(&self, _: Stream, _: &DeviceTensor, _: &mut DeviceTensor) -> Result<(), KernelError> {
+        Err(KernelError::Invalid("accel: no copies".into()))
+    }
+    fn new_stream(&self) -> Result<Stream, KernelError> {
+        Ok(Stream::DEFAULT)
+    }
+    fn synchronize_stream(&self, _: Stream) -> Result<(), KernelError> {
+        Ok(())
+    }
+    fn synchronize(&self) -> Result<(), KernelError> {
+        Ok(())
+    }
+    fn memory(&self) -> MemoryStats {
+        CpuDevice.memory()
+    }
+}
