@@ -158,7 +158,7 @@ impl Checker {
             t => {
                 let ts = self.ty_str(t);
                 self.error(
-                    Diagnostic::error(Code::E0304, span, format!("{what} needs a tensor, found {ts}")).label(ts),
+                    Diagnostic::error(Code::E0304, span, format!("`{what}` needs a tensor, found {ts}")).label(ts),
                 );
                 None
             }

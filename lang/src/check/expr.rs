@@ -519,10 +519,15 @@ impl Checker {
                 mk(ExprKind::Tuple(items), ty, s)
             }
             K::List(es) => {
-                let items: Vec<ir::Expr> = es.iter().map(|e| self.check_expr(cx, e, None)).collect();
-                let ty = Type::List(items.iter().map(|e| e.ty.clone()).collect());
-                let s = self.span_id(span);
-                mk(ExprKind::Tuple(items), ty, s)
+                // A tensor literal's items are checked against the rows of the tensor expected.
+                let row = match expected {
+                    Some(Type::Tensor(t)) if matches!(t.shape.first(), Some(ShapeItem::Dim(_))) => {
+                        Some(Type::Tensor(TensorTy::new(t.elem, t.shape[1..].to_vec())))
+                    }
+                    _ => None,
+                };
+                let items: Vec<ir::Expr> = es.iter().map(|e| self.check_expr(cx, e, row.as_ref())).collect();
+                self.tensor_literal(items, expected, span)
             }
             K::StackModel(..) => {
                 let msg = "a stack of models is built by calling it: `[Block; L](w: ws, b: bs)`";

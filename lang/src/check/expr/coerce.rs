@@ -26,6 +26,64 @@ impl Checker {
         }
     }
 
+    /// `[a, b, …]`: a tensor stacking its items when they are tensors (numbers, booleans) of
+    /// one fixed shape and element types that join, as `np.array` makes one; else a list, which
+    /// only the builtins that take lists accept (`concat([a, b])`, `reshape(x, [2, 3])`). Weak
+    /// literals take the expected element type, or the type a lone literal would take.
+    pub(crate) fn tensor_literal(&mut self, items: Vec<ir::Expr>, expected: Option<&Type>, span: Span) -> ir::Expr {
+        let mut row: Option<(Elem, Vec<ShapeItem>)> = None;
+        let mut uniform = !items.is_empty();
+        for e in &items {
+            let Type::Tensor(t) = &e.ty else {
+                uniform = false;
+                break;
+            };
+            let fixed = t.shape.iter().all(|i| matches!(i, ShapeItem::Dim(_)));
+            row = match row {
+                None if fixed => Some((t.elem, t.shape.clone())),
+                Some((el, sh)) if fixed && sh == t.shape => join_elem(el, t.elem).map(|j| (j, sh)),
+                _ => None,
+            };
+            if row.is_none() {
+                uniform = false;
+                break;
+            }
+        }
+        let s = self.span_id(span);
+        let Some((elem, shape)) = row.filter(|_| uniform) else {
+            let ty = Type::List(items.iter().map(|e| e.ty.clone()).collect());
+            return mk(ExprKind::Tuple(items), ty, s);
+        };
+        // Weak literals take the expected element type; with none the tensor stays weak, as a
+        // lone literal does, and its context decides (`norm([2, 3, 6])` for an `f32[3]`).
+        let elem = match expected {
+            Some(Type::Tensor(t)) if !t.elem.is_weak() && crate::types::unify::elem_accepts(t.elem, elem).is_ok() => {
+                t.elem
+            }
+            _ => elem,
+        };
+        // Items are stacked in one run-time type: a weak float is an f64 until it is converted.
+        let to = match elem {
+            Elem::T(t) => Some(t),
+            Elem::WeakFloat => Some(ElemTy::F64),
+            Elem::WeakInt => None,
+        };
+        let items: Vec<ir::Expr> = items
+            .into_iter()
+            .map(|e| match (&e.ty, to) {
+                (Type::Tensor(t), Some(to)) if t.elem.is_weak() && (t.elem != elem || !elem.is_weak()) => {
+                    let ty = Type::Tensor(TensorTy::new(Elem::T(to), t.shape.clone()));
+                    self.cast_to(e, &ty)
+                }
+                _ => e,
+            })
+            .collect();
+        let mut out = vec![ShapeItem::Dim(Dim::constant(items.len() as i64))];
+        out.extend(shape);
+        let attrs = Attrs { axis: Some(0), ..Attrs::default() };
+        self.prim(Prim::Stack, items, attrs, Type::Tensor(TensorTy::new(elem, out)), span)
+    }
+
     /// Converts a weak-typed expression to a concrete type of the same shape.
     pub(super) fn cast_to(&mut self, v: ir::Expr, t: &Type) -> ir::Expr {
         let Type::Tensor(TensorTy { elem: Elem::T(et), .. }) = t else { return v };
