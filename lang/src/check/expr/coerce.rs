@@ -49,6 +49,23 @@ impl Checker {
                 break;
             }
         }
+        // `[]` where an empty tensor is expected (`let e: f32[0, 4] = []`): zeros of that shape.
+        if let (true, Some(Type::Tensor(t))) = (items.is_empty(), expected) {
+            let dims: Option<Vec<Dim>> =
+                t.shape.iter().map(|i| if let ShapeItem::Dim(d) = i { Some(d.clone()) } else { None }).collect();
+            if let (Elem::T(et), Some(dims)) = (t.elem, dims) {
+                if dims.first().and_then(Dim::as_const) == Some(0) {
+                    let attrs = Attrs { shape: dims, dtype: Some(et), ..Attrs::default() };
+                    return self.prim(
+                        Prim::Zeros,
+                        vec![],
+                        attrs,
+                        Type::Tensor(TensorTy::new(t.elem, t.shape.clone())),
+                        span,
+                    );
+                }
+            }
+        }
         let s = self.span_id(span);
         let Some((elem, shape)) = row.filter(|_| uniform) else {
             let ty = Type::List(items.iter().map(|e| e.ty.clone()).collect());
