@@ -324,8 +324,7 @@ impl Checker {
                 if !self.arity(name, &a, 2, 2, span) {
                     return self.error_expr(span);
                 }
-                let x = self.check_expr(cx, a.pos[0].0, expected);
-                let y = self.check_expr(cx, a.pos[1].0, expected);
+                let (x, y) = self.arithmetic_operands(cx, a.pos[0].0, a.pos[1].0, expected);
                 let op = match p {
                     Prim::Pow => ast::BinOp::Pow,
                     // `maximum`, `minimum` and `gelu_grad` share the arithmetic rule of `+`.

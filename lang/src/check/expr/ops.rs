@@ -28,23 +28,37 @@ impl Checker {
         expected: Option<&Type>,
     ) -> ir::Expr {
         let arithmetic = matches!(op, BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div | BinOp::Rem | BinOp::Pow);
-        let hint = if arithmetic { expected } else { None };
-        // A creation call (`ones(3)`, `zeros(N)`) takes its element type from the other operand,
-        // so `x * ones(3)` and `ones(3) * x` both work for an f64 `x`.
+        let (x, y) = if arithmetic {
+            self.arithmetic_operands(cx, a, b, expected)
+        } else {
+            (self.check_expr(cx, a, None), self.check_expr(cx, b, None))
+        };
+        self.binary_op(op, None, x, y, span, a.span, b.span)
+    }
+
+    /// The operands of arithmetic (`x + y`, `maximum(x, y)`), checked against the expected type;
+    /// a creation call (`ones(3)`, `zeros(N)`) takes its element type from the other operand, so
+    /// `x * ones(3)` and `ones(3) * x` both work for an f64 `x`.
+    pub(in crate::check) fn arithmetic_operands(
+        &mut self,
+        cx: &mut FnCx,
+        a: &ast::Expr,
+        b: &ast::Expr,
+        expected: Option<&Type>,
+    ) -> (ir::Expr, ir::Expr) {
         let from = |v: &ir::Expr| match &v.ty {
             Type::Tensor(TensorTy { elem: e @ Elem::T(_), .. }) => Some(Type::tensor_of(*e, vec![])),
             _ => None,
         };
-        if arithmetic && hint.is_none() && is_creation(a) && !is_creation(b) {
+        if expected.is_none() && is_creation(a) && !is_creation(b) {
             let y = self.check_expr(cx, b, None);
             let ha = from(&y);
-            let x = self.check_expr(cx, a, ha.as_ref());
-            return self.binary_op(op, None, x, y, span, a.span, b.span);
+            return (self.check_expr(cx, a, ha.as_ref()), y);
         }
-        let x = self.check_expr(cx, a, hint);
-        let hb = if arithmetic { hint.cloned().or_else(|| from(&x)) } else { None };
+        let x = self.check_expr(cx, a, expected);
+        let hb = expected.cloned().or_else(|| from(&x));
         let y = self.check_expr(cx, b, hb.as_ref());
-        self.binary_op(op, None, x, y, span, a.span, b.span)
+        (x, y)
     }
 
     /// `x op y`, or with `name` the builtin of that name that shares the operator's rule
