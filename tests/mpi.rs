@@ -759,33 +759,7 @@ fn copies_defer_their_collectives_and_print_what_blocking_ones_print() {
 /// A stack of layers with its optimizer state in pieces: the reverse loop's per-layer gradients
 /// are added up on each rank and reduce-scattered once by the step (`shard::zero`), with the
 /// numbers of a whole state.
-const STACK_ZERO: &str = r#"use nn
-use optim.adam
-
-mesh M[dp = 2]
-
-model Layer[D] { w: f32[D, D] = he_normal(D, D), b: f32[D] = zeros(D) }
-model Net[D, L] { layers: [Layer[D]; L], out: f32[D, 3] = he_normal(D, 3) }
-
-fn loss[N, D, L](m: Net[D, L], x: f32[N @dp, D], y: i32[N @dp]) -> f32 {
-    var h = x
-    for l in 0..L { h = tanh(h @ m.layers[l].w + m.layers[l].b) }
-    mean(nn.cross_entropy(h @ m.out, y))
-}
-
-fn main() {
-    var m = init(Net[8, 3], seed: 1)
-    var opt = adam.init(m, lr: 0.05, shard: dp)
-    let x = normal(16, 8, seed: 2)
-    let y = i32(floor(uniform(16, seed: 3) * 2.99))
-    for step in 0..3 {
-        let (l, g) = value_and_grad(loss)(m, x, y)
-        (m, opt) = adam.step(m, g, opt)
-        print(step, l)
-    }
-    print(sum(m.layers[1].w), sum(opt.nu.out), sum(opt.mu.layers.b))
-}
-"#;
+const STACK_ZERO: &str = include_str!("programs/stack_zero.msl");
 
 #[test]
 fn a_stacks_gradient_is_reduce_scattered_once_a_step() {

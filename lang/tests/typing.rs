@@ -16,6 +16,7 @@ fn corpus() -> Vec<(String, String, PathBuf)> {
         root().join("spec"),
         root().join("examples"),
         root().join("tests/golden"),
+        root().join("tests/programs"),
         root().join("../shared/design"),
     ];
     while let Some(d) = stack.pop() {

@@ -87,32 +87,8 @@ fn a_gradient_read_before_the_step_or_a_whole_state_is_summed_where_it_is_comput
 /// linear in the sums, so they are all left to the step, the loop's included.
 #[test]
 fn a_gradient_accumulated_in_a_loop_leaves_its_sums_to_the_step_too() {
-    let src = "
-use nn
-use optim.adam
-
-mesh M[dp = 2]
-
-model Layer[D] { w: f32[D, D] = he_normal(D, D), b: f32[D] = zeros(D) }
-model Net[D, L] { layers: [Layer[D]; L], out: f32[D, 3] = he_normal(D, 3) }
-
-fn loss[N, D, L](m: Net[D, L], x: f32[N @dp, D], y: i32[N @dp]) -> f32 {
-    var h = x
-    for l in 0..L { h = tanh(h @ m.layers[l].w + m.layers[l].b) }
-    mean(nn.cross_entropy(h @ m.out, y))
-}
-
-fn main() {
-    var m = init(Net[8, 3], seed: 1)
-    var opt = adam.init(m, lr: 0.05, shard: dp)
-    let x = normal(16, 8, seed: 2)
-    let y = i32(floor(uniform(16, seed: 3) * 2.99))
-    for step in 0..3 {
-        let (l, g) = value_and_grad(loss)(m, x, y)
-        (m, opt) = adam.step(m, g, opt)
-    }
-}
-";
+    // The program tests/mpi.rs runs under mpirun, whose numbers match a whole state.
+    let src = include_str!("../../tests/programs/stack_zero.msl");
     let mut c = check(src).unwrap();
     lang::passes::shard(&mut c.program);
     assert!(c.program.malformed.is_empty(), "{:?}", c.program.malformed);
