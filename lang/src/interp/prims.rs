@@ -299,15 +299,13 @@ impl Interp<'_> {
                     span,
                 ))
             }
-            // The adjoints whose input size floor division does not determine carry it in
-            // `attrs.shape` (`sized`).
-            Prim::Conv2d => self.conv_pool(p, (KernelId::Conv2d, false), &args, attrs, e, frame),
-            Prim::Conv2dInputGrad => self.conv_pool(p, (KernelId::Conv2dInputGrad, true), &args, attrs, e, frame),
-            Prim::Conv2dWeightGrad => self.conv_pool(p, (KernelId::Conv2dWeightGrad, true), &args, attrs, e, frame),
-            Prim::MaxPool2d => self.conv_pool(p, (KernelId::MaxPool2d, false), &args, attrs, e, frame),
-            Prim::MaxPool2dGrad => self.conv_pool(p, (KernelId::MaxPool2dGrad, false), &args, attrs, e, frame),
-            Prim::AvgPool2d => self.conv_pool(p, (KernelId::AvgPool2d, false), &args, attrs, e, frame),
-            Prim::AvgPool2dGrad => self.conv_pool(p, (KernelId::AvgPool2dGrad, true), &args, attrs, e, frame),
+            Prim::Conv2d => self.conv_pool(p, KernelId::Conv2d, &args, attrs, e, frame),
+            Prim::Conv2dInputGrad => self.conv_pool(p, KernelId::Conv2dInputGrad, &args, attrs, e, frame),
+            Prim::Conv2dWeightGrad => self.conv_pool(p, KernelId::Conv2dWeightGrad, &args, attrs, e, frame),
+            Prim::MaxPool2d => self.conv_pool(p, KernelId::MaxPool2d, &args, attrs, e, frame),
+            Prim::MaxPool2dGrad => self.conv_pool(p, KernelId::MaxPool2dGrad, &args, attrs, e, frame),
+            Prim::AvgPool2d => self.conv_pool(p, KernelId::AvgPool2d, &args, attrs, e, frame),
+            Prim::AvgPool2dGrad => self.conv_pool(p, KernelId::AvgPool2dGrad, &args, attrs, e, frame),
             Prim::Slice => {
                 let x = t(&args[0], span)?;
                 let specs = self.slice_specs(&attrs.slice, &args[1..], span)?;
@@ -512,20 +510,13 @@ impl Interp<'_> {
     /// The convolution and pooling primitives (`attrs.perm` holds their two integers). A
     /// symbolic output size with a stride above 1 is an exact division in the type
     /// (`check::builtins::conv`); a run whose sizes make it inexact stops here (exit 2).
-    #[allow(clippy::too_many_arguments)]
-    fn conv_pool(
-        &mut self,
-        p: Prim,
-        (id, sized): (KernelId, bool),
-        args: &[Value],
-        attrs: &Attrs,
-        e: &Expr,
-        frame: &Frame,
-    ) -> R<Value> {
+    fn conv_pool(&mut self, p: Prim, id: KernelId, args: &[Value], attrs: &Attrs, e: &Expr, frame: &Frame) -> R<Value> {
         let span = self.span(e);
         let (a, b) = (attrs.perm.first().copied().unwrap_or(1), attrs.perm.get(1).copied().unwrap_or(0));
         let mut params = KernelParams::new().ints(&[a as i64, b as i64]);
-        if sized {
+        // The adjoints whose input size floor division does not determine carry it in
+        // `attrs.shape` (`conv2d_input_grad`'s `size:`, `conv2d_weight_grad`'s `kernel:`).
+        if !attrs.shape.is_empty() {
             let s = self.dims_usize(frame, &attrs.shape, span)?;
             params = params.shape(&[s.first().copied().unwrap_or(0), s.get(1).copied().unwrap_or(0)]);
         }
