@@ -45,25 +45,24 @@ enum DeviceKind {
     Cuda(Option<u32>),
 }
 
-/// The device a run asks for: `None` for the CPU; for CUDA, the GPU behind `kernels::Offload`
-/// (the kernels the CUDA device has run on it, the rest on the CPU), or its name and why it
-/// cannot run here.
-fn open_device(device: DeviceKind) -> Result<Option<Arc<kernels::Offload>>, (String, String)> {
-    let DeviceKind::Cuda(n) = device else { return Ok(None) };
+/// Opens the device a run asks for and gives it to every interpreter of this process
+/// (`run::DEVICE`): nothing for the CPU; for CUDA, the GPU behind `kernels::Offload` (the kernels
+/// the CUDA device has run on it, the rest on the CPU). `Err`: its name and why it cannot run here.
+fn open_device(device: DeviceKind) -> Result<(), (String, String)> {
+    let DeviceKind::Cuda(n) = device else { return Ok(()) };
     let n = n.unwrap_or_else(|| dist::launcher_local_rank().unwrap_or(0) as u32);
     let name = format!("cuda:{n}");
     if !kernels::cuda::driver_present() {
         return Err((name, "the CUDA driver (libcuda.so) is not on this machine".into()));
     }
-    match kernels::cuda::CudaDevice::new(n as usize) {
-        Ok(gpu) => Ok(Some(Arc::new(kernels::Offload::new(Arc::new(gpu))))),
-        Err(e) => Err((name, e.to_string())),
-    }
+    let gpu = kernels::cuda::CudaDevice::new(n as usize).map_err(|e| (name, e.to_string()))?;
+    let _ = crate::run::DEVICE.set(Arc::new(kernels::Offload::new(Arc::new(gpu))));
+    Ok(())
 }
 
 /// After a run on an offloading device: how many launches ran where (stderr).
-fn device_note(off: Option<&Arc<kernels::Offload>>) {
-    if let Some(off) = off {
+fn device_note() {
+    if let Some(off) = crate::run::DEVICE.get() {
         let (accel, host) = off.counts();
         eprintln!(
             "note: {} ran {accel} of the run's {} kernel launches, the CPU the rest (the CUDA device has only some kernels yet)",
@@ -287,15 +286,9 @@ pub fn main() -> u8 {
             if let Some(t) = trace {
                 let _ = crate::trace::TRACE.set(t);
             }
-            let off = match open_device(device) {
-                Ok(off) => off,
-                Err((name, why)) => {
-                    eprintln!("error: no CUDA device `{name}`: {why}; run with `--device cpu`");
-                    return 2;
-                }
-            };
-            if let Some(off) = &off {
-                let _ = crate::run::DEVICE.set(off.clone());
+            if let Err((name, why)) = open_device(device) {
+                eprintln!("error: no CUDA device `{name}`: {why}; run with `--device cpu`");
+                return 2;
             }
             let code = if mode == Mode::Jit {
                 crate::jit_cmd::run(&file, &logdir, opt, explain, message_format == MessageFormat::Json)
@@ -305,22 +298,16 @@ pub fn main() -> u8 {
                 }
                 crate::run::run_cmd(&file, &logdir, message_format == MessageFormat::Json)
             };
-            device_note(off.as_ref());
+            device_note();
             code
         }
         Cmd::Test { paths, mode, opt, mesh, consts, logdir, device } => {
             if let Err(code) = mesh_override(mesh.as_deref()).and_then(|_| const_override(consts.as_deref())) {
                 return code;
             }
-            let off = match open_device(device) {
-                Ok(off) => off,
-                Err((name, why)) => {
-                    println!("skipped: every test of this run: no CUDA device `{name}`: {why}");
-                    return 0;
-                }
-            };
-            if let Some(off) = &off {
-                let _ = crate::run::DEVICE.set(off.clone());
+            if let Err((name, why)) = open_device(device) {
+                println!("skipped: every test of this run: no CUDA device `{name}`: {why}");
+                return 0;
             }
             if opt > 2 {
                 eprintln!("error: `-O{opt}` is not an optimisation level (use 0, 1 or 2)");
@@ -328,7 +315,7 @@ pub fn main() -> u8 {
             }
             let code =
                 crate::run::test_cmd(&paths, (mode == Mode::Jit).then(|| jit::Options::level(opt)), logdir.as_deref());
-            device_note(off.as_ref());
+            device_note();
             code
         }
         Cmd::Dryrun { file, devices, mesh, consts, search, memory } => {

@@ -90,9 +90,7 @@ pub(crate) fn interpreter<'p>(prog: &'p lang::ir::Program, file: &Path, logdir: 
     it.spmd = crate::spmd::job();
     it.scalars = Box::new(crate::metrics::TensorBoard::new(logdir.to_path_buf()));
     it.nan_check = NAN_CHECK.load(std::sync::atomic::Ordering::Relaxed);
-    if let Some(d) = device() {
-        it.device = d;
-    }
+    use_device(&mut it);
     it.source_dir = file.parent().map(Path::to_path_buf);
     crate::trace::start(&mut it);
     if std::io::stderr().is_terminal() && crate::spmd::rank() == 0 {
@@ -108,9 +106,11 @@ pub(crate) static NAN_CHECK: std::sync::atomic::AtomicBool = std::sync::atomic::
 /// device when unset).
 pub(crate) static DEVICE: std::sync::OnceLock<std::sync::Arc<kernels::Offload>> = std::sync::OnceLock::new();
 
-/// The device `--device` chose.
-pub(crate) fn device() -> Option<std::sync::Arc<dyn kernels::Device>> {
-    DEVICE.get().map(|d| d.clone() as std::sync::Arc<dyn kernels::Device>)
+/// Gives `it` the device `--device` chose, if it chose one.
+fn use_device(it: &mut Interp<'_>) {
+    if let Some(d) = DEVICE.get() {
+        it.device = d.clone();
+    }
 }
 
 pub fn run_cmd(file: &Path, logdir: &Path, json: bool) -> u8 {
@@ -205,9 +205,7 @@ pub fn test_cmd(paths: &[PathBuf], jit: Option<jit::Options>, logdir: Option<&Pa
                         }
                     },
                     &mut |it| {
-                        if let Some(d) = device() {
-                            it.device = d;
-                        }
+                        use_device(it);
                         if let Some(opts) = jit {
                             drop(jit::install(it, opts));
                         }
@@ -251,9 +249,7 @@ pub fn test_cmd(paths: &[PathBuf], jit: Option<jit::Options>, logdir: Option<&Pa
         });
         for t in &c.program.tests {
             let mut it = Interp::new(&c.program, Box::new(std::io::stdout()));
-            if let Some(d) = device() {
-                it.device = d;
-            }
+            use_device(&mut it);
             it.source_dir = f.parent().map(Path::to_path_buf);
             if let Some(log) = &log {
                 it.scalars = Box::new(crate::metrics::Shared(log.clone()));

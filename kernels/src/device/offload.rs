@@ -29,12 +29,15 @@ impl Offload {
         (self.on_accel.load(Ordering::Relaxed), self.on_host.load(Ordering::Relaxed))
     }
 
+    /// Whether the accelerator runs `kernel` on these inputs.
     fn offloaded(&self, kernel: KernelId, inputs: &[&DeviceTensor]) -> bool {
         let dtypes: Vec<DType> = inputs.iter().map(|d| d.dtype()).collect();
-        let here = self.accel.runs(kernel, &dtypes);
-        let count = if here { &self.on_accel } else { &self.on_host };
-        count.fetch_add(1, Ordering::Relaxed);
-        here
+        self.accel.runs(kernel, &dtypes)
+    }
+
+    fn count(&self, on_accel: bool) {
+        let n = if on_accel { &self.on_accel } else { &self.on_host };
+        n.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -66,7 +69,9 @@ impl Device for Offload {
         inputs: &[&DeviceTensor],
         params: &KernelParams,
     ) -> Result<DeviceTensor, KernelError> {
-        if !self.offloaded(kernel, inputs) {
+        let here = self.offloaded(kernel, inputs);
+        self.count(here);
+        if !here {
             return CpuDevice.launch_on(stream, kernel, inputs, params);
         }
         // Each operand (a view: what it selects) to the accelerator, the result back.
@@ -87,12 +92,11 @@ impl Device for Offload {
         params: &KernelParams,
         out: &mut DeviceTensor,
     ) -> Result<(), KernelError> {
-        let dtypes: Vec<DType> = inputs.iter().map(|d| d.dtype()).collect();
-        if self.accel.runs(kernel, &dtypes) {
+        if self.offloaded(kernel, inputs) {
             computed_into(self, stream, kernel, inputs, params, out)
         } else {
             // In place where the CPU writes so (`update` into a cache nothing else holds).
-            self.on_host.fetch_add(1, Ordering::Relaxed);
+            self.count(false);
             CpuDevice.launch_into(stream, kernel, inputs, params, out)
         }
     }
