@@ -353,13 +353,11 @@ impl<'a, 'f> Lower<'a, 'f> {
     }
 
     pub(crate) fn unary(&mut self, mode: Mode, op: UnaryOp, d: DType, a: Value) -> Value {
-        if op == UnaryOp::Not {
-            return self.not(mode, a);
-        }
+        // Unused constants (a `not`'s, a `sqrt`'s) are dropped by Cranelift.
         let zero = self.fconst(mode, d, 0.0);
         let one = self.fconst(mode, d, 1.0);
         match op {
-            UnaryOp::Not => self.not(mode, a), // returned above, before the float constants
+            UnaryOp::Not => self.not(mode, a),
             UnaryOp::Square => self.b.ins().fmul(a, a),
             UnaryOp::Neg => self.b.ins().fneg(a),
             UnaryOp::Abs => self.b.ins().fabs(a),
