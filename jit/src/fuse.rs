@@ -31,39 +31,21 @@ pub enum Node {
 }
 
 /// An operation a fused tree computes: a kernel's unary or binary operation, `where`, or a
-/// conversion. Code generators (Cranelift here, CUDA C in `cuda`) lower these, not primitives:
-/// `ElemOp::of` is the one map from the IR's elementwise primitives.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ElemOp {
-    Unary(UnaryOp),
-    Binary(BinaryOp),
-    Where,
-    Cast,
-}
+/// conversion. Code generators (Cranelift here, CUDA C in `kernels::cuda::elem`) lower these,
+/// not primitives: [`elem_op`] is the one map from the IR's elementwise primitives.
+pub use kernels::ops::ElemOp;
 
-impl ElemOp {
-    /// The operation of an elementwise primitive (`Prim::is_elementwise`), through the kernels'
-    /// map (`lang::ir::eval`); `None` for any other primitive.
-    pub fn of(p: Prim) -> Option<ElemOp> {
-        use lang::ir::eval::{binary_op, unary_op};
-        if p == Prim::Where {
-            return Some(ElemOp::Where);
-        }
-        if p == Prim::Cast {
-            return Some(ElemOp::Cast);
-        }
-        unary_op(p).map(ElemOp::Unary).or_else(|| binary_op(p).map(ElemOp::Binary))
+/// The operation of an elementwise primitive (`Prim::is_elementwise`), through the kernels'
+/// map (`lang::ir::eval`); `None` for any other primitive.
+pub fn elem_op(p: Prim) -> Option<ElemOp> {
+    use lang::ir::eval::{binary_op, unary_op};
+    if p == Prim::Where {
+        return Some(ElemOp::Where);
     }
-
-    /// The operation's msl name.
-    pub fn name(self) -> &'static str {
-        match self {
-            ElemOp::Unary(u) => u.name(),
-            ElemOp::Binary(b) => b.name(),
-            ElemOp::Where => "where",
-            ElemOp::Cast => "cast",
-        }
+    if p == Prim::Cast {
+        return Some(ElemOp::Cast);
     }
+    unary_op(p).map(ElemOp::Unary).or_else(|| binary_op(p).map(ElemOp::Binary))
 }
 
 /// A fused tree of elementwise primitives.
@@ -124,7 +106,7 @@ impl Tree {
 
 /// The elementwise primitives the JIT compiles: those with an [`ElemOp`].
 pub fn is_elementwise(p: Prim) -> bool {
-    ElemOp::of(p).is_some()
+    elem_op(p).is_some()
 }
 
 /// A tensor type whose element type the JIT handles (float or bool).
@@ -215,7 +197,7 @@ struct Builder<'e> {
 impl<'e> Builder<'e> {
     fn build(&mut self, e: &'e Expr) -> usize {
         if let ExprKind::Prim { prim, args, attrs } = &e.kind {
-            if let Some(op) = ElemOp::of(*prim).filter(|_| interior(e)) {
+            if let Some(op) = elem_op(*prim).filter(|_| interior(e)) {
                 let args: Vec<usize> = args.iter().map(|a| self.build(a)).collect();
                 let to = (op == ElemOp::Cast).then(|| lang::interp::accel::dtype(attrs.dtype.unwrap_or(ElemTy::F32)));
                 return self.node(Key::Op(op, to, args.clone()), Node::Op { op, to, args });

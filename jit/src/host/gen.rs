@@ -529,7 +529,7 @@ impl<'a, 'f, 'p> HostGen<'a, 'f, 'p> {
     }
 
     fn prim(&mut self, p: Prim, to: Option<DType>, xs: &[(Value, DType)]) -> Result<(Value, DType), String> {
-        let Some(op) = ElemOp::of(p) else { return bad(format!("`{}` is not elementwise", p.name())) };
+        let Some(op) = crate::fuse::elem_op(p) else { return bad(format!("`{}` is not elementwise", p.name())) };
         match op {
             ElemOp::Cast => {
                 let to = to.unwrap_or(DType::F32);

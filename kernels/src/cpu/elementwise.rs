@@ -107,6 +107,29 @@ impl BinaryOp {
     }
 }
 
+/// An elementwise operation as code generators see it: a unary or binary operation, `where`
+/// (condition, then the two branches) or a conversion to another element type. The JIT's fused
+/// trees hold these, and the CUDA device's elementwise kernels are generated from them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ElemOp {
+    Unary(UnaryOp),
+    Binary(BinaryOp),
+    Where,
+    Cast,
+}
+
+impl ElemOp {
+    /// The operation's msl name.
+    pub fn name(self) -> &'static str {
+        match self {
+            ElemOp::Unary(u) => u.name(),
+            ElemOp::Binary(b) => b.name(),
+            ElemOp::Where => "where",
+            ElemOp::Cast => "cast",
+        }
+    }
+}
+
 /// Applies `op` to every element. `Not` takes bool; `Neg`, `Abs`, `Sign`, `Square`, `Relu` and
 /// `Floor` also take i32; the rest take f32 or f64.
 pub fn unary(op: UnaryOp, x: &Tensor) -> Result<Tensor, KernelError> {

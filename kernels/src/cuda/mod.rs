@@ -15,6 +15,7 @@ use std::sync::OnceLock;
 use cudarc::nvrtc::sys as nv;
 
 mod device;
+pub mod elem;
 pub use device::CudaDevice;
 
 /// The CUDA C of the kernels that are not fused elementwise trees (reductions, arg-max/min,
