@@ -1,0 +1,259 @@
+//! The CUDA device's elementwise kernels (`kernels::cuda::elem::op_kernel`): one per operation
+//! and element types. Every one of them compiles with NVRTC to an sm_90 CUBIN (no GPU needed;
+//! skipped with a printed reason where NVRTC is absent), and the same source, built for the host
+//! by the C++ compiler and called with the Rust [`Index`] passed by value (so its layout is
+//! checked against the C struct), computes what the CPU kernels compute on broadcast inputs and
+//! on a permuted view read through its strides (f32 to 1e-5 relative, the contract's bound for
+//! a device; bools exactly).
+
+#[path = "support/cuda_host.rs"]
+mod cuda_host;
+
+use cuda_host::{close, from_bytes, Rng};
+use kernels::cuda::elem::{op_kernel, op_kernel_name, result_type, Index};
+use kernels::device::row_major;
+use kernels::ops::{self, BinaryOp, ElemOp, UnaryOp};
+use kernels::{DType, Tensor};
+
+const UNARY: [UnaryOp; 17] = [
+    UnaryOp::Neg,
+    UnaryOp::Not,
+    UnaryOp::Exp,
+    UnaryOp::Log,
+    UnaryOp::Sqrt,
+    UnaryOp::Rsqrt,
+    UnaryOp::Tanh,
+    UnaryOp::Sigmoid,
+    UnaryOp::Relu,
+    UnaryOp::Gelu,
+    UnaryOp::Erf,
+    UnaryOp::Sin,
+    UnaryOp::Cos,
+    UnaryOp::Abs,
+    UnaryOp::Sign,
+    UnaryOp::Floor,
+    UnaryOp::Square,
+];
+
+const BINARY: [BinaryOp; 17] = [
+    BinaryOp::Add,
+    BinaryOp::Sub,
+    BinaryOp::Mul,
+    BinaryOp::Div,
+    BinaryOp::Rem,
+    BinaryOp::Pow,
+    BinaryOp::Max,
+    BinaryOp::Min,
+    BinaryOp::Eq,
+    BinaryOp::Ne,
+    BinaryOp::Lt,
+    BinaryOp::Le,
+    BinaryOp::Gt,
+    BinaryOp::Ge,
+    BinaryOp::And,
+    BinaryOp::Or,
+    BinaryOp::GeluGrad,
+];
+
+/// The operand types each operation takes on the device. Exhaustive, so that a new operation
+/// does not compile here until it says which (and is then in the lists above, which the test
+/// checks by count).
+fn operand_types(e: ElemOp) -> &'static [DType] {
+    const FLOATS: &[DType] = &[DType::F32, DType::F64];
+    const ALL: &[DType] = &[DType::F32, DType::F64, DType::Bool];
+    match e {
+        ElemOp::Unary(UnaryOp::Not) | ElemOp::Binary(BinaryOp::And | BinaryOp::Or) => &[DType::Bool],
+        ElemOp::Unary(
+            UnaryOp::Neg
+            | UnaryOp::Exp
+            | UnaryOp::Log
+            | UnaryOp::Sqrt
+            | UnaryOp::Rsqrt
+            | UnaryOp::Tanh
+            | UnaryOp::Sigmoid
+            | UnaryOp::Relu
+            | UnaryOp::Gelu
+            | UnaryOp::Erf
+            | UnaryOp::Sin
+            | UnaryOp::Cos
+            | UnaryOp::Abs
+            | UnaryOp::Sign
+            | UnaryOp::Floor
+            | UnaryOp::Square,
+        ) => FLOATS,
+        ElemOp::Binary(
+            BinaryOp::Add
+            | BinaryOp::Sub
+            | BinaryOp::Mul
+            | BinaryOp::Div
+            | BinaryOp::Rem
+            | BinaryOp::Pow
+            | BinaryOp::Max
+            | BinaryOp::Min
+            | BinaryOp::Eq
+            | BinaryOp::Ne
+            | BinaryOp::Lt
+            | BinaryOp::Le
+            | BinaryOp::Gt
+            | BinaryOp::Ge
+            | BinaryOp::GeluGrad,
+        ) => FLOATS,
+        ElemOp::Where | ElemOp::Cast => ALL,
+    }
+}
+
+/// Every kernel the device has: (operation, input types, conversion target).
+fn every_kernel() -> Vec<(ElemOp, Vec<DType>, Option<DType>)> {
+    let mut out = Vec::new();
+    for u in UNARY {
+        for &d in operand_types(ElemOp::Unary(u)) {
+            out.push((ElemOp::Unary(u), vec![d], None));
+        }
+    }
+    for b in BINARY {
+        for &d in operand_types(ElemOp::Binary(b)) {
+            out.push((ElemOp::Binary(b), vec![d, d], None));
+        }
+    }
+    for &d in operand_types(ElemOp::Where) {
+        out.push((ElemOp::Where, vec![DType::Bool, d, d], None));
+    }
+    for &from in operand_types(ElemOp::Cast) {
+        for &to in operand_types(ElemOp::Cast) {
+            out.push((ElemOp::Cast, vec![from], Some(to)));
+        }
+    }
+    out
+}
+
+fn source() -> String {
+    let mut unit = String::new();
+    for (e, ins, to) in every_kernel() {
+        unit.push_str(&op_kernel(e, &ins, to).unwrap_or_else(|| panic!("no kernel for {e:?} on {ins:?}")));
+    }
+    unit
+}
+
+#[test]
+fn the_device_has_no_kernel_for_what_the_cpu_types_differently() {
+    use DType::{Bool, F32, F64, I32};
+    assert_eq!(result_type(ElemOp::Binary(BinaryOp::Add), &[F32, F64], None), None);
+    assert_eq!(result_type(ElemOp::Binary(BinaryOp::Add), &[I32, I32], None), None);
+    assert_eq!(result_type(ElemOp::Binary(BinaryOp::Lt), &[F64, F64], None), Some(Bool));
+    assert_eq!(result_type(ElemOp::Unary(UnaryOp::Not), &[F32], None), None);
+    assert_eq!(result_type(ElemOp::Where, &[F32, F32, F32], None), None);
+    assert_eq!(result_type(ElemOp::Cast, &[F32], Some(I32)), None);
+    assert_eq!(result_type(ElemOp::Cast, &[F32], None), None);
+    assert_eq!(UNARY.len() + BINARY.len(), 34, "every operation is listed once");
+}
+
+#[test]
+fn every_elementwise_kernel_compiles_to_an_sm_90_cubin() {
+    let (major, minor) = match kernels::cuda::nvrtc_version() {
+        Ok(v) => v,
+        Err(why) => {
+            println!("skipped: {why}");
+            return;
+        }
+    };
+    let cubin = kernels::cuda::compile_cubin(&source(), "sm_90", kernels::cuda::NVRTC_OPTIONS).unwrap();
+    assert_eq!(&cubin[..4], b"\x7fELF");
+    println!("NVRTC {major}.{minor}: {} kernels, {} bytes of CUBIN", every_kernel().len(), cubin.len());
+}
+
+/// Mostly in [-3, 3], with zeros, integers and a few specials that the kernels treat apart.
+fn float(rng: &mut Rng) -> f64 {
+    match rng.next() % 16 {
+        0 => 0.0,
+        1 => -0.0,
+        2 => (rng.next() % 7) as f64 - 3.0,
+        3 => [f64::INFINITY, f64::NEG_INFINITY, f64::NAN, 20.0, -20.0][(rng.next() % 5) as usize],
+        _ => (rng.next() % 600_001) as f64 / 100_000.0 - 3.0,
+    }
+}
+
+fn input(rng: &mut Rng, d: DType, shape: &[usize]) -> Tensor {
+    let n: usize = shape.iter().product();
+    let t = if d == DType::Bool {
+        Tensor::from_vec(shape.to_vec(), (0..n).map(|_| rng.next().is_multiple_of(2)).collect::<Vec<_>>())
+    } else {
+        Tensor::from_vec(shape.to_vec(), (0..n).map(|_| float(rng)).collect::<Vec<_>>()).map(|t| t.cast(d))
+    };
+    t.unwrap()
+}
+
+type K1 = unsafe extern "C" fn(*const u8, *mut u8, Index<1>);
+type K2 = unsafe extern "C" fn(*const u8, *const u8, *mut u8, Index<2>);
+type K3 = unsafe extern "C" fn(*const u8, *const u8, *const u8, *mut u8, Index<3>);
+
+#[test]
+fn elementwise_kernels_compute_what_the_cpu_kernels_compute() {
+    let Some(lib) = cuda_host::build("elem", &source()) else { return };
+    let mut rng = Rng(0x51_7cc1_b727_220a);
+    let out_shape = [4usize, 3, 5];
+    let mut elements = 0;
+    for (e, ins, to) in every_kernel() {
+        // Input 0 is a [5, 3, 4] buffer read as [4, 3, 5] through reversed strides; the others
+        // broadcast: a [3, 1] column and a [5] row.
+        let base = input(&mut rng, ins[0], &[5, 3, 4]);
+        let first = ops::permute(&base, &[2, 1, 0]).unwrap();
+        let first_strides: Vec<usize> = row_major(&[5, 3, 4]).into_iter().rev().collect();
+        let rest: Vec<Tensor> = ins[1..]
+            .iter()
+            .enumerate()
+            .map(|(k, &d)| input(&mut rng, d, if k == 0 { &[3, 1] } else { &[5] }))
+            .collect();
+        let want = match e {
+            ElemOp::Unary(u) => ops::unary(u, &first),
+            ElemOp::Binary(b) => ops::binary(b, &first, &rest[0]),
+            ElemOp::Where => ops::where_(&first, &rest[0], &rest[1]),
+            ElemOp::Cast => first.try_cast(to.unwrap()),
+        }
+        .unwrap();
+        assert_eq!(want.shape(), out_shape);
+        let out_t = result_type(e, &ins, to).unwrap();
+        assert_eq!(want.dtype(), out_t, "{e:?} on {ins:?}");
+        let n = want.len();
+        let mut got = vec![0u64; n];
+        let name = op_kernel_name(e, &ins, out_t);
+        let o = got.as_mut_ptr() as *mut u8;
+        let p = |t: &Tensor| t.storage().addr() as *const u8;
+        let head = &first_strides[..];
+        let (a, b) = (&[3usize, 1][..], &[1usize, 1][..]);
+        let (c, d) = (&[5usize][..], &[1usize][..]);
+        // SAFETY: each kernel reads its inputs through the index's strides, within the buffers
+        // the shapes describe (the base buffer for input 0), and writes `n` elements of its
+        // result type into `got`, which holds 8 bytes per element.
+        unsafe {
+            match ins.len() {
+                1 => {
+                    let ix = Index::new(&out_shape, [(&out_shape[..], head)]).unwrap();
+                    lib.get::<K1>(name.as_bytes()).unwrap()(p(&base), o, ix)
+                }
+                2 => {
+                    let ix = Index::new(&out_shape, [(&out_shape[..], head), (a, b)]).unwrap();
+                    lib.get::<K2>(name.as_bytes()).unwrap()(p(&base), p(&rest[0]), o, ix)
+                }
+                _ => {
+                    let ix = Index::new(&out_shape, [(&out_shape[..], head), (a, b), (c, d)]).unwrap();
+                    lib.get::<K3>(name.as_bytes()).unwrap()(p(&base), p(&rest[0]), p(&rest[1]), o, ix)
+                }
+            }
+        }
+        let (w, g) = (want.to_f64_vec(), from_bytes(&got, out_t, n));
+        for (j, (x, y)) in g.iter().zip(&w).enumerate() {
+            assert!(close(*x, *y, out_t), "{name}: element {j}: CUDA C {x} vs CPU {y}");
+        }
+        elements += n;
+    }
+    println!("{} elementwise kernels agree with the CPU's on {elements} elements", every_kernel().len());
+}
+
+#[test]
+fn an_index_declines_what_does_not_broadcast() {
+    assert!(Index::<1>::new(&[4, 3], [(&[2, 3][..], &[3, 1][..])]).is_none());
+    assert!(Index::<1>::new(&[3], [(&[2, 3][..], &[3, 1][..])]).is_none());
+    assert!(Index::<1>::new(&[1; 9], [(&[1][..], &[1][..])]).is_none());
+    let ix = Index::<1>::new(&[2, 3], [(&[3][..], &[1][..])]).unwrap();
+    assert_eq!((ix.n, ix.rank, &ix.strides[0][..2], &ix.dims[..3]), (6, 2, &[0, 1][..], &[2, 3, 1][..]));
+}
