@@ -4,8 +4,9 @@
 //! skipped with that reason; `scripts/gpu_check.sh` runs this test where a GPU is.
 
 use kernels::cuda::CudaDevice;
-use kernels::ops::ReduceOp;
-use kernels::{CpuDevice, DType, Device, KernelId, KernelParams, Tensor};
+use kernels::ops::{BinaryOp, ReduceOp, UnaryOp};
+use kernels::rng::Region;
+use kernels::{CpuDevice, DType, Device, DeviceTensor, KernelId, KernelParams, Tensor};
 
 #[test]
 fn an_absent_gpu_is_an_error_not_a_panic() {
@@ -67,4 +68,138 @@ fn the_cuda_device_computes_what_the_cpu_device_computes() {
     if let Ok(gpu) = &gpu {
         println!("{}: {checked} elements agree with the CPU device", gpu.name());
     }
+}
+
+fn t(shape: &[usize], dtype: DType, seed: usize) -> Tensor {
+    let n: usize = shape.iter().product();
+    let data: Vec<f64> = (0..n).map(|i| ((i * 7919 + seed * 104_729) % 1000) as f64 / 250.0 - 2.0).collect();
+    Tensor::from_vec(shape.to_vec(), data).unwrap().cast(dtype)
+}
+
+/// One launch: the kernel, its inputs (each optionally read through a permutation, a view) and
+/// its parameters.
+struct Case {
+    kernel: KernelId,
+    inputs: Vec<(Tensor, Option<Vec<usize>>)>,
+    params: KernelParams,
+}
+
+fn cases(dtype: DType) -> Vec<Case> {
+    let plain = |x: Tensor| (x, None);
+    let c = |kernel, inputs, params| Case { kernel, inputs, params };
+    let p = KernelParams::new;
+    let idx = Tensor::from_vec(vec![2, 3], vec![4i32, 0, 2, 2, 1, 3]).unwrap();
+    let cond = t(&[4, 1], dtype, 9).try_cast(DType::Bool).unwrap();
+    let region = Region { shape: vec![6, 8], start: vec![3, 4], len: vec![3, 4] };
+    vec![
+        c(KernelId::Unary(UnaryOp::Tanh), vec![(t(&[3, 4, 5], dtype, 1), Some(vec![2, 0, 1]))], p()),
+        c(KernelId::Unary(UnaryOp::Gelu), vec![plain(t(&[1000], dtype, 2))], p()),
+        c(KernelId::Binary(BinaryOp::Add), vec![plain(t(&[4, 5], dtype, 3)), plain(t(&[5], dtype, 4))], p()),
+        c(KernelId::Binary(BinaryOp::Rem), vec![plain(t(&[4, 1], dtype, 5)), plain(t(&[1, 5], dtype, 6))], p()),
+        c(
+            KernelId::Binary(BinaryOp::Lt),
+            vec![(t(&[5, 4], dtype, 7), Some(vec![1, 0])), plain(t(&[4, 5], dtype, 8))],
+            p(),
+        ),
+        c(KernelId::Where, vec![plain(cond), plain(t(&[4, 5], dtype, 10)), plain(t(&[5], dtype, 11))], p()),
+        c(KernelId::Cast, vec![plain(t(&[7], dtype, 12))], p().dtype(DType::Bool)),
+        c(
+            KernelId::Cast,
+            vec![plain(t(&[7], dtype, 13))],
+            p().dtype(if dtype == DType::F32 { DType::F64 } else { DType::F32 }),
+        ),
+        c(KernelId::Contiguous, vec![(t(&[3, 4, 5], dtype, 14), Some(vec![1, 2, 0]))], p()),
+        c(KernelId::Matmul, vec![plain(t(&[33, 17], dtype, 15)), plain(t(&[17, 9], dtype, 16))], p()),
+        c(KernelId::Matmul, vec![plain(t(&[2, 3, 17], dtype, 17)), plain(t(&[17], dtype, 18))], p()),
+        c(KernelId::Matmul, vec![plain(t(&[2, 5, 6], dtype, 19)), plain(t(&[6, 4], dtype, 20))], p()),
+        c(
+            KernelId::MatmulT { transpose_a: true, transpose_b: false },
+            vec![plain(t(&[3, 6, 5], dtype, 21)), plain(t(&[3, 6, 4], dtype, 22))],
+            p(),
+        ),
+        c(
+            KernelId::MatmulT { transpose_a: false, transpose_b: true },
+            vec![plain(t(&[5, 6], dtype, 23)), plain(t(&[4, 6], dtype, 24))],
+            p(),
+        ),
+        // A transposed view as a product's operand is made contiguous first.
+        c(KernelId::Matmul, vec![(t(&[6, 5], dtype, 25), Some(vec![1, 0])), plain(t(&[6, 4], dtype, 26))], p()),
+        c(KernelId::Gather, vec![plain(t(&[3, 5, 2], dtype, 27)), plain(idx)], p().axis(1)),
+        c(
+            KernelId::Attention,
+            vec![plain(t(&[2, 70, 8], dtype, 28)), plain(t(&[2, 70, 8], dtype, 29)), plain(t(&[2, 70, 3], dtype, 30))],
+            p().ints(&[70]).flag(true),
+        ),
+        c(KernelId::Uniform, vec![], p().dtype(dtype).region(region.clone()).key([7, 9]).value(-0.5).scale(1.5)),
+        c(KernelId::Normal, vec![], p().dtype(dtype).region(region).key([7, 9]).value(0.25).scale(2.0)),
+    ]
+}
+
+/// `x` on `dev`, read through `perm` when given.
+fn placed(dev: &dyn Device, x: &Tensor, perm: &Option<Vec<usize>>) -> DeviceTensor {
+    let d = dev.upload(x).unwrap();
+    match perm {
+        Some(p) => d.permuted(p).unwrap(),
+        None => d,
+    }
+}
+
+#[test]
+fn elementwise_products_gathers_attention_and_draws_match_the_cpu_device() {
+    let gpu = CudaDevice::new(0);
+    if let Err(why) = &gpu {
+        println!("skipped on the GPU: {why}");
+    }
+    let mut checked = 0;
+    for dtype in [DType::F32, DType::F64] {
+        for case in cases(dtype) {
+            let on = |dev: &dyn Device| -> Vec<DeviceTensor> {
+                case.inputs.iter().map(|(x, perm)| placed(dev, x, perm)).collect()
+            };
+            let cpu_in = on(&CpuDevice);
+            let refs: Vec<&DeviceTensor> = cpu_in.iter().collect();
+            let want = CpuDevice.download(&CpuDevice.launch(case.kernel, &refs, &case.params).unwrap()).unwrap();
+            let Ok(gpu) = &gpu else { continue };
+            let gpu_in = on(gpu);
+            let refs: Vec<&DeviceTensor> = gpu_in.iter().collect();
+            assert!(gpu.runs(case.kernel, &refs, &case.params), "{:?} {dtype} runs on the GPU", case.kernel);
+            let got = gpu.download(&gpu.launch(case.kernel, &refs, &case.params).unwrap()).unwrap();
+            assert_eq!((got.shape(), got.dtype()), (want.shape(), want.dtype()), "{:?} {dtype}", case.kernel);
+            for (j, (a, b)) in got.to_f64_vec().iter().zip(want.to_f64_vec()).enumerate() {
+                let tol = if dtype == DType::F32 { 1e-5 * b.abs() + 1e-6 } else { 1e-12 * b.abs() + 1e-13 };
+                assert!(
+                    (a - b).abs() <= tol || a.is_nan() && b.is_nan(),
+                    "{:?} {dtype}: element {j}: cuda {a} vs cpu {b}",
+                    case.kernel
+                );
+            }
+            checked += want.len();
+        }
+    }
+    if let Ok(gpu) = &gpu {
+        println!(
+            "{}: {checked} elements of elementwise, product, gather, attention and draw kernels agree",
+            gpu.name()
+        );
+    }
+}
+
+#[test]
+fn an_index_out_of_range_is_the_cpus_error() {
+    let Ok(gpu) = CudaDevice::new(0) else {
+        println!("skipped: no GPU");
+        return;
+    };
+    let x = gpu.upload(&t(&[3, 4], DType::F32, 1)).unwrap();
+    let idx = gpu.upload(&Tensor::from_vec(vec![2], vec![1i32, 4]).unwrap()).unwrap();
+    let err = gpu.launch(KernelId::Gather, &[&x, &idx], &KernelParams::new().axis(1)).unwrap_err();
+    let cpu = CpuDevice.launch(
+        KernelId::Gather,
+        &[
+            &CpuDevice.upload(&t(&[3, 4], DType::F32, 1)).unwrap(),
+            &CpuDevice.upload(&Tensor::from_vec(vec![2], vec![1i32, 4]).unwrap()).unwrap(),
+        ],
+        &KernelParams::new().axis(1),
+    );
+    assert_eq!(err.to_string(), cpu.unwrap_err().to_string());
 }

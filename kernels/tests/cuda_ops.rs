@@ -9,7 +9,7 @@
 mod cuda_host;
 
 use cuda_host::{close, from_bytes, Rng};
-use kernels::cuda::OPS_SOURCE;
+use kernels::cuda::{RegionArg as Region, OPS_SOURCE};
 use kernels::ops::{self, ReduceOp};
 use kernels::{DType, Tensor};
 
@@ -126,21 +126,10 @@ fn the_ops_kernels_compute_what_the_cpu_kernels_compute() {
     println!("ops.cu on the host agrees with the CPU kernels on {checked} elements");
 }
 
-/// `msl_region` of ops.cu: part of a tensor of `rank` dims.
-#[repr(C)]
-struct Region {
-    rank: i32,
-    shape: [i64; 8],
-    start: [i64; 8],
-    len: [i64; 8],
-}
-
+/// The region argument the device passes (its layout is what these calls check).
 fn region(shape: &[usize], start: &[usize], len: &[usize]) -> Region {
-    let mut r = Region { rank: shape.len() as i32, shape: [1; 8], start: [0; 8], len: [1; 8] };
-    for d in 0..shape.len() {
-        (r.shape[d], r.start[d], r.len[d]) = (shape[d] as i64, start[d] as i64, len[d] as i64);
-    }
-    r
+    let r = kernels::rng::Region { shape: shape.to_vec(), start: start.to_vec(), len: len.to_vec() };
+    Region::new(&r).unwrap()
 }
 
 #[test]

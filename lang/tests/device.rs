@@ -46,7 +46,7 @@ impl Device for Recording {
     fn name(&self) -> &str {
         "recording"
     }
-    fn runs(&self, _: KernelId, _: &[DType]) -> bool {
+    fn runs(&self, _: KernelId, _: &[&DeviceTensor], _: &KernelParams) -> bool {
         true
     }
     fn alloc(&self, dtype: DType, len: usize) -> Result<DeviceTensor, KernelError> {

@@ -28,16 +28,16 @@ pub struct AttentionMask {
     pub causal: bool,
 }
 
-/// The checked geometry of one call.
-struct Geometry {
+/// The checked geometry of one call (every device's attention kernels read it).
+pub(crate) struct Geometry {
     /// Product of the leading dims.
-    batch: usize,
-    q: usize,
-    s: usize,
-    d: usize,
-    e: usize,
-    len: usize,
-    causal: bool,
+    pub batch: usize,
+    pub q: usize,
+    pub s: usize,
+    pub d: usize,
+    pub e: usize,
+    pub len: usize,
+    pub causal: bool,
 }
 
 impl Geometry {
@@ -52,14 +52,15 @@ impl Geometry {
     }
 }
 
-fn geometry(
+/// The geometry of queries `q`, keys `k` and values `v` (each its shape and element type).
+pub(crate) fn geometry(
     op: &'static str,
-    q: &Tensor,
-    k: &Tensor,
-    v: Option<&Tensor>,
+    q: (&[usize], DType),
+    k: (&[usize], DType),
+    v: Option<(&[usize], DType)>,
     mask: AttentionMask,
 ) -> Result<Geometry, KernelError> {
-    let (qs, ks) = (q.shape(), k.shape());
+    let (qs, ks) = (q.0, k.0);
     if qs.len() < 2 || ks.len() != qs.len() {
         return Err(KernelError::ShapeMismatch { op, lhs: qs.to_vec(), rhs: ks.to_vec() });
     }
@@ -70,7 +71,7 @@ fn geometry(
     }
     let e = match v {
         Some(v) => {
-            let vs = v.shape();
+            let vs = v.0;
             if vs.len() != r || vs[..r - 1] != ks[..r - 1] {
                 return Err(KernelError::ShapeMismatch { op, lhs: ks.to_vec(), rhs: vs.to_vec() });
             }
@@ -78,13 +79,9 @@ fn geometry(
         }
         None => s,
     };
-    for t in [Some(q), Some(k), v].into_iter().flatten() {
-        if t.dtype() != q.dtype() || !q.dtype().is_float() {
-            return Err(KernelError::DTypeMismatch {
-                op,
-                expected: q.dtype().name().into(),
-                found: t.dtype().name().into(),
-            });
+    for (_, t) in [Some(q), Some(k), v].into_iter().flatten() {
+        if t != q.1 || !q.1.is_float() {
+            return Err(KernelError::DTypeMismatch { op, expected: q.1.name().into(), found: t.name().into() });
         }
     }
     let nq = qs[r - 2];
@@ -333,7 +330,7 @@ fn scale_of<F: Float>(d: usize) -> F {
 
 /// `softmax(q kᵀ / √D) v` under `mask`, without materialising the scores: `[..B, Q, E]`.
 pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, mask: AttentionMask) -> Result<Tensor, KernelError> {
-    let g = geometry("attention", q, k, Some(v), mask)?;
+    let g = geometry("attention", (q.shape(), q.dtype()), (k.shape(), k.dtype()), Some((v.shape(), v.dtype())), mask)?;
     let mut shape = q.shape().to_vec();
     *shape.last_mut().unwrap_or(&mut 0) = g.e;
     checked_numel(&shape)?;
@@ -364,7 +361,7 @@ pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, mask: AttentionMask) -> Res
 /// The attention weights `softmax(q kᵀ / √D)` under `mask`, hidden keys 0: `[..B, Q, S]` (what
 /// the backward pass of [`attention`] recomputes).
 pub fn attention_weights(q: &Tensor, k: &Tensor, mask: AttentionMask) -> Result<Tensor, KernelError> {
-    let g = geometry("attention_weights", q, k, None, mask)?;
+    let g = geometry("attention_weights", (q.shape(), q.dtype()), (k.shape(), k.dtype()), None, mask)?;
     let mut shape = q.shape().to_vec();
     *shape.last_mut().unwrap_or(&mut 0) = g.s;
     checked_numel(&shape)?;

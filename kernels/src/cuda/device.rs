@@ -1,41 +1,117 @@
-//! The CUDA device behind the [`Device`] trait: `ops.cu` compiled by NVRTC for the GPU's own
-//! architecture, buffers and launches through cudarc on its streams (the context's default
-//! one and any `new_stream` makes; cudarc's events order a buffer's uses across them).
+//! The CUDA device behind the [`Device`] trait: buffers and launches through cudarc on the
+//! context's streams (the default one and any `new_stream` makes; cudarc's events order a
+//! buffer's uses across them), `ops.cu` compiled by NVRTC for the GPU's own architecture when
+//! the device opens, each elementwise kernel generated and compiled on its first use, and matrix
+//! products through cuBLAS.
 //!
-//! It runs the kernels `ops.cu` holds (reductions over one axis, arg-max/min, softmax,
-//! log-softmax, cumsum, gather) and the shape-only kernels (reshape, expand/squeeze dims), on
-//! f32 and f64; every other kernel answers an error naming it, so a caller falls back or stops
-//! clearly. A view input is made contiguous first; a view is copied through the host (a
-//! strided-copy kernel is still to come), and device-to-device copies stay on the GPU. Nothing here has run on a GPU yet: the test suite's machines have none, and
-//! `kernels/tests/cuda_device.rs` skips with the reason there; `scripts/gpu_check.sh` runs it
-//! on a machine that has one.
+//! Which kernels run here is one exhaustive table ([`CudaDevice::runs`]); every other kernel
+//! answers an error naming it, so that a caller falls back ([`crate::Offload`]) or stops
+//! clearly. Elementwise kernels read views through their strides; every other kernel reads its
+//! inputs made contiguous by the strided copy (the identity conversion) on the GPU. Nothing here
+//! has run on a GPU yet: the test suite's machines have none, and `kernels/tests/cuda_device.rs`
+//! skips with the reason there; `scripts/gpu_check.sh` runs it on a machine that has one. The
+//! kernels' sources and the cuBLAS argument mapping are tested on every machine
+//! (`cuda_ops.rs`, `cuda_elem.rs`, `cuda_gemm.rs`).
 
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
 
-use cudarc::driver::{CudaContext, CudaModule, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::cublas::CudaBlas;
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, CudaView, DeviceRepr, LaunchArgs, PushKernelArg,
+};
 
-use super::{compile_cubin, driver_present, NVRTC_OPTIONS, OPS_SOURCE};
+use super::elem::{self, Index};
+use super::{compile_cubin, driver_present, gemm, RegionArg, NVRTC_OPTIONS, OPS_SOURCE};
+use crate::cpu::elementwise::ElemOp;
 use crate::cpu::reduce::ReduceOp;
-use crate::device::{arity, gather_host, need_axis, Device, DeviceTensor, KernelId, KernelParams, MemoryStats, Stream};
+use crate::device::{arity, gather_host, Device, DeviceTensor, KernelId, KernelParams, MemoryStats, Stream};
 use crate::error::KernelError;
 use crate::tensor::{DType, Tensor};
 
+// SAFETY: both are `#[repr(C)]` structs of integers, laid out as the C structs the kernels
+// declare (checked on the host by `cuda_elem.rs` and `cuda_ops.rs`).
+unsafe impl<const K: usize> DeviceRepr for Index<K> {}
+unsafe impl DeviceRepr for RegionArg {}
+
 /// A buffer on the GPU, of one element type.
-enum Buf {
+pub(super) enum Buf {
     F32(CudaSlice<f32>),
     F64(CudaSlice<f64>),
     I32(CudaSlice<i32>),
+    Bool(CudaSlice<bool>),
 }
 
-/// One CUDA GPU: its context's streams (`Stream(i)` is the i-th; 0 the default) and the
-/// loaded `ops.cu` module.
+/// A buffer from one element on, as a kernel's input.
+pub(super) enum Arg<'a> {
+    F32(CudaView<'a, f32>),
+    F64(CudaView<'a, f64>),
+    I32(CudaView<'a, i32>),
+    Bool(CudaView<'a, bool>),
+}
+
+impl<'a> Arg<'a> {
+    pub(super) fn push<'l>(&'l self, b: &mut LaunchArgs<'l>) {
+        match self {
+            Arg::F32(v) => b.arg(v),
+            Arg::F64(v) => b.arg(v),
+            Arg::I32(v) => b.arg(v),
+            Arg::Bool(v) => b.arg(v),
+        };
+    }
+}
+
+impl Buf {
+    /// A zero-filled buffer of `len` elements (at least one, so that every kernel gets a
+    /// pointer) of `dtype`.
+    pub(super) fn zeros(s: &Arc<CudaStream>, dtype: DType, len: usize) -> Result<Buf, KernelError> {
+        let len = len.max(1);
+        Ok(match dtype {
+            DType::F32 => Buf::F32(s.alloc_zeros(len).map_err(driver)?),
+            DType::F64 => Buf::F64(s.alloc_zeros(len).map_err(driver)?),
+            DType::I32 => Buf::I32(s.alloc_zeros(len).map_err(driver)?),
+            DType::Bool => Buf::Bool(s.alloc_zeros(len).map_err(driver)?),
+            d @ (DType::Bf16 | DType::F16) => {
+                return Err(KernelError::dtype("cuda buffer", "f32, f64, i32 or bool", d))
+            }
+        })
+    }
+
+    /// The buffer from element `offset` on.
+    pub(super) fn at(&self, offset: usize) -> Arg<'_> {
+        match self {
+            Buf::F32(v) => Arg::F32(v.slice(offset..)),
+            Buf::F64(v) => Arg::F64(v.slice(offset..)),
+            Buf::I32(v) => Arg::I32(v.slice(offset..)),
+            Buf::Bool(v) => Arg::Bool(v.slice(offset..)),
+        }
+    }
+
+    /// The buffer as a kernel's output.
+    pub(super) fn push_out<'l>(&'l mut self, b: &mut LaunchArgs<'l>) {
+        match self {
+            Buf::F32(v) => b.arg(v),
+            Buf::F64(v) => b.arg(v),
+            Buf::I32(v) => b.arg(v),
+            Buf::Bool(v) => b.arg(v),
+        };
+    }
+}
+
+/// One CUDA GPU: its context's streams (`Stream(i)` is the i-th; 0 the default), the loaded
+/// `ops.cu` module, the elementwise kernels compiled so far and cuBLAS, when present.
 pub struct CudaDevice {
-    name: String,
+    pub(super) name: String,
+    arch: String,
+    ctx: Arc<CudaContext>,
     streams: Mutex<Vec<Arc<CudaStream>>>,
-    module: Arc<CudaModule>,
+    pub(super) module: Arc<CudaModule>,
+    functions: Mutex<HashMap<String, CudaFunction>>,
+    /// cuBLAS, made on the first product; `None` inside until then. Absent when the library is.
+    blas: Option<Mutex<Option<CudaBlas>>>,
 }
 
-fn driver(e: impl std::fmt::Debug) -> KernelError {
+pub(super) fn driver(e: impl std::fmt::Debug) -> KernelError {
     KernelError::Invalid(format!("cuda: {e:?}"))
 }
 
@@ -55,12 +131,25 @@ impl CudaDevice {
         let arch = format!("sm_{major}{minor}");
         let cubin = compile_cubin(OPS_SOURCE, &arch, NVRTC_OPTIONS).map_err(KernelError::Invalid)?;
         let module = ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin)).map_err(driver)?;
-        Ok(CudaDevice { name: format!("cuda:{ordinal}"), streams: Mutex::new(vec![ctx.default_stream()]), module })
+        // SAFETY: only tries to open the library by its candidate names.
+        let blas = unsafe { cudarc::cublas::sys::is_culib_present() }.then(|| Mutex::new(None));
+        Ok(CudaDevice {
+            name: format!("cuda:{ordinal}"),
+            arch,
+            streams: Mutex::new(vec![ctx.default_stream()]),
+            ctx,
+            module,
+            functions: Mutex::new(HashMap::new()),
+            blas,
+        })
     }
 
-    fn stream(&self, s: Stream) -> Result<Arc<CudaStream>, KernelError> {
-        let streams =
-            self.streams.lock().map_err(|_| KernelError::Invalid(format!("{}: streams poisoned", self.name)))?;
+    fn poisoned(&self, what: &str) -> KernelError {
+        KernelError::Invalid(format!("{}: {what} poisoned by an earlier panic", self.name))
+    }
+
+    pub(super) fn stream(&self, s: Stream) -> Result<Arc<CudaStream>, KernelError> {
+        let streams = self.streams.lock().map_err(|_| self.poisoned("streams"))?;
         streams
             .get(s.0 as usize)
             .cloned()
@@ -71,103 +160,116 @@ impl CudaDevice {
         self.stream(Stream::DEFAULT)
     }
 
+    /// The generated kernel `name`, compiled from `source()` on its first use and kept.
+    pub(super) fn function(
+        &self,
+        name: &str,
+        source: impl FnOnce() -> Option<String>,
+    ) -> Result<CudaFunction, KernelError> {
+        let mut cache = self.functions.lock().map_err(|_| self.poisoned("kernel cache"))?;
+        if let Some(f) = cache.get(name) {
+            return Ok(f.clone());
+        }
+        let src = source().ok_or_else(|| KernelError::Invalid(format!("{}: no kernel {name}", self.name)))?;
+        let cubin = compile_cubin(&src, &self.arch, NVRTC_OPTIONS).map_err(KernelError::Invalid)?;
+        let module = self.ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin)).map_err(driver)?;
+        let f = module.load_function(name).map_err(driver)?;
+        cache.insert(name.to_string(), f.clone());
+        Ok(f)
+    }
+
+    /// cuBLAS on stream `s`.
+    pub(super) fn blas(&self, s: &Arc<CudaStream>) -> Result<MutexGuard<'_, Option<CudaBlas>>, KernelError> {
+        let blas = self.blas.as_ref().ok_or_else(|| {
+            KernelError::Invalid(format!("{}: cuBLAS (libcublas.so) is not on this machine", self.name))
+        })?;
+        let mut guard = blas.lock().map_err(|_| self.poisoned("cuBLAS"))?;
+        match guard.as_mut() {
+            // SAFETY: the handle's earlier work was queued on streams of this context, which
+            // cudarc orders against `s` through the buffers' events.
+            Some(h) => unsafe { h.set_stream(s.clone()) }.map_err(driver)?,
+            None => *guard = Some(CudaBlas::new(s.clone()).map_err(driver)?),
+        }
+        Ok(guard)
+    }
+
     /// The whole buffer of `d` on the host, as a 1-D tensor.
     fn download_base(&self, d: &DeviceTensor) -> Result<Tensor, KernelError> {
         let s = self.default_stream()?;
         let len = d.base_len();
         match self.buf(d)? {
-            Buf::F32(v) => Tensor::from_vec(vec![len], s.clone_dtoh(v).map_err(driver)?),
-            Buf::F64(v) => Tensor::from_vec(vec![len], s.clone_dtoh(v).map_err(driver)?),
-            Buf::I32(v) => Tensor::from_vec(vec![len], s.clone_dtoh(v).map_err(driver)?),
+            Buf::F32(v) => Tensor::from_vec(vec![len], s.clone_dtoh(&v.slice(..len)).map_err(driver)?),
+            Buf::F64(v) => Tensor::from_vec(vec![len], s.clone_dtoh(&v.slice(..len)).map_err(driver)?),
+            Buf::I32(v) => Tensor::from_vec(vec![len], s.clone_dtoh(&v.slice(..len)).map_err(driver)?),
+            Buf::Bool(v) => Tensor::from_vec(vec![len], s.clone_dtoh(&v.slice(..len)).map_err(driver)?),
         }
     }
 
-    fn buf<'a>(&self, d: &'a DeviceTensor) -> Result<&'a Buf, KernelError> {
+    pub(super) fn buf<'a>(&self, d: &'a DeviceTensor) -> Result<&'a Buf, KernelError> {
         d.buffer::<Buf>()
             .ok_or_else(|| KernelError::Invalid(format!("{}: this tensor belongs to another device", self.name)))
     }
 
-    fn wrap(shape: Vec<usize>, dtype: DType, b: Buf) -> DeviceTensor {
+    /// A new tensor of `shape` holding `b` (which may be longer by one: see [`Buf::zeros`]).
+    pub(super) fn wrap(shape: Vec<usize>, dtype: DType, b: Buf) -> DeviceTensor {
         DeviceTensor::new(shape, dtype, Arc::new(b))
     }
+}
 
-    /// Runs `msl_{name}_{f32|f64}` over `x` viewed as `[outer, n, inner]` around `axis`.
-    fn axis_kernel(
-        &self,
-        name: &str,
-        x: &DeviceTensor,
-        axis: usize,
-        out_shape: Vec<usize>,
-        ints: bool,
-        s: &Arc<CudaStream>,
-    ) -> Result<DeviceTensor, KernelError> {
-        let shape = x.shape();
-        if axis >= shape.len() {
-            return Err(KernelError::AxisOutOfRange { op: "cuda kernel", axis, rank: shape.len() });
-        }
-        let outer: usize = shape[..axis].iter().product();
-        let inner: usize = shape[axis + 1..].iter().product();
-        let (o, n, i) = (outer as i64, shape[axis] as i64, inner as i64);
-        let len: usize = out_shape.iter().product();
-        let cfg = LaunchConfig::for_num_elems((outer * inner).clamp(1, u32::MAX as usize) as u32);
-        macro_rules! go {
-            ($src:expr, $suffix:literal, $out:ty, $variant:ident, $dt:expr) => {{
-                let f = self.module.load_function(&format!("msl_{name}_{}", $suffix)).map_err(driver)?;
-                let mut out: CudaSlice<$out> = s.alloc_zeros(len.max(1)).map_err(driver)?;
-                let mut b = s.launch_builder(&f);
-                b.arg($src).arg(&mut out).arg(&o).arg(&n).arg(&i);
-                // SAFETY: the kernel reads `outer * n * inner` elements of the input and writes
-                // `len` elements of `out`, both allocated with those lengths.
-                unsafe { b.launch(cfg) }.map_err(driver)?;
-                Ok(Self::wrap(out_shape, $dt, Buf::$variant(out)))
-            }};
-        }
-        match (self.buf(x)?, ints) {
-            (Buf::F32(v), false) => go!(v, "f32", f32, F32, DType::F32),
-            (Buf::F64(v), false) => go!(v, "f64", f64, F64, DType::F64),
-            (Buf::F32(v), true) => go!(v, "f32", i32, I32, DType::I32),
-            (Buf::F64(v), true) => go!(v, "f64", i32, I32, DType::I32),
-            (Buf::I32(_), _) => Err(KernelError::dtype("cuda kernel", "a float tensor", DType::I32)),
-        }
+impl CudaDevice {
+    /// Whether cuBLAS computes `op(a) @ op(b)` of these inputs in one call.
+    fn multiplies(&self, inputs: &[&DeviceTensor], ta: bool, tb: bool) -> bool {
+        self.blas.is_some()
+            && matches!(inputs, [a, b] if a.dtype() == b.dtype() && FLOATS.contains(&a.dtype())
+                && gemm::plan(a.shape(), b.shape(), ta, tb).is_some())
     }
 }
 
-/// The shape a reduction over `axis` leaves.
-fn reduced(shape: &[usize], axis: usize, keepdims: bool) -> Vec<usize> {
-    let mut out = shape.to_vec();
-    if keepdims {
-        out[axis] = 1;
-    } else {
-        out.remove(axis);
-    }
-    out
+/// Whether every input has one of the element types `ok`.
+fn all(inputs: &[&DeviceTensor], ok: &[DType]) -> bool {
+    inputs.iter().all(|d| ok.contains(&d.dtype()))
 }
+
+const FLOATS: &[DType] = &[DType::F32, DType::F64];
+/// What a buffer here holds.
+const HELD: &[DType] = &[DType::F32, DType::F64, DType::I32, DType::Bool];
 
 impl Device for CudaDevice {
     fn name(&self) -> &str {
         &self.name
     }
 
-    /// The kernels `launch_on` has, on the element types its buffers and `ops.cu` take.
-    fn runs(&self, kernel: KernelId, inputs: &[DType]) -> bool {
-        let float = inputs.iter().all(|d| matches!(d, DType::F32 | DType::F64));
-        let held = inputs.iter().all(|d| matches!(d, DType::F32 | DType::F64 | DType::I32));
+    /// The kernels `launch_on` has, on the element types and shapes they take.
+    fn runs(&self, kernel: KernelId, inputs: &[&DeviceTensor], p: &KernelParams) -> bool {
+        let float = all(inputs, FLOATS);
+        let dtypes: Vec<DType> = inputs.iter().map(|d| d.dtype()).collect();
+        let one_rank = inputs.iter().all(|d| d.rank() <= elem::MAX_RANK);
         match kernel {
+            KernelId::Unary(u) => one_rank && elem::result_type(ElemOp::Unary(u), &dtypes, None).is_some(),
+            KernelId::Binary(b) => one_rank && elem::result_type(ElemOp::Binary(b), &dtypes, None).is_some(),
+            KernelId::Where => one_rank && elem::result_type(ElemOp::Where, &dtypes, None).is_some(),
+            KernelId::Cast => one_rank && elem::result_type(ElemOp::Cast, &dtypes, p.dtype).is_some(),
             KernelId::Reduce(ReduceOp::Prod) => false,
-            KernelId::Reduce(_)
+            KernelId::Reduce(ReduceOp::Sum | ReduceOp::Mean | ReduceOp::Max | ReduceOp::Min)
             | KernelId::ArgMax
             | KernelId::ArgMin
             | KernelId::Softmax
             | KernelId::LogSoftmax
-            | KernelId::Cumsum => float,
-            KernelId::Reshape | KernelId::ExpandDims | KernelId::Squeeze | KernelId::Contiguous => held,
-            KernelId::Unary(_)
-            | KernelId::Binary(_)
-            | KernelId::Where
-            | KernelId::LogSumExp
-            | KernelId::Matmul
-            | KernelId::MatmulT { .. }
-            | KernelId::Cast
+            | KernelId::Cumsum => float && p.axis.is_some(),
+            KernelId::Matmul => self.multiplies(inputs, false, false),
+            KernelId::MatmulT { transpose_a, transpose_b } => self.multiplies(inputs, transpose_a, transpose_b),
+            KernelId::Gather => {
+                matches!(dtypes[..], [DType::F32 | DType::F64, DType::I32])
+                    && p.axis.is_some_and(|a| a < inputs[0].rank())
+            }
+            KernelId::Attention => float && inputs.len() == 3 && inputs.iter().all(|d| d.dtype() == dtypes[0]),
+            KernelId::Uniform | KernelId::Normal => {
+                inputs.is_empty()
+                    && matches!(p.dtype, Some(DType::F32 | DType::F64))
+                    && p.region.as_ref().is_some_and(|r| RegionArg::new(r).is_some())
+            }
+            KernelId::Reshape | KernelId::ExpandDims | KernelId::Squeeze | KernelId::Contiguous => all(inputs, HELD),
+            KernelId::LogSumExp
             | KernelId::Transpose
             | KernelId::Permute
             | KernelId::Concat
@@ -176,7 +278,6 @@ impl Device for CudaDevice {
             | KernelId::SumToShape
             | KernelId::Slice
             | KernelId::SliceUpdateAdd
-            | KernelId::Gather
             | KernelId::ScatterAdd
             | KernelId::OneHot
             | KernelId::Einsum
@@ -187,7 +288,6 @@ impl Device for CudaDevice {
             | KernelId::MaxPool2dGrad
             | KernelId::AvgPool2d
             | KernelId::AvgPool2dGrad
-            | KernelId::Attention
             | KernelId::AttentionWeights
             | KernelId::Argsort
             | KernelId::TakeAlong
@@ -195,40 +295,38 @@ impl Device for CudaDevice {
             | KernelId::Fill
             | KernelId::Arange
             | KernelId::Eye
-            | KernelId::Uniform
-            | KernelId::Normal
             | KernelId::Update => false,
         }
     }
 
     fn alloc(&self, dtype: DType, len: usize) -> Result<DeviceTensor, KernelError> {
-        let s = &self.default_stream()?;
-        let b = match dtype {
-            DType::F32 => Buf::F32(s.alloc_zeros(len).map_err(driver)?),
-            DType::F64 => Buf::F64(s.alloc_zeros(len).map_err(driver)?),
-            DType::I32 => Buf::I32(s.alloc_zeros(len).map_err(driver)?),
-            d => return Err(KernelError::dtype("cuda alloc", "f32, f64 or i32", d)),
-        };
+        let b = Buf::zeros(&self.default_stream()?, dtype, len)?;
         Ok(Self::wrap(vec![len], dtype, b))
     }
 
     fn upload(&self, t: &Tensor) -> Result<DeviceTensor, KernelError> {
         let s = &self.default_stream()?;
+        if t.is_empty() {
+            return Ok(Self::wrap(t.shape().to_vec(), t.dtype(), Buf::zeros(s, t.dtype(), 0)?));
+        }
         let b = if let Some(v) = t.as_f32() {
             Buf::F32(s.clone_htod(v).map_err(driver)?)
         } else if let Some(v) = t.as_f64() {
             Buf::F64(s.clone_htod(v).map_err(driver)?)
         } else if let Some(v) = t.as_i32() {
             Buf::I32(s.clone_htod(v).map_err(driver)?)
+        } else if let Some(v) = t.as_bool() {
+            Buf::Bool(s.clone_htod(v).map_err(driver)?)
         } else {
-            return Err(KernelError::dtype("cuda upload", "f32, f64 or i32", t.dtype()));
+            return Err(KernelError::dtype("cuda upload", "f32, f64, i32 or bool", t.dtype()));
         };
         Ok(Self::wrap(t.shape().to_vec(), t.dtype(), b))
     }
 
     fn download(&self, d: &DeviceTensor) -> Result<Tensor, KernelError> {
-        let base = self.download_base(d)?;
-        gather_host(&base, d)
+        let d = self.contiguous(Stream::DEFAULT, d)?;
+        let base = self.download_base(&d)?;
+        gather_host(&base, &d)
     }
 
     fn launch_on(
@@ -239,62 +337,16 @@ impl Device for CudaDevice {
         p: &KernelParams,
     ) -> Result<DeviceTensor, KernelError> {
         let s = &self.stream(stream)?;
+        match kernel {
+            KernelId::Unary(u) => return self.elementwise(ElemOp::Unary(u), inputs, None, s),
+            KernelId::Binary(b) => return self.elementwise(ElemOp::Binary(b), inputs, None, s),
+            KernelId::Where => return self.elementwise(ElemOp::Where, inputs, None, s),
+            KernelId::Cast => return self.elementwise(ElemOp::Cast, inputs, p.dtype, s),
+            _ => {} // any other kernel: reads its inputs contiguous, below
+        }
         let dense: Vec<DeviceTensor> = inputs.iter().map(|d| self.contiguous(stream, d)).collect::<Result<_, _>>()?;
         let inputs: Vec<&DeviceTensor> = dense.iter().collect();
-        let inputs = &inputs[..];
-        if kernel == KernelId::Contiguous {
-            return arity(kernel, inputs, 1).map(|()| inputs[0].clone());
-        }
-        // Every kernel this device runs takes one input.
-        let one = || arity(kernel, inputs, 1).map(|()| inputs[0]);
-        let axis = || need_axis(kernel, p);
-        match kernel {
-            KernelId::Reduce(op) => {
-                let x = one()?;
-                let a = axis()?;
-                let name = match op {
-                    ReduceOp::Sum => "sum",
-                    ReduceOp::Mean => "mean",
-                    ReduceOp::Max => "max",
-                    ReduceOp::Min => "min",
-                    ReduceOp::Prod => return Err(KernelError::Invalid(format!("{}: no prod kernel yet", self.name))),
-                };
-                self.axis_kernel(name, x, a, reduced(x.shape(), a, p.keepdims), false, s)
-            }
-            KernelId::ArgMax | KernelId::ArgMin => {
-                let x = one()?;
-                let a = axis()?;
-                let name = if kernel == KernelId::ArgMax { "argmax" } else { "argmin" };
-                self.axis_kernel(name, x, a, reduced(x.shape(), a, p.keepdims), true, s)
-            }
-            KernelId::Softmax => self.axis_kernel("softmax", one()?, axis()?, one()?.shape().to_vec(), false, s),
-            KernelId::LogSoftmax => self.axis_kernel("log_softmax", one()?, axis()?, one()?.shape().to_vec(), false, s),
-            KernelId::Cumsum => self.axis_kernel("cumsum", one()?, axis()?, one()?.shape().to_vec(), false, s),
-            // Shape only: the same buffer under the new shape.
-            KernelId::Reshape => reshaped(one()?, p.shape.clone()),
-            KernelId::ExpandDims => {
-                let x = one()?;
-                let mut shape = x.shape().to_vec();
-                shape.insert(axis()?.min(shape.len()), 1);
-                reshaped(x, shape)
-            }
-            KernelId::Squeeze => {
-                let x = one()?;
-                let mut shape = x.shape().to_vec();
-                match p.axis {
-                    Some(a) if shape.get(a) == Some(&1) => {
-                        shape.remove(a);
-                    }
-                    Some(a) => return Err(KernelError::AxisOutOfRange { op: "squeeze", axis: a, rank: shape.len() }),
-                    None => shape.retain(|&d| d != 1),
-                }
-                reshaped(x, shape)
-            }
-            other => {
-                // any other kernel: not on this device yet (the CPU device runs every kernel)
-                Err(KernelError::Invalid(format!("{}: kernel {other:?} does not run on this device yet", self.name)))
-            }
-        }
+        self.dense_kernel(kernel, &inputs, p, s)
     }
 
     fn copy_into(&self, stream: Stream, src: &DeviceTensor, dst: &mut DeviceTensor) -> Result<(), KernelError> {
@@ -305,29 +357,40 @@ impl Device for CudaDevice {
                 self.name
             )));
         }
-        let host = if src.is_contiguous() { None } else { Some(self.download(src)?) };
+        let src = self.contiguous(stream, src)?;
         let name = self.name.clone();
-        let out = dst
-            .buffer_mut::<Buf>()
-            .ok_or_else(|| KernelError::Invalid(format!("{name}: an output that is shared or on another device")))?;
-        let mismatch = || KernelError::Invalid(format!("{name}: copy between element types"));
-        match (host, out) {
-            (Some(h), Buf::F32(o)) => s.memcpy_htod(h.as_f32().ok_or_else(mismatch)?, o).map_err(driver),
-            (Some(h), Buf::F64(o)) => s.memcpy_htod(h.as_f64().ok_or_else(mismatch)?, o).map_err(driver),
-            (Some(h), Buf::I32(o)) => s.memcpy_htod(h.as_i32().ok_or_else(mismatch)?, o).map_err(driver),
-            (None, o) => match (src.buffer::<Buf>().ok_or_else(mismatch)?, o) {
-                (Buf::F32(i), Buf::F32(o)) => s.memcpy_dtod(i, o).map_err(driver),
-                (Buf::F64(i), Buf::F64(o)) => s.memcpy_dtod(i, o).map_err(driver),
-                (Buf::I32(i), Buf::I32(o)) => s.memcpy_dtod(i, o).map_err(driver),
-                _ => Err(mismatch()),
-            },
+        let mismatch = || KernelError::Invalid(format!("{name}: copy between element types or devices"));
+        let input = src.buffer::<Buf>().ok_or_else(mismatch)?;
+        let out = dst.buffer_mut::<Buf>().ok_or_else(|| {
+            KernelError::Invalid(format!("{}: an output that is shared or on another device", self.name))
+        })?;
+        let n = src.len();
+        match (input, out) {
+            (Buf::F32(i), Buf::F32(o)) => s.memcpy_dtod(&i.slice(..n), &mut o.slice_mut(..n)).map_err(driver),
+            (Buf::F64(i), Buf::F64(o)) => s.memcpy_dtod(&i.slice(..n), &mut o.slice_mut(..n)).map_err(driver),
+            (Buf::I32(i), Buf::I32(o)) => s.memcpy_dtod(&i.slice(..n), &mut o.slice_mut(..n)).map_err(driver),
+            (Buf::Bool(i), Buf::Bool(o)) => s.memcpy_dtod(&i.slice(..n), &mut o.slice_mut(..n)).map_err(driver),
+            _ => Err(mismatch()),
         }
     }
 
+    /// `d` itself when contiguous; else what it selects, copied on the GPU by the identity
+    /// conversion reading it through its strides (an i32 view goes through the host).
+    fn contiguous(&self, stream: Stream, d: &DeviceTensor) -> Result<DeviceTensor, KernelError> {
+        if d.is_contiguous() {
+            return Ok(d.clone());
+        }
+        let s = &self.stream(stream)?;
+        if elem::c_type(d.dtype()).is_some() && d.rank() <= elem::MAX_RANK {
+            return self.elementwise(ElemOp::Cast, &[d], Some(d.dtype()), s);
+        }
+        let host = gather_host(&self.download_base(d)?, d)?;
+        self.upload(&host)
+    }
+
     fn new_stream(&self) -> Result<Stream, KernelError> {
-        let s = self.default_stream()?.context().new_stream().map_err(driver)?;
-        let mut streams =
-            self.streams.lock().map_err(|_| KernelError::Invalid(format!("{}: streams poisoned", self.name)))?;
+        let s = self.ctx.new_stream().map_err(driver)?;
+        let mut streams = self.streams.lock().map_err(|_| self.poisoned("streams"))?;
         streams.push(s);
         Ok(Stream(streams.len() as u32 - 1))
     }
@@ -337,7 +400,7 @@ impl Device for CudaDevice {
     }
 
     fn synchronize(&self) -> Result<(), KernelError> {
-        self.default_stream()?.context().synchronize().map_err(driver)
+        self.ctx.synchronize().map_err(driver)
     }
 
     /// No caching allocator yet: cudarc allocates and frees each buffer on its stream.
@@ -346,10 +409,11 @@ impl Device for CudaDevice {
     }
 }
 
-/// `x`'s buffer under `shape`, which must hold as many elements.
-fn reshaped(x: &DeviceTensor, shape: Vec<usize>) -> Result<DeviceTensor, KernelError> {
-    if shape.iter().product::<usize>() != x.len() {
-        return Err(KernelError::DataLength { shape, len: x.len() });
-    }
-    Ok(x.with_shape(shape))
+/// Checks that `inputs` holds `n` tensors.
+pub(super) fn take<'a, const N: usize>(
+    kernel: KernelId,
+    inputs: &[&'a DeviceTensor],
+) -> Result<[&'a DeviceTensor; N], KernelError> {
+    arity(kernel, inputs, N)?;
+    inputs.try_into().map_err(|_| KernelError::Invalid(format!("kernel {kernel:?} takes {N} inputs")))
 }

@@ -16,7 +16,36 @@ use cudarc::nvrtc::sys as nv;
 
 mod device;
 pub mod elem;
+pub mod gemm;
+mod launch;
 pub use device::CudaDevice;
+
+/// `msl_region` of `ops.cu`, passed by value to the random-number kernels: the block of a
+/// tensor of `rank` dims that a draw fills (see [`crate::rng::Region`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RegionArg {
+    pub rank: i32,
+    pub shape: [i64; elem::MAX_RANK],
+    pub start: [i64; elem::MAX_RANK],
+    pub len: [i64; elem::MAX_RANK],
+}
+
+impl RegionArg {
+    /// `r` as the kernels take it; `None` past [`elem::MAX_RANK`] dims or when its parts
+    /// disagree in rank.
+    pub fn new(r: &crate::rng::Region) -> Option<RegionArg> {
+        let rank = r.shape.len();
+        if rank > elem::MAX_RANK || r.start.len() != rank || r.len.len() != rank {
+            return None;
+        }
+        let mut a = RegionArg { rank: rank as i32, shape: [1; 8], start: [0; 8], len: [1; 8] };
+        for d in 0..rank {
+            (a.shape[d], a.start[d], a.len[d]) = (r.shape[d] as i64, r.start[d] as i64, r.len[d] as i64);
+        }
+        Some(a)
+    }
+}
 
 /// The CUDA C of the kernels that are not fused elementwise trees (reductions, arg-max/min,
 /// softmax, running sums, gathers, the Philox streams of `uniform` and `normal`, fused attention), one `extern "C"` kernel per operation and element type

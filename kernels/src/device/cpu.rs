@@ -81,7 +81,7 @@ impl Device for CpuDevice {
         "cpu"
     }
 
-    fn runs(&self, _: KernelId, _: &[DType]) -> bool {
+    fn runs(&self, _: KernelId, _: &[&DeviceTensor], _: &KernelParams) -> bool {
         true
     }
 

@@ -229,9 +229,10 @@ pub struct MemoryStats {
 pub trait Device: Send + Sync {
     /// A short name such as `"cpu"` or `"cuda:0"`.
     fn name(&self) -> &str;
-    /// Whether the device runs `kernel` itself on inputs of these element types (the CPU
-    /// device runs every kernel; an accelerator may run some, see [`Offload`]).
-    fn runs(&self, kernel: KernelId, inputs: &[DType]) -> bool;
+    /// Whether the device runs `kernel` itself on these inputs and parameters (the CPU device
+    /// runs every kernel; an accelerator may run some, see [`Offload`]). Reads only the inputs'
+    /// element types and shapes, so the inputs may belong to another device.
+    fn runs(&self, kernel: KernelId, inputs: &[&DeviceTensor], params: &KernelParams) -> bool;
     /// A zero-filled 1-D tensor of `len` elements on the device, from its allocator.
     fn alloc(&self, dtype: DType, len: usize) -> Result<DeviceTensor, KernelError>;
     /// Copies a host tensor to the device.

@@ -30,9 +30,8 @@ impl Offload {
     }
 
     /// Whether the accelerator runs `kernel` on these inputs.
-    fn offloaded(&self, kernel: KernelId, inputs: &[&DeviceTensor]) -> bool {
-        let dtypes: Vec<DType> = inputs.iter().map(|d| d.dtype()).collect();
-        self.accel.runs(kernel, &dtypes)
+    fn offloaded(&self, kernel: KernelId, inputs: &[&DeviceTensor], params: &KernelParams) -> bool {
+        self.accel.runs(kernel, inputs, params)
     }
 
     fn count(&self, on_accel: bool) {
@@ -46,7 +45,7 @@ impl Device for Offload {
         self.accel.name()
     }
 
-    fn runs(&self, _: KernelId, _: &[DType]) -> bool {
+    fn runs(&self, _: KernelId, _: &[&DeviceTensor], _: &KernelParams) -> bool {
         true
     }
 
@@ -69,7 +68,7 @@ impl Device for Offload {
         inputs: &[&DeviceTensor],
         params: &KernelParams,
     ) -> Result<DeviceTensor, KernelError> {
-        let here = self.offloaded(kernel, inputs);
+        let here = self.offloaded(kernel, inputs, params);
         self.count(here);
         if !here {
             return CpuDevice.launch_on(stream, kernel, inputs, params);
@@ -92,7 +91,7 @@ impl Device for Offload {
         params: &KernelParams,
         out: &mut DeviceTensor,
     ) -> Result<(), KernelError> {
-        if self.offloaded(kernel, inputs) {
+        if self.offloaded(kernel, inputs, params) {
             computed_into(self, stream, kernel, inputs, params, out)
         } else {
             // In place where the CPU writes so (`update` into a cache nothing else holds).

@@ -33,8 +33,8 @@ impl Device for Accel {
     fn name(&self) -> &str {
         "accel"
     }
-    fn runs(&self, kernel: KernelId, inputs: &[DType]) -> bool {
-        let float = inputs.iter().all(|d| matches!(d, DType::F32 | DType::F64));
+    fn runs(&self, kernel: KernelId, inputs: &[&DeviceTensor], _: &KernelParams) -> bool {
+        let float = inputs.iter().all(|d| matches!(d.dtype(), DType::F32 | DType::F64));
         float
             && matches!(
                 kernel,
@@ -60,8 +60,7 @@ impl Device for Accel {
         inputs: &[&DeviceTensor],
         params: &KernelParams,
     ) -> Result<DeviceTensor, KernelError> {
-        let dtypes: Vec<DType> = inputs.iter().map(|d| d.dtype()).collect();
-        if !self.runs(kernel, &dtypes) {
+        if !self.runs(kernel, inputs, params) {
             return Err(KernelError::Invalid(format!("accel: no kernel {kernel:?}")));
         }
         self.launches.fetch_add(1, Ordering::Relaxed);

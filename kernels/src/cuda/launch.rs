@@ -1,0 +1,442 @@
+//! The CUDA device's kernels, one method per family: generated elementwise kernels over strided
+//! views, `ops.cu`'s kernels over `[outer, n, inner]` around an axis (reductions, arg-max/min,
+//! softmax, running sums, gathers), fused attention, the Philox draws, and matrix products as one
+//! cuBLAS call each. Every method checks its inputs as the CPU kernel does and answers an error,
+//! never a launch that could read past a buffer.
+
+use std::sync::Arc;
+
+use cudarc::cublas::sys::cublasOperation_t;
+use cudarc::cublas::{Gemm, GemmConfig, StridedBatchedConfig};
+use cudarc::driver::{CudaSlice, CudaStream, LaunchArgs, LaunchConfig, PushKernelArg};
+
+use super::device::{driver, take, Arg, Buf, CudaDevice};
+use super::elem::{self, Index};
+use super::gemm::{self, GemmPlan};
+use super::RegionArg;
+use crate::cpu::attention::{geometry, AttentionMask};
+use crate::cpu::broadcast_shapes;
+use crate::cpu::elementwise::ElemOp;
+use crate::cpu::reduce::ReduceOp;
+use crate::device::{need_axis, Device, DeviceTensor, KernelId, KernelParams};
+use crate::error::KernelError;
+use crate::tensor::DType;
+
+/// A launch over `n` elements (grid-stride loops cover any count).
+fn config(n: usize) -> LaunchConfig {
+    LaunchConfig::for_num_elems(n.clamp(1, 1 << 30) as u32)
+}
+
+/// The suffix of `ops.cu`'s kernels for a float element type.
+fn suffix(op: &'static str, d: DType) -> Result<&'static str, KernelError> {
+    match d {
+        DType::F32 => Ok("f32"),
+        DType::F64 => Ok("f64"),
+        other @ (DType::I32 | DType::Bool | DType::Bf16 | DType::F16) => {
+            Err(KernelError::dtype(op, "an f32 or f64 tensor", other))
+        }
+    }
+}
+
+/// `(outer, n, inner)` of `shape` around `axis`.
+fn around(op: &'static str, shape: &[usize], axis: usize) -> Result<(usize, usize, usize), KernelError> {
+    if axis >= shape.len() {
+        return Err(KernelError::AxisOutOfRange { op, axis, rank: shape.len() });
+    }
+    Ok((shape[..axis].iter().product(), shape[axis], shape[axis + 1..].iter().product()))
+}
+
+/// The shape a reduction over `axis` leaves.
+fn reduced(shape: &[usize], axis: usize, keepdims: bool) -> Result<Vec<usize>, KernelError> {
+    around("reduce", shape, axis)?;
+    let mut out = shape.to_vec();
+    if keepdims {
+        out[axis] = 1;
+    } else {
+        out.remove(axis);
+    }
+    Ok(out)
+}
+
+/// The index of an elementwise kernel of one, two or three inputs.
+enum Ix {
+    One(Index<1>),
+    Two(Index<2>),
+    Three(Index<3>),
+}
+
+impl Ix {
+    fn new(out: &[usize], parts: &[(&[usize], &[usize])]) -> Option<Ix> {
+        match *parts {
+            [a] => Index::new(out, [a]).map(Ix::One),
+            [a, b] => Index::new(out, [a, b]).map(Ix::Two),
+            [a, b, c] => Index::new(out, [a, b, c]).map(Ix::Three),
+            _ => None,
+        }
+    }
+
+    fn push<'l>(&'l self, b: &mut LaunchArgs<'l>) {
+        match self {
+            Ix::One(i) => b.arg(i),
+            Ix::Two(i) => b.arg(i),
+            Ix::Three(i) => b.arg(i),
+        };
+    }
+}
+
+/// cuBLAS's arguments for `p`, with `one` and `zero` of the element type.
+fn blas_config<T>(p: &GemmPlan, one: T, zero: T) -> StridedBatchedConfig<T> {
+    let op = |t: bool| if t { cublasOperation_t::CUBLAS_OP_T } else { cublasOperation_t::CUBLAS_OP_N };
+    // `gemm::plan` keeps every size within 32 bits.
+    StridedBatchedConfig {
+        gemm: GemmConfig {
+            transa: op(p.trans_first),
+            transb: op(p.trans_second),
+            m: p.m as i32,
+            n: p.n as i32,
+            k: p.k as i32,
+            alpha: one,
+            lda: p.ld_first as i32,
+            ldb: p.ld_second as i32,
+            beta: zero,
+            ldc: p.ldc as i32,
+        },
+        batch_size: p.batch as i32,
+        stride_a: p.stride_first as i64,
+        stride_b: p.stride_second as i64,
+        stride_c: p.stride_c as i64,
+    }
+}
+
+impl CudaDevice {
+    /// Elementwise operation `e` of `inputs` (views, read through their strides, broadcast to
+    /// one shape) by its generated kernel; `to` is a conversion's target.
+    pub(super) fn elementwise(
+        &self,
+        e: ElemOp,
+        inputs: &[&DeviceTensor],
+        to: Option<DType>,
+        s: &Arc<CudaStream>,
+    ) -> Result<DeviceTensor, KernelError> {
+        let dtypes: Vec<DType> = inputs.iter().map(|d| d.dtype()).collect();
+        let out_t = elem::result_type(e, &dtypes, to)
+            .ok_or_else(|| KernelError::Invalid(format!("{}: no `{}` kernel for {dtypes:?}", self.name, e.name())))?;
+        let mut shape = Vec::new();
+        for d in inputs {
+            shape = broadcast_shapes(e.name(), &shape, d.shape())?;
+        }
+        let parts: Vec<(&[usize], &[usize])> = inputs.iter().map(|d| (d.shape(), d.strides())).collect();
+        let index = Ix::new(&shape, &parts).ok_or_else(|| {
+            KernelError::Invalid(format!(
+                "{}: `{}` of rank {} (at most {})",
+                self.name,
+                e.name(),
+                shape.len(),
+                elem::MAX_RANK
+            ))
+        })?;
+        let name = elem::op_kernel_name(e, &dtypes, out_t);
+        let f = self.function(&name, || elem::op_kernel(e, &dtypes, to))?;
+        let len: usize = shape.iter().product();
+        let args = inputs.iter().map(|d| Ok(self.buf(d)?.at(d.offset()))).collect::<Result<Vec<Arg>, KernelError>>()?;
+        let mut out = Buf::zeros(s, out_t, len)?;
+        {
+            let mut b = s.launch_builder(&f);
+            for a in &args {
+                a.push(&mut b);
+            }
+            out.push_out(&mut b);
+            index.push(&mut b);
+            // SAFETY: the kernel was generated for these element types; it reads each input at
+            // offsets its view's strides give within its buffer, and writes `len` elements of
+            // `out`, allocated with at least that many.
+            unsafe { b.launch(config(len)) }.map_err(driver)?;
+        }
+        Ok(Self::wrap(shape, out_t, out))
+    }
+
+    /// Every kernel that reads contiguous inputs.
+    pub(super) fn dense_kernel(
+        &self,
+        kernel: KernelId,
+        inputs: &[&DeviceTensor],
+        p: &KernelParams,
+        s: &Arc<CudaStream>,
+    ) -> Result<DeviceTensor, KernelError> {
+        let one = || take::<1>(kernel, inputs).map(|[x]| x);
+        let axis = || need_axis(kernel, p);
+        match kernel {
+            KernelId::Unary(u) => self.elementwise(ElemOp::Unary(u), inputs, None, s),
+            KernelId::Binary(b) => self.elementwise(ElemOp::Binary(b), inputs, None, s),
+            KernelId::Where => self.elementwise(ElemOp::Where, inputs, None, s),
+            KernelId::Cast => self.elementwise(ElemOp::Cast, inputs, p.dtype, s),
+            KernelId::Reduce(op) => {
+                let (x, a) = (one()?, axis()?);
+                let name = match op {
+                    ReduceOp::Sum => "sum",
+                    ReduceOp::Mean => "mean",
+                    ReduceOp::Max => "max",
+                    ReduceOp::Min => "min",
+                    ReduceOp::Prod => return Err(KernelError::Invalid(format!("{}: no prod kernel yet", self.name))),
+                };
+                self.axis_kernel(name, x, a, reduced(x.shape(), a, p.keepdims)?, x.dtype(), s)
+            }
+            KernelId::ArgMax | KernelId::ArgMin => {
+                let (x, a) = (one()?, axis()?);
+                let name = if kernel == KernelId::ArgMax { "argmax" } else { "argmin" };
+                self.axis_kernel(name, x, a, reduced(x.shape(), a, p.keepdims)?, DType::I32, s)
+            }
+            KernelId::Softmax => {
+                self.axis_kernel("softmax", one()?, axis()?, one()?.shape().to_vec(), one()?.dtype(), s)
+            }
+            KernelId::LogSoftmax => {
+                self.axis_kernel("log_softmax", one()?, axis()?, one()?.shape().to_vec(), one()?.dtype(), s)
+            }
+            KernelId::Cumsum => self.axis_kernel("cumsum", one()?, axis()?, one()?.shape().to_vec(), one()?.dtype(), s),
+            KernelId::Matmul => self.matmul(kernel, inputs, false, false, s),
+            KernelId::MatmulT { transpose_a, transpose_b } => self.matmul(kernel, inputs, transpose_a, transpose_b, s),
+            KernelId::Gather => {
+                let [x, idx] = take::<2>(kernel, inputs)?;
+                self.gather(x, idx, axis()?, s)
+            }
+            KernelId::Attention => {
+                let [q, k, v] = take::<3>(kernel, inputs)?;
+                self.attention(q, k, v, p, s)
+            }
+            KernelId::Uniform | KernelId::Normal => {
+                take::<0>(kernel, inputs)?;
+                self.draw(kernel == KernelId::Uniform, p, s)
+            }
+            // Shape only: the same buffer under the new shape.
+            KernelId::Contiguous => one().cloned(),
+            KernelId::Reshape => reshaped(one()?, p.shape.clone()),
+            KernelId::ExpandDims => {
+                let x = one()?;
+                let mut shape = x.shape().to_vec();
+                shape.insert(axis()?.min(shape.len()), 1);
+                reshaped(x, shape)
+            }
+            KernelId::Squeeze => {
+                let x = one()?;
+                let mut shape = x.shape().to_vec();
+                match p.axis {
+                    Some(a) if shape.get(a) == Some(&1) => {
+                        shape.remove(a);
+                    }
+                    Some(a) => return Err(KernelError::AxisOutOfRange { op: "squeeze", axis: a, rank: shape.len() }),
+                    None => shape.retain(|&d| d != 1),
+                }
+                reshaped(x, shape)
+            }
+            other => {
+                // any other kernel: not on this device yet (`runs` says no; the CPU device runs every kernel)
+                Err(KernelError::Invalid(format!("{}: kernel {other:?} does not run on this device yet", self.name)))
+            }
+        }
+    }
+
+    /// Runs `ops.cu`'s `msl_{name}_{f32|f64}` over `x` viewed as `[outer, n, inner]` around
+    /// `axis`, into a new tensor of `out_shape` and `out_t`.
+    fn axis_kernel(
+        &self,
+        name: &str,
+        x: &DeviceTensor,
+        axis: usize,
+        out_shape: Vec<usize>,
+        out_t: DType,
+        s: &Arc<CudaStream>,
+    ) -> Result<DeviceTensor, KernelError> {
+        let (outer, n, inner) = around("cuda kernel", x.shape(), axis)?;
+        if n == 0 && matches!(name, "max" | "min" | "argmax" | "argmin") {
+            return Err(KernelError::Invalid(format!("{name} of an empty axis")));
+        }
+        let f =
+            self.module.load_function(&format!("msl_{name}_{}", suffix("cuda kernel", x.dtype())?)).map_err(driver)?;
+        let (o, n, i) = (outer as i64, n as i64, inner as i64);
+        let len: usize = out_shape.iter().product();
+        let input = self.buf(x)?.at(0);
+        let mut out = Buf::zeros(s, out_t, len)?;
+        {
+            let mut b = s.launch_builder(&f);
+            input.push(&mut b);
+            out.push_out(&mut b);
+            b.arg(&o).arg(&n).arg(&i);
+            // SAFETY: the kernel reads `outer * n * inner` elements of the input (its whole
+            // contiguous buffer) and writes at most that many, `len`, into `out`.
+            unsafe { b.launch(config(outer * inner)) }.map_err(driver)?;
+        }
+        Ok(Self::wrap(out_shape, out_t, out))
+    }
+
+    /// `op(a) @ op(b)` as one cuBLAS call.
+    fn matmul(
+        &self,
+        kernel: KernelId,
+        inputs: &[&DeviceTensor],
+        ta: bool,
+        tb: bool,
+        s: &Arc<CudaStream>,
+    ) -> Result<DeviceTensor, KernelError> {
+        let [a, b] = take::<2>(kernel, inputs)?;
+        if a.dtype() != b.dtype() {
+            return Err(KernelError::DTypeMismatch {
+                op: "matmul",
+                expected: a.dtype().name().into(),
+                found: b.dtype().name().into(),
+            });
+        }
+        let plan = gemm::plan(a.shape(), b.shape(), ta, tb).ok_or_else(|| KernelError::ShapeMismatch {
+            op: "matmul",
+            lhs: a.shape().to_vec(),
+            rhs: b.shape().to_vec(),
+        })?;
+        let len: usize = plan.out_shape.iter().product();
+        let mut out = Buf::zeros(s, a.dtype(), len)?;
+        if !plan.is_trivial() {
+            let guard = self.blas(s)?;
+            let blas =
+                guard.as_ref().ok_or_else(|| KernelError::Invalid(format!("{}: no cuBLAS handle", self.name)))?;
+            // SAFETY: `plan` describes the operands' contiguous buffers (cuBLAS's first operand is
+            // `b`, its second `a`) and an output of `len` elements, as `cuda_gemm.rs` checks.
+            let done = unsafe {
+                match (self.buf(a)?, self.buf(b)?, &mut out) {
+                    (Buf::F32(x), Buf::F32(y), Buf::F32(o)) => {
+                        blas.gemm_strided_batched(blas_config(&plan, 1.0f32, 0.0), y, x, o)
+                    }
+                    (Buf::F64(x), Buf::F64(y), Buf::F64(o)) => {
+                        blas.gemm_strided_batched(blas_config(&plan, 1.0f64, 0.0), y, x, o)
+                    }
+                    _ => return Err(KernelError::dtype("matmul", "f32 or f64 matrices", a.dtype())),
+                }
+            };
+            done.map_err(driver)?;
+        }
+        Ok(Self::wrap(plan.out_shape, a.dtype(), out))
+    }
+
+    /// `numpy.take(x, idx, axis)`; an index out of range is the CPU's error.
+    fn gather(
+        &self,
+        x: &DeviceTensor,
+        idx: &DeviceTensor,
+        axis: usize,
+        s: &Arc<CudaStream>,
+    ) -> Result<DeviceTensor, KernelError> {
+        let (outer, n, inner) = around("gather", x.shape(), axis)?;
+        if idx.dtype() != DType::I32 {
+            return Err(KernelError::dtype("gather", "i32 indices", idx.dtype()));
+        }
+        let m = idx.len();
+        let mut shape = x.shape()[..axis].to_vec();
+        shape.extend_from_slice(idx.shape());
+        shape.extend_from_slice(&x.shape()[axis + 1..]);
+        let len = outer * m * inner;
+        let f = self.module.load_function(&format!("msl_gather_{}", suffix("gather", x.dtype())?)).map_err(driver)?;
+        let mut out = Buf::zeros(s, x.dtype(), len)?;
+        let mut bad: CudaSlice<i32> = s.alloc_zeros(1).map_err(driver)?;
+        let (input, indices) = (self.buf(x)?.at(0), self.buf(idx)?.at(0));
+        let (o, nn, i, mm) = (outer as i64, n as i64, inner as i64, m as i64);
+        {
+            let mut b = s.launch_builder(&f);
+            input.push(&mut b);
+            indices.push(&mut b);
+            out.push_out(&mut b);
+            b.arg(&mut bad).arg(&o).arg(&nn).arg(&i).arg(&mm);
+            // SAFETY: the kernel reads `m` indices, reads `x` only at indices it has checked are
+            // in 0..n, and writes `len` elements of `out` and one flag.
+            unsafe { b.launch(config(len)) }.map_err(driver)?;
+        }
+        if s.clone_dtoh(&bad).map_err(driver)?.first() != Some(&0) {
+            let ix = self.download(idx)?;
+            let index = ix.as_i32().and_then(|v| v.iter().find(|&&j| j < 0 || j as usize >= n).copied()).unwrap_or(-1);
+            return Err(KernelError::IndexOutOfRange { index: i64::from(index), axis, size: n });
+        }
+        Ok(Self::wrap(shape, x.dtype(), out))
+    }
+
+    /// `softmax(q kᵀ / √D) v` by the fused kernel; `ints[0]` keys visible, `flag` causal.
+    fn attention(
+        &self,
+        q: &DeviceTensor,
+        k: &DeviceTensor,
+        v: &DeviceTensor,
+        p: &KernelParams,
+        s: &Arc<CudaStream>,
+    ) -> Result<DeviceTensor, KernelError> {
+        let mask = AttentionMask { len: p.ints.first().copied().unwrap_or(0), causal: p.flag };
+        let g =
+            geometry("attention", (q.shape(), q.dtype()), (k.shape(), k.dtype()), Some((v.shape(), v.dtype())), mask)?;
+        let mut shape = q.shape().to_vec();
+        if let Some(last) = shape.last_mut() {
+            *last = g.e;
+        }
+        let len = g.batch * g.q * g.e;
+        let f =
+            self.module.load_function(&format!("msl_attention_{}", suffix("attention", q.dtype())?)).map_err(driver)?;
+        let mut out = Buf::zeros(s, q.dtype(), len)?;
+        let (qa, ka, va) = (self.buf(q)?.at(0), self.buf(k)?.at(0), self.buf(v)?.at(0));
+        let dims = [g.batch, g.q, g.s, g.d, g.e, g.len].map(|x| x as i64);
+        let causal = i32::from(g.causal);
+        // The scale as the CPU rounds it: 1/√D in f64, then to the element type.
+        let (scale32, scale64) = ((1.0 / (g.d as f64).sqrt()) as f32, 1.0 / (g.d as f64).sqrt());
+        {
+            let mut b = s.launch_builder(&f);
+            qa.push(&mut b);
+            ka.push(&mut b);
+            va.push(&mut b);
+            out.push_out(&mut b);
+            for d in &dims {
+                b.arg(d);
+            }
+            b.arg(&causal);
+            if q.dtype() == DType::F32 {
+                b.arg(&scale32);
+            } else {
+                b.arg(&scale64);
+            }
+            // SAFETY: `geometry` checked the three shapes against each other and the mask; the
+            // kernel reads within them and writes `len` elements of `out`.
+            unsafe { b.launch(config(g.batch * g.q)) }.map_err(driver)?;
+        }
+        Ok(Self::wrap(shape, q.dtype(), out))
+    }
+
+    /// The block `region` of a tensor drawn from Philox stream `key`: uniform in
+    /// [`value`, `scale`), or normal with mean `value` and deviation `scale`.
+    fn draw(&self, uniform: bool, p: &KernelParams, s: &Arc<CudaStream>) -> Result<DeviceTensor, KernelError> {
+        let op = if uniform { "uniform" } else { "normal" };
+        let region = p.region.as_ref().ok_or_else(|| KernelError::Invalid(format!("{op} needs a region")))?;
+        let r = RegionArg::new(region)
+            .ok_or_else(|| KernelError::Invalid(format!("{}: {op} of rank {}", self.name, region.shape.len())))?;
+        let dt = p.dtype.ok_or_else(|| KernelError::Invalid(format!("{op} needs a dtype")))?;
+        let f = self.module.load_function(&format!("msl_{op}_{}", suffix(op, dt)?)).map_err(driver)?;
+        let len: usize = region.len.iter().product();
+        let mut out = Buf::zeros(s, dt, len)?;
+        let n = len as i64;
+        let [k0, k1] = p.key;
+        let (lo, width, hi) = (p.value, p.scale - p.value, p.scale);
+        let (lo32, width32, hi32) = (lo as f32, width as f32, hi as f32);
+        {
+            let mut b = s.launch_builder(&f);
+            out.push_out(&mut b);
+            b.arg(&n).arg(&r).arg(&k0).arg(&k1);
+            match (uniform, dt) {
+                (true, DType::F32) => b.arg(&lo32).arg(&width32).arg(&hi32),
+                (true, _) => b.arg(&lo).arg(&width),
+                // Mean and deviation, in f64 for both element types.
+                (false, _) => b.arg(&p.value).arg(&p.scale),
+            };
+            // SAFETY: the kernel writes `len` elements of `dt` into `out`, allocated with that many.
+            unsafe { b.launch(config(len)) }.map_err(driver)?;
+        }
+        Ok(Self::wrap(region.len.clone(), dt, out))
+    }
+}
+
+/// `x`'s buffer under `shape`, which must hold as many elements.
+fn reshaped(x: &DeviceTensor, shape: Vec<usize>) -> Result<DeviceTensor, KernelError> {
+    if shape.iter().product::<usize>() != x.len() {
+        return Err(KernelError::DataLength { shape, len: x.len() });
+    }
+    Ok(x.with_shape(shape))
+}
