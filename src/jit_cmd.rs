@@ -165,6 +165,10 @@ fn explain_text(c: &Checked, level: u8, r: &jit::Report) -> String {
             plural(x.compiles.len() as u64),
             if compiles.is_empty() { "cached".to_string() } else { compiles.join(", ") }
         );
+        if x.on_device > 0 {
+            let _ =
+                writeln!(s, "     {} of them on the accelerator, by the kernel its code generator wrote", x.on_device);
+        }
         if x.fallbacks > 0 {
             let why = x.fallback_reason.as_deref().unwrap_or("");
             let _ =

@@ -6,9 +6,8 @@
 //! writes the CUDA device's single-operation kernels: one C expression per operation, for both.
 //! `kernels::cuda::compile_cubin` compiles it with NVRTC.
 
-use crate::fuse::{ElemOp, Node, Tree, Typed};
-use kernels::cuda::elem::{c_type, expr, kernel, literal};
-use std::fmt::Write as _;
+use crate::fuse::{Node, Tree, Typed};
+use kernels::cuda::elem::c_type;
 
 pub use kernels::cuda::elem::MAX_RANK;
 
@@ -34,30 +33,5 @@ pub fn param_types(tree: &Tree, typed: &Typed) -> Option<(Vec<&'static str>, &'s
 /// element count `n`, the result's rank and dims, and each input's strides in elements
 /// (`st{k}`), each dim array `MAX_RANK` long and packed in a struct passed by value.
 pub fn source(tree: &Tree, typed: &Typed, name: &str) -> Option<String> {
-    let root = tree.nodes.len().checked_sub(1)?;
-    let (input_t, out_t) = param_types(tree, typed)?;
-    let mut body = String::new();
-    for (i, node) in tree.nodes.iter().enumerate() {
-        let d = typed.dtype[i];
-        let t = c_type(d)?;
-        let value = match node {
-            Node::Leaf(k) => format!("in{k}[o{k}]"),
-            Node::Const(c) => literal(d, c.scalar_value_f64()?),
-            Node::Op { op: o_p, args, .. } => {
-                let o = typed.operand[i];
-                // Operands converted to the operation's operand type, as the interpreter does.
-                let arg = |j: usize| -> Option<String> {
-                    let a = *args.get(j)?;
-                    Some(if typed.dtype[a] == o || *o_p == ElemOp::Where && j == 0 {
-                        format!("v{a}")
-                    } else {
-                        format!("(({})v{a})", c_type(o)?)
-                    })
-                };
-                expr(*o_p, d, o, &arg)?
-            }
-        };
-        let _ = writeln!(body, "        const {t} v{i} = {value};");
-    }
-    Some(kernel(name, &input_t, out_t, &body, &format!("v{root}")))
+    kernels::cuda::elem::fused_kernel(&crate::fuse::device_tree(tree, typed)?, name)
 }

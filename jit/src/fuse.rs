@@ -48,6 +48,28 @@ pub fn elem_op(p: Prim) -> Option<ElemOp> {
     unary_op(p).map(ElemOp::Unary).or_else(|| binary_op(p).map(ElemOp::Binary))
 }
 
+/// The tree as devices take it (`KernelId::Fused`), or `None` when a constant is not a scalar.
+pub fn device_tree(tree: &Tree, typed: &Typed) -> Option<kernels::ops::Fused> {
+    use kernels::ops::FusedNode;
+    let nodes = tree
+        .nodes
+        .iter()
+        .map(|n| {
+            Some(match n {
+                Node::Leaf(k) => FusedNode::Input(*k),
+                Node::Const(c) => FusedNode::Const(c.scalar_value_f64()?),
+                Node::Op { op, args, .. } => FusedNode::Op(*op, args.clone()),
+            })
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Some(kernels::ops::Fused {
+        nodes,
+        dtype: typed.dtype.clone(),
+        operand: typed.operand.clone(),
+        inputs: tree.n_inputs,
+    })
+}
+
 /// A fused tree of elementwise primitives.
 #[derive(Clone, Debug)]
 pub struct Tree {

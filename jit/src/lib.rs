@@ -33,6 +33,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 
 /// How much the JIT does.
 #[derive(Clone, Copy, Debug)]
@@ -72,6 +73,9 @@ pub struct Site {
     pub vector: Option<kernels::DType>,
     /// Calls that wrote their result into an input's buffer (`-O2`).
     pub reused: u64,
+    /// Calls run on the interpreter's accelerator by the kernel its code generator wrote from
+    /// the tree (`--device cuda`), counted in `calls` too.
+    pub on_device: u64,
 }
 
 /// What happened at one loop of host code, for `--explain`.
@@ -181,6 +185,9 @@ pub struct JitAccel<'p> {
     /// The compiled body of each function run so far (`None`: it did not compile).
     bodies: HashMap<lang::types::FuncId, Option<Rc<host::body::Body>>>,
     report: Rc<RefCell<Report>>,
+    /// The interpreter's device: fused trees go to its accelerator when it has one that runs
+    /// them (`Device::accelerates`), and to Cranelift's code otherwise.
+    device: Arc<dyn kernels::Device>,
 }
 
 struct Planned {
@@ -196,6 +203,8 @@ struct Memo {
     bcast: Vec<bool>,
     out: kernels::DType,
     f: codegen::KernelFn,
+    /// The tree as devices take it, kept for an accelerator.
+    fused: Option<Arc<kernels::ops::Fused>>,
 }
 
 impl Drop for JitAccel<'_> {
@@ -205,7 +214,11 @@ impl Drop for JitAccel<'_> {
 }
 
 impl<'p> JitAccel<'p> {
-    pub fn new(prog: &'p lang::ir::Program, opts: Options) -> (JitAccel<'p>, Rc<RefCell<Report>>) {
+    pub fn new(
+        prog: &'p lang::ir::Program,
+        opts: Options,
+        device: Arc<dyn kernels::Device>,
+    ) -> (JitAccel<'p>, Rc<RefCell<Report>>) {
         LIVE.with(|l| l.set(l.get() + 1));
         let report = Rc::new(RefCell::new(Report::default()));
         let accel = JitAccel {
@@ -216,6 +229,7 @@ impl<'p> JitAccel<'p> {
             planned: HashMap::new(),
             bodies: HashMap::new(),
             report: report.clone(),
+            device,
         };
         (accel, report)
     }
@@ -236,6 +250,7 @@ impl<'p> JitAccel<'p> {
             compiles: Vec::new(),
             vector: None,
             reused: 0,
+            on_device: 0,
         };
         r.sites.push(site);
         let i = r.sites.len() - 1;
@@ -248,6 +263,40 @@ impl<'p> JitAccel<'p> {
         r.sites[site].fallbacks += 1;
         r.sites[site].fallback_reason = Some(why);
         None
+    }
+
+    /// Whether the interpreter's device has an accelerator that runs `tree` on these inputs
+    /// (asked once per compiled kernel, so the CPU's runs pay nothing per call).
+    fn accelerated(&self, tree: &Arc<kernels::ops::Fused>, inputs: &[Tensor]) -> bool {
+        let dev = &self.device;
+        let Ok(ds) = inputs.iter().map(|t| dev.upload(t)).collect::<Result<Vec<_>, _>>() else { return false };
+        let refs: Vec<&kernels::DeviceTensor> = ds.iter().collect();
+        dev.accelerates(kernels::KernelId::Fused, &refs, &kernels::KernelParams::new().fused(tree.clone()))
+    }
+
+    /// The tree run on the interpreter's accelerator by the kernel its code generator writes,
+    /// when it has one that runs it; `None` leaves the tree to Cranelift's code.
+    fn on_device(
+        &self,
+        tree: Arc<kernels::ops::Fused>,
+        inputs: &[Tensor],
+        site: usize,
+    ) -> Option<Result<Tensor, KernelError>> {
+        let dev = &self.device;
+        let ds = match inputs.iter().map(|t| dev.upload(t)).collect::<Result<Vec<_>, _>>() {
+            Ok(ds) => ds,
+            Err(e) => return Some(Err(e)),
+        };
+        let refs: Vec<&kernels::DeviceTensor> = ds.iter().collect();
+        let p = kernels::KernelParams::new().fused(tree);
+        if !dev.accelerates(kernels::KernelId::Fused, &refs, &p) {
+            return None;
+        }
+        let t = dev.launch(kernels::KernelId::Fused, &refs, &p).and_then(|out| dev.download(&out));
+        let mut r = self.report.borrow_mut();
+        r.sites[site].calls += 1;
+        r.sites[site].on_device += 1;
+        Some(t)
     }
 
     /// Types, lays out and compiles (or finds in the cache) the loop for these inputs.
@@ -285,6 +334,7 @@ impl<'p> JitAccel<'p> {
             bcast: lay.bcast.clone(),
             out: *typed.dtype.last().ok_or("empty tree")?,
             f: c.f,
+            fused: fuse::device_tree(&tree, &typed).map(Arc::new).filter(|t| self.accelerated(t, inputs)),
         };
         Ok((memo, lay))
     }
@@ -317,7 +367,7 @@ pub fn install<'p>(it: &mut Interp<'p>, opts: Options) -> Rc<RefCell<Report>> {
     // Replacing an accelerator drops it first, so its code may go too.
     it.accel = None;
     release_code(MAX_CACHED);
-    let (accel, report) = JitAccel::new(it.prog, opts);
+    let (accel, report) = JitAccel::new(it.prog, opts, it.device.clone());
     it.accel = Some(Box::new(accel));
     if opts.level >= 2 {
         it.move_at_last_uses();
@@ -509,13 +559,13 @@ impl Accel for JitAccel<'_> {
         };
         let hit = p.memo.as_ref().filter(|m| same_kinds(m)).and_then(|m| {
             let lay = exec::layout(ins)?;
-            (lay.bcast == m.bcast).then_some((m.f, m.out, lay))
+            (lay.bcast == m.bcast).then(|| (m.f, m.out, lay, m.fused.clone()))
         });
-        let (f, out, lay) = match hit {
+        let (f, out, lay, fused) = match hit {
             Some(h) => h,
             None => match self.prepare(addr, inputs) {
                 Ok((memo, lay)) => {
-                    let h = (memo.f, memo.out, lay);
+                    let h = (memo.f, memo.out, lay, memo.fused.clone());
                     if let Some(Some(p)) = self.planned.get_mut(&addr) {
                         p.memo = Some(memo);
                     }
@@ -524,6 +574,11 @@ impl Accel for JitAccel<'_> {
                 Err(why) => return self.fallback(site, why),
             },
         };
+        if let Some(tree) = fused {
+            if let Some(t) = self.on_device(tree, inputs, site) {
+                return Some(t);
+            }
+        }
         let (t, reused) = exec::run(f, inputs, &lay, out, self.opts.level >= 2);
         let mut r = self.report.borrow_mut();
         r.sites[site].calls += 1;

@@ -68,7 +68,7 @@ fn a_full_module_is_freed_between_runs_and_code_compiles_again() {
 fn a_module_in_use_is_not_freed() {
     run();
     let prog = lang::ir::Program::default();
-    let (accel, _) = jit::JitAccel::new(&prog, jit::Options::level(1));
+    let (accel, _) = jit::JitAccel::new(&prog, jit::Options::level(1), std::sync::Arc::new(kernels::CpuDevice));
     assert!(!jit::release_code(0), "freed while an accelerator was alive");
     assert!(jit::cached_loops() > 0);
     drop(accel);

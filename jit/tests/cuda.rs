@@ -159,6 +159,9 @@ fn generated_kernels_compute_what_the_cranelift_kernels_compute() {
         let mut inputs: Vec<Tensor> =
             leaf_types(tree, typed).iter().zip(&shapes).map(|(&d, s)| input(&mut rng, d, s)).collect();
         broadcast += shapes.iter().filter(|s| s.as_slice() != out_shape).count();
+        // The devices' reference: the tree as `KernelId::Fused` carries it, node by node.
+        let refs: Vec<&Tensor> = inputs.iter().collect();
+        let reference = kernels::ops::fused(&fuse::device_tree(tree, typed).unwrap(), &refs).unwrap();
         // The Cranelift kernel, run the way the JIT runs it.
         let lay = exec::layout(&inputs).unwrap();
         let vector = fuse::vector_type(tree, typed, &inputs);
@@ -205,10 +208,14 @@ fn generated_kernels_compute_what_the_cranelift_kernels_compute() {
         for (j, (a, b)) in g.iter().zip(&w).enumerate() {
             assert!(close(*a, *b, out_t), "{}: element {j}: CUDA C {a} vs Cranelift {b}", tree.term());
         }
+        assert_eq!(reference.shape(), want.shape());
+        for (j, (a, b)) in reference.to_f64_vec().iter().zip(&w).enumerate() {
+            assert!(close(*a, *b, out_t), "{}: element {j}: reference {a} vs Cranelift {b}", tree.term());
+        }
         elements += n;
     }
     println!(
-        "{} generated kernels agree with Cranelift's on {elements} elements ({broadcast} broadcast inputs)",
+        "{} generated kernels and the reference agree with Cranelift's on {elements} elements ({broadcast} broadcast inputs)",
         trees.len()
     );
 }

@@ -29,6 +29,7 @@ pub mod ops {
     pub use crate::cpu::conv::{conv2d, conv2d_input_grad, conv2d_weight_grad, Conv2dGeometry};
     pub use crate::cpu::einsum::einsum;
     pub use crate::cpu::elementwise::{binary, unary, where_, BinaryOp, ElemOp, UnaryOp};
+    pub use crate::cpu::fused::{fused, Fused, FusedNode};
     pub use crate::cpu::index::{gather, one_hot, scatter_add, slice, slice_update_add, update, SliceSpec};
     pub use crate::cpu::matmul::{matmul, matmul_t};
     pub use crate::cpu::pool2d::{avg_pool2d, avg_pool2d_grad, max_pool2d, max_pool2d_grad};

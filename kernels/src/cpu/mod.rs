@@ -10,6 +10,7 @@ pub mod attention;
 pub mod conv;
 pub mod einsum;
 pub mod elementwise;
+pub mod fused;
 pub mod index;
 pub mod matmul;
 pub(crate) mod num;

@@ -160,21 +160,23 @@ impl CudaDevice {
         self.stream(Stream::DEFAULT)
     }
 
-    /// The generated kernel `name`, compiled from `source()` on its first use and kept.
+    /// Generated kernel `name` of the source `source()` writes, compiled on its first use and
+    /// kept under `key` (which names the source exactly).
     pub(super) fn function(
         &self,
+        key: &str,
         name: &str,
         source: impl FnOnce() -> Option<String>,
     ) -> Result<CudaFunction, KernelError> {
         let mut cache = self.functions.lock().map_err(|_| self.poisoned("kernel cache"))?;
-        if let Some(f) = cache.get(name) {
+        if let Some(f) = cache.get(key) {
             return Ok(f.clone());
         }
         let src = source().ok_or_else(|| KernelError::Invalid(format!("{}: no kernel {name}", self.name)))?;
         let cubin = compile_cubin(&src, &self.arch, NVRTC_OPTIONS).map_err(KernelError::Invalid)?;
         let module = self.ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin)).map_err(driver)?;
         let f = module.load_function(name).map_err(driver)?;
-        cache.insert(name.to_string(), f.clone());
+        cache.insert(key.to_string(), f.clone());
         Ok(f)
     }
 
@@ -249,6 +251,14 @@ impl Device for CudaDevice {
             KernelId::Binary(b) => one_rank && elem::result_type(ElemOp::Binary(b), &dtypes, None).is_some(),
             KernelId::Where => one_rank && elem::result_type(ElemOp::Where, &dtypes, None).is_some(),
             KernelId::Cast => one_rank && elem::result_type(ElemOp::Cast, &dtypes, p.dtype).is_some(),
+            KernelId::Fused => {
+                one_rank
+                    && p.fused.as_deref().is_some_and(|t| {
+                        elem::writes(t)
+                            && t.inputs == inputs.len()
+                            && inputs.iter().enumerate().all(|(k, d)| t.input_dtype(k).is_none_or(|x| x == d.dtype()))
+                    })
+            }
             KernelId::Reduce(ReduceOp::Prod) => false,
             KernelId::Reduce(ReduceOp::Sum | ReduceOp::Mean | ReduceOp::Max | ReduceOp::Min)
             | KernelId::ArgMax
@@ -299,6 +309,10 @@ impl Device for CudaDevice {
         }
     }
 
+    fn accelerates(&self, kernel: KernelId, inputs: &[&DeviceTensor], p: &KernelParams) -> bool {
+        self.runs(kernel, inputs, p)
+    }
+
     fn alloc(&self, dtype: DType, len: usize) -> Result<DeviceTensor, KernelError> {
         let b = Buf::zeros(&self.default_stream()?, dtype, len)?;
         Ok(Self::wrap(vec![len], dtype, b))
@@ -342,6 +356,7 @@ impl Device for CudaDevice {
             KernelId::Binary(b) => return self.elementwise(ElemOp::Binary(b), inputs, None, s),
             KernelId::Where => return self.elementwise(ElemOp::Where, inputs, None, s),
             KernelId::Cast => return self.elementwise(ElemOp::Cast, inputs, p.dtype, s),
+            KernelId::Fused => return self.fused(super::launch::need_tree(p)?, inputs, s),
             _ => {} // any other kernel: reads its inputs contiguous, below
         }
         let dense: Vec<DeviceTensor> = inputs.iter().map(|d| self.contiguous(stream, d)).collect::<Result<_, _>>()?;

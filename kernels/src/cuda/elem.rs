@@ -13,10 +13,16 @@
 use std::fmt::Write as _;
 
 use crate::cpu::elementwise::{BinaryOp, ElemOp, UnaryOp};
+use crate::cpu::fused::{Fused, FusedNode};
 use crate::tensor::DType;
 
 /// The most dims a kernel's index arithmetic handles; a larger rank is declined.
 pub const MAX_RANK: usize = 8;
+
+/// The most inputs the CUDA device gives a generated kernel. It passes every kernel an
+/// `Index<MAX_INPUTS>`: a kernel of fewer inputs declares a prefix of that struct, and the
+/// driver copies as many bytes as the kernel declares.
+pub const MAX_INPUTS: usize = 16;
 
 /// The C type holding an element of `d`, or `None` for types these kernels never hold.
 pub fn c_type(d: DType) -> Option<&'static str> {
@@ -65,7 +71,12 @@ impl<const K: usize> Index<K> {
     /// result broadcasts reads stride 0. `None` past [`MAX_RANK`] dims, or when an input does
     /// not broadcast to `out`.
     pub fn new(out: &[usize], inputs: [(&[usize], &[usize]); K]) -> Option<Index<K>> {
-        if out.len() > MAX_RANK {
+        Index::from_parts(out, &inputs)
+    }
+
+    /// As [`Index::new`], from at most `K` inputs (the strides of the rest are zero).
+    pub fn from_parts(out: &[usize], inputs: &[(&[usize], &[usize])]) -> Option<Index<K>> {
+        if out.len() > MAX_RANK || inputs.len() > K {
             return None;
         }
         let mut dims = [1i64; MAX_RANK];
@@ -120,6 +131,44 @@ pub fn kernel(name: &str, inputs: &[&str], out_t: &str, body: &str, result: &str
     s.push_str(body);
     let _ = writeln!(s, "        out[i] = {result};\n    }}\n}}");
     s
+}
+
+/// The CUDA C of kernel `name` computing `tree` for every element of the broadcast result (the
+/// JIT's fused trees), or `None` when the tree holds an element type these kernels do not. Each
+/// operation's operands are converted to its operand type first, as the interpreter does.
+pub fn fused_kernel(tree: &Fused, name: &str) -> Option<String> {
+    let root = tree.nodes.len().checked_sub(1)?;
+    let input_t: Vec<&str> =
+        (0..tree.inputs).map(|k| tree.input_dtype(k).map_or(Some("float"), c_type)).collect::<Option<_>>()?;
+    let mut body = String::new();
+    for (i, node) in tree.nodes.iter().enumerate() {
+        let d = *tree.dtype.get(i)?;
+        let t = c_type(d)?;
+        let value = match node {
+            FusedNode::Input(k) => format!("in{k}[o{k}]"),
+            FusedNode::Const(c) => literal(d, *c),
+            FusedNode::Op(e, args) => {
+                let o = *tree.operand.get(i)?;
+                let arg = |j: usize| -> Option<String> {
+                    let a = *args.get(j).filter(|&&a| a < i)?;
+                    Some(if *tree.dtype.get(a)? == o || *e == ElemOp::Where && j == 0 {
+                        format!("v{a}")
+                    } else {
+                        format!("(({})v{a})", c_type(o)?)
+                    })
+                };
+                expr(*e, d, o, &arg)?
+            }
+        };
+        let _ = writeln!(body, "        const {t} v{i} = {value};");
+    }
+    Some(kernel(name, &input_t, c_type(*tree.dtype.get(root)?)?, &body, &format!("v{root}")))
+}
+
+/// Whether [`fused_kernel`] writes `tree` (every element type it holds is one these kernels
+/// hold, and it has at most [`MAX_INPUTS`] inputs).
+pub fn writes(tree: &Fused) -> bool {
+    tree.inputs <= MAX_INPUTS && tree.dtype.iter().chain(&tree.operand).all(|&d| c_type(d).is_some())
 }
 
 /// The element type the CUDA device's kernel for `e` computes from inputs of types `inputs`

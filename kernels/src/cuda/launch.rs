@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use cudarc::cublas::sys::cublasOperation_t;
 use cudarc::cublas::{Gemm, GemmConfig, StridedBatchedConfig};
-use cudarc::driver::{CudaSlice, CudaStream, LaunchArgs, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 
 use super::device::{driver, take, Arg, Buf, CudaDevice};
 use super::elem::{self, Index};
@@ -17,6 +17,7 @@ use super::RegionArg;
 use crate::cpu::attention::{geometry, AttentionMask};
 use crate::cpu::broadcast_shapes;
 use crate::cpu::elementwise::ElemOp;
+use crate::cpu::fused::Fused;
 use crate::cpu::reduce::ReduceOp;
 use crate::device::{need_axis, Device, DeviceTensor, KernelId, KernelParams};
 use crate::error::KernelError;
@@ -58,32 +59,6 @@ fn reduced(shape: &[usize], axis: usize, keepdims: bool) -> Result<Vec<usize>, K
     Ok(out)
 }
 
-/// The index of an elementwise kernel of one, two or three inputs.
-enum Ix {
-    One(Index<1>),
-    Two(Index<2>),
-    Three(Index<3>),
-}
-
-impl Ix {
-    fn new(out: &[usize], parts: &[(&[usize], &[usize])]) -> Option<Ix> {
-        match *parts {
-            [a] => Index::new(out, [a]).map(Ix::One),
-            [a, b] => Index::new(out, [a, b]).map(Ix::Two),
-            [a, b, c] => Index::new(out, [a, b, c]).map(Ix::Three),
-            _ => None,
-        }
-    }
-
-    fn push<'l>(&'l self, b: &mut LaunchArgs<'l>) {
-        match self {
-            Ix::One(i) => b.arg(i),
-            Ix::Two(i) => b.arg(i),
-            Ix::Three(i) => b.arg(i),
-        };
-    }
-}
-
 /// cuBLAS's arguments for `p`, with `one` and `zero` of the element type.
 fn blas_config<T>(p: &GemmPlan, one: T, zero: T) -> StridedBatchedConfig<T> {
     let op = |t: bool| if t { cublasOperation_t::CUBLAS_OP_T } else { cublasOperation_t::CUBLAS_OP_N };
@@ -121,35 +96,70 @@ impl CudaDevice {
         let dtypes: Vec<DType> = inputs.iter().map(|d| d.dtype()).collect();
         let out_t = elem::result_type(e, &dtypes, to)
             .ok_or_else(|| KernelError::Invalid(format!("{}: no `{}` kernel for {dtypes:?}", self.name, e.name())))?;
+        let name = elem::op_kernel_name(e, &dtypes, out_t);
+        let f = self.function(&name, &name, || elem::op_kernel(e, &dtypes, to))?;
+        self.generated(e.name(), &f, inputs, out_t, s)
+    }
+
+    /// The JIT's fused tree `tree` of `inputs` by the kernel generated from it.
+    pub(super) fn fused(
+        &self,
+        tree: &Fused,
+        inputs: &[&DeviceTensor],
+        s: &Arc<CudaStream>,
+    ) -> Result<DeviceTensor, KernelError> {
+        let reads = (0..tree.inputs).map(|k| tree.input_dtype(k));
+        if inputs.len() != tree.inputs || inputs.iter().zip(reads).any(|(d, t)| t.is_some_and(|t| t != d.dtype())) {
+            return Err(KernelError::Invalid(format!(
+                "{}: a fused tree's inputs are not what it was typed for",
+                self.name
+            )));
+        }
+        let out_t = tree.out_dtype().ok_or_else(|| KernelError::Invalid("an empty fused tree".into()))?;
+        // Each tree is a module of its own, so every one's kernel may have the same name.
+        let f = self.function(&format!("{tree:?}"), "msl_fused", || elem::fused_kernel(tree, "msl_fused"))?;
+        self.generated("fused tree", &f, inputs, out_t, s)
+    }
+
+    /// Launches generated kernel `f` (the [`elem::kernel`] form) over `inputs` broadcast to one
+    /// shape, into a new tensor of `out_t`.
+    fn generated(
+        &self,
+        what: &'static str,
+        f: &CudaFunction,
+        inputs: &[&DeviceTensor],
+        out_t: DType,
+        s: &Arc<CudaStream>,
+    ) -> Result<DeviceTensor, KernelError> {
         let mut shape = Vec::new();
         for d in inputs {
-            shape = broadcast_shapes(e.name(), &shape, d.shape())?;
+            shape = broadcast_shapes(what, &shape, d.shape())?;
         }
         let parts: Vec<(&[usize], &[usize])> = inputs.iter().map(|d| (d.shape(), d.strides())).collect();
-        let index = Ix::new(&shape, &parts).ok_or_else(|| {
+        let index = Index::<{ elem::MAX_INPUTS }>::from_parts(&shape, &parts).ok_or_else(|| {
             KernelError::Invalid(format!(
-                "{}: `{}` of rank {} (at most {})",
+                "{}: {what} of rank {} or {} inputs (at most {} and {})",
                 self.name,
-                e.name(),
                 shape.len(),
-                elem::MAX_RANK
+                inputs.len(),
+                elem::MAX_RANK,
+                elem::MAX_INPUTS
             ))
         })?;
-        let name = elem::op_kernel_name(e, &dtypes, out_t);
-        let f = self.function(&name, || elem::op_kernel(e, &dtypes, to))?;
         let len: usize = shape.iter().product();
         let args = inputs.iter().map(|d| Ok(self.buf(d)?.at(d.offset()))).collect::<Result<Vec<Arg>, KernelError>>()?;
         let mut out = Buf::zeros(s, out_t, len)?;
         {
-            let mut b = s.launch_builder(&f);
+            let mut b = s.launch_builder(f);
             for a in &args {
                 a.push(&mut b);
             }
             out.push_out(&mut b);
-            index.push(&mut b);
-            // SAFETY: the kernel was generated for these element types; it reads each input at
+            b.arg(&index);
+            // SAFETY: the kernel was generated for these inputs' element types; it reads each at
             // offsets its view's strides give within its buffer, and writes `len` elements of
-            // `out`, allocated with at least that many.
+            // `out`, allocated with at least that many. Its index parameter is a prefix of
+            // `index` (see `elem::MAX_INPUTS`).
             unsafe { b.launch(config(len)) }.map_err(driver)?;
         }
         Ok(Self::wrap(shape, out_t, out))
@@ -170,6 +180,7 @@ impl CudaDevice {
             KernelId::Binary(b) => self.elementwise(ElemOp::Binary(b), inputs, None, s),
             KernelId::Where => self.elementwise(ElemOp::Where, inputs, None, s),
             KernelId::Cast => self.elementwise(ElemOp::Cast, inputs, p.dtype, s),
+            KernelId::Fused => self.fused(need_tree(p)?, inputs, s),
             KernelId::Reduce(op) => {
                 let (x, a) = (one()?, axis()?);
                 let name = match op {
@@ -431,6 +442,11 @@ impl CudaDevice {
         }
         Ok(Self::wrap(region.len.clone(), dt, out))
     }
+}
+
+/// The tree a `Fused` launch carries.
+pub(super) fn need_tree(p: &KernelParams) -> Result<&Fused, KernelError> {
+    p.fused.as_deref().ok_or_else(|| KernelError::Invalid("kernel Fused needs a tree".into()))
 }
 
 /// `x`'s buffer under `shape`, which must hold as many elements.

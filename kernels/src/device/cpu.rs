@@ -139,6 +139,10 @@ impl Device for CpuDevice {
                 let (a, b) = two()?;
                 ops::binary(op, a, b)?
             }
+            KernelId::Fused => {
+                let tree = p.fused.as_ref().ok_or_else(|| KernelError::Invalid("kernel Fused needs a tree".into()))?;
+                ops::fused(tree, &xs)?
+            }
             KernelId::Where => {
                 arity(kernel, inputs, 3)?;
                 ops::where_(xs[0], xs[1], xs[2])?

@@ -31,6 +31,9 @@ pub enum KernelId {
     Binary(BinaryOp),
     /// Inputs: condition, then the two branches.
     Where,
+    /// A fused elementwise tree (`fused`) of its inputs, broadcast to one shape (views read
+    /// through their strides).
+    Fused,
     /// Uses `axis` and `keepdims`.
     Reduce(ReduceOp),
     ArgMax,
@@ -138,6 +141,7 @@ pub struct KernelParams {
     pub scale: f64,
     pub key: [u32; 2],
     pub region: Option<Region>,
+    pub fused: Option<std::sync::Arc<crate::cpu::fused::Fused>>,
 }
 
 impl KernelParams {
@@ -196,6 +200,10 @@ impl KernelParams {
         self.key = key;
         self
     }
+    pub fn fused(mut self, tree: std::sync::Arc<crate::cpu::fused::Fused>) -> Self {
+        self.fused = Some(tree);
+        self
+    }
     pub fn region(mut self, region: Region) -> Self {
         self.region = Some(region);
         self
@@ -233,6 +241,13 @@ pub trait Device: Send + Sync {
     /// runs every kernel; an accelerator may run some, see [`Offload`]). Reads only the inputs'
     /// element types and shapes, so the inputs may belong to another device.
     fn runs(&self, kernel: KernelId, inputs: &[&DeviceTensor], params: &KernelParams) -> bool;
+    /// Whether an accelerator runs `kernel` on these inputs and parameters: the device itself
+    /// when it is one, or the accelerator behind it ([`Offload`]). The CPU device answers no,
+    /// so that a compiler with code of its own for the CPU (the JIT's fused trees) keeps it.
+    fn accelerates(&self, kernel: KernelId, inputs: &[&DeviceTensor], params: &KernelParams) -> bool {
+        let _ = (kernel, inputs, params);
+        false
+    }
     /// A zero-filled 1-D tensor of `len` elements on the device, from its allocator.
     fn alloc(&self, dtype: DType, len: usize) -> Result<DeviceTensor, KernelError>;
     /// Copies a host tensor to the device.

@@ -49,6 +49,10 @@ impl Device for Offload {
         true
     }
 
+    fn accelerates(&self, kernel: KernelId, inputs: &[&DeviceTensor], params: &KernelParams) -> bool {
+        self.offloaded(kernel, inputs, params)
+    }
+
     fn alloc(&self, dtype: DType, len: usize) -> Result<DeviceTensor, KernelError> {
         CpuDevice.alloc(dtype, len)
     }

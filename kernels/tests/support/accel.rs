@@ -1,7 +1,7 @@
 //! A fake accelerator for tests of `Offload`: it keeps its tensors in a buffer type of its own,
 //! so an operand handed to the wrong device is an error rather than a silent success, and runs
-//! reductions (sum, mean, max, min), softmax, log-softmax and cumsum of f32 and f64 (what the
-//! CUDA device runs today) with the CPU device's code.
+//! reductions (sum, mean, max, min), softmax, log-softmax and cumsum of f32 and f64, and the
+//! JIT's fused trees (`KernelId::Fused`), with the CPU device's code.
 
 use kernels::ops::ReduceOp;
 use kernels::{
@@ -42,6 +42,7 @@ impl Device for Accel {
                     | KernelId::Softmax
                     | KernelId::LogSoftmax
                     | KernelId::Cumsum
+                    | KernelId::Fused
             )
     }
     fn alloc(&self, dtype: DType, len: usize) -> Result<DeviceTensor, KernelError> {
