@@ -521,6 +521,8 @@ impl Checker {
             Some(t) => self.resolve_type(m, t, &mut env),
             None => Type::unit(),
         };
+        let mut dims = dims;
+        dims.append(&mut env.undeclared);
         let sig = &mut self.fn_sigs[id.0 as usize];
         sig.dims = dims.iter().map(|(_, s)| *s).collect();
         sig.rests = rests.iter().map(|(_, r)| *r).collect();

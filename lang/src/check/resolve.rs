@@ -16,6 +16,9 @@ pub struct TyEnv {
     /// When set, unknown dim names become fresh run-time dims (in `let` annotations) and are
     /// recorded here; `_` becomes a fresh dim to be inferred.
     pub fresh: Option<Vec<(String, Sym)>>,
+    /// Dim names used without a declaration (each reported once): a function's signature
+    /// takes them as generic dims, so that its calls check without follow-up errors.
+    pub undeclared: Vec<(String, Sym)>,
 }
 
 impl Checker {
@@ -76,8 +79,12 @@ impl Checker {
                     )),
                 };
                 self.error(diag);
-                // A fresh variable keeps checking going without follow-up errors.
-                Dim::var(self.new_sym(name))
+                // A fresh variable keeps checking going, the same one for every later use of the
+                // name here, so that one missing declaration is one error.
+                let s = self.new_sym(name);
+                env.dims.insert(name.clone(), Dim::var(s));
+                env.undeclared.push((name.clone(), s));
+                Dim::var(s)
             }
             DimKind::Neg(a) => self.resolve_dim(m, a, env).neg(),
             DimKind::Bin(op, a, b) => {
