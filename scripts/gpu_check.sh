@@ -4,9 +4,10 @@
 #   bash scripts/gpu_check.sh build   # on the CPU machine: test binaries and msl, stripped, into target/gpu/
 #   bash scripts/gpu_check.sh run     # on the GPU machine, with target/gpu carried there
 #
-# `run` prints the GPU, then runs the CUDA device's comparison against the CPU device and the
-# kernel-source tests (NVRTC from the machine's CUDA toolkit, found through LD_LIBRARY_PATH);
-# a skipped test says why. Nothing in it needs more than a minute.
+# `run` prints the GPU, then runs the CUDA device's comparison against the CPU device (every
+# kernel it has: elementwise, cuBLAS products, reductions, gathers, attention, draws) and the
+# kernel-source tests (NVRTC from the machine's CUDA toolkit, found through LD_LIBRARY_PATH),
+# then every spec example on `--device cuda`, interpreted and at -O1; a skipped test says why.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-run}" in
@@ -44,6 +45,9 @@ run)
     # GPU (the rest on the CPU): the same text as on the CPU, or the example fails.
     echo "== msl test --device cuda spec/"
     target/gpu/msl test --device cuda spec/ | tail -n 5 || status=1
+    # The same at -O1: each fused tree the JIT finds runs as one kernel generated from it.
+    echo "== msl test --device cuda --mode jit -O1 spec/"
+    target/gpu/msl test --device cuda --mode jit -O1 spec/ | tail -n 5 || status=1
     exit "$status"
     ;;
 *)
