@@ -471,6 +471,11 @@ pub fn where_(c: &Tensor, a: &Tensor, b: &Tensor) -> Result<Tensor, KernelError>
             found: b.dtype().to_string(),
         });
     }
+    if a.dtype().is_half() {
+        // Storage-only branches are selected in f32, and the result goes back to their type.
+        let w = b.cast(DType::F32);
+        return a.in_f32(|v| where_(c, v, &w));
+    }
     let shape = broadcast_shapes("where", a.shape(), b.shape())?;
     let shape = broadcast_shapes("where", c.shape(), &shape)?;
     match (a.storage(), b.storage()) {

@@ -253,3 +253,15 @@ fn long_rows_are_split_across_threads_without_changing_results() {
     let want: Vec<f64> = (0..2 * n).map(|i| v[i] - v[i % n]).collect();
     check(&s, &[2, n], &want, 0.0);
 }
+
+#[test]
+fn where_of_storage_only_branches_is_computed_in_f32() {
+    let c = Tensor::from_vec(vec![3], vec![true, false, true]).unwrap();
+    let a = Tensor::from_vec(vec![3], vec![1.5f32, 2.0, -3.0]).unwrap();
+    let b = Tensor::from_vec(vec![1], vec![0.25f32]).unwrap();
+    for d in [DType::Bf16, DType::F16] {
+        let got = ops::where_(&c, &a.cast(d), &b.cast(d)).unwrap();
+        assert_eq!(got.dtype(), d);
+        assert_eq!(got.to_f64_vec(), vec![1.5, 0.25, -3.0]);
+    }
+}
