@@ -11,6 +11,7 @@ mod io;
 #[cfg(unix)]
 mod io_safety;
 mod matmul;
+mod no_panic;
 mod quant;
 mod reduce;
 mod rng;
