@@ -135,6 +135,23 @@ fn cases(dtype: DType) -> Vec<Case> {
     ]
 }
 
+/// The storage-only types on the device: computed in f32 and rounded as on the CPU.
+fn half_cases(dtype: DType) -> Vec<Case> {
+    let plain = |x: Tensor| (x, None);
+    let c = |kernel, inputs, params| Case { kernel, inputs, params };
+    let p = KernelParams::new;
+    let cond = t(&[4, 1], DType::F32, 9).try_cast(DType::Bool).unwrap();
+    vec![
+        c(KernelId::Unary(UnaryOp::Exp), vec![(t(&[3, 4, 5], dtype, 1), Some(vec![2, 0, 1]))], p()),
+        c(KernelId::Binary(BinaryOp::Add), vec![plain(t(&[4, 5], dtype, 3)), plain(t(&[5], dtype, 4))], p()),
+        c(KernelId::Binary(BinaryOp::Ge), vec![plain(t(&[4, 5], dtype, 5)), plain(t(&[5], dtype, 6))], p()),
+        c(KernelId::Where, vec![plain(cond), plain(t(&[4, 5], dtype, 10)), plain(t(&[5], dtype, 11))], p()),
+        c(KernelId::Cast, vec![plain(t(&[9], DType::F32, 12))], p().dtype(dtype)),
+        c(KernelId::Cast, vec![plain(t(&[9], dtype, 13))], p().dtype(DType::F32)),
+        c(KernelId::Matmul, vec![plain(t(&[2, 33, 17], dtype, 15)), plain(t(&[17, 9], dtype, 16))], p()),
+    ]
+}
+
 /// `x` on `dev`, read through `perm` when given.
 fn placed(dev: &dyn Device, x: &Tensor, perm: &Option<Vec<usize>>) -> DeviceTensor {
     let d = dev.upload(x).unwrap();
@@ -151,8 +168,10 @@ fn elementwise_products_gathers_attention_and_draws_match_the_cpu_device() {
         println!("skipped on the GPU: {why}");
     }
     let mut checked = 0;
-    for dtype in [DType::F32, DType::F64] {
-        for case in cases(dtype) {
+    let all = [DType::F32, DType::F64].into_iter().flat_map(|d| cases(d).into_iter().map(move |c| (d, c)));
+    let halves = [DType::Bf16, DType::F16].into_iter().flat_map(|d| half_cases(d).into_iter().map(move |c| (d, c)));
+    for (dtype, case) in all.chain(halves) {
+        {
             let on = |dev: &dyn Device| -> Vec<DeviceTensor> {
                 case.inputs.iter().map(|(x, perm)| placed(dev, x, perm)).collect()
             };
@@ -166,7 +185,13 @@ fn elementwise_products_gathers_attention_and_draws_match_the_cpu_device() {
             let got = gpu.download(&gpu.launch(case.kernel, &refs, &case.params).unwrap()).unwrap();
             assert_eq!((got.shape(), got.dtype()), (want.shape(), want.dtype()), "{:?} {dtype}", case.kernel);
             for (j, (a, b)) in got.to_f64_vec().iter().zip(want.to_f64_vec()).enumerate() {
-                let tol = if dtype == DType::F32 { 1e-5 * b.abs() + 1e-6 } else { 1e-12 * b.abs() + 1e-13 };
+                let tol = match dtype {
+                    DType::F64 => 1e-12 * b.abs() + 1e-13,
+                    // One unit in the last place: an f32 sum in another order may round the other way.
+                    DType::Bf16 => b.abs() / 128.0,
+                    DType::F16 => b.abs() / 1024.0 + 6e-5,
+                    _ => 1e-5 * b.abs() + 1e-6,
+                };
                 assert!(
                     (a - b).abs() <= tol || a.is_nan() && b.is_nan(),
                     "{:?} {dtype}: element {j}: cuda {a} vs cpu {b}",

@@ -4,7 +4,8 @@
 //! by the C++ compiler and called with the Rust [`Index`] passed by value (so its layout is
 //! checked against the C struct), computes what the CPU kernels compute on broadcast inputs and
 //! on a permuted view read through its strides (f32 to 1e-5 relative, the contract's bound for
-//! a device; bools exactly).
+//! a device; bools exactly; bf16 and f16, computed in f32 and rounded, to one unit in their last
+//! place, since an f32 that differs by an ulp may round the other way).
 
 #[path = "support/cuda_host.rs"]
 mod cuda_host;
@@ -59,8 +60,8 @@ const BINARY: [BinaryOp; 17] = [
 /// does not compile here until it says which (and is then in the lists above, which the test
 /// checks by count).
 fn operand_types(e: ElemOp) -> &'static [DType] {
-    const FLOATS: &[DType] = &[DType::F32, DType::F64];
-    const ALL: &[DType] = &[DType::F32, DType::F64, DType::Bool];
+    const FLOATS: &[DType] = &[DType::F32, DType::F64, DType::Bf16, DType::F16];
+    const ALL: &[DType] = &[DType::F32, DType::F64, DType::Bool, DType::Bf16, DType::F16];
     match e {
         ElemOp::Unary(UnaryOp::Not) | ElemOp::Binary(BinaryOp::And | BinaryOp::Or) => &[DType::Bool],
         ElemOp::Unary(
@@ -120,7 +121,10 @@ fn every_kernel() -> Vec<(ElemOp, Vec<DType>, Option<DType>)> {
     }
     for &from in operand_types(ElemOp::Cast) {
         for &to in operand_types(ElemOp::Cast) {
-            out.push((ElemOp::Cast, vec![from], Some(to)));
+            // f64 to a storage-only type stays on the CPU (see `result_type`).
+            if result_type(ElemOp::Cast, &[from], Some(to)).is_some() {
+                out.push((ElemOp::Cast, vec![from], Some(to)));
+            }
         }
     }
     out
@@ -144,6 +148,8 @@ fn the_device_has_no_kernel_for_what_the_cpu_types_differently() {
     assert_eq!(result_type(ElemOp::Where, &[F32, F32, F32], None), None);
     assert_eq!(result_type(ElemOp::Cast, &[F32], Some(I32)), None);
     assert_eq!(result_type(ElemOp::Cast, &[F32], None), None);
+    assert_eq!(result_type(ElemOp::Cast, &[F64], Some(DType::Bf16)), None);
+    assert_eq!(result_type(ElemOp::Binary(BinaryOp::Le), &[DType::F16, DType::F16], None), Some(Bool));
     assert_eq!(UNARY.len() + BINARY.len(), 34, "every operation is listed once");
 }
 
@@ -256,4 +262,81 @@ fn an_index_declines_what_does_not_broadcast() {
     assert!(Index::<1>::new(&[1; 9], [(&[1][..], &[1][..])]).is_none());
     let ix = Index::<1>::new(&[2, 3], [(&[3][..], &[1][..])]).unwrap();
     assert_eq!((ix.n, ix.rank, &ix.strides[0][..2], &ix.dims[..3]), (6, 2, &[0, 1][..], &[2, 3, 1][..]));
+}
+
+/// Runs the one-input kernel `name` of `lib` over `n` elements of `input`, contiguous.
+///
+/// # Safety
+/// `input` holds `n` elements of the kernel's input type and `out` room for `n` of its output's.
+unsafe fn run1(lib: &libloading::Library, name: &str, input: *const u8, out: *mut u8, n: usize) {
+    let ix = Index::new(&[n], [(&[n][..], &[1][..])]).unwrap();
+    // SAFETY: the caller's guarantee; the symbol is a kernel of one input.
+    unsafe { lib.get::<K1>(name.as_bytes()).unwrap()(input, out, ix) }
+}
+
+#[test]
+fn conversions_to_and_from_bf16_and_f16_are_the_cpus_bit_for_bit() {
+    use DType::{Bf16, F16, F32};
+    let kernels: String = [(F32, Bf16), (F32, F16), (Bf16, F32), (F16, F32)]
+        .iter()
+        .map(|&(a, b)| op_kernel(ElemOp::Cast, &[a], Some(b)).unwrap())
+        .collect();
+    let Some(lib) = cuda_host::build("half", &kernels) else { return };
+    // Every 16-bit pattern, widened.
+    let all: Vec<u16> = (0..=u16::MAX).collect();
+    let mut wide = vec![0f32; all.len()];
+    for (from, want) in
+        [(Bf16, (|b| half::bf16::from_bits(b).to_f32()) as fn(u16) -> f32), (F16, |b| half::f16::from_bits(b).to_f32())]
+    {
+        // SAFETY: 65,536 u16s in, as many f32s out.
+        unsafe {
+            run1(
+                &lib,
+                &op_kernel_name(ElemOp::Cast, &[from], F32),
+                all.as_ptr() as *const u8,
+                wide.as_mut_ptr() as *mut u8,
+                all.len(),
+            )
+        };
+        for (&b, &got) in all.iter().zip(&wide) {
+            let w = want(b);
+            assert!(got.to_bits() == w.to_bits() || got.is_nan() && w.is_nan(), "{from} {b:#06x}: {got} vs {w}");
+        }
+    }
+    // f32s around every rounding boundary: each 16-bit pattern shifted up, with the bits below
+    // it at a tie, just under, just over, and random; subnormals, overflow and NaNs among them.
+    let mut rng = Rng(0x853c_49e6_748f_ea9b);
+    let mut xs: Vec<f32> = Vec::new();
+    for &b in &all {
+        let hi = u32::from(b) << 16;
+        for low in [0u32, 0x8000, 0x7fff, 0x8001, 0xffff, (rng.next() & 0xffff) as u32] {
+            xs.push(f32::from_bits(hi | low));
+        }
+        // Around f16's rounding bits (13 of f32's mantissa bits go).
+        let m = (rng.next() as u32) & !0x1fff;
+        for low in [0x1000u32, 0x0fff, 0x1001] {
+            xs.push(f32::from_bits(m | low));
+        }
+    }
+    let mut narrow = vec![0u16; xs.len()];
+    for (to, want) in
+        [(Bf16, (|x| half::bf16::from_f32(x).to_bits()) as fn(f32) -> u16), (F16, |x| half::f16::from_f32(x).to_bits())]
+    {
+        // SAFETY: `xs.len()` f32s in, as many u16s out.
+        unsafe {
+            run1(
+                &lib,
+                &op_kernel_name(ElemOp::Cast, &[F32], to),
+                xs.as_ptr() as *const u8,
+                narrow.as_mut_ptr() as *mut u8,
+                xs.len(),
+            )
+        };
+        for (&x, &got) in xs.iter().zip(&narrow) {
+            let w = want(x);
+            let nan =
+                |b: u16| if to == Bf16 { half::bf16::from_bits(b).is_nan() } else { half::f16::from_bits(b).is_nan() };
+            assert!(got == w || nan(got) && nan(w), "{x:e} ({:#010x}) to {to}: {got:#06x} vs {w:#06x}", x.to_bits());
+        }
+    }
 }

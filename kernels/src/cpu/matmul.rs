@@ -54,6 +54,11 @@ pub fn matmul_t(a: &Tensor, b: &Tensor, transpose_a: bool, transpose_b: bool) ->
     if a.dtype() == DType::Bool {
         return Err(KernelError::dtype("matmul", "a numeric tensor", DType::Bool));
     }
+    if a.dtype().is_half() {
+        // Storage-only operands are multiplied in f32, and the product rounded back once.
+        let w = b.cast(DType::F32);
+        return a.in_f32(|v| matmul_t(v, &w, transpose_a, transpose_b));
+    }
     let mismatch = || KernelError::ShapeMismatch { op: "matmul", lhs: a.shape().to_vec(), rhs: b.shape().to_vec() };
     let (ra, rb) = (a.rank(), b.rank());
     let (ar, ac) = (a.shape()[ra - 2], a.shape()[ra - 1]);
@@ -118,7 +123,7 @@ pub fn matmul_t(a: &Tensor, b: &Tensor, transpose_a: bool, transpose_b: bool) ->
         (Storage::F32(x), Storage::F32(y)) => Ok(Tensor::from_parts(shape, gemm_batched(x, y, &offsets, &geo))),
         (Storage::F64(x), Storage::F64(y)) => Ok(Tensor::from_parts(shape, gemm_batched(x, y, &offsets, &geo))),
         (Storage::I32(x), Storage::I32(y)) => Ok(Tensor::from_parts(shape, int_batched(x, y, &offsets, &geo))),
-        _ => Err(KernelError::dtype("matmul", "a numeric tensor", DType::Bool)),
+        _ => Err(KernelError::dtype("matmul", "a numeric tensor", a.dtype())),
     }
 }
 

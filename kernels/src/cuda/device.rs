@@ -27,7 +27,7 @@ use crate::cpu::elementwise::ElemOp;
 use crate::cpu::reduce::ReduceOp;
 use crate::device::{arity, gather_host, Device, DeviceTensor, KernelId, KernelParams, MemoryStats, Stream};
 use crate::error::KernelError;
-use crate::tensor::{DType, Tensor};
+use crate::tensor::{DType, Storage, Tensor};
 
 // SAFETY: both are `#[repr(C)]` structs of integers, laid out as the C structs the kernels
 // declare (checked on the host by `cuda_elem.rs` and `cuda_ops.rs`).
@@ -40,6 +40,9 @@ pub(super) enum Buf {
     F64(CudaSlice<f64>),
     I32(CudaSlice<i32>),
     Bool(CudaSlice<bool>),
+    /// The storage-only types, as their bits.
+    Bf16(CudaSlice<u16>),
+    F16(CudaSlice<u16>),
 }
 
 /// A buffer from one element on, as a kernel's input.
@@ -48,6 +51,7 @@ pub(super) enum Arg<'a> {
     F64(CudaView<'a, f64>),
     I32(CudaView<'a, i32>),
     Bool(CudaView<'a, bool>),
+    Bits(CudaView<'a, u16>),
 }
 
 impl<'a> Arg<'a> {
@@ -57,6 +61,7 @@ impl<'a> Arg<'a> {
             Arg::F64(v) => b.arg(v),
             Arg::I32(v) => b.arg(v),
             Arg::Bool(v) => b.arg(v),
+            Arg::Bits(v) => b.arg(v),
         };
     }
 }
@@ -71,9 +76,8 @@ impl Buf {
             DType::F64 => Buf::F64(s.alloc_zeros(len).map_err(driver)?),
             DType::I32 => Buf::I32(s.alloc_zeros(len).map_err(driver)?),
             DType::Bool => Buf::Bool(s.alloc_zeros(len).map_err(driver)?),
-            d @ (DType::Bf16 | DType::F16) => {
-                return Err(KernelError::dtype("cuda buffer", "f32, f64, i32 or bool", d))
-            }
+            DType::Bf16 => Buf::Bf16(s.alloc_zeros(len).map_err(driver)?),
+            DType::F16 => Buf::F16(s.alloc_zeros(len).map_err(driver)?),
         })
     }
 
@@ -84,6 +88,7 @@ impl Buf {
             Buf::F64(v) => Arg::F64(v.slice(offset..)),
             Buf::I32(v) => Arg::I32(v.slice(offset..)),
             Buf::Bool(v) => Arg::Bool(v.slice(offset..)),
+            Buf::Bf16(v) | Buf::F16(v) => Arg::Bits(v.slice(offset..)),
         }
     }
 
@@ -94,6 +99,7 @@ impl Buf {
             Buf::F64(v) => b.arg(v),
             Buf::I32(v) => b.arg(v),
             Buf::Bool(v) => b.arg(v),
+            Buf::Bf16(v) | Buf::F16(v) => b.arg(v),
         };
     }
 }
@@ -204,6 +210,14 @@ impl CudaDevice {
             Buf::F64(v) => Tensor::from_vec(vec![len], s.clone_dtoh(&v.slice(..len)).map_err(driver)?),
             Buf::I32(v) => Tensor::from_vec(vec![len], s.clone_dtoh(&v.slice(..len)).map_err(driver)?),
             Buf::Bool(v) => Tensor::from_vec(vec![len], s.clone_dtoh(&v.slice(..len)).map_err(driver)?),
+            Buf::Bf16(v) => {
+                let bits = s.clone_dtoh(&v.slice(..len)).map_err(driver)?;
+                Tensor::from_vec(vec![len], bits.into_iter().map(half::bf16::from_bits).collect::<Vec<_>>())
+            }
+            Buf::F16(v) => {
+                let bits = s.clone_dtoh(&v.slice(..len)).map_err(driver)?;
+                Tensor::from_vec(vec![len], bits.into_iter().map(half::f16::from_bits).collect::<Vec<_>>())
+            }
         }
     }
 
@@ -222,7 +236,7 @@ impl CudaDevice {
     /// Whether cuBLAS computes `op(a) @ op(b)` of these inputs in one call.
     fn multiplies(&self, inputs: &[&DeviceTensor], ta: bool, tb: bool) -> bool {
         self.blas.is_some()
-            && matches!(inputs, [a, b] if a.dtype() == b.dtype() && FLOATS.contains(&a.dtype())
+            && matches!(inputs, [a, b] if a.dtype() == b.dtype() && GEMM.contains(&a.dtype())
                 && gemm::plan(a.shape(), b.shape(), ta, tb).is_some())
     }
 }
@@ -234,7 +248,14 @@ fn all(inputs: &[&DeviceTensor], ok: &[DType]) -> bool {
 
 const FLOATS: &[DType] = &[DType::F32, DType::F64];
 /// What a buffer here holds.
-const HELD: &[DType] = &[DType::F32, DType::F64, DType::I32, DType::Bool];
+const HELD: &[DType] = &[DType::F32, DType::F64, DType::I32, DType::Bool, DType::Bf16, DType::F16];
+/// What cuBLAS multiplies (the storage-only types with f32 accumulation).
+const GEMM: &[DType] = &[DType::F32, DType::F64, DType::Bf16, DType::F16];
+
+/// The bits of storage-only values.
+fn bits<T: Copy>(v: &[T], f: fn(T) -> u16) -> Vec<u16> {
+    v.iter().map(|&x| f(x)).collect()
+}
 
 impl Device for CudaDevice {
     fn name(&self) -> &str {
@@ -332,7 +353,13 @@ impl Device for CudaDevice {
         } else if let Some(v) = t.as_bool() {
             Buf::Bool(s.clone_htod(v).map_err(driver)?)
         } else {
-            return Err(KernelError::dtype("cuda upload", "f32, f64, i32 or bool", t.dtype()));
+            match t.storage() {
+                Storage::Bf16(v) => Buf::Bf16(s.clone_htod(&bits(v.as_slice(), half::bf16::to_bits)).map_err(driver)?),
+                Storage::F16(v) => Buf::F16(s.clone_htod(&bits(v.as_slice(), half::f16::to_bits)).map_err(driver)?),
+                Storage::F32(_) | Storage::F64(_) | Storage::I32(_) | Storage::Bool(_) => {
+                    return Err(KernelError::dtype("cuda upload", "a tensor", t.dtype()))
+                }
+            }
         };
         Ok(Self::wrap(t.shape().to_vec(), t.dtype(), b))
     }
@@ -385,6 +412,9 @@ impl Device for CudaDevice {
             (Buf::F64(i), Buf::F64(o)) => s.memcpy_dtod(&i.slice(..n), &mut o.slice_mut(..n)).map_err(driver),
             (Buf::I32(i), Buf::I32(o)) => s.memcpy_dtod(&i.slice(..n), &mut o.slice_mut(..n)).map_err(driver),
             (Buf::Bool(i), Buf::Bool(o)) => s.memcpy_dtod(&i.slice(..n), &mut o.slice_mut(..n)).map_err(driver),
+            (Buf::Bf16(i), Buf::Bf16(o)) | (Buf::F16(i), Buf::F16(o)) => {
+                s.memcpy_dtod(&i.slice(..n), &mut o.slice_mut(..n)).map_err(driver)
+            }
             _ => Err(mismatch()),
         }
     }
@@ -396,7 +426,7 @@ impl Device for CudaDevice {
             return Ok(d.clone());
         }
         let s = &self.stream(stream)?;
-        if elem::c_type(d.dtype()).is_some() && d.rank() <= elem::MAX_RANK {
+        if elem::storage_type(d.dtype()).is_some() && d.rank() <= elem::MAX_RANK {
             return self.elementwise(ElemOp::Cast, &[d], Some(d.dtype()), s);
         }
         let host = gather_host(&self.download_base(d)?, d)?;

@@ -173,10 +173,12 @@ pub fn writes(tree: &Fused) -> bool {
 
 /// The element type the CUDA device's kernel for `e` computes from inputs of types `inputs`
 /// (`to`: a conversion's target), or `None` where it has no such kernel (the CPU's then runs):
-/// the CPU kernels' typing, over f32, f64 and bool.
+/// the CPU kernels' typing, over f32, f64, bool and the storage-only bf16 and f16, which are
+/// computed in f32 as on the CPU. A conversion from f64 to bf16 or f16 stays on the CPU, which
+/// rounds it in one step.
 pub fn result_type(e: ElemOp, inputs: &[DType], to: Option<DType>) -> Option<DType> {
-    use DType::{Bool, F32, F64};
-    let float = |d: DType| matches!(d, F32 | F64);
+    use DType::{Bf16, Bool, F16, F32, F64};
+    let float = |d: DType| matches!(d, F32 | F64 | Bf16 | F16);
     match (e, inputs) {
         (ElemOp::Unary(UnaryOp::Not), [Bool]) => Some(Bool),
         (ElemOp::Unary(UnaryOp::Not), _) => None,
@@ -186,9 +188,10 @@ pub fn result_type(e: ElemOp, inputs: &[DType], to: Option<DType>) -> Option<DTy
         (ElemOp::Binary(BinaryOp::And | BinaryOp::Or), _) => None,
         (ElemOp::Binary(b), &[x, y]) if x == y && float(x) => Some(if b.is_comparison() { Bool } else { x }),
         (ElemOp::Binary(_), _) => None,
-        (ElemOp::Where, &[Bool, x, y]) if x == y && c_type(x).is_some() => Some(x),
+        (ElemOp::Where, &[Bool, x, y]) if x == y && storage_type(x).is_some() => Some(x),
         (ElemOp::Where, _) => None,
-        (ElemOp::Cast, &[a]) => to.filter(|&t| c_type(a).is_some() && c_type(t).is_some()),
+        (ElemOp::Cast, &[F64]) if matches!(to, Some(Bf16 | F16)) => None,
+        (ElemOp::Cast, &[a]) => to.filter(|&t| storage_type(a).is_some() && storage_type(t).is_some()),
         (ElemOp::Cast, _) => None,
     }
 }
@@ -203,19 +206,94 @@ pub fn op_kernel_name(e: ElemOp, inputs: &[DType], out: DType) -> String {
     s
 }
 
+/// The C type a buffer of `d` holds: [`c_type`]'s, and the bits of the storage-only types.
+pub fn storage_type(d: DType) -> Option<&'static str> {
+    match d {
+        DType::Bf16 | DType::F16 => Some("unsigned short"),
+        DType::F32 | DType::F64 | DType::Bool | DType::I32 => c_type(d),
+    }
+}
+
+/// The type an element of `d` is computed in: f32 for the storage-only types.
+fn computed(d: DType) -> DType {
+    if d.is_half() {
+        DType::F32
+    } else {
+        d
+    }
+}
+
+/// Conversions between the storage-only types' bits and f32, as the `half` crate (the CPU's)
+/// makes them: rounding to nearest even, NaNs kept quiet, f16's subnormals exact.
+pub const HALF_SOURCE: &str = r#"
+#ifndef MSL_HALF
+#define MSL_HALF
+__device__ inline float msl_from_bf16(unsigned short b) {
+    const unsigned u = (unsigned)b << 16;
+    return __int_as_float((int)((b & 0x7fffu) > 0x7f80u ? u | 0x400000u : u));
+}
+__device__ inline unsigned short msl_to_bf16(float f) {
+    const unsigned x = (unsigned)__float_as_int(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((x >> 16) | 0x40u);
+    const unsigned r = 0x8000u;
+    return (unsigned short)((x & r) && (x & (3u * r - 1u)) ? (x >> 16) + 1u : x >> 16);
+}
+__device__ inline float msl_from_f16(unsigned short h) {
+    const unsigned sign = (unsigned)(h & 0x8000u) << 16, exp = h & 0x7c00u, man = h & 0x3ffu;
+    if ((h & 0x7fffu) == 0) return __int_as_float((int)sign);
+    if (exp == 0x7c00u) return __int_as_float((int)(sign | 0x7f800000u | (man ? 0x400000u | (man << 13) : 0u)));
+    if (exp == 0) {
+        int e = 0;
+        unsigned m = man;
+        while (!(m & 0x400u)) { m <<= 1; ++e; }
+        return __int_as_float((int)(sign | ((unsigned)(127 - 15 - e + 1) << 23) | ((m & 0x3ffu) << 13)));
+    }
+    return __int_as_float((int)(sign | ((((exp >> 10) + 127u - 15u)) << 23) | (man << 13)));
+}
+__device__ inline unsigned short msl_to_f16(float f) {
+    const unsigned x = (unsigned)__float_as_int(f);
+    const unsigned sign = (x >> 16) & 0x8000u, exp = (x >> 23) & 0xffu, man = x & 0x7fffffu;
+    if (exp == 0xffu) return (unsigned short)(sign | 0x7c00u | (man ? 0x200u | (man >> 13) : 0u));
+    const int e = (int)exp - 127 + 15;
+    if (e >= 0x1f) return (unsigned short)(sign | 0x7c00u);
+    if (e <= 0) {
+        if (14 - e > 24) return (unsigned short)sign;
+        const unsigned m = man | 0x800000u, r = 1u << (13 - e);
+        const unsigned h = m >> (14 - e);
+        return (unsigned short)(sign | ((m & r) && (m & (3u * r - 1u)) ? h + 1u : h));
+    }
+    const unsigned h = sign | ((unsigned)e << 10) | (man >> 13), r = 0x1000u;
+    return (unsigned short)((man & r) && (man & (3u * r - 1u)) ? h + 1u : h);
+}
+#endif
+"#;
+
 /// The CUDA C of the device's kernel for `e` on inputs of types `inputs`, named by
-/// [`op_kernel_name`], or `None` where [`result_type`] has none.
+/// [`op_kernel_name`], or `None` where [`result_type`] has none. Storage-only values are
+/// widened to f32 as they are read and rounded back as the result is stored.
 pub fn op_kernel(e: ElemOp, inputs: &[DType], to: Option<DType>) -> Option<String> {
     let out = result_type(e, inputs, to)?;
     // The operands' type: the branches' for `where`, the first input's otherwise.
     let o = if e == ElemOp::Where { inputs[2] } else { inputs[0] };
-    let value = expr(e, out, o, &|j| (j < inputs.len()).then(|| format!("a{j}")))?;
-    let types: Vec<&str> = inputs.iter().map(|&d| c_type(d)).collect::<Option<_>>()?;
+    let value = expr(e, computed(out), computed(o), &|j| (j < inputs.len()).then(|| format!("a{j}")))?;
+    let types: Vec<&str> = inputs.iter().map(|&d| storage_type(d)).collect::<Option<_>>()?;
     let mut body = String::new();
-    for (k, t) in types.iter().enumerate() {
-        let _ = writeln!(body, "        const {t} a{k} = in{k}[o{k}];");
+    for (k, &d) in inputs.iter().enumerate() {
+        let read = format!("in{k}[o{k}]");
+        let _ = match d {
+            DType::Bf16 => writeln!(body, "        const float a{k} = msl_from_bf16({read});"),
+            DType::F16 => writeln!(body, "        const float a{k} = msl_from_f16({read});"),
+            _ => writeln!(body, "        const {} a{k} = {read};", types[k]),
+        };
     }
-    Some(kernel(&op_kernel_name(e, inputs, out), &types, c_type(out)?, &body, &value))
+    let result = match out {
+        DType::Bf16 => format!("msl_to_bf16({value})"),
+        DType::F16 => format!("msl_to_f16({value})"),
+        _ => value,
+    };
+    let mut src = String::from(HALF_SOURCE);
+    src.push_str(&kernel(&op_kernel_name(e, inputs, out), &types, storage_type(out)?, &body, &result));
+    Some(src)
 }
 
 /// One operation as a C expression; `d` is its result type, `o` its operands' type.

@@ -6,9 +6,9 @@
 
 use std::sync::Arc;
 
-use cudarc::cublas::sys::cublasOperation_t;
-use cudarc::cublas::{Gemm, GemmConfig, StridedBatchedConfig};
-use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType_t};
+use cudarc::cublas::{CudaBlas, Gemm, GemmConfig, StridedBatchedConfig};
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
 
 use super::device::{driver, take, Arg, Buf, CudaDevice};
 use super::elem::{self, Index};
@@ -80,6 +80,54 @@ fn blas_config<T>(p: &GemmPlan, one: T, zero: T) -> StridedBatchedConfig<T> {
         stride_a: p.stride_first as i64,
         stride_b: p.stride_second as i64,
         stride_c: p.stride_c as i64,
+    }
+}
+
+/// A product of storage-only matrices (their bits, of cuBLAS type `ty`) accumulated in f32 and
+/// rounded once to `ty`, as the CPU computes them in f32 and rounds the result.
+///
+/// # Safety
+/// As `Gemm::gemm_strided_batched`: `p` describes the buffers.
+unsafe fn half_gemm(
+    blas: &CudaBlas,
+    p: &GemmPlan,
+    first: &CudaSlice<u16>,
+    second: &CudaSlice<u16>,
+    out: &mut CudaSlice<u16>,
+    ty: cudaDataType_t,
+    s: &Arc<CudaStream>,
+) -> Result<(), cudarc::cublas::result::CublasError> {
+    let c = blas_config(p, 1.0f32, 0.0f32);
+    let (a, _ra) = first.device_ptr(s);
+    let (b, _rb) = second.device_ptr(s);
+    let (o, _ro) = out.device_ptr_mut(s);
+    // SAFETY: the caller's guarantee; alpha and beta are f32 for an f32 compute type.
+    unsafe {
+        cudarc::cublas::result::gemm_strided_batched_ex(
+            *blas.handle(),
+            c.gemm.transa,
+            c.gemm.transb,
+            c.gemm.m,
+            c.gemm.n,
+            c.gemm.k,
+            (&c.gemm.alpha) as *const f32 as *const std::ffi::c_void,
+            a as *const std::ffi::c_void,
+            ty,
+            c.gemm.lda,
+            c.stride_a,
+            b as *const std::ffi::c_void,
+            ty,
+            c.gemm.ldb,
+            c.stride_b,
+            (&c.gemm.beta) as *const f32 as *const std::ffi::c_void,
+            o as *mut std::ffi::c_void,
+            ty,
+            c.gemm.ldc,
+            c.stride_c,
+            c.batch_size,
+            cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+        )
     }
 }
 
@@ -317,7 +365,13 @@ impl CudaDevice {
                     (Buf::F64(x), Buf::F64(y), Buf::F64(o)) => {
                         blas.gemm_strided_batched(blas_config(&plan, 1.0f64, 0.0), y, x, o)
                     }
-                    _ => return Err(KernelError::dtype("matmul", "f32 or f64 matrices", a.dtype())),
+                    (Buf::Bf16(x), Buf::Bf16(y), Buf::Bf16(o)) => {
+                        half_gemm(blas, &plan, y, x, o, cudaDataType_t::CUDA_R_16BF, s)
+                    }
+                    (Buf::F16(x), Buf::F16(y), Buf::F16(o)) => {
+                        half_gemm(blas, &plan, y, x, o, cudaDataType_t::CUDA_R_16F, s)
+                    }
+                    _ => return Err(KernelError::dtype("matmul", "float matrices", a.dtype())),
                 }
             };
             done.map_err(driver)?;

@@ -1,7 +1,7 @@
 //! Matrix products: NumPy matmul semantics, batch broadcasting, and gemm against a naive loop.
 
 use kernels::ops;
-use kernels::{KernelError, Tensor};
+use kernels::{DType, KernelError, Tensor};
 
 use crate::{check, lcg, t32, t64, ti};
 
@@ -210,4 +210,18 @@ fn large_products_with_a_transposed_right_operand_equal_the_copy() {
     let stacked = t32(&[2, n, k], &[b32.clone(), b32].concat());
     let got = ops::matmul_t(&batch, &stacked, false, true).unwrap();
     assert_eq!(got, ops::matmul(&batch, &ops::permute(&stacked, &[0, 2, 1]).unwrap()).unwrap());
+}
+
+#[test]
+fn storage_only_matrices_multiply_in_f32_and_round_once() {
+    let a = Tensor::from_vec(vec![2, 3], vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap();
+    let b = Tensor::from_vec(vec![3, 2], vec![0.5f32, -1.0, 0.25, 2.0, 1.5, 0.125]).unwrap();
+    let want = ops::matmul(&a, &b).unwrap();
+    for d in [DType::Bf16, DType::F16] {
+        let got = ops::matmul(&a.cast(d), &b.cast(d)).unwrap();
+        assert_eq!(got.dtype(), d);
+        assert_eq!(got.to_f64_vec(), want.cast(d).to_f64_vec());
+        let t = ops::matmul_t(&a.cast(d), &a.cast(d), false, true).unwrap();
+        assert_eq!(t.to_f64_vec(), ops::matmul_t(&a, &a, false, true).unwrap().cast(d).to_f64_vec());
+    }
 }

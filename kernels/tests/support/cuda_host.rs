@@ -41,7 +41,14 @@ pub fn from_bytes(buf: &[u64], d: DType, n: usize) -> Vec<f64> {
             DType::F64 => std::slice::from_raw_parts(p as *const f64, n).to_vec(),
             DType::I32 => std::slice::from_raw_parts(p as *const i32, n).iter().map(|&v| f64::from(v)).collect(),
             DType::Bool => std::slice::from_raw_parts(p as *const u8, n).iter().map(|&b| f64::from(b)).collect(),
-            other => panic!("no kernel here writes {other}"),
+            DType::Bf16 => std::slice::from_raw_parts(p as *const u16, n)
+                .iter()
+                .map(|&b| half::bf16::from_bits(b).to_f64())
+                .collect(),
+            DType::F16 => std::slice::from_raw_parts(p as *const u16, n)
+                .iter()
+                .map(|&b| half::f16::from_bits(b).to_f64())
+                .collect(),
         }
     }
 }
@@ -55,6 +62,9 @@ pub fn close(a: f64, b: f64, d: DType) -> bool {
     let (rel, abs) = match d {
         DType::F32 => (1e-5, 1e-6),
         DType::F64 => (1e-12, 1e-14),
+        // One unit in the last place (8 and 11 bits of precision), and the smallest normal.
+        DType::Bf16 => (1.0 / 128.0, 1e-38),
+        DType::F16 => (1.0 / 1024.0, 6.2e-5),
         _ => (0.0, 0.0),
     };
     a == b || (a - b).abs() <= rel * b.abs() + abs
