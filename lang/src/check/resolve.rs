@@ -178,9 +178,14 @@ impl Checker {
                         return Type::ModelVar(*v);
                     }
                 }
-                match self.lookup_path(m, path) {
-                    Some(ItemRef::Model(id)) => self.model_type_from_args(m, id, args.as_deref(), env, t.span),
-                    _ => {
+                let found = match self.lookup_path(m, path) {
+                    Some(ItemRef::Model(id)) => Some(id),
+                    None if path.len() == 1 => self.used_model(m, &path[0].name),
+                    _ => None,
+                };
+                match found {
+                    Some(id) => self.model_type_from_args(m, id, args.as_deref(), env, t.span),
+                    None => {
                         let name = path.iter().map(|i| i.name.as_str()).collect::<Vec<_>>().join(".");
                         let mut cands: Vec<String> =
                             ["f32", "f64", "i32", "bool", "bf16", "f16"].iter().map(|s| s.to_string()).collect();
@@ -417,6 +422,28 @@ impl Checker {
     }
 
     /// Looks up `name` or `module.name` at module level.
+    /// A model type of a module that `m` uses, named without the module (`AdamState` for
+    /// `adam.AdamState` after `use optim.adam`, as the contract writes a checkpoint's type):
+    /// found when exactly one used module has a model of that name and nothing in `m` does.
+    fn used_model(&self, m: ModuleId, name: &str) -> Option<crate::types::ModelId> {
+        let mut found: Vec<crate::types::ModelId> = self.scopes[m.0 as usize]
+            .values()
+            .filter_map(|r| match r {
+                ItemRef::Module(u) => match self.scopes[u.0 as usize].get(name) {
+                    Some(ItemRef::Model(id)) => Some(*id),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect();
+        found.sort();
+        found.dedup();
+        match found[..] {
+            [id] => Some(id),
+            _ => None,
+        }
+    }
+
     pub(crate) fn lookup_path(&self, m: ModuleId, path: &[ast::Ident]) -> Option<ItemRef> {
         let mut scope_mod = m;
         for (i, seg) in path.iter().enumerate() {
