@@ -228,3 +228,21 @@ fn an_index_out_of_range_is_the_cpus_error() {
     );
     assert_eq!(err.to_string(), cpu.unwrap_err().to_string());
 }
+
+#[test]
+fn freed_memory_stays_in_the_pool_for_the_next_allocations() {
+    let Ok(gpu) = CudaDevice::new(0) else {
+        println!("skipped: no GPU");
+        return;
+    };
+    let n = 16 << 20;
+    let t = gpu.alloc(DType::F32, n).unwrap();
+    drop(t);
+    gpu.synchronize().unwrap();
+    let cached = gpu.memory().cached_bytes;
+    assert!(cached >= 4 * n, "{cached} bytes cached after freeing {} and synchronizing", 4 * n);
+    // The next allocation of that size is served from the cache.
+    let again = gpu.alloc(DType::F32, n).unwrap();
+    assert!(gpu.memory().cached_bytes < cached);
+    drop(again);
+}

@@ -2,7 +2,7 @@
 //! context's streams (the default one and any `new_stream` makes; cudarc's events order a
 //! buffer's uses across them), `ops.cu` compiled by NVRTC for the GPU's own architecture when
 //! the device opens, each elementwise kernel generated and compiled on its first use, and matrix
-//! products through cuBLAS.
+//! products through cuBLAS, and allocations from the GPU's default memory pool kept as a cache.
 //!
 //! Which kernels run here is one exhaustive table ([`CudaDevice::runs`]); every other kernel
 //! answers an error naming it, so that a caller falls back ([`crate::Offload`]) or stops
@@ -115,6 +115,54 @@ pub struct CudaDevice {
     functions: Mutex<HashMap<String, CudaFunction>>,
     /// cuBLAS, made on the first product; `None` inside until then. Absent when the library is.
     blas: Option<Mutex<Option<CudaBlas>>>,
+    /// The GPU's default memory pool, made a caching allocator (see [`caching_pool`]).
+    pool: Option<Pool>,
+}
+
+/// A CUDA memory pool handle.
+struct Pool(cudarc::driver::sys::CUmemoryPool);
+
+// SAFETY: a pool handle is an opaque driver object that any thread may pass to the driver.
+unsafe impl Send for Pool {}
+// SAFETY: as above; the driver synchronizes its own use of the pool.
+unsafe impl Sync for Pool {}
+
+/// The GPU's default memory pool, from which cudarc's stream-ordered allocations
+/// (`cuMemAllocAsync`) come, made a caching allocator: memory freed stays reserved for the next
+/// allocations instead of going back to the driver at every synchronization (an unlimited
+/// release threshold), as PyTorch's `cudaMallocAsync` backend keeps it. `None` where the GPU
+/// has no memory pools (cudarc then allocates synchronously).
+fn caching_pool(ctx: &CudaContext) -> Option<Pool> {
+    use cudarc::driver::sys;
+    if !ctx.has_async_alloc() {
+        return None;
+    }
+    let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+    let mut threshold = u64::MAX;
+    // SAFETY: the out-pointers are valid; the device is the context's own.
+    unsafe {
+        let ok = sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device()) == sys::CUresult::CUDA_SUCCESS
+            && sys::cuMemPoolSetAttribute(
+                pool,
+                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                (&mut threshold) as *mut u64 as *mut std::ffi::c_void,
+            ) == sys::CUresult::CUDA_SUCCESS;
+        ok.then_some(Pool(pool))
+    }
+}
+
+impl Pool {
+    /// A byte count the pool reports.
+    fn bytes(&self, attr: cudarc::driver::sys::CUmemPool_attribute) -> u64 {
+        let mut v = 0u64;
+        // SAFETY: the handle is the default pool of a live context; `v` receives a 64-bit count.
+        let r = unsafe { cudarc::driver::sys::cuMemPoolGetAttribute(self.0, attr, (&mut v) as *mut u64 as *mut _) };
+        if r == cudarc::driver::sys::CUresult::CUDA_SUCCESS {
+            v
+        } else {
+            0
+        }
+    }
 }
 
 pub(super) fn driver(e: impl std::fmt::Debug) -> KernelError {
@@ -139,6 +187,7 @@ impl CudaDevice {
         let module = ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin)).map_err(driver)?;
         // SAFETY: only tries to open the library by its candidate names.
         let blas = unsafe { cudarc::cublas::sys::is_culib_present() }.then(|| Mutex::new(None));
+        let pool = caching_pool(&ctx);
         Ok(CudaDevice {
             name: format!("cuda:{ordinal}"),
             arch,
@@ -147,6 +196,7 @@ impl CudaDevice {
             module,
             functions: Mutex::new(HashMap::new()),
             blas,
+            pool,
         })
     }
 
@@ -448,9 +498,14 @@ impl Device for CudaDevice {
         self.ctx.synchronize().map_err(driver)
     }
 
-    /// No caching allocator yet: cudarc allocates and frees each buffer on its stream.
+    /// What the caching pool holds beyond what live buffers use (the driver counts bytes, not
+    /// blocks or reuses).
     fn memory(&self) -> MemoryStats {
-        MemoryStats::default()
+        use cudarc::driver::sys::CUmemPool_attribute as A;
+        let Some(p) = &self.pool else { return MemoryStats::default() };
+        let reserved = p.bytes(A::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
+        let used = p.bytes(A::CU_MEMPOOL_ATTR_USED_MEM_CURRENT);
+        MemoryStats { cached_bytes: reserved.saturating_sub(used) as usize, ..MemoryStats::default() }
     }
 }
 
