@@ -186,3 +186,118 @@ impl Drop for Scratch {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// Whether `got` shows what `expected` shows up to a device's rounding: the same text, except
+/// that each number written as a float (a `.`, an exponent, `nan`, `inf`) may differ by 1e-5 of
+/// its size (the contract's bound for f32 on a device), by 1e-6, or by two units in the last
+/// digit `expected` writes (a bf16 or f16 value prints few digits). Integers and everything else
+/// must be equal. `msl test --device cuda` compares outputs this way.
+pub fn outputs_agree(expected: &str, got: &str) -> bool {
+    let (a, b) = (tokens(expected), tokens(got));
+    a.len() == b.len()
+        && a.iter().zip(&b).all(|(x, y)| match (x, y) {
+            (Token::Float(tx, vx), Token::Float(_, vy)) => {
+                vx == vy
+                    || vx.is_nan() && vy.is_nan()
+                    || (vx - vy).abs() <= (1e-5 * vx.abs()).max(1e-6).max(2.0 * last_digit(tx))
+            }
+            _ => x == y,
+        })
+}
+
+#[derive(Debug, PartialEq)]
+enum Token<'a> {
+    Text(&'a str),
+    Float(&'a str, f64),
+}
+
+/// One unit in the last significant digit `t` writes (`2.72` → 0.01, `1.5e-3` → 0.0001).
+fn last_digit(t: &str) -> f64 {
+    let (mantissa, exp) = match t.find(['e', 'E']) {
+        Some(i) => (&t[..i], t[i + 1..].parse::<i32>().unwrap_or(0)),
+        None => (t, 0),
+    };
+    let decimals = mantissa.find('.').map_or(0, |i| mantissa.len() - i - 1) as i32;
+    10f64.powi(exp - decimals)
+}
+
+/// `s` split into floats and the text between them (integers stay text).
+fn tokens(s: &str) -> Vec<Token<'_>> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::new();
+    let (mut i, mut text) = (0, 0);
+    while i < bytes.len() {
+        let starts = i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_' || bytes[i - 1] == b'.');
+        if let Some(n) = starts.then(|| float_len(&s[i..])).flatten() {
+            if text < i {
+                out.push(Token::Text(&s[text..i]));
+            }
+            let t = &s[i..i + n];
+            out.push(Token::Float(t, t.parse().unwrap_or(f64::NAN)));
+            i += n;
+            text = i;
+        } else {
+            i += s[i..].chars().next().map_or(1, char::len_utf8);
+        }
+    }
+    if text < s.len() {
+        out.push(Token::Text(&s[text..]));
+    }
+    out
+}
+
+/// The length of the float `s` starts with (`-1.5e-3`, `0.25`, `nan`, `-inf`), or `None`.
+fn float_len(s: &str) -> Option<usize> {
+    let b = s.as_bytes();
+    let sign = usize::from(b.first() == Some(&b'-'));
+    for word in ["nan", "inf"] {
+        if s[sign..].starts_with(word) && !b.get(sign + 3).is_some_and(|c| c.is_ascii_alphanumeric()) {
+            return Some(sign + 3);
+        }
+    }
+    let digits = |from: usize| b[from..].iter().take_while(|c| c.is_ascii_digit()).count();
+    let whole = digits(sign);
+    if whole == 0 {
+        return None;
+    }
+    let mut n = sign + whole;
+    let mut is_float = false;
+    if b.get(n) == Some(&b'.') && digits(n + 1) > 0 {
+        n += 1 + digits(n + 1);
+        is_float = true;
+    }
+    if matches!(b.get(n), Some(b'e' | b'E')) {
+        let s2 = n + 1 + usize::from(matches!(b.get(n + 1), Some(b'+' | b'-')));
+        if digits(s2) > 0 {
+            n = s2 + digits(s2);
+            is_float = true;
+        }
+    }
+    let ends = !b.get(n).is_some_and(|c| c.is_ascii_alphanumeric() || *c == b'_');
+    (is_float && ends).then_some(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::outputs_agree;
+
+    #[test]
+    fn outputs_agree_up_to_a_devices_rounding() {
+        assert!(outputs_agree("0.6931472 [1.0, 2.5]\n", "0.69314724 [1.0, 2.5]\n"));
+        assert!(outputs_agree("[2.72, 7.38]", "[2.73, 7.39]"), "bf16 values differ in their last digit");
+        assert!(outputs_agree("loss 1.5e-3 nan -inf", "loss 1.500001e-3 nan -inf"));
+        assert!(outputs_agree("0.0", "1e-08"));
+        assert!(!outputs_agree("0.6931472", "0.6932"), "beyond 1e-5");
+        assert!(!outputs_agree("[2.72, 7.38]", "[2.75, 7.38]"), "three units in the last digit");
+        assert!(!outputs_agree("3 4", "3 5"), "integers are exact");
+        assert!(!outputs_agree("3.0", "3"), "a float is not an integer");
+        assert!(!outputs_agree("true", "false"));
+        assert!(!outputs_agree("[1.0, 2.0]", "[1.0, 2.0, 3.0]"));
+        assert!(!outputs_agree("nan", "1.0"));
+        assert!(outputs_agree(
+            "error[E0603] 3:11: integer division by zero",
+            "error[E0603] 3:11: integer division by zero"
+        ));
+        assert!(!outputs_agree("x1.5", "x1.6"), "a number inside a word is text");
+    }
+}
