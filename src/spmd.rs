@@ -158,13 +158,37 @@ pub(crate) fn launch(ranks: usize) -> u8 {
     // Fail fast: one rank's error ends the job.
     cmd.arg("--mca").arg("orte_abort_on_non_zero_status").arg("1");
     cmd.arg(exe).args(&args);
-    match cmd.status() {
+    // A session folder of the job's own: jobs started at once share `/tmp/ompi.<host>.<uid>`
+    // otherwise, and one that ends removes it while another is making its own folder there.
+    let session = own_session_dir(&mut cmd);
+    let status = cmd.status();
+    if let Some(d) = session {
+        let _ = std::fs::remove_dir_all(d);
+    }
+    match status {
         Ok(s) => s.code().map(|c| c.clamp(0, 255) as u8).unwrap_or(2),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             fail("`--ranks` needs Open MPI's `mpirun`, which is not installed (scripts/setup.sh installs it)".into())
         }
         Err(e) => fail(format!("cannot start mpirun: {e}")),
     }
+}
+
+/// Points Open MPI's session folder (4.x: `orte_tmpdir_base`; 5.x: `prte_tmpdir_base`) at a new
+/// folder for this job, unless the user chose one; returns it, to be removed after the job.
+pub(crate) fn own_session_dir(cmd: &mut std::process::Command) -> Option<std::path::PathBuf> {
+    const VARS: [&str; 2] = ["OMPI_MCA_orte_tmpdir_base", "PRTE_MCA_prte_tmpdir_base"];
+    if VARS.iter().any(|v| std::env::var_os(v).is_some()) {
+        return None;
+    }
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    // Short: Open MPI puts Unix sockets in it, whose paths may be at most 107 bytes.
+    let dir = std::env::temp_dir().join(format!("msl-mpi-{}-{nanos:x}", std::process::id()));
+    std::fs::create_dir_all(&dir).ok()?;
+    for v in VARS {
+        cmd.env(v, &dir);
+    }
+    Some(dir)
 }
 
 /// `--mesh dp=4,mp=1`: the sizes that replace the file's.

@@ -126,7 +126,9 @@ fn a_rank_killed_mid_training_resumes_from_the_last_checkpoint() {
     let uninterrupted = run(&scratch("ckpt", "kill-ref", &[]), EPOCHS, 4, None);
     let dir = scratch("ckpt", "kill", &[]);
     std::fs::write(dir.join("train.msl"), train(EPOCHS)).unwrap();
-    let mut job = Command::new("mpirun")
+    let mut launch = Command::new("mpirun");
+    let _session = common::Session::new(&mut launch);
+    let mut job = launch
         .args(["-n", "4", "--oversubscribe", "--mca", "orte_abort_on_non_zero_status", "1"])
         .arg(env!("CARGO_BIN_EXE_msl"))
         .args(["run", "train.msl"])

@@ -183,7 +183,9 @@ fn mpi_outcome(code: &str, root: &Path, n: usize, label: &str) -> Result<Option<
         label.replace([':', '.', '/'], "_")
     ));
     std::fs::create_dir_all(&work).map_err(|e| e.to_string())?;
-    let out = std::process::Command::new("mpirun")
+    let mut cmd = std::process::Command::new("mpirun");
+    let _session = common::Session::new(&mut cmd);
+    let out = cmd
         .args(["-n", &n.to_string(), "--oversubscribe"])
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")

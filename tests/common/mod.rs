@@ -63,6 +63,29 @@ fn quiet<'c>(cmd: &'c mut Command, dir: &Path) -> &'c mut Command {
         .stdin(Stdio::null())
 }
 
+/// A folder of one `mpirun` job's own for Open MPI's session files, removed when dropped: jobs
+/// started at once (tests run in parallel) share `/tmp/ompi.<host>.<uid>` otherwise, and one that
+/// ends removes it while another is making its own folder there (`msl run --ranks` does the same).
+pub struct Session(std::path::PathBuf);
+
+impl Session {
+    pub fn new(cmd: &mut Command) -> Session {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // Short: Open MPI puts Unix sockets in it, whose paths may be at most 107 bytes.
+        let dir = std::env::temp_dir().join(format!("msl-mpi-t{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        cmd.env("OMPI_MCA_orte_tmpdir_base", &dir).env("PRTE_MCA_prte_tmpdir_base", &dir);
+        Session(dir)
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// `mpirun -n N msl ARGS` in `dir`.
 pub fn mpirun(dir: &Path, n: usize, args: &[&str]) -> Output {
     mpirun_with(dir, n, &[], args)
@@ -76,6 +99,7 @@ pub fn mpirun_with(dir: &Path, n: usize, env: &[(&str, &str)], args: &[&str]) ->
         cmd.args(["-x", k]).env(k, v);
     }
     cmd.arg(env!("CARGO_BIN_EXE_msl")).args(args);
+    let _session = Session::new(&mut cmd);
     quiet(&mut cmd, dir).output().expect("run mpirun")
 }
 
