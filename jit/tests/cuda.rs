@@ -10,7 +10,7 @@
 #[path = "../../kernels/tests/support/cuda_host.rs"]
 mod cuda_host;
 
-use cuda_host::{close, from_bytes, Rng};
+use cuda_host::{close, float, from_bytes, Rng};
 use jit::codegen::{Jit, Spec};
 use jit::fuse::{self, Node, Tree, Typed};
 use jit::{cuda, exec};
@@ -93,17 +93,6 @@ fn host_wrapper(tree: &Tree, typed: &Typed, name: &str) -> String {
     }
     s.push_str(&format!("({out}*)out, ix);\n}}\n"));
     s
-}
-
-/// Mostly in [-3, 3], with zeros, integers and a few specials that the kernels treat apart.
-fn float(rng: &mut Rng) -> f64 {
-    match rng.next() % 16 {
-        0 => 0.0,
-        1 => -0.0,
-        2 => (rng.next() % 7) as f64 - 3.0,
-        3 => [f64::INFINITY, f64::NEG_INFINITY, f64::NAN, 20.0, -20.0][(rng.next() % 5) as usize],
-        _ => (rng.next() % 600_001) as f64 / 100_000.0 - 3.0,
-    }
 }
 
 /// An input of element type `d` and shape `shape`.

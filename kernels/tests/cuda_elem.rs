@@ -10,121 +10,32 @@
 #[path = "support/cuda_host.rs"]
 mod cuda_host;
 
-use cuda_host::{close, from_bytes, Rng};
+use cuda_host::{close, float, from_bytes, Rng};
 use kernels::cuda::elem::{op_kernel, op_kernel_name, result_type, Index};
 use kernels::device::row_major;
 use kernels::ops::{self, BinaryOp, ElemOp, UnaryOp};
 use kernels::{DType, Tensor};
 
-const UNARY: [UnaryOp; 17] = [
-    UnaryOp::Neg,
-    UnaryOp::Not,
-    UnaryOp::Exp,
-    UnaryOp::Log,
-    UnaryOp::Sqrt,
-    UnaryOp::Rsqrt,
-    UnaryOp::Tanh,
-    UnaryOp::Sigmoid,
-    UnaryOp::Relu,
-    UnaryOp::Gelu,
-    UnaryOp::Erf,
-    UnaryOp::Sin,
-    UnaryOp::Cos,
-    UnaryOp::Abs,
-    UnaryOp::Sign,
-    UnaryOp::Floor,
-    UnaryOp::Square,
-];
-
-const BINARY: [BinaryOp; 17] = [
-    BinaryOp::Add,
-    BinaryOp::Sub,
-    BinaryOp::Mul,
-    BinaryOp::Div,
-    BinaryOp::Rem,
-    BinaryOp::Pow,
-    BinaryOp::Max,
-    BinaryOp::Min,
-    BinaryOp::Eq,
-    BinaryOp::Ne,
-    BinaryOp::Lt,
-    BinaryOp::Le,
-    BinaryOp::Gt,
-    BinaryOp::Ge,
-    BinaryOp::And,
-    BinaryOp::Or,
-    BinaryOp::GeluGrad,
-];
-
-/// The operand types each operation takes on the device. Exhaustive, so that a new operation
-/// does not compile here until it says which (and is then in the lists above, which the test
-/// checks by count).
-fn operand_types(e: ElemOp) -> &'static [DType] {
-    const FLOATS: &[DType] = &[DType::F32, DType::F64, DType::Bf16, DType::F16];
-    const ALL: &[DType] = &[DType::F32, DType::F64, DType::Bool, DType::Bf16, DType::F16];
-    match e {
-        ElemOp::Unary(UnaryOp::Not) | ElemOp::Binary(BinaryOp::And | BinaryOp::Or) => &[DType::Bool],
-        ElemOp::Unary(
-            UnaryOp::Neg
-            | UnaryOp::Exp
-            | UnaryOp::Log
-            | UnaryOp::Sqrt
-            | UnaryOp::Rsqrt
-            | UnaryOp::Tanh
-            | UnaryOp::Sigmoid
-            | UnaryOp::Relu
-            | UnaryOp::Gelu
-            | UnaryOp::Erf
-            | UnaryOp::Sin
-            | UnaryOp::Cos
-            | UnaryOp::Abs
-            | UnaryOp::Sign
-            | UnaryOp::Floor
-            | UnaryOp::Square,
-        ) => FLOATS,
-        ElemOp::Binary(
-            BinaryOp::Add
-            | BinaryOp::Sub
-            | BinaryOp::Mul
-            | BinaryOp::Div
-            | BinaryOp::Rem
-            | BinaryOp::Pow
-            | BinaryOp::Max
-            | BinaryOp::Min
-            | BinaryOp::Eq
-            | BinaryOp::Ne
-            | BinaryOp::Lt
-            | BinaryOp::Le
-            | BinaryOp::Gt
-            | BinaryOp::Ge
-            | BinaryOp::GeluGrad,
-        ) => FLOATS,
-        ElemOp::Where | ElemOp::Cast => ALL,
-    }
-}
-
-/// Every kernel the device has: (operation, input types, conversion target).
+/// Every kernel the device has: (operation, input types, conversion target), found by asking
+/// `result_type` about every operation on every element type.
 fn every_kernel() -> Vec<(ElemOp, Vec<DType>, Option<DType>)> {
+    const TYPES: [DType; 6] = [DType::F32, DType::F64, DType::Bool, DType::Bf16, DType::F16, DType::I32];
     let mut out = Vec::new();
-    for u in UNARY {
-        for &d in operand_types(ElemOp::Unary(u)) {
-            out.push((ElemOp::Unary(u), vec![d], None));
+    let mut add = |e: ElemOp, ins: Vec<DType>, to: Option<DType>| {
+        if result_type(e, &ins, to).is_some() {
+            out.push((e, ins, to));
         }
-    }
-    for b in BINARY {
-        for &d in operand_types(ElemOp::Binary(b)) {
-            out.push((ElemOp::Binary(b), vec![d, d], None));
+    };
+    for &d in &TYPES {
+        for &u in UnaryOp::ALL {
+            add(ElemOp::Unary(u), vec![d], None);
         }
-    }
-    for &d in operand_types(ElemOp::Where) {
-        out.push((ElemOp::Where, vec![DType::Bool, d, d], None));
-    }
-    for &from in operand_types(ElemOp::Cast) {
-        for &to in operand_types(ElemOp::Cast) {
-            // f64 to a storage-only type stays on the CPU (see `result_type`).
-            if result_type(ElemOp::Cast, &[from], Some(to)).is_some() {
-                out.push((ElemOp::Cast, vec![from], Some(to)));
-            }
+        for &b in BinaryOp::ALL {
+            add(ElemOp::Binary(b), vec![d, d], None);
+        }
+        add(ElemOp::Where, vec![DType::Bool, d, d], None);
+        for &to in &TYPES {
+            add(ElemOp::Cast, vec![d], Some(to));
         }
     }
     out
@@ -150,7 +61,9 @@ fn the_device_has_no_kernel_for_what_the_cpu_types_differently() {
     assert_eq!(result_type(ElemOp::Cast, &[F32], None), None);
     assert_eq!(result_type(ElemOp::Cast, &[F64], Some(DType::Bf16)), None);
     assert_eq!(result_type(ElemOp::Binary(BinaryOp::Le), &[DType::F16, DType::F16], None), Some(Bool));
-    assert_eq!(UNARY.len() + BINARY.len(), 34, "every operation is listed once");
+    // Every operation has a kernel on some element type.
+    let ops: std::collections::HashSet<ElemOp> = every_kernel().into_iter().map(|(e, ..)| e).collect();
+    assert_eq!(ops.len(), UnaryOp::ALL.len() + BinaryOp::ALL.len() + 2);
 }
 
 #[test]
@@ -165,17 +78,6 @@ fn every_elementwise_kernel_compiles_to_an_sm_90_cubin() {
     let cubin = kernels::cuda::compile_cubin(&source(), "sm_90", kernels::cuda::NVRTC_OPTIONS).unwrap();
     assert_eq!(&cubin[..4], b"\x7fELF");
     println!("NVRTC {major}.{minor}: {} kernels, {} bytes of CUBIN", every_kernel().len(), cubin.len());
-}
-
-/// Mostly in [-3, 3], with zeros, integers and a few specials that the kernels treat apart.
-fn float(rng: &mut Rng) -> f64 {
-    match rng.next() % 16 {
-        0 => 0.0,
-        1 => -0.0,
-        2 => (rng.next() % 7) as f64 - 3.0,
-        3 => [f64::INFINITY, f64::NEG_INFINITY, f64::NAN, 20.0, -20.0][(rng.next() % 5) as usize],
-        _ => (rng.next() % 600_001) as f64 / 100_000.0 - 3.0,
-    }
 }
 
 fn input(rng: &mut Rng, d: DType, shape: &[usize]) -> Tensor {

@@ -5,28 +5,42 @@ use crate::cpu::{broadcast_shapes, broadcast_strides, map_slice, zip_slices, Pla
 use crate::error::KernelError;
 use crate::tensor::{DType, Element, Storage, Tensor};
 
-/// Elementwise functions of one tensor.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum UnaryOp {
-    Neg,
-    Not,
-    Exp,
-    Log,
-    Sqrt,
-    Rsqrt,
-    Tanh,
-    Sigmoid,
-    Relu,
-    /// The tanh approximation `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`.
-    Gelu,
-    /// The error function (libm's, so the JIT's calls give the same bits).
-    Erf,
-    Sin,
-    Cos,
-    Abs,
-    Sign,
-    Floor,
-    Square,
+/// An operation enum with `ALL`, every variant in declaration order (for tests and tools that
+/// go through every operation; a new variant is in it by construction).
+macro_rules! op_enum {
+    ($(#[$m:meta])* pub enum $name:ident { $($(#[$vm:meta])* $v:ident,)* }) => {
+        $(#[$m])*
+        pub enum $name { $($(#[$vm])* $v,)* }
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$v),*];
+        }
+    };
+}
+
+op_enum! {
+    /// Elementwise functions of one tensor.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum UnaryOp {
+        Neg,
+        Not,
+        Exp,
+        Log,
+        Sqrt,
+        Rsqrt,
+        Tanh,
+        Sigmoid,
+        Relu,
+        /// The tanh approximation `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`.
+        Gelu,
+        /// The error function (libm's, so the JIT's calls give the same bits).
+        Erf,
+        Sin,
+        Cos,
+        Abs,
+        Sign,
+        Floor,
+        Square,
+    }
 }
 
 impl UnaryOp {
@@ -54,27 +68,29 @@ impl UnaryOp {
     }
 }
 
-/// Elementwise functions of two broadcast tensors.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum BinaryOp {
-    Add,
-    Sub,
-    Mul,
-    Div,
-    Rem,
-    Pow,
-    Max,
-    Min,
-    Eq,
-    Ne,
-    Lt,
-    Le,
-    Gt,
-    Ge,
-    And,
-    Or,
-    /// `g · gelu'(x)` of `x` and `g` (the tanh approximation): `gelu`'s adjoint in one pass.
-    GeluGrad,
+op_enum! {
+    /// Elementwise functions of two broadcast tensors.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum BinaryOp {
+        Add,
+        Sub,
+        Mul,
+        Div,
+        Rem,
+        Pow,
+        Max,
+        Min,
+        Eq,
+        Ne,
+        Lt,
+        Le,
+        Gt,
+        Ge,
+        And,
+        Or,
+        /// `g · gelu'(x)` of `x` and `g` (the tanh approximation): `gelu`'s adjoint in one pass.
+        GeluGrad,
+    }
 }
 
 impl BinaryOp {

@@ -70,6 +70,18 @@ pub fn close(a: f64, b: f64, d: DType) -> bool {
     a == b || (a - b).abs() <= rel * b.abs() + abs
 }
 
+/// Mostly in [-3, 3], with zeros, integers and a few specials that the kernels treat apart.
+#[allow(dead_code)] // not every test that includes this file draws such inputs
+pub fn float(rng: &mut Rng) -> f64 {
+    match rng.next() % 16 {
+        0 => 0.0,
+        1 => -0.0,
+        2 => (rng.next() % 7) as f64 - 3.0,
+        3 => [f64::INFINITY, f64::NEG_INFINITY, f64::NAN, 20.0, -20.0][(rng.next() % 5) as usize],
+        _ => (rng.next() % 600_001) as f64 / 100_000.0 - 3.0,
+    }
+}
+
 /// A small deterministic generator (xorshift64*).
 pub struct Rng(pub u64);
 
