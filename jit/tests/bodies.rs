@@ -142,8 +142,10 @@ fn interrupted(src: &str) {
 
 /// Small counted loops run their body several times a trip (`host::gen`'s `UNROLL`), then one
 /// at a time: every length from 0 to 18 and starts below and above 0, loops that cross the
-/// 65,536-iteration chunk, and a body with a branch give the numbers Rust computes, at every
-/// level, with each loop compiled.
+/// 65,536-iteration chunk, a body with a branch, and remainders of the loop variable (which an
+/// unrolled trip steps from its first instead of dividing: small, large and near-`i32::MAX`
+/// divisors, negative variables) give the numbers Rust computes, at every level, with each loop
+/// compiled.
 #[test]
 fn unrolled_counted_loops_give_every_iteration_once() {
     let src = r#"
@@ -166,6 +168,12 @@ fn main() {
     var f = 0.0
     for i in 0..65541 { f = f + 0.5 }
     print(f)
+    var m = 0
+    for i in -3000..3001 { m = m + i % 1000 + (i % 7) * (i % 9) }
+    print(m)
+    var big = 0
+    for i in 2147483600..2147483647 { big = big + i % 2147483640 }
+    print(big)
 }
 "#;
     let mut total: i64 = 0;
@@ -180,7 +188,10 @@ fn main() {
         }
     }
     let s: i64 = (3i64..140003).map(|i| (i % 13) * (i % 5)).sum();
-    let want = format!("{total}\n{s}\n32770.5\n");
+    let m: i64 = (-3000i64..3001).map(|i| i.rem_euclid(1000) + i.rem_euclid(7) * i.rem_euclid(9)).sum();
+    // msl's i32 sum wraps, as NumPy's does.
+    let big = (2147483600i64..2147483647).fold(0i32, |a, i| a.wrapping_add(i.rem_euclid(2147483640) as i32));
+    let want = format!("{total}\n{s}\n32770.5\n{m}\n{big}\n");
     assert_eq!(run_block(src, Path::new(".")).text(), want, "interpreter");
     for level in 0..3 {
         let (out, r) = jit::run_block(src, Path::new("."), jit::Options::level(level));
