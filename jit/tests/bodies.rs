@@ -142,10 +142,9 @@ fn interrupted(src: &str) {
 
 /// Small counted loops run their body several times a trip (`host::gen`'s `UNROLL`), then one
 /// at a time: every length from 0 to 18 and starts below and above 0, loops that cross the
-/// 65,536-iteration chunk, a body with a branch, and remainders of the loop variable (which an
-/// unrolled trip steps from its first instead of dividing: small, large and near-`i32::MAX`
-/// divisors, negative variables) give the numbers Rust computes, at every level, with each loop
-/// compiled.
+/// 65,536-iteration chunk, a body with a branch, and remainders of the loop variable by small,
+/// large and near-`i32::MAX` divisors, of negative variables too, give the numbers Rust
+/// computes, at every level, with each loop compiled.
 #[test]
 fn unrolled_counted_loops_give_every_iteration_once() {
     let src = r#"

@@ -80,25 +80,6 @@ fn unrollable(body: &Expr) -> bool {
     straight && nodes <= UNROLL_NODES
 }
 
-/// The literal divisors `c` of `var % c` in `body` that one conditional subtraction keeps in
-/// step across an unrolled trip (`c ≥ UNROLL - 1`, so that `var % c + k < 2c` for every copy
-/// `k`, and small enough that `var % c + k` fits an `i32`).
-fn stepped_divisors(var: Local, body: &Expr) -> Vec<i64> {
-    let mut out = Vec::new();
-    lang::ir::walk::walk(body, &mut |e| {
-        if let ExprKind::Prim { prim: lang::ir::Prim::Rem, args, .. } = &e.kind {
-            if let [a, b] = &args[..] {
-                if let (ExprKind::Local(l), ExprKind::Lit(lang::ir::Lit::Int(c))) = (&a.kind, &b.kind) {
-                    if *l == var && (UNROLL - 1..=i64::from(i32::MAX) - UNROLL).contains(c) && !out.contains(c) {
-                        out.push(*c);
-                    }
-                }
-            }
-        }
-    });
-    out
-}
-
 pub(super) struct HostGen<'a, 'f, 'p> {
     l: Lower<'a, 'f>,
     prog: &'p Program,
@@ -118,9 +99,6 @@ pub(super) struct HostGen<'a, 'f, 'p> {
     /// Known bounds of `i32` values (constants, loop variables, and what arithmetic on them
     /// gives without wrapping), so that division by a literal skips the sign correction.
     ranges: HashMap<Value, (i64, i64)>,
-    /// `v % c` of an unrolled copy's loop variable `v`, computed from the trip's first
-    /// remainder by an addition and a conditional subtraction instead of a division.
-    stepped: HashMap<(Value, i64), Value>,
     decline: Option<Block>,
     interrupted: Option<Block>,
 }
@@ -146,7 +124,6 @@ impl<'a, 'f, 'p> HostGen<'a, 'f, 'p> {
             rets: Vec::new(),
             interrupt: None,
             ranges: HashMap::new(),
-            stepped: HashMap::new(),
             decline: None,
             interrupted: None,
         }
@@ -291,31 +268,9 @@ impl<'a, 'f, 'p> HostGen<'a, 'f, 'p> {
                     let fits = b.ins().icmp(IntCC::SignedLessThanOrEqual, wide_end, chunk_end);
                     b.ins().brif(fits, wide, &[], tail, &[BlockArg::Value(j)]);
                     b.switch_to_block(wide);
-                    // `j % c` once a trip for each `var % c` of the body; copy k steps it by k.
-                    let mut firsts = Vec::new();
-                    for c in stepped_divisors(*var, body) {
-                        let j32 = self.l.b.ins().ireduce(types::I32, j);
-                        if let Some(r) = var_range {
-                            self.ranges.insert(j32, r);
-                        }
-                        let cv = self.l.b.ins().iconst(types::I32, c);
-                        firsts.push((c, self.int_binary(BinaryOp::Rem, j32, cv)?));
-                    }
                     for k in 0..UNROLL {
                         let jk = self.l.b.ins().iadd_imm_s(j, k);
-                        let steps: Vec<(i64, Value)> = firsts
-                            .iter()
-                            .map(|&(c, r0)| {
-                                let b = &mut self.l.b;
-                                let t = b.ins().iadd_imm_s(r0, k);
-                                let over = b.ins().icmp_imm_s(IntCC::SignedGreaterThanOrEqual, t, c);
-                                let u = b.ins().iadd_imm_s(t, -c);
-                                let r = b.ins().select(over, u, t);
-                                self.ranges.insert(r, (0, c - 1));
-                                (c, r)
-                            })
-                            .collect();
-                        self.iteration_stepped(*var, jk, var_range, body, &steps)?;
+                        self.iteration(*var, jk, var_range, body)?;
                     }
                     self.l.b.ins().jump(inner, &[BlockArg::Value(wide_end)]);
                     self.l.b.switch_to_block(tail);
@@ -405,31 +360,13 @@ impl<'a, 'f, 'p> HostGen<'a, 'f, 'p> {
     /// Gives local `l` of the current frame the value `x` (declaring it on first sight).
     /// One iteration of a counted loop's body, the loop variable `var` being `j` (an i64 counter).
     fn iteration(&mut self, var: Local, j: Value, range: Option<(i64, i64)>, body: &Expr) -> Result<(), String> {
-        self.iteration_stepped(var, j, range, body, &[])
-    }
-
-    /// One iteration with `var`'s remainders by some divisors already known (`stepped`).
-    fn iteration_stepped(
-        &mut self,
-        var: Local,
-        j: Value,
-        range: Option<(i64, i64)>,
-        body: &Expr,
-        rems: &[(i64, Value)],
-    ) -> Result<(), String> {
         let v = self.l.b.ins().ireduce(types::I32, j);
         if let Some(r) = range {
             self.ranges.insert(v, r);
         }
-        for &(c, r) in rems {
-            self.stepped.insert((v, c), r);
-        }
         self.define(var, v, DType::I32)?;
-        let out = self.expr(body);
-        for &(c, _) in rems {
-            self.stepped.remove(&(v, c));
-        }
-        out.map(|_| ())
+        self.expr(body)?;
+        Ok(())
     }
 
     fn define(&mut self, l: Local, x: Value, d: DType) -> Result<(), String> {
@@ -752,10 +689,6 @@ impl<'a, 'f, 'p> HostGen<'a, 'f, 'p> {
             Mul => self.l.b.ins().imul(x, y),
             Max => self.l.b.ins().smax(x, y),
             Min => self.l.b.ins().smin(x, y),
-            Rem if self.constant(y).and_then(|c| self.stepped.get(&(x, c))).is_some() => {
-                // An unrolled copy's loop variable: its remainder was stepped from the trip's.
-                self.constant(y).and_then(|c| self.stepped.get(&(x, c))).copied().unwrap_or(x)
-            }
             Div | Rem if self.constant(y).is_some_and(|c| (2..=i64::from(i32::MAX)).contains(&c)) => {
                 // A literal divisor d ≥ 2: no checks, and the quotient by a multiplication
                 // (`magic_s32`), which is exact for every x.
