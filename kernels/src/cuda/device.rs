@@ -178,7 +178,8 @@ impl CudaDevice {
         }
         let count = CudaContext::device_count().map_err(driver)?;
         if ordinal as i64 >= i64::from(count) {
-            return Err(KernelError::Invalid(format!("no CUDA device cuda:{ordinal} ({count} on this machine)")));
+            let gpus = if count == 1 { "1 GPU".to_string() } else { format!("{count} GPUs") };
+            return Err(KernelError::Invalid(format!("this machine has {gpus}, numbered from 0")));
         }
         let ctx = CudaContext::new(ordinal).map_err(driver)?;
         let (major, minor) = ctx.compute_capability().map_err(driver)?;
