@@ -10,10 +10,7 @@ mod accel;
 
 use accel::Accel;
 use kernels::{CpuDevice, Device, Offload};
-use std::cell::RefCell;
-use std::io::Write;
 use std::path::Path;
-use std::rc::Rc;
 use std::sync::Arc;
 
 const SRC: &str = r#"
@@ -34,26 +31,13 @@ fn main() {
 }
 "#;
 
-#[derive(Clone, Default)]
-struct Out(Rc<RefCell<Vec<u8>>>);
-
-impl Write for Out {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.borrow_mut().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// What `SRC` prints at -O1 on `device`, and the calls of its fused trees (all, on the device).
 fn run(device: Arc<dyn Device>) -> (String, u64, u64) {
     let c = lang::check::check_source("device.msl", SRC, Path::new("."));
     assert!(!c.has_errors(), "{:?}", c.diagnostics);
     let main = c.program.root_funcs.iter().find(|(n, _)| n == "main").map(|(_, f)| *f).expect("main");
-    let out = Out::default();
-    let mut it = lang::interp::Interp::new(&c.program, Box::new(out.clone()));
+    let mut out: Vec<u8> = Vec::new();
+    let mut it = lang::interp::Interp::new(&c.program, Box::new(&mut out));
     it.device = device;
     let report = jit::install(&mut it, jit::Options::level(1));
     if let Err(e) = it.run_main(main) {
@@ -63,7 +47,7 @@ fn run(device: Arc<dyn Device>) -> (String, u64, u64) {
     let r = report.borrow();
     let calls = r.sites.iter().map(|s| s.calls).sum();
     let on_device = r.sites.iter().map(|s| s.on_device).sum();
-    let text = String::from_utf8(out.0.borrow().clone()).unwrap();
+    let text = String::from_utf8(out).unwrap();
     (text, calls, on_device)
 }
 

@@ -7,10 +7,7 @@ use kernels::ops::BinaryOp;
 use kernels::{
     CpuDevice, DType, Device, DeviceTensor, KernelError, KernelId, KernelParams, MemoryStats, Stream, Tensor,
 };
-use std::cell::RefCell;
-use std::io::Write;
 use std::path::Path;
-use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 
 #[path = "../../kernels/tests/support/accel.rs"]
@@ -91,32 +88,19 @@ impl Device for Recording {
     }
 }
 
-#[derive(Clone, Default)]
-struct Out(Rc<RefCell<Vec<u8>>>);
-
-impl Write for Out {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.borrow_mut().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// What `SRC` prints on `device`.
 fn run(device: Arc<dyn Device>) -> String {
     let c = lang::check::check_source("device.msl", SRC, Path::new("."));
     assert!(!c.has_errors(), "{:?}", c.diagnostics);
     let main = c.program.root_funcs.iter().find(|(n, _)| n == "main").map(|(_, f)| *f).expect("main");
-    let out = Out::default();
-    let mut it = lang::interp::Interp::new(&c.program, Box::new(out.clone()));
+    let mut out: Vec<u8> = Vec::new();
+    let mut it = lang::interp::Interp::new(&c.program, Box::new(&mut out));
     it.device = device;
     if let Err(e) = it.run_main(main) {
         panic!("the program stops: {}", e.message);
     }
     drop(it);
-    let text = String::from_utf8(out.0.borrow().clone()).unwrap();
+    let text = String::from_utf8(out).unwrap();
     text
 }
 
