@@ -100,8 +100,7 @@ fn run(device: Arc<dyn Device>) -> String {
         panic!("the program stops: {}", e.message);
     }
     drop(it);
-    let text = String::from_utf8(out).unwrap();
-    text
+    String::from_utf8(out).unwrap()
 }
 
 #[test]
