@@ -157,7 +157,13 @@ impl Checker {
                                             self.dim_str(n)
                                         ),
                                     )
-                                    .label(format!("this has {} rows", self.dim_str(n))),
+                                    .label(format!("this has {} rows", self.dim_str(n)))
+                                    .with_help(format!(
+                                        "the rows must be one dim: write the arrays with the same one (e.g. `arange({})` \
+                                         for an array made to match `{}` rows), or annotate a loaded array with a number",
+                                        self.dim_str(l),
+                                        self.dim_str(l)
+                                    )),
                                 );
                             }
                         } else {
