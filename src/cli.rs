@@ -64,10 +64,15 @@ fn open_device(device: DeviceKind) -> Result<(), (String, String)> {
 fn device_note() {
     if let Some(off) = crate::run::DEVICE.get() {
         let (accel, host) = off.counts();
+        let (up, down) = off.bytes_moved();
+        let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
         eprintln!(
-            "note: {} ran {accel} of the run's {} kernel launches, the CPU the rest (the CUDA device has only some kernels yet)",
+            "note: {} ran {accel} of the run's {} kernel launches, the CPU the rest (the CUDA device has only some kernels yet); \
+             their operands moved {:.1} MiB there and their results {:.1} MiB back",
             kernels::Device::name(off.as_ref()),
-            accel + host
+            accel + host,
+            mib(up),
+            mib(down)
         );
     }
 }

@@ -58,4 +58,13 @@ fn kernels_it_has_run_on_the_accelerator_the_rest_on_the_cpu_with_the_cpus_resul
     let two = off.launch(KernelId::Binary(BinaryOp::Add), &[&io, &io], &KernelParams::new()).unwrap();
     assert_eq!(off.download(&two).unwrap().to_f64_vec(), vec![2.0, 4.0, 6.0]);
     assert_eq!(off.counts(), (on_accel, host + 2));
+    // Each offloaded launch moved its operand there and its result back; the CPU's moved none.
+    let (up, down) = off.bytes_moved();
+    assert!(up > 0 && down > 0 && down <= up, "{up} bytes up, {down} down");
+    let before = off.bytes_moved();
+    let _ = off.launch(KernelId::Binary(BinaryOp::Add), &[&io, &io], &KernelParams::new()).unwrap();
+    assert_eq!(off.bytes_moved(), before, "a launch on the CPU moves nothing");
+    let f = off.upload(&Tensor::from_vec(vec![2, 3], vec![1.0f32; 6]).unwrap()).unwrap();
+    let _ = off.launch(KernelId::Reduce(ReduceOp::Sum), &[&f], &KernelParams::new().axis(1)).unwrap();
+    assert_eq!(off.bytes_moved(), (before.0 + 24, before.1 + 8), "six f32s there, two back");
 }

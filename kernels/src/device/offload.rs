@@ -17,16 +17,30 @@ pub struct Offload {
     accel: Arc<dyn Device>,
     on_accel: AtomicU64,
     on_host: AtomicU64,
+    /// Bytes moved to the accelerator and back.
+    bytes_up: AtomicU64,
+    bytes_down: AtomicU64,
 }
 
 impl Offload {
     pub fn new(accel: Arc<dyn Device>) -> Offload {
-        Offload { accel, on_accel: AtomicU64::new(0), on_host: AtomicU64::new(0) }
+        Offload {
+            accel,
+            on_accel: AtomicU64::new(0),
+            on_host: AtomicU64::new(0),
+            bytes_up: AtomicU64::new(0),
+            bytes_down: AtomicU64::new(0),
+        }
     }
 
     /// Launches so far: (run on the accelerator, run on the CPU).
     pub fn counts(&self) -> (u64, u64) {
         (self.on_accel.load(Ordering::Relaxed), self.on_host.load(Ordering::Relaxed))
+    }
+
+    /// Bytes moved so far: (to the accelerator, back to the host).
+    pub fn bytes_moved(&self) -> (u64, u64) {
+        (self.bytes_up.load(Ordering::Relaxed), self.bytes_down.load(Ordering::Relaxed))
     }
 
     /// Whether the accelerator runs `kernel` on these inputs.
@@ -78,12 +92,17 @@ impl Device for Offload {
             return CpuDevice.launch_on(stream, kernel, inputs, params);
         }
         // Each operand (a view: what it selects) to the accelerator, the result back.
+        let bytes = |d: &DeviceTensor| (d.len() * d.dtype().size_in_bytes()) as u64;
         let moved = inputs
             .iter()
-            .map(|d| CpuDevice.download(d).and_then(|t| self.accel.upload(&t)))
+            .map(|d| {
+                self.bytes_up.fetch_add(bytes(d), Ordering::Relaxed);
+                CpuDevice.download(d).and_then(|t| self.accel.upload(&t))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let refs: Vec<&DeviceTensor> = moved.iter().collect();
         let out = self.accel.launch(kernel, &refs, params)?;
+        self.bytes_down.fetch_add(bytes(&out), Ordering::Relaxed);
         CpuDevice.upload(&self.accel.download(&out)?)
     }
 
