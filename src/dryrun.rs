@@ -184,7 +184,10 @@ fn render(file: &Path, mesh: Option<&Mesh>, r: &Report) -> String {
                 None => s.push_str(&format!("training step: `main`, which calls {}\n", st.grad)),
             }
         }
-        None => s.push_str("training step: none (no gradient is computed); figures are for the whole run\n"),
+        None => s.push_str(
+            "training step: none (no gradient is computed); figures are for the whole run, the memory by kind at \
+             the call of `main` that needs the most\n",
+        ),
     }
     let m = &r.memory;
     let ranks = if devices == 1 { "rank 0".to_string() } else { format!("ranks 0-{} (each)", devices - 1) };

@@ -69,6 +69,45 @@ fn the_parallel_mlp_per_rank() {
     assert_eq!(figure(&out, "optimizer"), 2 * whole, "{out}");
 }
 
+/// A run with no gradient (inference): the breakdown is at the call of `main` that needs the
+/// most memory, its model counted as parameters even when the call is its last use.
+#[test]
+fn an_inference_run_counts_its_model_as_parameters() {
+    let dir = scratch("dryrun", "inference", &[]);
+    std::fs::write(
+        dir.join("infer.msl"),
+        r#"
+mesh M[dp = 2, mp = 2]
+
+model Mlp[I, H, O] {
+    w1: f32[I, H @mp] = he_normal(I, H)
+    w2: f32[H @mp, O] = he_normal(H, O)
+}
+
+fn forward[N, I, H, O](m: Mlp[I, H, O], x: f32[N @dp, I]) -> f32[N @dp, O] {
+    relu(x @ m.w1) @ m.w2
+}
+
+fn main() {
+    let m = init(Mlp[64, 256, 10], seed: 0)
+    let x: f32[128 @dp, 64] = normal(128, 64, seed: 1)
+    print(sum(forward(m, x)))
+}
+"#,
+    )
+    .unwrap();
+    let o = msl(&dir, &["dryrun", "infer.msl", "--devices", "4"]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}\n{err}");
+    assert!(out.contains("training step: none"), "{out}");
+    // Half of each weight per rank (mp = 2), half of the rows of x (dp = 2), and the callee's
+    // two [64, 128] f32 intermediates.
+    assert_eq!(figure(&out, "parameters"), (64 * 256 / 2 + 256 / 2 * 10) * 4, "{out}");
+    assert_eq!(figure(&out, "data"), 64 * 64 * 4, "{out}");
+    assert_eq!(figure(&out, "activations"), 2 * 64 * 128 * 4, "{out}");
+    assert_eq!((figure(&out, "gradients"), figure(&out, "optimizer")), (0, 0), "{out}");
+}
+
 #[test]
 fn a_program_without_a_mesh_is_one_device() {
     let o = msl(&repo(), &["dryrun", "examples/mlp/train.msl", "--devices", "1"]);

@@ -633,20 +633,21 @@ impl<'p> Cx<'p> {
     }
 
     /// Fills in the memory of the report: the whole run's peak, and what is live around the
-    /// step's gradient call, by kind.
+    /// step's gradient call, by kind; in a run with no gradient (inference), around the call of
+    /// `main` whose callee needs the most memory.
     fn memory(&mut self, main: FuncId, env: &Env) {
         self.report.memory.peak = self.peak(main, env, &Models::new(), 0);
         // The call in `main` that computes the gradient (directly or inside its callee).
         let plan = self.plan(main);
         let exprs = call_exprs(self.prog, main);
         let dims = |s: Sym| env.get(&s).copied();
+        // Without a gradient call: (total, kinds, saved, the callee's peak) of the largest call.
+        let mut largest: Option<(u64, [u64; 3], u64, u64)> = None;
         for c in plan.calls() {
             let Some(&e) = exprs.get(&c.expr) else { continue };
             let Some((g, genv)) = self.callee(e, env) else { continue };
             let direct = matches!(&e.kind, ExprKind::CallValue { target, .. } if grad_target(target));
-            if !direct && !self.calls_grad(g, 0) {
-                continue;
-            }
+            let step = direct || self.calls_grad(g, 0);
             let prog = self.prog;
             let main_func = prog.func(main);
             let mut kinds = [0u64; 3]; // parameters, optimizer, data
@@ -675,6 +676,34 @@ impl<'p> Cx<'p> {
             }
             let rest: Vec<usize> = c.live.iter().copied().filter(|b| seen.insert(*b)).collect();
             kinds[2] += plan.buffer_bytes(&rest, &dims).unwrap_or(0);
+            if !step {
+                // A model or optimizer state moved into the call (its last use) is among the
+                // live buffers the plan does not attribute to a local: count it by its type.
+                let args: &[Expr] = match &e.kind {
+                    ExprKind::Call { args, .. } | ExprKind::CallValue { args, .. } => args,
+                    _ => &[],
+                };
+                for a in args {
+                    let ExprKind::Local(l) = &a.kind else { continue };
+                    if c.held.iter().any(|(h, _)| h == l) {
+                        continue;
+                    }
+                    let k = match kind_of(prog, &a.ty) {
+                        Kind::Optimizer => 1,
+                        Kind::Model => 0,
+                        Kind::Other => continue,
+                    };
+                    let b = value_bytes(prog, &a.ty, env, 0).min(kinds[2]);
+                    kinds[k] += b;
+                    kinds[2] -= b;
+                }
+                let inner = self.peak(g, &genv, &Models::new(), 1);
+                let total = kinds.iter().sum::<u64>() + inner;
+                if largest.is_none_or(|(t, ..)| total > t) {
+                    largest = Some((total, kinds, saved, inner));
+                }
+                continue;
+            }
             self.report.memory.peak = self.report.memory.peak.saturating_sub(saved);
             self.report.memory.parameters = kinds[0];
             self.report.memory.optimizer = kinds[1];
@@ -690,6 +719,11 @@ impl<'p> Cx<'p> {
             self.report.memory.gradients = grads;
             self.report.memory.activations = inner.saturating_sub(grads);
             return;
+        }
+        if let Some((_, kinds, saved, inner)) = largest {
+            let m = &mut self.report.memory;
+            m.peak = m.peak.saturating_sub(saved);
+            (m.parameters, m.optimizer, m.data, m.activations) = (kinds[0], kinds[1], kinds[2], inner);
         }
     }
 
