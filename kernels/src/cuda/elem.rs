@@ -134,39 +134,63 @@ pub fn kernel(name: &str, inputs: &[&str], out_t: &str, body: &str, result: &str
 }
 
 /// The CUDA C of kernel `name` computing `tree` for every element of the broadcast result (the
-/// JIT's fused trees), or `None` when the tree holds an element type these kernels do not. Each
-/// operation's operands are converted to its operand type first, as the interpreter does.
+/// JIT's fused trees, and the device's one-operation kernels), or `None` when the tree holds an
+/// element type these kernels do not. Each operation's operands are converted to its operand
+/// type first, as the interpreter does. Storage-only values (bf16, f16) are computed in f32: read
+/// widened, and each operation's result rounded to its type, as the CPU rounds it.
 pub fn fused_kernel(tree: &Fused, name: &str) -> Option<String> {
     let root = tree.nodes.len().checked_sub(1)?;
     let input_t: Vec<&str> =
-        (0..tree.inputs).map(|k| tree.input_dtype(k).map_or(Some("float"), c_type)).collect::<Option<_>>()?;
+        (0..tree.inputs).map(|k| tree.input_dtype(k).map_or(Some("float"), storage_type)).collect::<Option<_>>()?;
+    // The f32 of a storage-only value `v` of type `d` (`v` already rounded: widened; else rounded first).
+    let half = |d: DType, v: String, rounded: bool| match (d, rounded) {
+        (DType::Bf16, true) => format!("msl_from_bf16({v})"),
+        (DType::F16, true) => format!("msl_from_f16({v})"),
+        (DType::Bf16, false) => format!("msl_from_bf16(msl_to_bf16({v}))"),
+        (DType::F16, false) => format!("msl_from_f16(msl_to_f16({v}))"),
+        _ => v,
+    };
     let mut body = String::new();
     for (i, node) in tree.nodes.iter().enumerate() {
         let d = *tree.dtype.get(i)?;
-        let t = c_type(d)?;
+        let t = c_type(computed(d))?;
         let value = match node {
-            FusedNode::Input(k) => format!("in{k}[o{k}]"),
-            FusedNode::Const(c) => literal(d, *c),
+            FusedNode::Input(k) => half(d, format!("in{k}[o{k}]"), true),
+            FusedNode::Const(c) => half(d, literal(computed(d), *c), false),
             FusedNode::Op(e, args) => {
                 let o = *tree.operand.get(i)?;
                 let arg = |j: usize| -> Option<String> {
                     let a = *args.get(j).filter(|&&a| a < i)?;
                     Some(if *tree.dtype.get(a)? == o || *e == ElemOp::Where && j == 0 {
                         format!("v{a}")
+                    } else if o.is_half() {
+                        // A conversion into a storage-only type inside a tree: not written.
+                        return None;
                     } else {
                         format!("(({})v{a})", c_type(o)?)
                     })
                 };
-                expr(*e, d, o, &arg)?
+                half(d, expr(*e, computed(d), computed(o), &arg)?, false)
             }
         };
         let _ = writeln!(body, "        const {t} v{i} = {value};");
     }
-    Some(kernel(name, &input_t, c_type(*tree.dtype.get(root)?)?, &body, &format!("v{root}")))
+    let out = *tree.dtype.get(root)?;
+    let result = match out {
+        DType::Bf16 => format!("msl_to_bf16(v{root})"),
+        DType::F16 => format!("msl_to_f16(v{root})"),
+        _ => format!("v{root}"),
+    };
+    let mut src = String::new();
+    if tree.dtype.iter().any(|d| d.is_half()) {
+        src.push_str(HALF_SOURCE);
+    }
+    src.push_str(&kernel(name, &input_t, storage_type(out)?, &body, &result));
+    Some(src)
 }
 
-/// Whether [`fused_kernel`] writes `tree` (every element type it holds is one these kernels
-/// hold, and it has at most [`MAX_INPUTS`] inputs).
+/// Whether the device takes the JIT's fused tree `tree`: at most [`MAX_INPUTS`] inputs, and only
+/// f32, f64 and bool values (the JIT leaves storage-only values to the interpreter).
 pub fn writes(tree: &Fused) -> bool {
     tree.inputs <= MAX_INPUTS && tree.dtype.iter().chain(&tree.operand).all(|&d| c_type(d).is_some())
 }
@@ -269,31 +293,22 @@ __device__ inline unsigned short msl_to_f16(float f) {
 "#;
 
 /// The CUDA C of the device's kernel for `e` on inputs of types `inputs`, named by
-/// [`op_kernel_name`], or `None` where [`result_type`] has none. Storage-only values are
-/// widened to f32 as they are read and rounded back as the result is stored.
+/// [`op_kernel_name`], or `None` where [`result_type`] has none: the tree of that one
+/// operation, written by [`fused_kernel`].
 pub fn op_kernel(e: ElemOp, inputs: &[DType], to: Option<DType>) -> Option<String> {
     let out = result_type(e, inputs, to)?;
     // The operands' type: the branches' for `where`, the first input's otherwise.
     let o = if e == ElemOp::Where { inputs[2] } else { inputs[0] };
-    let value = expr(e, computed(out), computed(o), &|j| (j < inputs.len()).then(|| format!("a{j}")))?;
-    let types: Vec<&str> = inputs.iter().map(|&d| storage_type(d)).collect::<Option<_>>()?;
-    let mut body = String::new();
-    for (k, &d) in inputs.iter().enumerate() {
-        let read = format!("in{k}[o{k}]");
-        let _ = match d {
-            DType::Bf16 => writeln!(body, "        const float a{k} = msl_from_bf16({read});"),
-            DType::F16 => writeln!(body, "        const float a{k} = msl_from_f16({read});"),
-            _ => writeln!(body, "        const {} a{k} = {read};", types[k]),
-        };
-    }
-    let result = match out {
-        DType::Bf16 => format!("msl_to_bf16({value})"),
-        DType::F16 => format!("msl_to_f16({value})"),
-        _ => value,
+    let n = inputs.len();
+    let mut nodes: Vec<FusedNode> = (0..n).map(FusedNode::Input).collect();
+    nodes.push(FusedNode::Op(e, (0..n).collect()));
+    let tree = Fused {
+        nodes,
+        dtype: inputs.iter().copied().chain([out]).collect(),
+        operand: inputs.iter().copied().chain([o]).collect(),
+        inputs: n,
     };
-    let mut src = String::from(HALF_SOURCE);
-    src.push_str(&kernel(&op_kernel_name(e, inputs, out), &types, storage_type(out)?, &body, &result));
-    Some(src)
+    fused_kernel(&tree, &op_kernel_name(e, inputs, out))
 }
 
 /// One operation as a C expression; `d` is its result type, `o` its operands' type.
