@@ -419,9 +419,9 @@ impl Device for CudaDevice {
         if d.is_empty() {
             return crate::ops::zeros(d.dtype(), d.shape());
         }
+        // The whole buffer of a contiguous tensor is its elements in order.
         let d = self.contiguous(Stream::DEFAULT, d)?;
-        let base = self.download_base(&d)?;
-        gather_host(&base, &d)
+        crate::ops::reshape(&self.download_base(&d)?, d.shape())
     }
 
     fn launch_on(
@@ -432,17 +432,17 @@ impl Device for CudaDevice {
         p: &KernelParams,
     ) -> Result<DeviceTensor, KernelError> {
         let s = &self.stream(stream)?;
-        match kernel {
-            KernelId::Unary(u) => return self.elementwise(ElemOp::Unary(u), inputs, None, s),
-            KernelId::Binary(b) => return self.elementwise(ElemOp::Binary(b), inputs, None, s),
-            KernelId::Where => return self.elementwise(ElemOp::Where, inputs, None, s),
-            KernelId::Cast => return self.elementwise(ElemOp::Cast, inputs, p.dtype, s),
-            KernelId::Fused => return self.fused(super::launch::need_tree(p)?, inputs, s),
-            _ => {} // any other kernel: reads its inputs contiguous, below
+        // Generated kernels read views through their strides; the others read contiguous inputs.
+        let strided = matches!(
+            kernel,
+            KernelId::Unary(_) | KernelId::Binary(_) | KernelId::Where | KernelId::Cast | KernelId::Fused
+        );
+        if strided {
+            return self.kernel(kernel, inputs, p, s);
         }
         let dense: Vec<DeviceTensor> = inputs.iter().map(|d| self.contiguous(stream, d)).collect::<Result<_, _>>()?;
         let inputs: Vec<&DeviceTensor> = dense.iter().collect();
-        self.dense_kernel(kernel, &inputs, p, s)
+        self.kernel(kernel, &inputs, p, s)
     }
 
     fn copy_into(&self, stream: Stream, src: &DeviceTensor, dst: &mut DeviceTensor) -> Result<(), KernelError> {

@@ -213,8 +213,9 @@ impl CudaDevice {
         Ok(Self::wrap(shape, out_t, out))
     }
 
-    /// Every kernel that reads contiguous inputs.
-    pub(super) fn dense_kernel(
+    /// Runs `kernel`: its generated kernels on inputs that may be views, every other one on
+    /// contiguous inputs (`launch_on` makes them so).
+    pub(super) fn kernel(
         &self,
         kernel: KernelId,
         inputs: &[&DeviceTensor],
