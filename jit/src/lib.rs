@@ -265,13 +265,18 @@ impl<'p> JitAccel<'p> {
         None
     }
 
-    /// Whether the interpreter's device has an accelerator that runs `tree` on these inputs
-    /// (asked once per compiled kernel, so the CPU's runs pay nothing per call).
-    fn accelerated(&self, tree: &Arc<kernels::ops::Fused>, inputs: &[Tensor]) -> bool {
-        let dev = &self.device;
-        let Ok(ds) = inputs.iter().map(|t| dev.upload(t)).collect::<Result<Vec<_>, _>>() else { return false };
+    /// The inputs on the interpreter's device and the launch's parameters, when the device has
+    /// an accelerator that runs `tree` on them.
+    fn for_accelerator(
+        &self,
+        tree: Arc<kernels::ops::Fused>,
+        inputs: &[Tensor],
+    ) -> Option<(Vec<kernels::DeviceTensor>, kernels::KernelParams)> {
+        let ds = inputs.iter().map(|t| self.device.upload(t)).collect::<Result<Vec<_>, _>>().ok()?;
+        let p = kernels::KernelParams::new().fused(tree);
         let refs: Vec<&kernels::DeviceTensor> = ds.iter().collect();
-        dev.accelerates(kernels::KernelId::Fused, &refs, &kernels::KernelParams::new().fused(tree.clone()))
+        let runs = self.device.accelerates(kernels::KernelId::Fused, &refs, &p);
+        runs.then_some((ds, p))
     }
 
     /// The tree run on the interpreter's accelerator by the kernel its code generator writes,
@@ -282,16 +287,9 @@ impl<'p> JitAccel<'p> {
         inputs: &[Tensor],
         site: usize,
     ) -> Option<Result<Tensor, KernelError>> {
-        let dev = &self.device;
-        let ds = match inputs.iter().map(|t| dev.upload(t)).collect::<Result<Vec<_>, _>>() {
-            Ok(ds) => ds,
-            Err(e) => return Some(Err(e)),
-        };
+        let (ds, p) = self.for_accelerator(tree, inputs)?;
         let refs: Vec<&kernels::DeviceTensor> = ds.iter().collect();
-        let p = kernels::KernelParams::new().fused(tree);
-        if !dev.accelerates(kernels::KernelId::Fused, &refs, &p) {
-            return None;
-        }
+        let dev = &self.device;
         let t = dev.launch(kernels::KernelId::Fused, &refs, &p).and_then(|out| dev.download(&out));
         let mut r = self.report.borrow_mut();
         r.sites[site].calls += 1;
@@ -334,7 +332,10 @@ impl<'p> JitAccel<'p> {
             bcast: lay.bcast.clone(),
             out: *typed.dtype.last().ok_or("empty tree")?,
             f: c.f,
-            fused: fuse::device_tree(&tree, &typed).map(Arc::new).filter(|t| self.accelerated(t, inputs)),
+            // Asked once per compiled kernel, so the CPU's runs pay nothing per call.
+            fused: fuse::device_tree(&tree, &typed)
+                .map(Arc::new)
+                .filter(|t| self.for_accelerator(t.clone(), inputs).is_some()),
         };
         Ok((memo, lay))
     }
