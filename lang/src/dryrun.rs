@@ -641,8 +641,8 @@ impl<'p> Cx<'p> {
         let plan = self.plan(main);
         let exprs = call_exprs(self.prog, main);
         let dims = |s: Sym| env.get(&s).copied();
-        // Without a gradient call: (total, kinds, saved, the callee's peak) of the largest call.
-        let mut largest: Option<(u64, [u64; 3], u64, u64)> = None;
+        // The other calls: (kinds, saved, callee, its dims), for a run with no gradient call.
+        let mut others = Vec::new();
         for c in plan.calls() {
             let Some(&e) = exprs.get(&c.expr) else { continue };
             let Some((g, genv)) = self.callee(e, env) else { continue };
@@ -676,32 +676,28 @@ impl<'p> Cx<'p> {
             }
             let rest: Vec<usize> = c.live.iter().copied().filter(|b| seen.insert(*b)).collect();
             kinds[2] += plan.buffer_bytes(&rest, &dims).unwrap_or(0);
-            if !step {
-                // A model or optimizer state moved into the call (its last use) is among the
-                // live buffers the plan does not attribute to a local: count it by its type.
-                let args: &[Expr] = match &e.kind {
-                    ExprKind::Call { args, .. } | ExprKind::CallValue { args, .. } => args,
-                    _ => &[],
+            // A model or optimizer state moved into the call (its last use) is among the live
+            // buffers the plan attributes to no local: count it by its type.
+            let args: &[Expr] = match &e.kind {
+                ExprKind::Call { args, .. } | ExprKind::CallValue { args, .. } => args,
+                _ => &[],
+            };
+            for a in args {
+                let ExprKind::Local(l) = &a.kind else { continue };
+                if c.held.iter().any(|(h, _)| h == l) {
+                    continue;
+                }
+                let k = match kind_of(prog, &a.ty) {
+                    Kind::Optimizer => 1,
+                    Kind::Model => 0,
+                    Kind::Other => continue,
                 };
-                for a in args {
-                    let ExprKind::Local(l) = &a.kind else { continue };
-                    if c.held.iter().any(|(h, _)| h == l) {
-                        continue;
-                    }
-                    let k = match kind_of(prog, &a.ty) {
-                        Kind::Optimizer => 1,
-                        Kind::Model => 0,
-                        Kind::Other => continue,
-                    };
-                    let b = value_bytes(prog, &a.ty, env, 0).min(kinds[2]);
-                    kinds[k] += b;
-                    kinds[2] -= b;
-                }
-                let inner = self.peak(g, &genv, &Models::new(), 1);
-                let total = kinds.iter().sum::<u64>() + inner;
-                if largest.is_none_or(|(t, ..)| total > t) {
-                    largest = Some((total, kinds, saved, inner));
-                }
+                let b = value_bytes(prog, &a.ty, env, 0).min(kinds[2]);
+                kinds[k] += b;
+                kinds[2] -= b;
+            }
+            if !step {
+                others.push((kinds, saved, g, genv));
                 continue;
             }
             self.report.memory.peak = self.report.memory.peak.saturating_sub(saved);
@@ -719,6 +715,15 @@ impl<'p> Cx<'p> {
             self.report.memory.gradients = grads;
             self.report.memory.activations = inner.saturating_sub(grads);
             return;
+        }
+        // No gradient call: the call whose held values and callee's peak are the most.
+        let mut largest: Option<(u64, [u64; 3], u64, u64)> = None;
+        for (kinds, saved, g, genv) in others {
+            let inner = self.peak(g, &genv, &Models::new(), 1);
+            let total = kinds.iter().sum::<u64>() + inner;
+            if largest.is_none_or(|(t, ..)| total > t) {
+                largest = Some((total, kinds, saved, inner));
+            }
         }
         if let Some((_, kinds, saved, inner)) = largest {
             let m = &mut self.report.memory;
