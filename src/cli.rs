@@ -68,7 +68,7 @@ fn device_note() {
         let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
         eprintln!(
             "note: {} ran {accel} of the run's {} kernel launches, the CPU the rest (the CUDA device has only some kernels yet); \
-             their operands moved {:.1} MiB there and their results {:.1} MiB back",
+             {:.1} MiB went there and {:.1} MiB came back",
             kernels::Device::name(off.as_ref()),
             accel + host,
             mib(up),

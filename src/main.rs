@@ -40,6 +40,14 @@ fn main() -> ExitCode {
     // asks for a smaller stack or fewer workers, down to a single thread, instead of refusing to
     // start. A failed try leaves nothing behind that a later one needs, since each runs on a
     // thread of its own.
+    // A device that fails to hand a tensor back ends the command with its own message (in `attempt`),
+    // not a panic's.
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if info.payload().downcast_ref::<kernels::DeviceLost>().is_none() {
+            default(info);
+        }
+    }));
     let mut stack = COMMAND_STACK.min(address_space_limit().map_or(usize::MAX, |l| l / 4)).max(MIN_COMMAND_STACK);
     let mut threads = default_threads();
     // "Resource temporarily unavailable" (EAGAIN) can pass: a machine busy with other processes'
@@ -90,6 +98,12 @@ fn attempt(stack: usize, threads: usize) -> Attempt {
         };
         match std::panic::catch_unwind(cli::main) {
             Ok(code) => Attempt::Ran(code),
+            Err(p) if p.downcast_ref::<kernels::DeviceLost>().is_some() => {
+                if let Some(kernels::DeviceLost(why)) = p.downcast_ref::<kernels::DeviceLost>() {
+                    eprintln!("error: the device failed: {why}");
+                }
+                Attempt::Ran(2)
+            }
             Err(_) => {
                 eprintln!(
                     "error: internal compiler error (a bug in msl); please report it with the input that caused it"

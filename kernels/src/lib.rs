@@ -18,7 +18,7 @@ pub mod simd;
 pub mod tensor;
 
 pub use cpu::quant::QuantMatrix;
-pub use device::{CpuDevice, Device, DeviceTensor, KernelId, KernelParams, MemoryStats, Offload, Stream};
+pub use device::{CpuDevice, Device, DeviceLost, DeviceTensor, KernelId, KernelParams, MemoryStats, Offload, Stream};
 pub use error::KernelError;
 pub use tensor::{DType, Element, Storage, Tensor};
 

@@ -1,9 +1,12 @@
-//! The host tensor: a shape and shared, immutable, contiguous row-major storage.
+//! The host tensor: a shape and shared, immutable, contiguous row-major storage (or, for a
+//! tensor an accelerator computed, its elements there until the host reads them).
 
 use std::fmt;
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use crate::cpu::map_slice;
+use crate::device::{Device, DeviceTensor, Resident};
 use crate::error::KernelError;
 
 /// The element types msl tensors can hold.
@@ -215,6 +218,11 @@ impl Storage {
         Ok(())
     }
 
+    /// Whether nothing else refers to the buffer (so that it may be written in place).
+    pub fn is_unshared(&mut self) -> bool {
+        each_storage!(self, v => v.as_mut_slice().is_some())
+    }
+
     /// The address of the first element (identifies a buffer and a position in it).
     pub fn addr(&self) -> usize {
         each_storage!(self, v => v.as_ptr() as usize)
@@ -313,10 +321,35 @@ impl_element!(half::bf16, Bf16, half::bf16::ZERO, half::bf16::ONE, |x| x.to_f64(
 impl_element!(half::f16, F16, half::f16::ZERO, half::f16::ONE, |x| x.to_f64(), half::f16::from_f64);
 
 /// A host tensor: always contiguous and row-major. `Clone` is cheap (the storage is shared).
-#[derive(Clone, Debug, PartialEq)]
+///
+/// A tensor an accelerator computed may still live there ([`Tensor::resident`]): its elements
+/// are brought to the host the first time something reads them, once, and a kernel the
+/// accelerator runs reads them where they are ([`Tensor::resident_on`]). So a program whose
+/// kernels all run on a device moves data only where the host reads it (`print`, files), and
+/// everything that reads a tensor on the host sees the same elements either way.
+#[derive(Clone)]
 pub struct Tensor {
     shape: Vec<usize>,
-    storage: Storage,
+    data: Data,
+}
+
+/// Where a tensor's elements are.
+#[derive(Clone)]
+enum Data {
+    Host(Storage),
+    Resident(Arc<Resident>),
+}
+
+impl PartialEq for Tensor {
+    fn eq(&self, other: &Tensor) -> bool {
+        self.shape == other.shape && self.storage() == other.storage()
+    }
+}
+
+impl fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tensor").field("shape", &self.shape).field("storage", self.storage()).finish()
+    }
 }
 
 impl Tensor {
@@ -326,7 +359,7 @@ impl Tensor {
         if need != storage.len() {
             return Err(KernelError::DataLength { shape, len: storage.len() });
         }
-        Ok(Tensor { shape, storage })
+        Ok(Tensor { shape, data: Data::Host(storage) })
     }
 
     /// Builds a tensor from a typed vector, checking its length against the shape.
@@ -339,7 +372,7 @@ impl Tensor {
     /// length.
     pub(crate) fn from_parts<T: Element>(shape: Vec<usize>, data: Vec<T>) -> Tensor {
         debug_assert_eq!(checked_numel(&shape).ok(), Some(data.len()));
-        Tensor { shape, storage: T::into_storage(data) }
+        Tensor { shape, data: Data::Host(T::into_storage(data)) }
     }
 
     pub fn from_f32(shape: Vec<usize>, data: Vec<f32>) -> Result<Tensor, KernelError> {
@@ -372,36 +405,91 @@ impl Tensor {
         &self.shape
     }
     pub fn dtype(&self) -> DType {
-        self.storage.dtype()
+        match &self.data {
+            Data::Host(s) => s.dtype(),
+            Data::Resident(r) => r.dtype(),
+        }
     }
     /// The number of elements.
     pub fn len(&self) -> usize {
-        self.storage.len()
+        match &self.data {
+            Data::Host(s) => s.len(),
+            Data::Resident(r) => r.len(),
+        }
     }
     /// True when the tensor has no element (some dimension is 0).
     pub fn is_empty(&self) -> bool {
-        self.storage.is_empty()
+        self.len() == 0
     }
     pub fn rank(&self) -> usize {
         self.shape.len()
     }
+    /// The elements on the host (brought from the device the first time, for a resident
+    /// tensor).
     pub fn storage(&self) -> &Storage {
-        &self.storage
+        match &self.data {
+            Data::Host(s) => s,
+            Data::Resident(r) => r.host(),
+        }
     }
 
-    /// The storage for writing in place (see [`Storage::copy_from`]).
+    /// The storage for writing in place (see [`Storage::copy_from`]). A resident tensor is
+    /// brought to the host first and stays there.
     pub fn storage_mut(&mut self) -> &mut Storage {
-        &mut self.storage
+        if let Data::Resident(_) = &self.data {
+            // Taken out first, so that a tensor nothing else refers to keeps its buffer unshared.
+            let empty = Data::Host(Storage::Bool(Shared::from(Vec::new())));
+            if let Data::Resident(r) = std::mem::replace(&mut self.data, empty) {
+                self.data = Data::Host(Resident::take_host(r, true));
+            }
+        }
+        match &mut self.data {
+            Data::Host(s) => s,
+            Data::Resident(_) => unreachable!("brought to the host just above"),
+        }
     }
     /// The shape and storage, giving up the tensor (a caller that owns the only reference to
     /// the storage may reuse its buffer).
     pub fn into_parts(self) -> (Vec<usize>, Storage) {
-        (self.shape, self.storage)
+        let storage = match self.data {
+            Data::Host(s) => s,
+            Data::Resident(r) => Resident::take_host(r, false),
+        };
+        (self.shape, storage)
+    }
+
+    /// A tensor whose elements are the device tensor `on` (row-major) of `device`, brought to
+    /// the host only when something reads them there. `moved` counts the bytes that takes.
+    pub fn resident(
+        device: Arc<dyn Device>,
+        on: DeviceTensor,
+        moved: Option<Arc<AtomicU64>>,
+    ) -> Result<Tensor, KernelError> {
+        let shape = on.shape().to_vec();
+        checked_numel(&shape)?;
+        let r = Resident::new(device, on, None, moved)?;
+        Ok(Tensor { shape, data: Data::Resident(Arc::new(r)) })
+    }
+
+    /// The elements as a tensor of `device`, when they live there (see [`Tensor::resident`]).
+    pub fn resident_on(&self, device: &Arc<dyn Device>) -> Option<&DeviceTensor> {
+        match &self.data {
+            Data::Resident(r) => r.on(device),
+            Data::Host(_) => None,
+        }
+    }
+
+    /// Whether the elements are on the host (always, but for a resident tensor not read yet).
+    pub fn on_host(&self) -> bool {
+        match &self.data {
+            Data::Host(_) => true,
+            Data::Resident(r) => r.on_host(),
+        }
     }
 
     /// The elements when the tensor holds `T`.
     pub fn data<T: Element>(&self) -> Option<&[T]> {
-        T::slice(&self.storage)
+        T::slice(self.storage())
     }
     pub fn as_f32(&self) -> Option<&[f32]> {
         self.data()
@@ -418,37 +506,74 @@ impl Tensor {
 
     /// The same elements under another shape with the same number of elements (no copy).
     pub fn with_shape(&self, shape: Vec<usize>) -> Result<Tensor, KernelError> {
-        Tensor::new(shape, self.storage.clone())
+        match &self.data {
+            Data::Host(s) => Tensor::new(shape, s.clone()),
+            Data::Resident(r) => {
+                if checked_numel(&shape)? != r.len() {
+                    return Err(KernelError::DataLength { shape, len: r.len() });
+                }
+                let r = r.view(0, &shape)?;
+                Ok(Tensor { shape, data: Data::Resident(Arc::new(r)) })
+            }
+        }
     }
 
     /// The `shape`d view of this tensor's elements from `start` on, sharing its buffer.
     pub fn view(&self, start: usize, shape: Vec<usize>) -> Result<Tensor, KernelError> {
         let n = checked_numel(&shape)?;
-        let storage = self.storage.view(start, n).ok_or_else(|| {
-            KernelError::Invalid(format!("a view of {n} elements from {start} of a tensor of {}", self.len()))
-        })?;
-        Ok(Tensor { shape, storage })
+        let outside =
+            || KernelError::Invalid(format!("a view of {n} elements from {start} of a tensor of {}", self.len()));
+        match &self.data {
+            Data::Host(s) => {
+                let storage = s.view(start, n).ok_or_else(outside)?;
+                Ok(Tensor { shape, data: Data::Host(storage) })
+            }
+            Data::Resident(r) => {
+                if start.checked_add(n).is_none_or(|end| end > r.len()) {
+                    return Err(outside());
+                }
+                let r = r.view(start, &shape)?;
+                Ok(Tensor { shape, data: Data::Resident(Arc::new(r)) })
+            }
+        }
     }
 
     /// The elements of `self` then `next` as one rank-1 tensor without a copy, when `next`
     /// starts in the same buffer right where `self` ends.
     pub fn join(&self, next: &Tensor) -> Option<Tensor> {
-        let storage = self.storage.join(&next.storage)?;
-        Some(Tensor { shape: vec![storage.len()], storage })
+        match (&self.data, &next.data) {
+            (Data::Host(a), Data::Host(b)) => {
+                let storage = a.join(b)?;
+                Some(Tensor { shape: vec![storage.len()], data: Data::Host(storage) })
+            }
+            (Data::Resident(a), Data::Resident(b)) => {
+                let r = a.join(b)?;
+                Some(Tensor { shape: vec![r.len()], data: Data::Resident(Arc::new(r)) })
+            }
+            // Elements in two places are not one run of a buffer.
+            (Data::Host(_), Data::Resident(_)) | (Data::Resident(_), Data::Host(_)) => None,
+        }
     }
 
     /// The elements of `parts` one after another in one new rank-1 tensor (`None` when their
     /// element types differ or there are none).
     pub fn concat_flat(parts: &[&Tensor]) -> Option<Tensor> {
         let dtype = parts.first()?.dtype();
-        let storages: Vec<&Storage> = parts.iter().map(|t| &t.storage).collect();
+        // Tensors that live on one device are concatenated there.
+        if let Some(t) = Resident::concat(parts.iter().map(|t| match &t.data {
+            Data::Resident(r) => Some(&**r),
+            Data::Host(_) => None,
+        })) {
+            return Some(t);
+        }
+        let storages: Vec<&Storage> = parts.iter().map(|t| t.storage()).collect();
         let storage = Storage::concat(dtype, &storages)?;
-        Some(Tensor { shape: vec![storage.len()], storage })
+        Some(Tensor { shape: vec![storage.len()], data: Data::Host(storage) })
     }
 
     /// Every element as an `f64`, whatever the dtype (bool gives 1 or 0).
     pub fn to_f64_vec(&self) -> Vec<f64> {
-        match &self.storage {
+        match self.storage() {
             Storage::F32(v) => v.iter().map(|&x| x as f64).collect(),
             Storage::F64(v) => v.to_vec(),
             Storage::I32(v) => v.iter().map(|&x| x as f64).collect(),
@@ -463,7 +588,7 @@ impl Tensor {
         if self.len() != 1 {
             return None;
         }
-        Some(match &self.storage {
+        Some(match self.storage() {
             Storage::F32(v) => v[0] as f64,
             Storage::F64(v) => v[0],
             Storage::I32(v) => v[0] as f64,
@@ -491,7 +616,7 @@ impl Tensor {
             to,
             index: (self.rank() > 0).then_some(i),
         };
-        match (&self.storage, to) {
+        match (self.storage(), to) {
             (Storage::F32(v), DType::I32) => {
                 if let Some(i) = v.iter().position(|&x| !f32_fits_i32(x)) {
                     return Err(bad(crate::format::format_f32(v[i]), v[i].is_nan(), i));
@@ -516,7 +641,7 @@ impl Tensor {
             return self.clone();
         }
         let shape = self.shape.clone();
-        let storage = match (&self.storage, to) {
+        let storage = match (self.storage(), to) {
             (Storage::F32(v), DType::F64) => Storage::F64(Shared::from(map_slice(v, |x| x as f64))),
             (Storage::F32(v), DType::I32) => Storage::I32(Shared::from(map_slice(v, |x| x as i32))),
             (Storage::F32(v), DType::Bool) => Storage::Bool(Shared::from(map_slice(v, |x| x != 0.0))),
@@ -539,7 +664,7 @@ impl Tensor {
             (_, DType::Bf16 | DType::F16) => return self.cast(DType::F32).cast(to),
             (s, _) => s.clone(),
         };
-        Tensor { shape, storage }
+        Tensor { shape, data: Data::Host(storage) }
     }
 
     /// `f` applied to this tensor, widened to `f32` when it is `bf16` or `f16`: storage-only

@@ -126,6 +126,16 @@ fn cases(dtype: DType) -> Vec<Case> {
         c(KernelId::Matmul, vec![(t(&[6, 5], dtype, 25), Some(vec![1, 0])), plain(t(&[6, 4], dtype, 26))], p()),
         c(KernelId::Gather, vec![plain(t(&[3, 5, 2], dtype, 27)), plain(idx)], p().axis(1)),
         c(
+            KernelId::Concat,
+            vec![plain(t(&[2, 3], dtype, 31)), (t(&[3, 4], dtype, 32), Some(vec![1, 0])), plain(t(&[1, 3], dtype, 33))],
+            p().axis(0),
+        ),
+        c(KernelId::Transpose, vec![(t(&[3, 4, 5], dtype, 34), Some(vec![0, 2, 1]))], p()),
+        c(KernelId::Permute, vec![plain(t(&[3, 4, 5], dtype, 35))], p().perm(&[1, 2, 0])),
+        c(KernelId::BroadcastTo, vec![plain(t(&[4, 1], dtype, 36))], p().shape(&[2, 4, 3])),
+        c(KernelId::SumToShape, vec![plain(t(&[2, 4, 3], dtype, 37))], p().shape(&[4, 1])),
+        c(KernelId::SumToShape, vec![(t(&[5, 3], dtype, 38), Some(vec![1, 0]))], p().shape(&[5])),
+        c(
             KernelId::Attention,
             vec![plain(t(&[2, 70, 8], dtype, 28)), plain(t(&[2, 70, 8], dtype, 29)), plain(t(&[2, 70, 3], dtype, 30))],
             p().ints(&[70]).flag(true),

@@ -90,7 +90,12 @@ impl Device for Recording {
 
 /// What `SRC` prints on `device`.
 fn run(device: Arc<dyn Device>) -> String {
-    let c = lang::check::check_source("device.msl", SRC, Path::new("."));
+    run_source(SRC, device)
+}
+
+/// What `src` prints on `device`.
+fn run_source(src: &str, device: Arc<dyn Device>) -> String {
+    let c = lang::check::check_source("device.msl", src, Path::new("."));
     assert!(!c.has_errors(), "{:?}", c.diagnostics);
     let main = c.program.root_funcs.iter().find(|(n, _)| n == "main").map(|(_, f)| *f).expect("main");
     let mut out: Vec<u8> = Vec::new();
@@ -144,4 +149,44 @@ fn a_program_runs_whole_on_a_device_that_has_some_kernels() {
     let (on_accel, on_host) = off.counts();
     assert!(on_accel > 0 && on_host > 0, "{on_accel} launches on the accelerator, {on_host} on the CPU");
     assert_eq!(accel.launches.load(std::sync::atomic::Ordering::Relaxed), on_accel);
+}
+
+const TRAIN: &str = r#"
+model Mlp { w1: f32[4, 32] = glorot_uniform(4, 32), w2: f32[32, 3] = glorot_uniform(32, 3) }
+
+fn loss(m: Mlp, x: f32[64, 4], y: i32[64]) -> f32 {
+    let h = tanh(x @ m.w1)
+    -mean(sum(log_softmax(h @ m.w2, axis: 1) * one_hot(y, 3), axis: 1))
+}
+
+fn main() {
+    var m = init(Mlp, seed: 1)
+    let x = normal(64, 4, seed: 2)
+    let y = arange(64) % 3
+    var l = 0.0
+    for step in 0..20 {
+        let (v, g) = value_and_grad(loss)(m, x, y)
+        m = m - 0.5 * g
+        l = v
+    }
+    print(l)
+    print(m.w2[0])
+}
+"#;
+
+/// On a device that runs every kernel, a training loop's values stay there: what comes back
+/// to the host is what the program prints, not the model at every step (the 20 steps compute
+/// about 40 KB of parameters and gradients each).
+#[test]
+fn a_training_loop_keeps_its_values_on_the_device() {
+    let cpu = run_source(TRAIN, Arc::new(CpuDevice));
+    let accel = Arc::new(accel::Accel::everything());
+    let off = Arc::new(kernels::Offload::new(accel.clone()));
+    assert_eq!(run_source(TRAIN, off.clone()), cpu);
+    let (on_accel, on_host) = off.counts();
+    let (up, down) = off.bytes_moved();
+    eprintln!("{on_accel} launches on the accelerator, {on_host} on the CPU; {up} bytes up, {down} down");
+    assert_eq!(on_host, 0);
+    assert_eq!(down, 4 + 3 * 4, "what came back is the loss and a row of `m.w2`");
+    assert!(up < 1024, "{up} bytes went over (the data is drawn there)");
 }

@@ -92,6 +92,28 @@ impl Buf {
         }
     }
 
+    /// Copies the first `n` elements to `out` from position `at` on (`None` when `out` holds
+    /// another element type).
+    pub(super) fn copy_to(
+        &self,
+        s: &Arc<CudaStream>,
+        n: usize,
+        out: &mut Buf,
+        at: usize,
+    ) -> Option<Result<(), KernelError>> {
+        let r = match (self, out) {
+            (Buf::F32(i), Buf::F32(o)) => s.memcpy_dtod(&i.slice(..n), &mut o.slice_mut(at..at + n)),
+            (Buf::F64(i), Buf::F64(o)) => s.memcpy_dtod(&i.slice(..n), &mut o.slice_mut(at..at + n)),
+            (Buf::I32(i), Buf::I32(o)) => s.memcpy_dtod(&i.slice(..n), &mut o.slice_mut(at..at + n)),
+            (Buf::Bool(i), Buf::Bool(o)) => s.memcpy_dtod(&i.slice(..n), &mut o.slice_mut(at..at + n)),
+            (Buf::Bf16(i), Buf::Bf16(o)) | (Buf::F16(i), Buf::F16(o)) => {
+                s.memcpy_dtod(&i.slice(..n), &mut o.slice_mut(at..at + n))
+            }
+            _ => return None,
+        };
+        Some(r.map_err(driver))
+    }
+
     /// The buffer as a kernel's output.
     pub(super) fn push_out<'l>(&'l mut self, b: &mut LaunchArgs<'l>) {
         match self {
@@ -351,13 +373,22 @@ impl Device for CudaDevice {
                     && p.region.as_ref().is_some_and(|r| RegionArg::new(r).is_some())
             }
             KernelId::Reshape | KernelId::ExpandDims | KernelId::Squeeze | KernelId::Contiguous => all(inputs, HELD),
+            // Views of one input, copied by the identity conversion.
+            KernelId::Transpose | KernelId::Permute | KernelId::BroadcastTo => {
+                one_rank && p.shape.len() <= elem::MAX_RANK && all(inputs, HELD) && inputs.len() == 1
+            }
+            KernelId::SumToShape => float && inputs.len() == 1,
+            // Along the first axis: the inputs' elements one after another.
+            KernelId::Concat => {
+                let rest = |d: &DeviceTensor| d.shape().get(1..).map(<[usize]>::to_vec);
+                p.axis == Some(0)
+                    && all(inputs, HELD)
+                    && inputs.first().is_some_and(|a| {
+                        a.rank() >= 1 && inputs.iter().all(|d| d.dtype() == a.dtype() && rest(d) == rest(a))
+                    })
+            }
             KernelId::LogSumExp
-            | KernelId::Transpose
-            | KernelId::Permute
-            | KernelId::Concat
             | KernelId::Stack
-            | KernelId::BroadcastTo
-            | KernelId::SumToShape
             | KernelId::Slice
             | KernelId::SliceUpdateAdd
             | KernelId::ScatterAdd
@@ -435,7 +466,14 @@ impl Device for CudaDevice {
         // Generated kernels read views through their strides; the others read contiguous inputs.
         let strided = matches!(
             kernel,
-            KernelId::Unary(_) | KernelId::Binary(_) | KernelId::Where | KernelId::Cast | KernelId::Fused
+            KernelId::Unary(_)
+                | KernelId::Binary(_)
+                | KernelId::Where
+                | KernelId::Cast
+                | KernelId::Fused
+                | KernelId::Transpose
+                | KernelId::Permute
+                | KernelId::BroadcastTo
         );
         if strided {
             return self.kernel(kernel, inputs, p, s);
@@ -460,17 +498,7 @@ impl Device for CudaDevice {
         let out = dst.buffer_mut::<Buf>().ok_or_else(|| {
             KernelError::Invalid(format!("{}: an output that is shared or on another device", self.name))
         })?;
-        let n = src.len();
-        match (input, out) {
-            (Buf::F32(i), Buf::F32(o)) => s.memcpy_dtod(&i.slice(..n), &mut o.slice_mut(..n)).map_err(driver),
-            (Buf::F64(i), Buf::F64(o)) => s.memcpy_dtod(&i.slice(..n), &mut o.slice_mut(..n)).map_err(driver),
-            (Buf::I32(i), Buf::I32(o)) => s.memcpy_dtod(&i.slice(..n), &mut o.slice_mut(..n)).map_err(driver),
-            (Buf::Bool(i), Buf::Bool(o)) => s.memcpy_dtod(&i.slice(..n), &mut o.slice_mut(..n)).map_err(driver),
-            (Buf::Bf16(i), Buf::Bf16(o)) | (Buf::F16(i), Buf::F16(o)) => {
-                s.memcpy_dtod(&i.slice(..n), &mut o.slice_mut(..n)).map_err(driver)
-            }
-            _ => Err(mismatch()),
-        }
+        input.copy_to(&s, src.len(), out, 0).ok_or_else(mismatch)?
     }
 
     /// `d` itself when contiguous; else what it selects, copied on the GPU by the identity

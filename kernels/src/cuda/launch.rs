@@ -267,6 +267,15 @@ impl CudaDevice {
                 take::<0>(kernel, inputs)?;
                 self.draw(kernel == KernelId::Uniform, p, s)
             }
+            KernelId::Concat => self.concat_first(inputs, s),
+            // Views, copied through their strides.
+            KernelId::Transpose => {
+                let x = one()?;
+                self.copied(&x.permuted(&(0..x.rank()).rev().collect::<Vec<_>>())?, s)
+            }
+            KernelId::Permute => self.copied(&one()?.permuted(&p.perm)?, s),
+            KernelId::BroadcastTo => self.copied(&one()?.broadcast_to(&p.shape)?, s),
+            KernelId::SumToShape => self.sum_to_shape(one()?, &p.shape, s),
             // Shape only: the same buffer under the new shape.
             KernelId::Contiguous => one().cloned(),
             KernelId::Reshape => reshaped(one()?, p.shape.clone()),
@@ -293,6 +302,59 @@ impl CudaDevice {
                 Err(KernelError::Invalid(format!("{}: kernel {other:?} does not run on this device yet", self.name)))
             }
         }
+    }
+
+    /// A view as a new contiguous tensor (the identity conversion reads it through its strides).
+    fn copied(&self, v: &DeviceTensor, s: &Arc<CudaStream>) -> Result<DeviceTensor, KernelError> {
+        if v.is_contiguous() {
+            return Ok(v.clone());
+        }
+        self.elementwise(ElemOp::Cast, &[v], Some(v.dtype()), s)
+    }
+
+    /// `x` summed down to `shape` (a gradient of a broadcast) by the CPU's steps: the leading
+    /// axes summed as one, then each axis `shape` has as 1, with this device's sum kernel.
+    fn sum_to_shape(
+        &self,
+        x: &DeviceTensor,
+        shape: &[usize],
+        s: &Arc<CudaStream>,
+    ) -> Result<DeviceTensor, KernelError> {
+        let mismatch =
+            || KernelError::ShapeMismatch { op: "sum_to_shape", lhs: x.shape().to_vec(), rhs: shape.to_vec() };
+        let lead = x.rank().checked_sub(shape.len()).ok_or_else(mismatch)?;
+        if shape.iter().zip(&x.shape()[lead..]).any(|(&t, &d)| d != t && t != 1) {
+            return Err(mismatch());
+        }
+        let mut cur = x.clone();
+        if lead > 0 {
+            let mut flat = vec![x.shape()[..lead].iter().product()];
+            flat.extend_from_slice(&x.shape()[lead..]);
+            let cur3 = reshaped(&cur, flat)?;
+            cur = self.axis_kernel("sum", &cur3, 0, reduced(cur3.shape(), 0, false)?, x.dtype(), s)?;
+        }
+        for (i, &t) in shape.iter().enumerate() {
+            if t == 1 && cur.shape()[i] != 1 {
+                cur = self.axis_kernel("sum", &cur, i, reduced(cur.shape(), i, true)?, x.dtype(), s)?;
+            }
+        }
+        reshaped(&cur, shape.to_vec())
+    }
+
+    /// The concatenation of contiguous inputs along their first axis (`runs` checked their
+    /// element types and other axes): their buffers one after another.
+    fn concat_first(&self, inputs: &[&DeviceTensor], s: &Arc<CudaStream>) -> Result<DeviceTensor, KernelError> {
+        let first = inputs.first().ok_or_else(|| KernelError::Invalid(format!("{}: concat of nothing", self.name)))?;
+        let mut shape = first.shape().to_vec();
+        shape[0] = inputs.iter().map(|d| d.shape()[0]).sum();
+        let mut out = Buf::zeros(s, first.dtype(), inputs.iter().map(|d| d.len()).sum())?;
+        let mut at = 0;
+        for d in inputs {
+            let mismatch = || KernelError::Invalid(format!("{}: concat of different element types", self.name));
+            self.buf(d)?.copy_to(s, d.len(), &mut out, at).ok_or_else(mismatch)??;
+            at += d.len();
+        }
+        Ok(Self::wrap(shape, first.dtype(), out))
     }
 
     /// Runs `ops.cu`'s `msl_{name}_{f32|f64}` over `x` viewed as `[outer, n, inner]` around

@@ -11,10 +11,13 @@
 
 mod cpu;
 mod offload;
+mod resident;
 mod view;
 
 pub use cpu::CpuDevice;
 pub use offload::Offload;
+pub use resident::DeviceLost;
+pub(crate) use resident::Resident;
 pub use view::{gather_host, row_major, DeviceTensor};
 
 use crate::cpu::elementwise::{BinaryOp, UnaryOp};

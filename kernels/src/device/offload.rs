@@ -1,9 +1,12 @@
-//! A device that runs on an accelerator the kernels it has and every other kernel on the CPU:
-//! values live on the host, and each offloaded launch moves its operands to the accelerator and
-//! its result back. It is how a program runs whole on a device that has only some kernels (the
-//! CUDA device today): slow, since every such kernel pays two transfers, but every kernel the
-//! accelerator has is exercised on it with the program's own operands, and the results can be
-//! compared with the CPU's.
+//! A device that runs on an accelerator the kernels it has and every other kernel on the CPU.
+//! It is how a program runs whole on a device that has only some kernels (the CUDA device
+//! today), and every kernel the accelerator has is exercised on it with the program's own
+//! operands, so the results can be compared with the CPU's.
+//!
+//! A result the accelerator computed stays there ([`Tensor::resident`]): the next kernel the
+//! accelerator runs reads it where it is, and it is brought to the host only when the host
+//! reads it (a kernel the accelerator lacks, `print`, a file). Host operands are copied to the
+//! accelerator for each launch that reads them.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -19,7 +22,7 @@ pub struct Offload {
     on_host: AtomicU64,
     /// Bytes moved to the accelerator and back.
     bytes_up: AtomicU64,
-    bytes_down: AtomicU64,
+    bytes_down: Arc<AtomicU64>,
 }
 
 impl Offload {
@@ -29,7 +32,7 @@ impl Offload {
             on_accel: AtomicU64::new(0),
             on_host: AtomicU64::new(0),
             bytes_up: AtomicU64::new(0),
-            bytes_down: AtomicU64::new(0),
+            bytes_down: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -48,10 +51,35 @@ impl Offload {
         self.accel.runs(kernel, inputs, params)
     }
 
+    /// An operand (a view) on the accelerator: read where it is when it lives there; else
+    /// copied over, as the same view of its whole buffer when the view reads all of it or more
+    /// (a permutation, a broadcast), so that the accelerator reads it as the CPU would, and
+    /// as the elements it selects otherwise (part of a tensor).
+    fn to_accel(&self, d: &DeviceTensor) -> Result<DeviceTensor, KernelError> {
+        let base = d.buffer::<crate::Tensor>();
+        if let Some(v) = base.and_then(|t| t.resident_on(&self.accel)).and_then(|on| on.restrided(d)) {
+            return Ok(v);
+        }
+        if let Some(t) = base.filter(|t| d.len() >= t.len()) {
+            let whole = self.accel.upload(t)?;
+            if let Some(v) = whole.restrided(d) {
+                self.bytes_up.fetch_add((t.len() * t.dtype().size_in_bytes()) as u64, Ordering::Relaxed);
+                return Ok(v);
+            }
+        }
+        self.bytes_up.fetch_add(bytes(d), Ordering::Relaxed);
+        CpuDevice.download(d).and_then(|t| self.accel.upload(&t))
+    }
+
     fn count(&self, on_accel: bool) {
         let n = if on_accel { &self.on_accel } else { &self.on_host };
         n.fetch_add(1, Ordering::Relaxed);
     }
+}
+
+/// The bytes of the elements a device tensor selects.
+fn bytes(d: &DeviceTensor) -> u64 {
+    (d.len() * d.dtype().size_in_bytes()) as u64
 }
 
 impl Device for Offload {
@@ -91,19 +119,17 @@ impl Device for Offload {
         if !here {
             return CpuDevice.launch_on(stream, kernel, inputs, params);
         }
-        // Each operand (a view: what it selects) to the accelerator, the result back.
-        let bytes = |d: &DeviceTensor| (d.len() * d.dtype().size_in_bytes()) as u64;
-        let moved = inputs
-            .iter()
-            .map(|d| {
-                self.bytes_up.fetch_add(bytes(d), Ordering::Relaxed);
-                CpuDevice.download(d).and_then(|t| self.accel.upload(&t))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let moved = inputs.iter().map(|d| self.to_accel(d)).collect::<Result<Vec<_>, _>>()?;
         let refs: Vec<&DeviceTensor> = moved.iter().collect();
         let out = self.accel.launch(kernel, &refs, params)?;
-        self.bytes_down.fetch_add(bytes(&out), Ordering::Relaxed);
-        CpuDevice.upload(&self.accel.download(&out)?)
+        // The result stays on the accelerator (a view of its own buffer is brought back now).
+        let t = if out.is_row_major() {
+            crate::Tensor::resident(self.accel.clone(), out, Some(self.bytes_down.clone()))?
+        } else {
+            self.bytes_down.fetch_add(bytes(&out), Ordering::Relaxed);
+            self.accel.download(&out)?
+        };
+        CpuDevice.upload(&t)
     }
 
     fn launch_into(

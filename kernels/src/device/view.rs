@@ -195,6 +195,36 @@ impl DeviceTensor {
         Ok(self.view(shape, self.strides.clone(), offset))
     }
 
+    /// The `shape`d, row-major view of this row-major tensor's elements from `start` on.
+    pub fn flat_view(&self, start: usize, shape: &[usize]) -> Result<DeviceTensor, KernelError> {
+        let n: usize = shape.iter().product();
+        if !self.is_row_major() || start.checked_add(n).is_none_or(|end| end > self.len()) {
+            return Err(bad("flat", format!("{n} elements from {start} of a tensor of {:?}", self.shape)));
+        }
+        let offset = if n == 0 { self.offset } else { self.offset + start };
+        Ok(self.view(shape.to_vec(), row_major(shape), offset))
+    }
+
+    /// The elements of this tensor then `next`'s as one rank-1 view, when both are row-major
+    /// runs of one buffer and `next` starts where this one ends.
+    pub fn join(&self, next: &DeviceTensor) -> Option<DeviceTensor> {
+        let follows = Arc::ptr_eq(&self.buffer, &next.buffer)
+            && self.dtype == next.dtype
+            && self.is_row_major()
+            && next.is_row_major()
+            && self.offset + self.len() == next.offset;
+        follows.then(|| self.view(vec![self.len() + next.len()], vec![1], self.offset))
+    }
+
+    /// The view `like` describes (its shape, strides and offset counted in the elements of a
+    /// row-major tensor of this one's length, as a view of the CPU device's copy is) of this
+    /// tensor's buffer; `None` unless this tensor is row-major, of `like`'s element type, and
+    /// holds every element `like` reads.
+    pub fn restrided(&self, like: &DeviceTensor) -> Option<DeviceTensor> {
+        let fits = self.is_row_major() && like.dtype == self.dtype && like.reach() <= self.len();
+        fits.then(|| self.view(like.shape.clone(), like.strides.clone(), self.offset + like.offset))
+    }
+
     /// The furthest buffer position the view reads, plus one (0 for an empty view).
     fn reach(&self) -> usize {
         if self.is_empty() {

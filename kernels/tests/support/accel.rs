@@ -1,7 +1,8 @@
 //! A fake accelerator for tests of `Offload`: it keeps its tensors in a buffer type of its own,
 //! so an operand handed to the wrong device is an error rather than a silent success, and runs
 //! reductions (sum, mean, max, min), softmax, log-softmax and cumsum of f32 and f64, and the
-//! JIT's fused trees (`KernelId::Fused`), with the CPU device's code.
+//! JIT's fused trees (`KernelId::Fused`), with the CPU device's code; made with
+//! [`Accel::everything`], it runs every kernel (as a device that holds a whole program would).
 
 use kernels::ops::ReduceOp;
 use kernels::{
@@ -17,11 +18,22 @@ struct Owned(Tensor);
 #[derive(Default)]
 pub struct Accel {
     pub launches: AtomicU64,
+    all: bool,
+}
+
+impl Accel {
+    /// The accelerator that runs every kernel.
+    #[allow(dead_code)]
+    pub fn everything() -> Accel {
+        Accel { launches: AtomicU64::new(0), all: true }
+    }
 }
 
 fn own(d: &DeviceTensor) -> Result<DeviceTensor, KernelError> {
     let t = d.buffer::<Owned>().ok_or_else(|| KernelError::Invalid("accel: not an accelerator tensor".into()))?;
-    CpuDevice.upload(&t.0)
+    // The view `d` is (a device reads its operands through their strides).
+    let base = CpuDevice.upload(&t.0)?;
+    base.restrided(d).ok_or_else(|| KernelError::Invalid("accel: a view outside its buffer".into()))
 }
 
 fn mine(d: DeviceTensor) -> Result<DeviceTensor, KernelError> {
@@ -35,15 +47,16 @@ impl Device for Accel {
     }
     fn runs(&self, kernel: KernelId, inputs: &[&DeviceTensor], _: &KernelParams) -> bool {
         let float = inputs.iter().all(|d| matches!(d.dtype(), DType::F32 | DType::F64));
-        float
-            && matches!(
-                kernel,
-                KernelId::Reduce(ReduceOp::Sum | ReduceOp::Mean | ReduceOp::Max | ReduceOp::Min)
-                    | KernelId::Softmax
-                    | KernelId::LogSoftmax
-                    | KernelId::Cumsum
-                    | KernelId::Fused
-            )
+        self.all
+            || float
+                && matches!(
+                    kernel,
+                    KernelId::Reduce(ReduceOp::Sum | ReduceOp::Mean | ReduceOp::Max | ReduceOp::Min)
+                        | KernelId::Softmax
+                        | KernelId::LogSoftmax
+                        | KernelId::Cumsum
+                        | KernelId::Fused
+                )
     }
     fn alloc(&self, dtype: DType, len: usize) -> Result<DeviceTensor, KernelError> {
         mine(CpuDevice.alloc(dtype, len)?)
