@@ -210,6 +210,13 @@ fn render(file: &Path, mesh: Option<&Mesh>, r: &Report) -> String {
         "  in bytes: parameters {}, gradients {}, optimizer {}, data {}, activations {}, peak {}\n",
         m.parameters, m.gradients, m.optimizer, m.data, m.activations, m.peak
     ));
+    if m.host > 0 {
+        s.push_str(&format!(
+            "  in host memory (`offload: host`): optimizer state {} ({} bytes), in none of the figures above\n",
+            human(m.host),
+            m.host
+        ));
+    }
     s.push_str("communication per training step, from each rank:\n");
     traffic(&mut s, &r.per_step);
     s.push_str("communication in the whole run, from each rank:\n");

@@ -108,6 +108,39 @@ fn main() {
     assert_eq!((figure(&out, "gradients"), figure(&out, "optimizer")), (0, 0), "{out}");
 }
 
+/// `offload: host` (alone, and with `shard: dp` over 2 ranks) takes Adam's two moments off the
+/// device: the optimizer column is 0, the peak is lower by them, and a line gives their bytes
+/// in host memory (the rank's pieces when sharded).
+#[test]
+fn an_offloaded_optimizer_state_is_in_host_memory() {
+    let dir = scratch("dryrun", "offload", &[]);
+    let src = |opt: &str| {
+        format!(
+            "use optim.adam\nmesh M[dp = 2]\nmodel Lin {{ w: f32[64, 32] = glorot_uniform(64, 32), b: f32[32] = zeros(32) }}\n\
+             fn loss(m: Lin, x: f32[16 @dp, 64], y: f32[16 @dp, 32]) -> f32 {{ mean((x @ m.w + m.b - y) ** 2) }}\n\
+             fn main() {{\n var m = init(Lin, seed: 0)\n var opt = adam.init(m, lr: 0.1{opt})\n\
+             let x = normal(16, 64, seed: 1)\n let y = normal(16, 32, seed: 2)\n\
+             for step in 0..3 {{\n let g = grad(loss)(m, x, y)\n (m, opt) = adam.step(m, g, opt)\n }}\n}}\n"
+        )
+    };
+    let params = (64 * 32 + 32) * 4;
+    for (opt, host) in [("", 0), (", offload: host", 2 * params), (", shard: dp, offload: host", params)] {
+        std::fs::write(dir.join("o.msl"), src(opt)).unwrap();
+        let o = msl(&dir, &["dryrun", "o.msl", "--devices", "2"]);
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{out}\n{err}");
+        assert_eq!(figure(&out, "parameters"), params, "{out}");
+        let line = out.lines().find(|l| l.contains("in host memory"));
+        if host == 0 {
+            assert_eq!(figure(&out, "optimizer"), 2 * params, "{out}");
+            assert!(line.is_none(), "{out}");
+        } else {
+            assert_eq!(figure(&out, "optimizer"), 0, "{out}");
+            assert!(line.is_some_and(|l| l.contains(&format!("({host} bytes)"))), "{opt}: {out}");
+        }
+    }
+}
+
 #[test]
 fn a_program_without_a_mesh_is_one_device() {
     let o = msl(&repo(), &["dryrun", "examples/mlp/train.msl", "--devices", "1"]);

@@ -442,6 +442,10 @@ impl<'p> JitAccel<'p> {
 }
 
 impl Accel for JitAccel<'_> {
+    fn set_device(&mut self, device: Arc<dyn kernels::Device>) {
+        self.device = device;
+    }
+
     fn body(&mut self, f: lang::types::FuncId) -> Option<Rc<dyn lang::interp::host::CompiledBody>> {
         if let Some(b) = self.bodies.get(&f) {
             return b.clone().map(|b| b as Rc<dyn lang::interp::host::CompiledBody>);

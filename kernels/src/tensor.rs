@@ -471,6 +471,33 @@ impl Tensor {
         Ok(Tensor { shape, data: Data::Resident(Arc::new(r)) })
     }
 
+    /// This host tensor, with a copy of its elements on `device` (`on`, row-major) that
+    /// kernels there read: reading it on the host costs nothing.
+    pub fn mirrored(
+        &self,
+        device: Arc<dyn Device>,
+        on: DeviceTensor,
+        moved: Option<Arc<AtomicU64>>,
+    ) -> Result<Tensor, KernelError> {
+        if on.shape() != self.shape() || on.dtype() != self.dtype() {
+            return Err(KernelError::Invalid(format!(
+                "a copy of {:?} {} cannot be a copy of {:?} {}",
+                on.shape(),
+                on.dtype(),
+                self.shape(),
+                self.dtype()
+            )));
+        }
+        let r = Resident::new(device, on, Some(self.storage().clone()), moved)?;
+        Ok(Tensor { shape: self.shape.clone(), data: Data::Resident(Arc::new(r)) })
+    }
+
+    /// The tensor with its elements on the host only (a resident tensor's device copy is
+    /// let go by this one).
+    pub fn to_host(&self) -> Tensor {
+        Tensor { shape: self.shape.clone(), data: Data::Host(self.storage().clone()) }
+    }
+
     /// The elements as a tensor of `device`, when they live there (see [`Tensor::resident`]).
     pub fn resident_on(&self, device: &Arc<dyn Device>) -> Option<&DeviceTensor> {
         match &self.data {

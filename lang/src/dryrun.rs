@@ -16,7 +16,7 @@ use crate::dist::Mesh;
 use crate::ir::derived::target_func;
 use crate::ir::memplan::{self, MemPlan};
 use crate::ir::{walk, Expr, ExprId, ExprKind, FnTarget, Lit, Local, Pat, Prim, Program, SpanId, Stmt};
-use crate::shard::zero::{is_optimizer_step, kind_of, sharded_locals, Kind};
+use crate::shard::zero::{is_optimizer_step, kind_of, offloaded_locals, sharded_locals, Kind};
 use crate::types::{AxisId, Dim, FuncId, ShapeItem, Sym, Type, TypeArg};
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -49,6 +49,8 @@ pub struct Memory {
     pub activations: u64,
     /// The most bytes live at once anywhere in the run.
     pub peak: u64,
+    /// Optimizer state kept in host memory (`offload: host`): in none of the figures above.
+    pub host: u64,
 }
 
 /// A kind of collective over some mesh axes.
@@ -653,9 +655,11 @@ impl<'p> Cx<'p> {
             let mut kinds = [0u64; 3]; // parameters, optimizer, data
             let mut seen = std::collections::HashSet::new();
             let sharded = sharded_locals(prog, main);
-            let mut saved = 0u64;
+            let offloaded = offloaded_locals(prog, main);
+            let (mut saved, mut host) = (0u64, 0u64);
             for (l, bufs) in &c.held {
                 let ty = &main_func.locals[l.0 as usize].ty;
+                let on_host = offloaded.contains_key(l);
                 if let (Some(&axis), Some(mesh)) = (sharded.get(l), &self.mesh) {
                     // A state held in pieces: the rank's pieces (`interp::zero`), which the
                     // run's peak counts in place of the whole state the plan sized.
@@ -663,7 +667,18 @@ impl<'p> Cx<'p> {
                     let pieces = piece_bytes(prog, mesh, ty, axis, env, 0);
                     let whole = plan.buffer_bytes(&fresh, &dims).unwrap_or(0);
                     saved += whole.saturating_sub(pieces);
-                    kinds[1] += pieces;
+                    if on_host {
+                        (host, saved) = (host + pieces, saved + pieces);
+                    } else {
+                        kinds[1] += pieces;
+                    }
+                    continue;
+                }
+                if on_host {
+                    // A state in host memory (`offload: host`): not on the device at all.
+                    let fresh: Vec<usize> = bufs.iter().copied().filter(|b| seen.insert(*b)).collect();
+                    let bytes = plan.buffer_bytes(&fresh, &dims).unwrap_or(0);
+                    (host, saved) = (host + bytes, saved + bytes);
                     continue;
                 }
                 let k = match kind_of(self.prog, ty) {
@@ -693,14 +708,19 @@ impl<'p> Cx<'p> {
                     Kind::Other => continue,
                 };
                 let b = value_bytes(prog, &a.ty, env, 0).min(kinds[2]);
-                kinds[k] += b;
                 kinds[2] -= b;
+                if offloaded.contains_key(l) {
+                    (host, saved) = (host + b, saved + b);
+                } else {
+                    kinds[k] += b;
+                }
             }
             if !step {
                 others.push((kinds, saved, g, genv));
                 continue;
             }
             self.report.memory.peak = self.report.memory.peak.saturating_sub(saved);
+            self.report.memory.host = host;
             self.report.memory.parameters = kinds[0];
             self.report.memory.optimizer = kinds[1];
             self.report.memory.data = kinds[2];

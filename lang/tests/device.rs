@@ -190,3 +190,59 @@ fn a_training_loop_keeps_its_values_on_the_device() {
     assert_eq!(down, 4 + 3 * 4, "what came back is the loss and a row of `m.w2`");
     assert!(up < 1024, "{up} bytes went over (the data is drawn there)");
 }
+
+const ADAM: &str = r#"
+use optim.adam
+
+model Mlp { w1: f32[4, 32] = glorot_uniform(4, 32), w2: f32[32, 3] = glorot_uniform(32, 3) }
+
+fn loss(m: Mlp, x: f32[64, 4], y: i32[64]) -> f32 {
+    let h = tanh(x @ m.w1)
+    -mean(sum(log_softmax(h @ m.w2, axis: 1) * one_hot(y, 3), axis: 1))
+}
+
+fn main() {
+    var m = init(Mlp, seed: 1)
+    var opt = adam.init(m, lr: 0.01OFFLOAD)
+    let x = normal(64, 4, seed: 2)
+    let y = arange(64) % 3
+    for step in 0..5 {
+        let (l, g) = value_and_grad(loss)(m, x, y)
+        (m, opt) = adam.step(m, g, opt)
+        print(step, l)
+    }
+    print(opt.t, sum(opt.nu.w2))
+}
+"#;
+
+/// `offload: host` on a device: the optimizer state stays in host memory and its update runs
+/// on the CPU (MindSpore's heterogeneous training); the forward and backward passes stay on the
+/// accelerator. The program prints what it prints without it, and on the CPU device.
+#[test]
+fn an_offloaded_optimizer_state_is_updated_on_the_host() {
+    let plain = ADAM.replace("OFFLOAD", "");
+    let offloaded = ADAM.replace("OFFLOAD", ", offload: host");
+    let cpu = run_source(&plain, Arc::new(CpuDevice));
+    assert_eq!(run_source(&offloaded, Arc::new(CpuDevice)), cpu, "on the CPU device `offload` changes nothing");
+    let on = |src: &str| {
+        let fake = Arc::new(accel::Accel::everything());
+        let off = Arc::new(kernels::Offload::new(fake.clone()));
+        let text = run_source(src, off.clone());
+        (text, fake.launches.load(std::sync::atomic::Ordering::Relaxed), off.bytes_moved())
+    };
+    let (text, accel_plain, (up_plain, down_plain)) = on(&plain);
+    assert_eq!(text, cpu);
+    let (text, accel, (up, down)) = on(&offloaded);
+    assert_eq!(text, cpu);
+    eprintln!(
+        "plain: {accel_plain} launches, {up_plain} bytes up, {down_plain} down; offloaded: {accel}, {up}, {down}"
+    );
+    // Each of the 5 steps runs Adam's arithmetic on the host, not the accelerator, brings the
+    // gradient there (the model's host copy is kept, so it does not come back but before the
+    // first step) and sends the new model over once. The state made on the device comes over
+    // once, at `init`.
+    let params = (4 * 32 + 32 * 3) * 4;
+    assert!(accel + 5 * 10 < accel_plain, "{accel} launches on the accelerator, {accel_plain} without `offload`");
+    assert!(down >= 5 * params && down <= down_plain + 7 * params, "{down} bytes back");
+    assert!(up >= up_plain + 5 * params, "{up} bytes there");
+}

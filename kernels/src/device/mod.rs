@@ -251,6 +251,12 @@ pub trait Device: Send + Sync {
         let _ = (kernel, inputs, params);
         false
     }
+    /// `t` with its elements where this device's kernels read them, for a value many kernels
+    /// will read (a model updated on the host): the host tensor itself on the CPU device, a
+    /// copy on the accelerator too behind [`Offload`].
+    fn place(&self, t: &Tensor) -> Result<Tensor, KernelError> {
+        Ok(t.clone())
+    }
     /// A zero-filled 1-D tensor of `len` elements on the device, from its allocator.
     fn alloc(&self, dtype: DType, len: usize) -> Result<DeviceTensor, KernelError>;
     /// Copies a host tensor to the device.

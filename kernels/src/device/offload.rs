@@ -95,6 +95,15 @@ impl Device for Offload {
         self.offloaded(kernel, inputs, params)
     }
 
+    fn place(&self, t: &crate::Tensor) -> Result<crate::Tensor, KernelError> {
+        if t.resident_on(&self.accel).is_some() {
+            return Ok(t.clone());
+        }
+        let on = self.accel.upload(t)?;
+        self.bytes_up.fetch_add((t.len() * t.dtype().size_in_bytes()) as u64, Ordering::Relaxed);
+        t.mirrored(self.accel.clone(), on, Some(self.bytes_down.clone()))
+    }
+
     fn alloc(&self, dtype: DType, len: usize) -> Result<DeviceTensor, KernelError> {
         CpuDevice.alloc(dtype, len)
     }

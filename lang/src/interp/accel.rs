@@ -69,6 +69,10 @@ pub trait Accel {
         RegionRun::Decline
     }
 
+    /// The interpreter's device changed (to the CPU device while an update of a state in host
+    /// memory runs, and back): trees go to this device's accelerator from now on.
+    fn set_device(&mut self, _device: std::sync::Arc<dyn kernels::Device>) {}
+
     /// Called when the interpreter is about to run the body of function `f`: native code for
     /// the body (see [`host`](super::host)), or `None` to let the interpreter run it.
     fn body(&mut self, _f: crate::types::FuncId) -> Option<std::rc::Rc<dyn super::host::CompiledBody>> {

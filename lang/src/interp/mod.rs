@@ -196,6 +196,9 @@ pub struct Interp<'p> {
     /// Where primitives run (`interp::device`): the CPU device unless the embedder gives
     /// another.
     pub device: Arc<dyn kernels::Device>,
+    /// Whether some optimizer state lives in host memory (`offload: host`), so that calls
+    /// look for one among their arguments.
+    pub(crate) host_states: bool,
     /// Reads of locals that are their last (`ir::opt::last_uses`), by expression id: the value
     /// moves out of the frame there. Set for whole programs (`msl run`, `msl test`, spec files,
     /// the JIT at `-O2`), never in the REPL, whose later input may read any local again.
@@ -232,6 +235,7 @@ impl<'p> Interp<'p> {
             accel: None,
             nan_check: false,
             device: Arc::new(kernels::CpuDevice),
+            host_states: false,
             moves: Default::default(),
             preset: Vec::new(),
             spmd: None,

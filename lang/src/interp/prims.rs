@@ -375,10 +375,8 @@ impl Interp<'_> {
             Prim::StopGradient => Ok(args.into_iter().next().unwrap_or_else(Value::unit)),
             Prim::ShardState => {
                 let v = args.into_iter().next().unwrap_or_else(Value::unit);
-                match attrs.mesh_axes.first() {
-                    Some(&axis) => self.shard_state(v, axis, span),
-                    None => Ok(v),
-                }
+                self.host_states |= attrs.host;
+                self.shard_state(v, attrs.mesh_axes.first().copied(), attrs.host, span)
             }
             Prim::TapeNew => Ok(Value::Tape(value::Tape::default())),
             Prim::TapePush => {

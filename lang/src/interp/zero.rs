@@ -40,10 +40,13 @@ pub(crate) struct Defer {
     pub item: Option<usize>,
 }
 
-/// An optimizer state held in pieces.
+/// An optimizer state held in pieces, or in host memory (`offload: host`), or both.
 #[derive(Clone, Debug)]
 pub struct Sharded {
-    pub axis: AxisId,
+    /// The axis it is cut over (`None`: kept whole).
+    pub axis: Option<AxisId>,
+    /// Whether it lives in host memory and its update runs there.
+    pub host: bool,
     /// The state with each cut tensor replaced by this rank's piece.
     pub value: Value,
     /// For each tensor leaf of the state (in `Value::leaves` order): its shape when it was
@@ -135,7 +138,9 @@ impl Interp<'_> {
         }
         match (pat, v) {
             (Pat::Local(l), v) => match (&frame.locals[l.0 as usize], &v) {
-                (Some(Value::Sharded(old)), Value::Model(_) | Value::Tuple(_)) => self.shard_state(v, old.axis, span),
+                (Some(Value::Sharded(old)), Value::Model(_) | Value::Tuple(_)) => {
+                    self.shard_state(v, old.axis, old.host, span)
+                }
                 _ => Ok(v),
             },
             (Pat::Tuple(ps), Value::Tuple(vs)) => {
@@ -146,14 +151,26 @@ impl Interp<'_> {
         }
     }
 
-    /// `shard_state(v)` over `axis`: the rank's pieces of `v` (`v` itself when the axis has
-    /// one rank or the run is not sharded).
-    pub(crate) fn shard_state(&self, v: Value, axis: AxisId, span: Span) -> R<Value> {
-        let Some((i, k)) = self.zero_group(axis) else { return Ok(v) };
-        let mut cut = Vec::new();
-        plan(self.prog, &v, None, axis, &mut cut);
-        let (value, shapes) = self.cut(&v, &cut, i, k, span)?;
-        Ok(Value::Sharded(Rc::new(Sharded { axis, value, cut: shapes })))
+    /// `shard_state(v)`: the rank's pieces of `v` over `axis` (`v` itself when the axis has
+    /// one rank or the run is not sharded), in host memory with `host`.
+    pub(crate) fn shard_state(&self, v: Value, axis: Option<AxisId>, host: bool, span: Span) -> R<Value> {
+        let group = axis.and_then(|a| self.zero_group(a).map(|g| (a, g)));
+        let (value, cut) = match group {
+            Some((a, (i, k))) => {
+                let mut cut = Vec::new();
+                plan(self.prog, &v, None, a, &mut cut);
+                self.cut(&v, &cut, i, k, span)?
+            }
+            None if host => {
+                let mut leaves = Vec::new();
+                v.leaves(&mut leaves);
+                let whole = vec![None; leaves.len()];
+                (v, whole)
+            }
+            None => return Ok(v),
+        };
+        let value = if host { value.map_tensors(&mut |t| Ok(t.to_host()))? } else { value };
+        Ok(Value::Sharded(Rc::new(Sharded { axis: group.map(|g| g.0), host, value, cut })))
     }
 
     /// `v` with every leaf that `cut` marks replaced by piece `i` of `k`.
@@ -265,7 +282,7 @@ impl Interp<'_> {
         let plan = self.zero_plan.get_or_insert_with(|| Rc::new(crate::shard::zero::ZeroPlan::of(prog)));
         let feed = *plan.feeds.get(&e.id)?;
         match frame.locals.get(feed.state.0 as usize) {
-            Some(Some(Value::Sharded(s))) if s.axis == feed.axis => {}
+            Some(Some(Value::Sharded(s))) if s.axis == Some(feed.axis) => {}
             _ => return None,
         }
         self.zero_group(feed.axis)?;
@@ -318,7 +335,7 @@ impl Interp<'_> {
 
     /// `args` with every partial sum in them summed (a sharded run only has them).
     pub(crate) fn whole_partials(&mut self, args: Vec<Value>, span: Span) -> R<Vec<Value>> {
-        if self.spmd.is_none() || !args.iter().any(holds_pieces) {
+        if (self.spmd.is_none() && !self.host_states) || !args.iter().any(holds_pieces) {
             return Ok(args);
         }
         args.into_iter().map(|a| self.whole_value(a, span)).collect()
@@ -326,7 +343,10 @@ impl Interp<'_> {
 
     /// The whole value a sharded state stands for (its reader is not an optimizer step).
     pub(crate) fn whole_state(&mut self, s: &Sharded, span: Span) -> R<Value> {
-        self.gather(&s.value, &s.cut, s.axis, span)
+        match s.axis {
+            Some(axis) => self.gather(&s.value, &s.cut, axis, span),
+            None => Ok(s.value.clone()),
+        }
     }
 
     /// `v` with every state in it made whole (a tuple or model may hold one).
@@ -371,6 +391,8 @@ impl Interp<'_> {
 
     /// A call of `@optimizer_step` function `f` with a sharded state: the step on the rank's
     /// pieces of `(m, g, state)`, then the model gathered whole and the state kept in pieces.
+    /// With a state in host memory, the step runs on the host and the new model goes to the
+    /// device once.
     pub(crate) fn sharded_step(
         &mut self,
         f: crate::types::FuncId,
@@ -383,23 +405,67 @@ impl Interp<'_> {
         else {
             return Err(rt(Code::E0605, "an `@optimizer_step` function takes (model, gradient, state)", span));
         };
-        let Some((i, k)) = self.zero_group(st.axis) else {
-            return self.call_body(f, vec![m, g, st.value.clone()], dims, vec![]);
+        let group = st.axis.and_then(|a| self.zero_group(a).map(|g| (a, g)));
+        let (out, cut_m) = match group {
+            None => (self.on_host(st.host, |it| it.call_body(f, vec![m, g, st.value.clone()], dims, vec![]))?, None),
+            Some((axis, (i, k))) => {
+                let mut plan_m = Vec::new();
+                plan(self.prog, &m, None, axis, &mut plan_m);
+                let (mp, cut_m) = self.cut(&m, &plan_m, i, k, span)?;
+                let gp = self.gradient_pieces(&g, &plan_m, axis, i, k, span)?;
+                let out = self.on_host(st.host, |it| it.call_body(f, vec![mp, gp, st.value.clone()], dims, vec![]))?;
+                (out, Some((axis, cut_m)))
+            }
         };
-        let mut plan_m = Vec::new();
-        plan(self.prog, &m, None, st.axis, &mut plan_m);
-        let (mp, cut_m) = self.cut(&m, &plan_m, i, k, span)?;
-        let gp = self.gradient_pieces(&g, &plan_m, st.axis, i, k, span)?;
-        let out = self.call_body(f, vec![mp, gp, st.value.clone()], dims, vec![])?;
         let Value::Tuple(items) = &out else {
             return Err(rt(Code::E0605, "an `@optimizer_step` function returns (model, state)", span));
         };
         let [m2, s2] = items.as_slice() else {
             return Err(rt(Code::E0605, "an `@optimizer_step` function returns (model, state)", span));
         };
-        let whole = self.gather(m2, &cut_m, st.axis, span)?;
-        let kept = Value::Sharded(Rc::new(Sharded { axis: st.axis, value: s2.clone(), cut: st.cut.clone() }));
+        let mut whole = match &cut_m {
+            Some((axis, cut_m)) => self.gather(m2, cut_m, *axis, span)?,
+            None => m2.clone(),
+        };
+        if st.host {
+            whole = self.placed(whole, span)?;
+        }
+        let kept =
+            Value::Sharded(Rc::new(Sharded { axis: st.axis, host: st.host, value: s2.clone(), cut: st.cut.clone() }));
         Ok(Value::Tuple(Rc::new(vec![whole, kept])))
+    }
+
+    /// `v` with its tensors where the device's kernels read them ([`kernels::Device::place`]):
+    /// a flat model as one buffer, whose fields stay views of it.
+    fn placed(&self, v: Value, span: Span) -> R<Value> {
+        let dev = self.device.clone();
+        let place = |t: &Tensor| dev.place(t).map_err(|e| super::kerr(e, span));
+        if let Value::Model(m) = &v {
+            if let Some(flat) = m.flat() {
+                let lost = || rt(Code::E0605, "internal: the model lost its layout", span);
+                return Ok(Value::Model(Rc::new(m.with_flat(&place(&flat)?).ok_or_else(lost)?)));
+            }
+        }
+        v.map_tensors(&mut |t| place(t))
+    }
+
+    /// `run` with every kernel on the host when `host` (the interpreter's device and its
+    /// accelerator's set to the CPU device, and set back afterwards, however `run` ends).
+    fn on_host<T>(&mut self, host: bool, run: impl FnOnce(&mut Self) -> R<T>) -> R<T> {
+        if !host {
+            return run(self);
+        }
+        let cpu: std::sync::Arc<dyn kernels::Device> = std::sync::Arc::new(kernels::CpuDevice);
+        let device = std::mem::replace(&mut self.device, cpu.clone());
+        if let Some(a) = self.accel.as_mut() {
+            a.set_device(cpu);
+        }
+        let r = run(self);
+        if let Some(a) = self.accel.as_mut() {
+            a.set_device(device.clone());
+        }
+        self.device = device;
+        r
     }
 
     /// The rank's pieces of gradient `g`, cut as `plan` says: its partial sums over `axis`

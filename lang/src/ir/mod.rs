@@ -113,6 +113,9 @@ pub struct Attrs {
     pub site: u32,
     /// `print(…, precision: k)`: floats with `k` digits after the point.
     pub precision: Option<u32>,
+    /// `shard_state`: the optimizer state lives in host memory and its update runs there
+    /// (`offload: host`).
+    pub host: bool,
 }
 
 /// The identity of one expression node, the key of every side table over the IR (last uses,

@@ -54,7 +54,9 @@ impl ZeroPlan {
         let mut plan = ZeroPlan::default();
         let mut any = false;
         for f in &prog.funcs {
-            walk(&f.body, &mut |e| any |= matches!(&e.kind, ExprKind::Prim { prim: Prim::ShardState, .. }));
+            walk(&f.body, &mut |e| {
+                any |= matches!(&e.kind, ExprKind::Prim { prim: Prim::ShardState, attrs, .. } if !attrs.mesh_axes.is_empty())
+            });
         }
         if !any {
             return plan;
@@ -103,19 +105,34 @@ pub(crate) fn kind_of(prog: &Program, t: &Type) -> Kind {
 /// The locals of `f` bound to an optimizer state made with `shard:` (a `shard_state`), with
 /// its axis.
 pub(crate) fn sharded_locals(prog: &Program, f: FuncId) -> HashMap<Local, AxisId> {
+    state_locals(prog, f, &|a| a.mesh_axes.first().copied())
+}
+
+/// The locals of `f` bound to an optimizer state made with `offload: host`.
+pub(crate) fn offloaded_locals(prog: &Program, f: FuncId) -> HashMap<Local, ()> {
+    state_locals(prog, f, &|a| a.host.then_some(()))
+}
+
+/// The locals of `f` bound to an optimizer state made by a `shard_state` whose attributes
+/// `pick` takes, with what it took.
+fn state_locals<T: Copy>(
+    prog: &Program,
+    f: FuncId,
+    pick: &dyn Fn(&crate::ir::Attrs) -> Option<T>,
+) -> HashMap<Local, T> {
     let mut out = HashMap::new();
     let func = prog.func(f);
     walk(&func.body, &mut |e| {
         let ExprKind::Block { stmts, .. } = &e.kind else { return };
         for s in stmts {
             let (Stmt::Let { pat, value } | Stmt::Assign { pat, value }) = s else { continue };
-            let mut axis = None;
+            let mut found = None;
             walk(value, &mut |x| {
                 if let ExprKind::Prim { prim: Prim::ShardState, attrs, .. } = &x.kind {
-                    axis = axis.or(attrs.mesh_axes.first().copied());
+                    found = found.or(pick(attrs));
                 }
             });
-            if let Some(a) = axis {
+            if let Some(a) = found {
                 pat.each_local(&mut |l| {
                     if kind_of(prog, &func.locals[l.0 as usize].ty) == Kind::Optimizer {
                         out.insert(l, a);

@@ -1,7 +1,8 @@
 //! `shard:` and `offload:` on a call of an `@optimizer_init` function (`adam.init(m, lr: …,
 //! shard: dp)`, spec/sharding.md): checked here and taken out of the call's arguments; `shard:`
 //! wraps the state in `shard_state` over the axis (each rank keeps its piece of it,
-//! `interp::zero`), and `offload: host` changes nothing on the CPU device.
+//! `interp::zero`), and `offload: host` marks it to live in host memory, its update run there
+//! while the model stays on the device (nothing changes on the CPU device).
 
 use super::super::expr::FnCx;
 use super::super::{Checker, Diagnostic};
@@ -13,6 +14,8 @@ use crate::types::AxisId;
 /// What the optimizer arguments of one call asked for.
 pub(crate) struct OptimizerArgs {
     pub shard: Option<AxisId>,
+    /// `offload: host`.
+    pub host: bool,
 }
 
 impl Checker {
@@ -24,7 +27,7 @@ impl Checker {
         annotations: &[String],
         args: &[ast::Arg],
     ) -> (Vec<ast::Arg>, OptimizerArgs) {
-        let mut out = OptimizerArgs { shard: None };
+        let mut out = OptimizerArgs { shard: None, host: false };
         if !annotations.iter().any(|a| a == "optimizer_init") {
             return (args.to_vec(), out);
         }
@@ -45,7 +48,7 @@ impl Checker {
                         .label("not the name of an axis")
                         .with_help("write `shard: dp` with an axis of the program's `mesh`"),
                 ),
-                ("offload", Some(place)) if place.name == "host" => {}
+                ("offload", Some(place)) if place.name == "host" => out.host = true,
                 ("offload", _) => self.error(
                     Diagnostic::error(Code::E0212, a.value.span, "`offload` takes `host`")
                         .label("not a place for the optimizer state")
@@ -59,9 +62,11 @@ impl Checker {
 
     /// The state `call` makes, laid out as `opt` asked.
     pub(crate) fn shard_state(&mut self, call: ir::Expr, opt: &OptimizerArgs) -> ir::Expr {
-        let Some(axis) = opt.shard else { return call };
+        if opt.shard.is_none() && !opt.host {
+            return call;
+        }
         let (ty, span) = (call.ty.clone(), call.span);
-        let attrs = Attrs { mesh_axes: vec![axis], ..Attrs::default() };
+        let attrs = Attrs { mesh_axes: opt.shard.into_iter().collect(), host: opt.host, ..Attrs::default() };
         super::super::expr::mk(
             ExprKind::Prim { prim: Prim::ShardState, args: vec![call], attrs: Box::new(attrs) },
             ty,
