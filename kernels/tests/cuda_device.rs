@@ -135,6 +135,10 @@ fn cases(dtype: DType) -> Vec<Case> {
         c(KernelId::BroadcastTo, vec![plain(t(&[4, 1], dtype, 36))], p().shape(&[2, 4, 3])),
         c(KernelId::SumToShape, vec![plain(t(&[2, 4, 3], dtype, 37))], p().shape(&[4, 1])),
         c(KernelId::SumToShape, vec![(t(&[5, 3], dtype, 38), Some(vec![1, 0]))], p().shape(&[5])),
+        // Of every element (no axis).
+        c(KernelId::Reduce(ReduceOp::Mean), vec![plain(t(&[3, 4], dtype, 39))], p()),
+        c(KernelId::Reduce(ReduceOp::Max), vec![(t(&[3, 4], dtype, 40), Some(vec![1, 0]))], p().keepdims(true)),
+        c(KernelId::ArgMin, vec![plain(t(&[2, 3, 4], dtype, 41))], p()),
         c(
             KernelId::Attention,
             vec![plain(t(&[2, 70, 8], dtype, 28)), plain(t(&[2, 70, 8], dtype, 29)), plain(t(&[2, 70, 3], dtype, 30))],

@@ -92,4 +92,9 @@ fn what_one_call_cannot_compute_has_no_plan() {
     assert_eq!(plan(&[4], &[4, 5], true, false), None, "a vector has no axes to swap");
     assert_eq!(plan(&[], &[4], false, false), None, "a scalar is not a matrix");
     assert_eq!(plan(&[1 << 31, 1], &[1, 1], false, false), None, "past 32-bit sizes");
+    // Valid operands (no elements) whose product would have more elements than `usize` counts:
+    // no plan, not an overflow (the CPU's error is the answer).
+    let big = 1usize << 40;
+    assert_eq!(plan(&[big, 0], &[0, big], false, false), None, "a result past usize");
+    assert_eq!(plan(&[big, 1 << 24, 0], &[big, 0, 1 << 24], false, false), None, "a batch past usize");
 }

@@ -305,12 +305,85 @@ impl CudaDevice {
     }
 }
 
-impl CudaDevice {
-    /// Whether cuBLAS computes `op(a) @ op(b)` of these inputs in one call.
-    fn multiplies(&self, inputs: &[&DeviceTensor], ta: bool, tb: bool) -> bool {
-        self.blas.is_some()
-            && matches!(inputs, [a, b] if a.dtype() == b.dtype() && GEMM.contains(&a.dtype())
-                && gemm::plan(a.shape(), b.shape(), ta, tb).is_some())
+/// Whether cuBLAS computes `op(a) @ op(b)` of these inputs in one call.
+fn multiplies(inputs: &[&DeviceTensor], ta: bool, tb: bool) -> bool {
+    matches!(inputs, [a, b] if a.dtype() == b.dtype() && GEMM.contains(&a.dtype())
+        && gemm::plan(a.shape(), b.shape(), ta, tb).is_some())
+}
+
+/// The kernels the CUDA device's `launch_on` has, on the element types and shapes they take
+/// (products only with cuBLAS, `blas`): its `Device::runs`, which tests without a GPU read too.
+pub fn runs(kernel: KernelId, inputs: &[&DeviceTensor], p: &KernelParams, blas: bool) -> bool {
+    let float = all(inputs, FLOATS);
+    let dtypes: Vec<DType> = inputs.iter().map(|d| d.dtype()).collect();
+    let one_rank = inputs.iter().all(|d| d.rank() <= elem::MAX_RANK);
+    match kernel {
+        KernelId::Unary(u) => one_rank && elem::result_type(ElemOp::Unary(u), &dtypes, None).is_some(),
+        KernelId::Binary(b) => one_rank && elem::result_type(ElemOp::Binary(b), &dtypes, None).is_some(),
+        KernelId::Where => one_rank && elem::result_type(ElemOp::Where, &dtypes, None).is_some(),
+        KernelId::Cast => one_rank && elem::result_type(ElemOp::Cast, &dtypes, p.dtype).is_some(),
+        KernelId::Fused => {
+            one_rank
+                && p.fused.as_deref().is_some_and(|t| {
+                    elem::writes(t)
+                        && t.inputs == inputs.len()
+                        && inputs.iter().enumerate().all(|(k, d)| t.input_dtype(k).is_none_or(|x| x == d.dtype()))
+                })
+        }
+        KernelId::Reduce(ReduceOp::Prod) => false,
+        // Along an axis, or of every element.
+        KernelId::Reduce(ReduceOp::Sum | ReduceOp::Mean | ReduceOp::Max | ReduceOp::Min)
+        | KernelId::ArgMax
+        | KernelId::ArgMin => float,
+        KernelId::Softmax | KernelId::LogSoftmax | KernelId::Cumsum => float && p.axis.is_some(),
+        KernelId::Matmul => blas && multiplies(inputs, false, false),
+        KernelId::MatmulT { transpose_a, transpose_b } => blas && multiplies(inputs, transpose_a, transpose_b),
+        KernelId::Gather => {
+            matches!(dtypes[..], [DType::F32 | DType::F64, DType::I32]) && p.axis.is_some_and(|a| a < inputs[0].rank())
+        }
+        KernelId::Attention => float && inputs.len() == 3 && inputs.iter().all(|d| d.dtype() == dtypes[0]),
+        KernelId::Uniform | KernelId::Normal => {
+            inputs.is_empty()
+                && matches!(p.dtype, Some(DType::F32 | DType::F64))
+                && p.region.as_ref().is_some_and(|r| RegionArg::new(r).is_some())
+        }
+        KernelId::Reshape | KernelId::ExpandDims | KernelId::Squeeze | KernelId::Contiguous => all(inputs, HELD),
+        // Views of one input, copied by the identity conversion.
+        KernelId::Transpose | KernelId::Permute | KernelId::BroadcastTo => {
+            one_rank && p.shape.len() <= elem::MAX_RANK && all(inputs, HELD) && inputs.len() == 1
+        }
+        KernelId::SumToShape => float && inputs.len() == 1,
+        // Along the first axis: the inputs' elements one after another.
+        KernelId::Concat => {
+            let rest = |d: &DeviceTensor| d.shape().get(1..).map(<[usize]>::to_vec);
+            p.axis == Some(0)
+                && all(inputs, HELD)
+                && inputs.first().is_some_and(|a| {
+                    a.rank() >= 1 && inputs.iter().all(|d| d.dtype() == a.dtype() && rest(d) == rest(a))
+                })
+        }
+        KernelId::LogSumExp
+        | KernelId::Stack
+        | KernelId::Slice
+        | KernelId::SliceUpdateAdd
+        | KernelId::ScatterAdd
+        | KernelId::OneHot
+        | KernelId::Einsum
+        | KernelId::Conv2d
+        | KernelId::Conv2dInputGrad
+        | KernelId::Conv2dWeightGrad
+        | KernelId::MaxPool2d
+        | KernelId::MaxPool2dGrad
+        | KernelId::AvgPool2d
+        | KernelId::AvgPool2dGrad
+        | KernelId::AttentionWeights
+        | KernelId::Argsort
+        | KernelId::TakeAlong
+        | KernelId::ScatterAddAlong
+        | KernelId::Fill
+        | KernelId::Arange
+        | KernelId::Eye
+        | KernelId::Update => false,
     }
 }
 
@@ -337,79 +410,7 @@ impl Device for CudaDevice {
 
     /// The kernels `launch_on` has, on the element types and shapes they take.
     fn runs(&self, kernel: KernelId, inputs: &[&DeviceTensor], p: &KernelParams) -> bool {
-        let float = all(inputs, FLOATS);
-        let dtypes: Vec<DType> = inputs.iter().map(|d| d.dtype()).collect();
-        let one_rank = inputs.iter().all(|d| d.rank() <= elem::MAX_RANK);
-        match kernel {
-            KernelId::Unary(u) => one_rank && elem::result_type(ElemOp::Unary(u), &dtypes, None).is_some(),
-            KernelId::Binary(b) => one_rank && elem::result_type(ElemOp::Binary(b), &dtypes, None).is_some(),
-            KernelId::Where => one_rank && elem::result_type(ElemOp::Where, &dtypes, None).is_some(),
-            KernelId::Cast => one_rank && elem::result_type(ElemOp::Cast, &dtypes, p.dtype).is_some(),
-            KernelId::Fused => {
-                one_rank
-                    && p.fused.as_deref().is_some_and(|t| {
-                        elem::writes(t)
-                            && t.inputs == inputs.len()
-                            && inputs.iter().enumerate().all(|(k, d)| t.input_dtype(k).is_none_or(|x| x == d.dtype()))
-                    })
-            }
-            KernelId::Reduce(ReduceOp::Prod) => false,
-            KernelId::Reduce(ReduceOp::Sum | ReduceOp::Mean | ReduceOp::Max | ReduceOp::Min)
-            | KernelId::ArgMax
-            | KernelId::ArgMin
-            | KernelId::Softmax
-            | KernelId::LogSoftmax
-            | KernelId::Cumsum => float && p.axis.is_some(),
-            KernelId::Matmul => self.multiplies(inputs, false, false),
-            KernelId::MatmulT { transpose_a, transpose_b } => self.multiplies(inputs, transpose_a, transpose_b),
-            KernelId::Gather => {
-                matches!(dtypes[..], [DType::F32 | DType::F64, DType::I32])
-                    && p.axis.is_some_and(|a| a < inputs[0].rank())
-            }
-            KernelId::Attention => float && inputs.len() == 3 && inputs.iter().all(|d| d.dtype() == dtypes[0]),
-            KernelId::Uniform | KernelId::Normal => {
-                inputs.is_empty()
-                    && matches!(p.dtype, Some(DType::F32 | DType::F64))
-                    && p.region.as_ref().is_some_and(|r| RegionArg::new(r).is_some())
-            }
-            KernelId::Reshape | KernelId::ExpandDims | KernelId::Squeeze | KernelId::Contiguous => all(inputs, HELD),
-            // Views of one input, copied by the identity conversion.
-            KernelId::Transpose | KernelId::Permute | KernelId::BroadcastTo => {
-                one_rank && p.shape.len() <= elem::MAX_RANK && all(inputs, HELD) && inputs.len() == 1
-            }
-            KernelId::SumToShape => float && inputs.len() == 1,
-            // Along the first axis: the inputs' elements one after another.
-            KernelId::Concat => {
-                let rest = |d: &DeviceTensor| d.shape().get(1..).map(<[usize]>::to_vec);
-                p.axis == Some(0)
-                    && all(inputs, HELD)
-                    && inputs.first().is_some_and(|a| {
-                        a.rank() >= 1 && inputs.iter().all(|d| d.dtype() == a.dtype() && rest(d) == rest(a))
-                    })
-            }
-            KernelId::LogSumExp
-            | KernelId::Stack
-            | KernelId::Slice
-            | KernelId::SliceUpdateAdd
-            | KernelId::ScatterAdd
-            | KernelId::OneHot
-            | KernelId::Einsum
-            | KernelId::Conv2d
-            | KernelId::Conv2dInputGrad
-            | KernelId::Conv2dWeightGrad
-            | KernelId::MaxPool2d
-            | KernelId::MaxPool2dGrad
-            | KernelId::AvgPool2d
-            | KernelId::AvgPool2dGrad
-            | KernelId::AttentionWeights
-            | KernelId::Argsort
-            | KernelId::TakeAlong
-            | KernelId::ScatterAddAlong
-            | KernelId::Fill
-            | KernelId::Arange
-            | KernelId::Eye
-            | KernelId::Update => false,
-        }
+        runs(kernel, inputs, p, self.blas.is_some())
     }
 
     fn accelerates(&self, kernel: KernelId, inputs: &[&DeviceTensor], p: &KernelParams) -> bool {

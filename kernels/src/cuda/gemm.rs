@@ -72,6 +72,10 @@ pub fn plan(a: &[usize], b: &[usize], ta: bool, tb: bool) -> Option<GemmPlan> {
     if !drop_n {
         out_shape.push(n);
     }
+    // The result's size: operands with a zero dim may multiply to one past `usize`.
+    let stride_c = m.checked_mul(n)?;
+    let batch = batch_dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))?;
+    stride_c.checked_mul(batch)?;
     let p = GemmPlan {
         trans_first: tb,
         trans_second: ta,
@@ -81,10 +85,10 @@ pub fn plan(a: &[usize], b: &[usize], ta: bool, tb: bool) -> Option<GemmPlan> {
         ld_first: cb.max(1),
         ld_second: ca.max(1),
         ldc: n.max(1),
-        batch: batch_dims.iter().product(),
+        batch,
         stride_first: stride_b,
         stride_second: stride_a,
-        stride_c: m * n,
+        stride_c,
         out_shape,
     };
     let fits = [p.m, p.n, p.k, p.ld_first, p.ld_second, p.ldc, p.batch].iter().all(|&v| v <= i32::MAX as usize);

@@ -231,7 +231,6 @@ impl CudaDevice {
             KernelId::Cast => self.elementwise(ElemOp::Cast, inputs, p.dtype, s),
             KernelId::Fused => self.fused(need_tree(p)?, inputs, s),
             KernelId::Reduce(op) => {
-                let (x, a) = (one()?, axis()?);
                 let name = match op {
                     ReduceOp::Sum => "sum",
                     ReduceOp::Mean => "mean",
@@ -239,12 +238,12 @@ impl CudaDevice {
                     ReduceOp::Min => "min",
                     ReduceOp::Prod => return Err(KernelError::Invalid(format!("{}: no prod kernel yet", self.name))),
                 };
-                self.axis_kernel(name, x, a, reduced(x.shape(), a, p.keepdims)?, x.dtype(), s)
+                let x = one()?;
+                self.reduction(name, x, p, x.dtype(), s)
             }
             KernelId::ArgMax | KernelId::ArgMin => {
-                let (x, a) = (one()?, axis()?);
                 let name = if kernel == KernelId::ArgMax { "argmax" } else { "argmin" };
-                self.axis_kernel(name, x, a, reduced(x.shape(), a, p.keepdims)?, DType::I32, s)
+                self.reduction(name, one()?, p, DType::I32, s)
             }
             KernelId::Softmax => {
                 self.axis_kernel("softmax", one()?, axis()?, one()?.shape().to_vec(), one()?.dtype(), s)
@@ -300,6 +299,25 @@ impl CudaDevice {
             other => {
                 // any other kernel: not on this device yet (`runs` says no; the CPU device runs every kernel)
                 Err(KernelError::Invalid(format!("{}: kernel {other:?} does not run on this device yet", self.name)))
+            }
+        }
+    }
+
+    /// `ops.cu`'s reduction `name` of contiguous `x` along `p.axis`, or of all its elements
+    /// (as the CPU does: one axis of all of them) when there is none.
+    fn reduction(
+        &self,
+        name: &str,
+        x: &DeviceTensor,
+        p: &KernelParams,
+        out_t: DType,
+        s: &Arc<CudaStream>,
+    ) -> Result<DeviceTensor, KernelError> {
+        match p.axis {
+            Some(a) => self.axis_kernel(name, x, a, reduced(x.shape(), a, p.keepdims)?, out_t, s),
+            None => {
+                let all = if p.keepdims { vec![1; x.rank()] } else { vec![] };
+                self.axis_kernel(name, &reshaped(x, vec![x.len()])?, 0, all, out_t, s)
             }
         }
     }

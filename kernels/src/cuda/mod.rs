@@ -18,7 +18,7 @@ mod device;
 pub mod elem;
 pub mod gemm;
 mod launch;
-pub use device::CudaDevice;
+pub use device::{runs, CudaDevice};
 
 /// `msl_region` of `ops.cu`, passed by value to the random-number kernels: the block of a
 /// tensor of `rank` dims that a draw fills (see [`crate::rng::Region`]).

@@ -2,6 +2,7 @@
 //! (empty tensors, scalars, size-1 dims, mismatched ranks, axes past the rank, missing
 //! parameters), answers a result or an error, never a panic: the device is a public API that a
 //! second device is tested against, and the interpreter reaches it with whatever a program holds.
+//! The CUDA device's table of the kernels it runs (`kernels::cuda::runs`) is asked about each too.
 
 use kernels::ops::{BinaryOp, ElemOp, Fused, FusedNode, ReduceOp, SliceSpec, UnaryOp};
 use kernels::rng::Region;
@@ -192,6 +193,8 @@ fn no_kernel_panics_on_any_element_type_shape_or_parameters() {
                         let refs: Vec<_> = ds.iter().collect();
                         calls += 1;
                         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            // The CUDA device's table of what it runs reads the same inputs.
+                            let _ = kernels::cuda::runs(k, &refs, &p, true);
                             let _ = dev.launch(k, &refs, &p).and_then(|o| dev.download(&o));
                         }));
                         if r.is_err() {

@@ -2,7 +2,8 @@
 //! so an operand handed to the wrong device is an error rather than a silent success, and runs
 //! reductions (sum, mean, max, min), softmax, log-softmax and cumsum of f32 and f64, and the
 //! JIT's fused trees (`KernelId::Fused`), with the CPU device's code; made with
-//! [`Accel::everything`], it runs every kernel (as a device that holds a whole program would).
+//! [`Accel::everything`], it runs every kernel (as a device that holds a whole program would),
+//! and with [`Accel::cuda_like`] the kernels the CUDA device runs.
 
 use kernels::ops::ReduceOp;
 use kernels::{
@@ -18,14 +19,31 @@ struct Owned(Tensor);
 #[derive(Default)]
 pub struct Accel {
     pub launches: AtomicU64,
-    all: bool,
+    runs: Runs,
+}
+
+/// Which kernels the fake runs.
+#[derive(Default)]
+enum Runs {
+    /// Reductions, softmax, cumsum and fused trees of floats.
+    #[default]
+    Some,
+    Everything,
+    /// Those the CUDA device runs (`kernels::cuda::runs`, with cuBLAS).
+    CudaLike,
 }
 
 impl Accel {
     /// The accelerator that runs every kernel.
     #[allow(dead_code)]
     pub fn everything() -> Accel {
-        Accel { launches: AtomicU64::new(0), all: true }
+        Accel { launches: AtomicU64::new(0), runs: Runs::Everything }
+    }
+
+    /// The accelerator that runs the kernels the CUDA device runs (with the CPU's code).
+    #[allow(dead_code)]
+    pub fn cuda_like() -> Accel {
+        Accel { launches: AtomicU64::new(0), runs: Runs::CudaLike }
     }
 }
 
@@ -45,18 +63,22 @@ impl Device for Accel {
     fn name(&self) -> &str {
         "accel"
     }
-    fn runs(&self, kernel: KernelId, inputs: &[&DeviceTensor], _: &KernelParams) -> bool {
+    fn runs(&self, kernel: KernelId, inputs: &[&DeviceTensor], params: &KernelParams) -> bool {
         let float = inputs.iter().all(|d| matches!(d.dtype(), DType::F32 | DType::F64));
-        self.all
-            || float
-                && matches!(
-                    kernel,
-                    KernelId::Reduce(ReduceOp::Sum | ReduceOp::Mean | ReduceOp::Max | ReduceOp::Min)
-                        | KernelId::Softmax
-                        | KernelId::LogSoftmax
-                        | KernelId::Cumsum
-                        | KernelId::Fused
-                )
+        match self.runs {
+            Runs::Everything => return true,
+            Runs::CudaLike => return kernels::cuda::runs(kernel, inputs, params, true),
+            Runs::Some => {}
+        }
+        float
+            && matches!(
+                kernel,
+                KernelId::Reduce(ReduceOp::Sum | ReduceOp::Mean | ReduceOp::Max | ReduceOp::Min)
+                    | KernelId::Softmax
+                    | KernelId::LogSoftmax
+                    | KernelId::Cumsum
+                    | KernelId::Fused
+            )
     }
     fn alloc(&self, dtype: DType, len: usize) -> Result<DeviceTensor, KernelError> {
         mine(CpuDevice.alloc(dtype, len)?)
