@@ -151,14 +151,24 @@ fn a_program_runs_whole_on_a_device_that_has_some_kernels() {
     assert_eq!(accel.launches.load(std::sync::atomic::Ordering::Relaxed), on_accel);
 }
 
-const TRAIN: &str = r#"
+/// The model and loss of the training loops below.
+const MLP: &str = r#"
+use optim.adam
+
 model Mlp { w1: f32[4, 32] = glorot_uniform(4, 32), w2: f32[32, 3] = glorot_uniform(32, 3) }
 
 fn loss(m: Mlp, x: f32[64, 4], y: i32[64]) -> f32 {
     let h = tanh(x @ m.w1)
     -mean(sum(log_softmax(h @ m.w2, axis: 1) * one_hot(y, 3), axis: 1))
 }
+"#;
 
+/// 20 steps of gradient descent, as a program.
+fn train() -> String {
+    format!("{MLP}{}", TRAIN_MAIN)
+}
+
+const TRAIN_MAIN: &str = r#"
 fn main() {
     var m = init(Mlp, seed: 1)
     let x = normal(64, 4, seed: 2)
@@ -179,10 +189,10 @@ fn main() {
 /// about 40 KB of parameters and gradients each).
 #[test]
 fn a_training_loop_keeps_its_values_on_the_device() {
-    let cpu = run_source(TRAIN, Arc::new(CpuDevice));
+    let cpu = run_source(&train(), Arc::new(CpuDevice));
     let accel = Arc::new(accel::Accel::everything());
     let off = Arc::new(kernels::Offload::new(accel.clone()));
-    assert_eq!(run_source(TRAIN, off.clone()), cpu);
+    assert_eq!(run_source(&train(), off.clone()), cpu);
     let (on_accel, on_host) = off.counts();
     let (up, down) = off.bytes_moved();
     eprintln!("{on_accel} launches on the accelerator, {on_host} on the CPU; {up} bytes up, {down} down");
@@ -191,16 +201,7 @@ fn a_training_loop_keeps_its_values_on_the_device() {
     assert!(up < 1024, "{up} bytes went over (the data is drawn there)");
 }
 
-const ADAM: &str = r#"
-use optim.adam
-
-model Mlp { w1: f32[4, 32] = glorot_uniform(4, 32), w2: f32[32, 3] = glorot_uniform(32, 3) }
-
-fn loss(m: Mlp, x: f32[64, 4], y: i32[64]) -> f32 {
-    let h = tanh(x @ m.w1)
-    -mean(sum(log_softmax(h @ m.w2, axis: 1) * one_hot(y, 3), axis: 1))
-}
-
+const ADAM_MAIN: &str = r#"
 fn main() {
     var m = init(Mlp, seed: 1)
     var opt = adam.init(m, lr: 0.01OFFLOAD)
@@ -220,8 +221,8 @@ fn main() {
 /// accelerator. The program prints what it prints without it, and on the CPU device.
 #[test]
 fn an_offloaded_optimizer_state_is_updated_on_the_host() {
-    let plain = ADAM.replace("OFFLOAD", "");
-    let offloaded = ADAM.replace("OFFLOAD", ", offload: host");
+    let plain = format!("{MLP}{}", ADAM_MAIN.replace("OFFLOAD", ""));
+    let offloaded = format!("{MLP}{}", ADAM_MAIN.replace("OFFLOAD", ", offload: host"));
     let cpu = run_source(&plain, Arc::new(CpuDevice));
     assert_eq!(run_source(&offloaded, Arc::new(CpuDevice)), cpu, "on the CPU device `offload` changes nothing");
     let on = |src: &str| {
@@ -247,17 +248,17 @@ fn an_offloaded_optimizer_state_is_updated_on_the_host() {
     assert!(up >= up_plain + 5 * params, "{up} bytes there");
 }
 
-/// `TRAIN` on a fake accelerator that runs the kernels the CUDA device runs: what a GPU run of
+/// `train()` on a fake accelerator that runs the kernels the CUDA device runs: what a GPU run of
 /// a training loop moves between host and device. The kernels the CUDA device lacks run on the
 /// CPU: here `one_hot` of the labels (made on the host, so its result goes up each time a
 /// kernel reads it: twice a step, 768 bytes each) and the step count's conversion to `f32`.
 /// Nothing the accelerator computed comes back but the printed values and a few scalars.
 #[test]
 fn a_training_loop_on_the_cuda_devices_kernels_moves_little() {
-    let cpu = run_source(TRAIN, Arc::new(CpuDevice));
+    let cpu = run_source(&train(), Arc::new(CpuDevice));
     let accel = Arc::new(accel::Accel::cuda_like());
     let off = Arc::new(kernels::Offload::new(accel.clone()));
-    assert_eq!(run_source(TRAIN, off.clone()), cpu);
+    assert_eq!(run_source(&train(), off.clone()), cpu);
     let (on_accel, on_host) = off.counts();
     let (up, down) = off.bytes_moved();
     eprintln!("{on_accel} launches on the accelerator, {on_host} on the CPU; {up} bytes up, {down} down");
