@@ -135,6 +135,11 @@ fn cases(dtype: DType) -> Vec<Case> {
         c(KernelId::BroadcastTo, vec![plain(t(&[4, 1], dtype, 36))], p().shape(&[2, 4, 3])),
         c(KernelId::SumToShape, vec![plain(t(&[2, 4, 3], dtype, 37))], p().shape(&[4, 1])),
         c(KernelId::SumToShape, vec![(t(&[5, 3], dtype, 38), Some(vec![1, 0]))], p().shape(&[5])),
+        c(
+            KernelId::OneHot,
+            vec![plain(Tensor::from_vec(vec![2, 3], vec![4i32, 0, 2, 2, 1, 3]).unwrap())],
+            p().n(5).dtype(dtype),
+        ),
         // Of every element (no axis).
         c(KernelId::Reduce(ReduceOp::Mean), vec![plain(t(&[3, 4], dtype, 39))], p()),
         c(KernelId::Reduce(ReduceOp::Max), vec![(t(&[3, 4], dtype, 40), Some(vec![1, 0]))], p().keepdims(true)),
@@ -240,6 +245,12 @@ fn an_index_out_of_range_is_the_cpus_error() {
         ],
         &KernelParams::new().axis(1),
     );
+    assert_eq!(err.to_string(), cpu.unwrap_err().to_string());
+    // A label past the classes of a one-hot encoding too.
+    let labels = Tensor::from_vec(vec![3], vec![0i32, 5, 1]).unwrap();
+    let p = KernelParams::new().n(5).dtype(DType::F32);
+    let err = gpu.launch(KernelId::OneHot, &[&gpu.upload(&labels).unwrap()], &p).unwrap_err();
+    let cpu = CpuDevice.launch(KernelId::OneHot, &[&CpuDevice.upload(&labels).unwrap()], &p);
     assert_eq!(err.to_string(), cpu.unwrap_err().to_string());
 }
 

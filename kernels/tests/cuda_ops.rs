@@ -1,4 +1,4 @@
-//! msl's CUDA kernels for reductions, arg-max/min, softmax, running sums and gathers
+//! msl's CUDA kernels for reductions, arg-max/min, softmax, running sums, gathers and one-hot
 //! (`kernels/src/cuda/ops.cu`): NVRTC compiles them to an sm_90 CUBIN with no GPU present
 //! (skipped with a printed reason where NVRTC is absent; `scripts/setup.sh` installs it), and
 //! the same source built for the host by the C++ compiler computes what the CPU kernels
@@ -124,6 +124,34 @@ fn the_ops_kernels_compute_what_the_cpu_kernels_compute() {
         }
     }
     println!("ops.cu on the host agrees with the CPU kernels on {checked} elements");
+}
+
+/// `one_hot` of f32 and f64 equals the CPU's exactly, and an index outside the classes raises
+/// the flag the device turns into the CPU's error.
+#[test]
+fn one_hot_encodes_as_the_cpu_does() {
+    let Some(lib) = cuda_host::build("one_hot", OPS_SOURCE) else { return };
+    type OneHot = unsafe extern "C" fn(*const i32, *mut u8, *mut i32, i64, i64);
+    let idx: Vec<i32> = vec![2, 0, 4, 4, 1, 3, 0];
+    let n = 5usize;
+    for (dtype, s) in [(DType::F32, "f32"), (DType::F64, "f64")] {
+        let want = ops::one_hot(&Tensor::from_vec(vec![idx.len()], idx.clone()).unwrap(), n, dtype).unwrap();
+        let mut out = vec![0u64; want.len()];
+        let mut bad = 0i32;
+        // SAFETY: the kernel reads `idx.len()` indices and writes `idx.len() * n` elements (the
+        // u64 buffer holds that many f64s) and one flag.
+        unsafe {
+            let f: libloading::Symbol<OneHot> = lib.get(format!("msl_one_hot_{s}").as_bytes()).unwrap();
+            f(idx.as_ptr(), out.as_mut_ptr() as *mut u8, &mut bad, idx.len() as i64, n as i64);
+            assert_eq!(bad, 0);
+            let far = [n as i32, -1];
+            let mut spare = vec![0u64; 2 * n];
+            f(far.as_ptr(), spare.as_mut_ptr() as *mut u8, &mut bad, 2, n as i64);
+            assert_eq!(bad, 1, "an index past the classes is reported");
+        }
+        let got = Tensor::from_vec(want.shape().to_vec(), from_bytes(&out, dtype, want.len())).unwrap();
+        assert_eq!(got.to_f64_vec(), want.to_f64_vec(), "one_hot_{s}");
+    }
 }
 
 /// The region argument the device passes (its layout is what these calls check).

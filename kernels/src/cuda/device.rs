@@ -341,6 +341,7 @@ pub fn runs(kernel: KernelId, inputs: &[&DeviceTensor], p: &KernelParams, blas: 
         KernelId::Gather => {
             matches!(dtypes[..], [DType::F32 | DType::F64, DType::I32]) && p.axis.is_some_and(|a| a < inputs[0].rank())
         }
+        KernelId::OneHot => matches!(dtypes[..], [DType::I32]) && matches!(p.dtype, Some(DType::F32 | DType::F64)),
         KernelId::Attention => float && inputs.len() == 3 && inputs.iter().all(|d| d.dtype() == dtypes[0]),
         KernelId::Uniform | KernelId::Normal => {
             inputs.is_empty()
@@ -367,7 +368,6 @@ pub fn runs(kernel: KernelId, inputs: &[&DeviceTensor], p: &KernelParams, blas: 
         | KernelId::Slice
         | KernelId::SliceUpdateAdd
         | KernelId::ScatterAdd
-        | KernelId::OneHot
         | KernelId::Einsum
         | KernelId::Conv2d
         | KernelId::Conv2dInputGrad

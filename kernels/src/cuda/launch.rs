@@ -258,6 +258,11 @@ impl CudaDevice {
                 let [x, idx] = take::<2>(kernel, inputs)?;
                 self.gather(x, idx, axis()?, s)
             }
+            KernelId::OneHot => {
+                let out_t =
+                    p.dtype.ok_or_else(|| KernelError::Invalid(format!("{}: one_hot needs a dtype", self.name)))?;
+                self.one_hot(one()?, p.n, out_t, s)
+            }
             KernelId::Attention => {
                 let [q, k, v] = take::<3>(kernel, inputs)?;
                 self.attention(q, k, v, p, s)
@@ -498,6 +503,43 @@ impl CudaDevice {
             return Err(KernelError::IndexOutOfRange { index: i64::from(index), axis, size: n });
         }
         Ok(Self::wrap(shape, x.dtype(), out))
+    }
+
+    /// The one-hot encoding of i32 indices over `n` classes, in `out_t` (f32 or f64); an
+    /// index outside `0..n` is the CPU's error.
+    fn one_hot(
+        &self,
+        idx: &DeviceTensor,
+        n: usize,
+        out_t: DType,
+        s: &Arc<CudaStream>,
+    ) -> Result<DeviceTensor, KernelError> {
+        if idx.dtype() != DType::I32 {
+            return Err(KernelError::dtype("one_hot", "i32 indices", idx.dtype()));
+        }
+        let mut shape = idx.shape().to_vec();
+        shape.push(n);
+        let (m, len) = (idx.len(), crate::tensor::checked_numel(&shape)?);
+        let f = self.module.load_function(&format!("msl_one_hot_{}", suffix("one_hot", out_t)?)).map_err(driver)?;
+        let mut out = Buf::zeros(s, out_t, len)?;
+        let mut bad: CudaSlice<i32> = s.alloc_zeros(1).map_err(driver)?;
+        let indices = self.buf(idx)?.at(0);
+        let (mm, nn) = (m as i64, n as i64);
+        {
+            let mut b = s.launch_builder(&f);
+            indices.push(&mut b);
+            out.push_out(&mut b);
+            b.arg(&mut bad).arg(&mm).arg(&nn);
+            // SAFETY: the kernel reads `m` indices and writes `m * n = len` elements of `out`
+            // and one flag.
+            unsafe { b.launch(config(len)) }.map_err(driver)?;
+        }
+        if s.clone_dtoh(&bad).map_err(driver)?.first() != Some(&0) {
+            let ix = self.download(idx)?;
+            let index = ix.as_i32().and_then(|v| v.iter().find(|&&j| j < 0 || j as usize >= n).copied()).unwrap_or(-1);
+            return Err(KernelError::IndexOutOfRange { index: i64::from(index), axis: idx.rank(), size: n });
+        }
+        Ok(Self::wrap(shape, out_t, out))
     }
 
     /// `softmax(q kᵀ / √D) v` by the fused kernel; `ints[0]` keys visible, `flag` causal.

@@ -1,6 +1,6 @@
 // msl's CUDA kernels for what is not a fused elementwise tree (those are generated per tree by
-// jit::cuda): reductions, arg-max/min, softmax and log-softmax, running sums and gathers, over a
-// tensor viewed as [outer, n, inner] with the operated axis in the middle. Each thread computes
+// jit::cuda): reductions, arg-max/min, softmax and log-softmax, running sums, gathers and one-hot
+// encodings, over a tensor viewed as [outer, n, inner] with the operated axis in the middle. Each thread computes
 // whole outputs in the CPU kernels' order of operations (kernels/src/cpu/reduce.rs), so that a
 // result differs from the CPU's only by the summation order the CPU's lanes choose; compiled
 // with --fmad=false. Names end in the element type: _f32, _f64.
@@ -98,6 +98,18 @@ __device__ inline void msl_gather(const T* __restrict__ x, const int* __restrict
     }
 }
 
+// out[j, c] = 1 where idx[j] == c, else 0, for m indices and n classes; an index outside 0..n
+// raises the flag (the CPU's one_hot refuses it).
+template <typename T>
+__device__ inline void msl_one_hot(const int* __restrict__ idx, T* __restrict__ out, int* bad, long long m, long long n) {
+    MSL_LOOP(m * n) {
+        const long long j = o / n, c = o % n;
+        const int i = idx[j];
+        if (i < 0 || i >= n) { *bad = 1; }
+        out[o] = (T)(i == c ? 1 : 0);
+    }
+}
+
 #define MSL_AXIS_PARAMS long long outer, long long n, long long inner
 #define MSL_INSTANTIATE(T, S)                                                                                   \
     extern "C" __global__ void msl_sum_##S(const T* x, T* out, MSL_AXIS_PARAMS) { msl_reduce<T, 0>(x, out, outer, n, inner); } \
@@ -111,6 +123,9 @@ __device__ inline void msl_gather(const T* __restrict__ x, const int* __restrict
     extern "C" __global__ void msl_cumsum_##S(const T* x, T* out, MSL_AXIS_PARAMS) { msl_cumsum<T>(x, out, outer, n, inner); } \
     extern "C" __global__ void msl_gather_##S(const T* x, const int* idx, T* out, int* bad, MSL_AXIS_PARAMS, long long m) { \
         msl_gather<T>(x, idx, out, bad, outer, n, inner, m);                                                    \
+    }                                                                                                           \
+    extern "C" __global__ void msl_one_hot_##S(const int* idx, T* out, int* bad, long long m, long long n) {      \
+        msl_one_hot<T>(idx, out, bad, m, n);                                                                    \
     }
 
 MSL_INSTANTIATE(float, f32)
