@@ -140,6 +140,11 @@ fn cases(dtype: DType) -> Vec<Case> {
             vec![plain(Tensor::from_vec(vec![2, 3], vec![4i32, 0, 2, 2, 1, 3]).unwrap())],
             p().n(5).dtype(dtype),
         ),
+        c(
+            KernelId::Cast,
+            vec![(Tensor::from_vec(vec![2, 3], vec![7i32, -3, 0, 1 << 30, 5, -1]).unwrap(), Some(vec![1, 0]))],
+            p().dtype(dtype),
+        ),
         // Of every element (no axis).
         c(KernelId::Reduce(ReduceOp::Mean), vec![plain(t(&[3, 4], dtype, 39))], p()),
         c(KernelId::Reduce(ReduceOp::Max), vec![(t(&[3, 4], dtype, 40), Some(vec![1, 0]))], p().keepdims(true)),

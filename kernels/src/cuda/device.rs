@@ -503,7 +503,7 @@ impl Device for CudaDevice {
     }
 
     /// `d` itself when contiguous; else what it selects, copied on the GPU by the identity
-    /// conversion reading it through its strides (an i32 view goes through the host).
+    /// conversion reading it through its strides.
     fn contiguous(&self, stream: Stream, d: &DeviceTensor) -> Result<DeviceTensor, KernelError> {
         if d.is_contiguous() {
             return Ok(d.clone());

@@ -30,7 +30,8 @@ pub fn c_type(d: DType) -> Option<&'static str> {
         DType::F32 => Some("float"),
         DType::F64 => Some("double"),
         DType::Bool => Some("bool"),
-        DType::I32 | DType::Bf16 | DType::F16 => None,
+        DType::I32 => Some("int"),
+        DType::Bf16 | DType::F16 => None,
     }
 }
 
@@ -40,6 +41,7 @@ pub fn literal(d: DType, v: f64) -> String {
     match d {
         DType::F32 => format!("__int_as_float(0x{:08x})", (v as f32).to_bits()),
         DType::F64 => format!("__longlong_as_double(0x{:016x}ll)", v.to_bits()),
+        DType::I32 => format!("{}", v as i32),
         _ => (if v != 0.0 { "true" } else { "false" }).to_string(),
     }
 }
@@ -192,16 +194,18 @@ pub fn fused_kernel(tree: &Fused, name: &str) -> Option<String> {
 /// Whether the device takes the JIT's fused tree `tree`: at most [`MAX_INPUTS`] inputs, and only
 /// f32, f64 and bool values (the JIT leaves storage-only values to the interpreter).
 pub fn writes(tree: &Fused) -> bool {
-    tree.inputs <= MAX_INPUTS && tree.dtype.iter().chain(&tree.operand).all(|&d| c_type(d).is_some())
+    // No i32 values: integer arithmetic (division by zero, overflow) stays with the CPU's rules.
+    let held = |d: &DType| matches!(d, DType::F32 | DType::F64 | DType::Bool);
+    tree.inputs <= MAX_INPUTS && tree.dtype.iter().chain(&tree.operand).all(held)
 }
 
 /// The element type the CUDA device's kernel for `e` computes from inputs of types `inputs`
 /// (`to`: a conversion's target), or `None` where it has no such kernel (the CPU's then runs):
 /// the CPU kernels' typing, over f32, f64, bool and the storage-only bf16 and f16, which are
-/// computed in f32 as on the CPU. A conversion from f64 to bf16 or f16 stays on the CPU, which
-/// rounds it in one step.
+/// computed in f32 as on the CPU; i32 values are only selected (`where`) and converted from. A
+/// conversion from f64 to bf16 or f16 stays on the CPU, which rounds it in one step.
 pub fn result_type(e: ElemOp, inputs: &[DType], to: Option<DType>) -> Option<DType> {
-    use DType::{Bf16, Bool, F16, F32, F64};
+    use DType::{Bf16, Bool, F16, F32, F64, I32};
     let float = |d: DType| matches!(d, F32 | F64 | Bf16 | F16);
     match (e, inputs) {
         (ElemOp::Unary(UnaryOp::Not), [Bool]) => Some(Bool),
@@ -215,6 +219,8 @@ pub fn result_type(e: ElemOp, inputs: &[DType], to: Option<DType>) -> Option<DTy
         (ElemOp::Where, &[Bool, x, y]) if x == y && storage_type(x).is_some() => Some(x),
         (ElemOp::Where, _) => None,
         (ElemOp::Cast, &[F64]) if matches!(to, Some(Bf16 | F16)) => None,
+        // To i32 from another type the CPU checks the range (NaN and overflow are errors).
+        (ElemOp::Cast, &[a]) if to == Some(I32) && a != I32 => None,
         (ElemOp::Cast, &[a]) => to.filter(|&t| storage_type(a).is_some() && storage_type(t).is_some()),
         (ElemOp::Cast, _) => None,
     }
