@@ -145,6 +145,11 @@ fn cases(dtype: DType) -> Vec<Case> {
             vec![(Tensor::from_vec(vec![2, 3], vec![7i32, -3, 0, 1 << 30, 5, -1]).unwrap(), Some(vec![1, 0]))],
             p().dtype(dtype),
         ),
+        c(
+            KernelId::Update,
+            vec![plain(t(&[2, 6, 3], dtype, 42)), (t(&[3, 2, 2], dtype, 43), Some(vec![1, 2, 0]))],
+            p().axis(1).ints(&[4]),
+        ),
         // Of every element (no axis).
         c(KernelId::Reduce(ReduceOp::Mean), vec![plain(t(&[3, 4], dtype, 39))], p()),
         c(KernelId::Reduce(ReduceOp::Max), vec![(t(&[3, 4], dtype, 40), Some(vec![1, 0]))], p().keepdims(true)),

@@ -1,6 +1,7 @@
-//! msl's CUDA kernels for reductions, arg-max/min, softmax, running sums, gathers and one-hot
-//! (`kernels/src/cuda/ops.cu`): NVRTC compiles them to an sm_90 CUBIN with no GPU present
-//! (skipped with a printed reason where NVRTC is absent; `scripts/setup.sh` installs it), and
+//! msl's CUDA kernels for reductions, arg-max/min, softmax, running sums, gathers, one-hot
+//! encodings and updates (`kernels/src/cuda/ops.cu`): NVRTC compiles them to an sm_90 CUBIN
+//! with no GPU present (skipped with a printed reason where NVRTC is absent;
+//! `scripts/setup.sh` installs it), and
 //! the same source built for the host by the C++ compiler computes what the CPU kernels
 //! compute, on every axis of a rank-3 tensor and on rows long enough that the CPU sums in lanes
 //! (f32 to 1e-5 relative, the contract's bound for a device; arg-max/min and gathers exactly).
@@ -151,6 +152,51 @@ fn one_hot_encodes_as_the_cpu_does() {
         }
         let got = Tensor::from_vec(want.shape().to_vec(), from_bytes(&out, dtype, want.len())).unwrap();
         assert_eq!(got.to_f64_vec(), want.to_f64_vec(), "one_hot_{s}");
+    }
+}
+
+/// `update` (a block written into a copy of a tensor, as a cache is) equals the CPU's exactly,
+/// on every axis of a rank-3 tensor, a block of several positions and one of a lower rank.
+#[test]
+fn update_writes_the_block_where_the_cpu_does() {
+    let Some(lib) = cuda_host::build("update", OPS_SOURCE) else { return };
+    type Update = unsafe extern "C" fn(*const u8, *mut u8, i64, i64, i64, i64, i64);
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let shape = [3usize, 5, 4];
+    for (dtype, s) in [(DType::F32, "f32"), (DType::F64, "f64")] {
+        let data: Vec<f64> = (0..60).map(|_| float(&mut rng)).collect();
+        let x = Tensor::from_vec(shape.to_vec(), data).unwrap().cast(dtype);
+        for axis in 0..3 {
+            for (m, lower) in [(2usize, false), (1, true)] {
+                let mut vshape = shape.to_vec();
+                vshape[axis] = m;
+                if lower {
+                    vshape.remove(axis);
+                }
+                let n: usize = vshape.iter().product();
+                let v = Tensor::from_vec(vshape, (0..n).map(|_| float(&mut rng)).collect::<Vec<f64>>())
+                    .unwrap()
+                    .cast(dtype);
+                let at = shape[axis] as i64 - m as i64;
+                let want = ops::update(x.clone(), &v, at, axis).unwrap();
+                let mut out: Vec<u64> = vec![0; 60];
+                let bytes = dtype.size_in_bytes();
+                // SAFETY: `out` (480 bytes) starts as a copy of `x`'s 60 elements; the kernel reads
+                // `v`'s elements and writes inside those 60.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        x.storage().addr() as *const u8,
+                        out.as_mut_ptr() as *mut u8,
+                        60 * bytes,
+                    );
+                    let f: libloading::Symbol<Update> = lib.get(format!("msl_update_{s}").as_bytes()).unwrap();
+                    let (outer, len, inner) = split(&shape, axis);
+                    f(v.storage().addr() as *const u8, out.as_mut_ptr() as *mut u8, outer, len, inner, m as i64, at);
+                }
+                let got = Tensor::from_vec(shape.to_vec(), from_bytes(&out, dtype, 60)).unwrap();
+                assert_eq!(got.to_f64_vec(), want.to_f64_vec(), "update_{s} axis {axis}, {m} positions");
+            }
+        }
     }
 }
 

@@ -207,23 +207,34 @@ pub fn update(x: Tensor, v: &Tensor, at: i64, axis: usize) -> Result<Tensor, Ker
 /// Whether `update(x, v, at, axis)` can write (the end of the written range), so that a
 /// caller holding `x` by reference can check before handing it over.
 pub(crate) fn update_fits(x: &Tensor, v: &Tensor, at: i64, axis: usize) -> Result<i64, KernelError> {
-    check_axis("update", axis, x.rank())?;
-    if v.dtype() != x.dtype() {
+    update_check((x.shape(), x.dtype()), (v.shape(), v.dtype()), at, axis)
+}
+
+/// [`update_fits`] from the shapes and element types of `x` and `v` (a device's tensors).
+pub(crate) fn update_check(
+    (x_shape, x_dtype): (&[usize], DType),
+    (v_shape, v_dtype): (&[usize], DType),
+    at: i64,
+    axis: usize,
+) -> Result<i64, KernelError> {
+    let rank = x_shape.len();
+    check_axis("update", axis, rank)?;
+    if v_dtype != x_dtype {
         return Err(KernelError::DTypeMismatch {
             op: "update",
-            expected: x.dtype().to_string(),
-            found: v.dtype().to_string(),
+            expected: x_dtype.to_string(),
+            found: v_dtype.to_string(),
         });
     }
-    let mut vshape = v.shape().to_vec();
-    if v.rank() + 1 == x.rank() {
+    let mut vshape = v_shape.to_vec();
+    if v_shape.len() + 1 == rank {
         vshape.insert(axis, 1);
     }
-    let fits = vshape.len() == x.rank() && (0..x.rank()).all(|i| i == axis || vshape[i] == x.shape()[i]);
+    let fits = vshape.len() == rank && (0..rank).all(|i| i == axis || vshape[i] == x_shape[i]);
     if !fits {
-        return Err(KernelError::ShapeMismatch { op: "update", lhs: x.shape().to_vec(), rhs: v.shape().to_vec() });
+        return Err(KernelError::ShapeMismatch { op: "update", lhs: x_shape.to_vec(), rhs: v_shape.to_vec() });
     }
-    let (n, m) = (x.shape()[axis], vshape[axis]);
+    let (n, m) = (x_shape[axis], vshape[axis]);
     let end = at.saturating_add(m as i64);
     if at < 0 || end > n as i64 {
         let index = if at < 0 { at } else { end - 1 };

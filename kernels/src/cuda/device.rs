@@ -341,6 +341,11 @@ pub fn runs(kernel: KernelId, inputs: &[&DeviceTensor], p: &KernelParams, blas: 
         KernelId::Gather => {
             matches!(dtypes[..], [DType::F32 | DType::F64, DType::I32]) && p.axis.is_some_and(|a| a < inputs[0].rank())
         }
+        // Inputs: the tensor written into (absent through `launch_into`), the block.
+        KernelId::Update => {
+            matches!(dtypes[..], [DType::F32, DType::F32] | [DType::F64, DType::F64] | [DType::F32] | [DType::F64])
+                && p.axis.is_some()
+        }
         KernelId::OneHot => matches!(dtypes[..], [DType::I32]) && matches!(p.dtype, Some(DType::F32 | DType::F64)),
         KernelId::Attention => float && inputs.len() == 3 && inputs.iter().all(|d| d.dtype() == dtypes[0]),
         KernelId::Uniform | KernelId::Normal => {
@@ -382,8 +387,7 @@ pub fn runs(kernel: KernelId, inputs: &[&DeviceTensor], p: &KernelParams, blas: 
         | KernelId::ScatterAddAlong
         | KernelId::Fill
         | KernelId::Arange
-        | KernelId::Eye
-        | KernelId::Update => false,
+        | KernelId::Eye => false,
     }
 }
 

@@ -258,6 +258,10 @@ impl CudaDevice {
                 let [x, idx] = take::<2>(kernel, inputs)?;
                 self.gather(x, idx, axis()?, s)
             }
+            KernelId::Update => {
+                let [x, v] = take::<2>(kernel, inputs)?;
+                self.update(x, v, p.ints.first().copied().unwrap_or(0), axis()?, s)
+            }
             KernelId::OneHot => {
                 let out_t =
                     p.dtype.ok_or_else(|| KernelError::Invalid(format!("{}: one_hot needs a dtype", self.name)))?;
@@ -503,6 +507,37 @@ impl CudaDevice {
             return Err(KernelError::IndexOutOfRange { index: i64::from(index), axis, size: n });
         }
         Ok(Self::wrap(shape, x.dtype(), out))
+    }
+
+    /// A copy of contiguous `x` with the block `v` written at positions `at..` of `axis` (the
+    /// CPU's checks and errors first).
+    fn update(
+        &self,
+        x: &DeviceTensor,
+        v: &DeviceTensor,
+        at: i64,
+        axis: usize,
+        s: &Arc<CudaStream>,
+    ) -> Result<DeviceTensor, KernelError> {
+        crate::cpu::index::update_check((x.shape(), x.dtype()), (v.shape(), v.dtype()), at, axis)?;
+        let (outer, n, inner) = around("update", x.shape(), axis)?;
+        let m = if v.rank() == x.rank() { v.shape()[axis] } else { 1 };
+        let f = self.module.load_function(&format!("msl_update_{}", suffix("update", x.dtype())?)).map_err(driver)?;
+        let mut out = Buf::zeros(s, x.dtype(), x.len())?;
+        let mismatch = || KernelError::Invalid(format!("{}: update of different element types", self.name));
+        self.buf(x)?.copy_to(s, x.len(), &mut out, 0).ok_or_else(mismatch)??;
+        let input = self.buf(v)?.at(0);
+        let (o, nn, i, mm) = (outer as i64, n as i64, inner as i64, m as i64);
+        if !v.is_empty() {
+            let mut b = s.launch_builder(&f);
+            input.push(&mut b);
+            out.push_out(&mut b);
+            b.arg(&o).arg(&nn).arg(&i).arg(&mm).arg(&at);
+            // SAFETY: `update_check` proved `at..at + m` within `0..n` and `v` of `outer * m *
+            // inner` elements; the kernel reads those and writes inside `out`'s `x.len()`.
+            unsafe { b.launch(config(v.len())) }.map_err(driver)?;
+        }
+        Ok(Self::wrap(x.shape().to_vec(), x.dtype(), out))
     }
 
     /// The one-hot encoding of i32 indices over `n` classes, in `out_t` (f32 or f64); an

@@ -1,6 +1,7 @@
 // msl's CUDA kernels for what is not a fused elementwise tree (those are generated per tree by
-// jit::cuda): reductions, arg-max/min, softmax and log-softmax, running sums, gathers and one-hot
-// encodings, over a tensor viewed as [outer, n, inner] with the operated axis in the middle. Each thread computes
+// jit::cuda): reductions, arg-max/min, softmax and log-softmax, running sums, gathers, one-hot
+// encodings and updates of a block, over a tensor viewed as [outer, n, inner] with the operated
+// axis in the middle. Each thread computes
 // whole outputs in the CPU kernels' order of operations (kernels/src/cpu/reduce.rs), so that a
 // result differs from the CPU's only by the summation order the CPU's lanes choose; compiled
 // with --fmad=false. Names end in the element type: _f32, _f64.
@@ -110,6 +111,17 @@ __device__ inline void msl_one_hot(const int* __restrict__ idx, T* __restrict__ 
     }
 }
 
+// v ([outer, m, inner]) written into out ([outer, n, inner], already a copy of the tensor updated)
+// at positions at..at + m of the middle axis.
+template <typename T>
+__device__ inline void msl_update(const T* __restrict__ v, T* __restrict__ out, long long outer, long long n,
+                                  long long inner, long long m, long long at) {
+    MSL_LOOP(outer * m * inner) {
+        const long long a = o / (m * inner), j = (o / inner) % m, b = o % inner;
+        out[(a * n + at + j) * inner + b] = v[o];
+    }
+}
+
 #define MSL_AXIS_PARAMS long long outer, long long n, long long inner
 #define MSL_INSTANTIATE(T, S)                                                                                   \
     extern "C" __global__ void msl_sum_##S(const T* x, T* out, MSL_AXIS_PARAMS) { msl_reduce<T, 0>(x, out, outer, n, inner); } \
@@ -126,6 +138,9 @@ __device__ inline void msl_one_hot(const int* __restrict__ idx, T* __restrict__ 
     }                                                                                                           \
     extern "C" __global__ void msl_one_hot_##S(const int* idx, T* out, int* bad, long long m, long long n) {      \
         msl_one_hot<T>(idx, out, bad, m, n);                                                                    \
+    }                                                                                                           \
+    extern "C" __global__ void msl_update_##S(const T* v, T* out, MSL_AXIS_PARAMS, long long m, long long at) {  \
+        msl_update<T>(v, out, outer, n, inner, m, at);                                                          \
     }
 
 MSL_INSTANTIATE(float, f32)

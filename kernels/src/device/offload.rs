@@ -149,7 +149,19 @@ impl Device for Offload {
         params: &KernelParams,
         out: &mut DeviceTensor,
     ) -> Result<(), KernelError> {
-        if self.offloaded(kernel, inputs, params) {
+        if self.offloaded(kernel, inputs, params) && kernel == KernelId::Update {
+            // The tensor written into stays on the accelerator: the updated copy made there
+            // takes the caller's handle (a holder of the old one keeps the old elements, as a
+            // tensor that is shared is never written in place).
+            let mut all = vec![&*out];
+            all.extend_from_slice(inputs);
+            let r = self.launch_on(stream, kernel, &all, params)?;
+            if r.shape() != out.shape() || r.dtype() != out.dtype() {
+                return Err(KernelError::Invalid(format!("{kernel:?} changed the shape of the tensor it writes")));
+            }
+            *out = r;
+            Ok(())
+        } else if self.offloaded(kernel, inputs, params) {
             computed_into(self, stream, kernel, inputs, params, out)
         } else {
             // In place where the CPU writes so (`update` into a cache nothing else holds).
