@@ -266,3 +266,27 @@ fn a_training_loop_on_the_cuda_devices_kernels_moves_little() {
     assert!(up <= 20 * 64 * 4 + 1024, "{up} bytes up");
     assert!(down <= 1024, "{down} bytes down");
 }
+
+/// A cache written step by step (`buf = update(buf, …)`, as a key/value cache is) on a fake
+/// accelerator that runs the CUDA device's kernels: it stays there, and what comes back is the
+/// one sum printed at the end, not the cache at every step.
+#[test]
+fn a_cache_updated_in_a_loop_stays_on_the_cuda_device() {
+    const CACHE: &str = r#"
+fn main() {
+    var buf = zeros(64, 32)
+    let w = normal(32, 32, seed: 1)
+    for t in 0..64 {
+        let row = tanh(normal(32, seed: t) @ w)
+        buf = update(buf, row, at: t)
+    }
+    print(sum(buf))
+}
+"#;
+    let cpu = run_source(CACHE, Arc::new(CpuDevice));
+    let off = Arc::new(kernels::Offload::new(Arc::new(accel::Accel::cuda_like())));
+    assert_eq!(run_source(CACHE, off.clone()), cpu);
+    let (up, down) = off.bytes_moved();
+    eprintln!("{up} bytes up, {down} down");
+    assert!(down <= 64, "{down} bytes came back: the cache ({} bytes) should not have", 64 * 32 * 4);
+}
