@@ -421,6 +421,10 @@ impl Tensor {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// The bytes its elements take (as stored in files).
+    pub fn nbytes(&self) -> usize {
+        self.len() * self.dtype().size_in_bytes()
+    }
     pub fn rank(&self) -> usize {
         self.shape.len()
     }

@@ -306,30 +306,40 @@ pub fn sum_to_shape(x: &Tensor, shape: &[usize]) -> Result<Tensor, KernelError> 
     if x.shape() == shape {
         return Ok(x.clone());
     }
-    let mismatch = || KernelError::ShapeMismatch { op: "sum_to_shape", lhs: x.shape().to_vec(), rhs: shape.to_vec() };
-    if shape.len() > x.rank() {
-        return Err(mismatch());
-    }
-    let lead = x.rank() - shape.len();
-    for (i, &t) in shape.iter().enumerate() {
-        let d = x.shape()[lead + i];
-        if d != t && t != 1 {
-            return Err(mismatch());
-        }
-    }
+    let plan = sum_to_shape_plan(x.shape(), shape)?;
     let mut cur = x.clone();
-    if lead > 0 {
-        let lead_n: usize = x.shape()[..lead].iter().product();
-        let mut s = vec![lead_n];
-        s.extend_from_slice(&x.shape()[lead..]);
-        cur = reduce(ReduceOp::Sum, &cur.with_shape(s)?, Some(0), false)?;
+    if let Some(flat) = plan.lead {
+        cur = reduce(ReduceOp::Sum, &cur.with_shape(flat)?, Some(0), false)?;
     }
-    for (i, &t) in shape.iter().enumerate() {
-        if t == 1 && cur.shape()[i] != 1 {
-            cur = reduce(ReduceOp::Sum, &cur, Some(i), true)?;
-        }
+    for a in plan.axes {
+        cur = reduce(ReduceOp::Sum, &cur, Some(a), true)?;
     }
     cur.with_shape(shape.to_vec())
+}
+
+/// The sums [`sum_to_shape`] takes, which a device takes in the same order: the axes before
+/// the last `to.len()` as one (`lead`: the shape `from` is seen as, with them as its first
+/// axis; `None` when there are none), then each axis in `axes`, kept as size 1.
+pub(crate) struct SumToShapePlan {
+    pub lead: Option<Vec<usize>>,
+    pub axes: Vec<usize>,
+}
+
+/// The plan of summing a tensor of shape `from` down to `to`, or the mismatch.
+pub(crate) fn sum_to_shape_plan(from: &[usize], to: &[usize]) -> Result<SumToShapePlan, KernelError> {
+    let mismatch = || KernelError::ShapeMismatch { op: "sum_to_shape", lhs: from.to_vec(), rhs: to.to_vec() };
+    let lead = from.len().checked_sub(to.len()).ok_or_else(mismatch)?;
+    let rest = &from[lead..];
+    if to.iter().zip(rest).any(|(&t, &d)| d != t && t != 1) {
+        return Err(mismatch());
+    }
+    let flat = (lead > 0).then(|| {
+        let mut s = vec![from[..lead].iter().product()];
+        s.extend_from_slice(rest);
+        s
+    });
+    let axes = (0..to.len()).filter(|&i| to[i] == 1 && rest[i] != 1).collect();
+    Ok(SumToShapePlan { lead: flat, axes })
 }
 
 /// A tensor of `shape` with every element `v` (converted like [`Element::from_f64`]), or a

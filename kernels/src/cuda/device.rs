@@ -294,6 +294,19 @@ impl CudaDevice {
         }
     }
 
+    /// `d` itself when contiguous; else what it selects, copied on the GPU by the identity
+    /// conversion reading it through its strides (through the host past the kernels' rank).
+    pub(super) fn dense(&self, d: &DeviceTensor, s: &Arc<CudaStream>) -> Result<DeviceTensor, KernelError> {
+        if d.is_contiguous() {
+            return Ok(d.clone());
+        }
+        if elem::storage_type(d.dtype()).is_some() && d.rank() <= elem::MAX_RANK {
+            return self.elementwise(ElemOp::Cast, &[d], Some(d.dtype()), s);
+        }
+        let host = gather_host(&self.download_base(d)?, d)?;
+        self.upload(&host)
+    }
+
     pub(super) fn buf<'a>(&self, d: &'a DeviceTensor) -> Result<&'a Buf, KernelError> {
         d.buffer::<Buf>()
             .ok_or_else(|| KernelError::Invalid(format!("{}: this tensor belongs to another device", self.name)))
@@ -456,7 +469,7 @@ impl Device for CudaDevice {
             return crate::ops::zeros(d.dtype(), d.shape());
         }
         // The whole buffer of a contiguous tensor is its elements in order.
-        let d = self.contiguous(Stream::DEFAULT, d)?;
+        let d = self.dense(d, &self.default_stream()?)?;
         crate::ops::reshape(&self.download_base(&d)?, d.shape())
     }
 
@@ -483,7 +496,7 @@ impl Device for CudaDevice {
         if strided {
             return self.kernel(kernel, inputs, p, s);
         }
-        let dense: Vec<DeviceTensor> = inputs.iter().map(|d| self.contiguous(stream, d)).collect::<Result<_, _>>()?;
+        let dense: Vec<DeviceTensor> = inputs.iter().map(|d| self.dense(d, s)).collect::<Result<_, _>>()?;
         let inputs: Vec<&DeviceTensor> = dense.iter().collect();
         self.kernel(kernel, &inputs, p, s)
     }
@@ -496,7 +509,7 @@ impl Device for CudaDevice {
                 self.name
             )));
         }
-        let src = self.contiguous(stream, src)?;
+        let src = self.dense(src, &s)?;
         let name = self.name.clone();
         let mismatch = || KernelError::Invalid(format!("{name}: copy between element types or devices"));
         let input = src.buffer::<Buf>().ok_or_else(mismatch)?;
@@ -506,18 +519,8 @@ impl Device for CudaDevice {
         input.copy_to(&s, src.len(), out, 0).ok_or_else(mismatch)?
     }
 
-    /// `d` itself when contiguous; else what it selects, copied on the GPU by the identity
-    /// conversion reading it through its strides.
     fn contiguous(&self, stream: Stream, d: &DeviceTensor) -> Result<DeviceTensor, KernelError> {
-        if d.is_contiguous() {
-            return Ok(d.clone());
-        }
-        let s = &self.stream(stream)?;
-        if elem::storage_type(d.dtype()).is_some() && d.rank() <= elem::MAX_RANK {
-            return self.elementwise(ElemOp::Cast, &[d], Some(d.dtype()), s);
-        }
-        let host = gather_host(&self.download_base(d)?, d)?;
-        self.upload(&host)
+        self.dense(d, &self.stream(stream)?)
     }
 
     fn new_stream(&self) -> Result<Stream, KernelError> {

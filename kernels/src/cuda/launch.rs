@@ -279,10 +279,10 @@ impl CudaDevice {
             // Views, copied through their strides.
             KernelId::Transpose => {
                 let x = one()?;
-                self.copied(&x.permuted(&(0..x.rank()).rev().collect::<Vec<_>>())?, s)
+                self.dense(&x.permuted(&(0..x.rank()).rev().collect::<Vec<_>>())?, s)
             }
-            KernelId::Permute => self.copied(&one()?.permuted(&p.perm)?, s),
-            KernelId::BroadcastTo => self.copied(&one()?.broadcast_to(&p.shape)?, s),
+            KernelId::Permute => self.dense(&one()?.permuted(&p.perm)?, s),
+            KernelId::BroadcastTo => self.dense(&one()?.broadcast_to(&p.shape)?, s),
             KernelId::SumToShape => self.sum_to_shape(one()?, &p.shape, s),
             // Shape only: the same buffer under the new shape.
             KernelId::Contiguous => one().cloned(),
@@ -331,39 +331,22 @@ impl CudaDevice {
         }
     }
 
-    /// A view as a new contiguous tensor (the identity conversion reads it through its strides).
-    fn copied(&self, v: &DeviceTensor, s: &Arc<CudaStream>) -> Result<DeviceTensor, KernelError> {
-        if v.is_contiguous() {
-            return Ok(v.clone());
-        }
-        self.elementwise(ElemOp::Cast, &[v], Some(v.dtype()), s)
-    }
-
-    /// `x` summed down to `shape` (a gradient of a broadcast) by the CPU's steps: the leading
-    /// axes summed as one, then each axis `shape` has as 1, with this device's sum kernel.
+    /// `x` summed down to `shape` (a gradient of a broadcast) in the CPU's steps, with this
+    /// device's sum kernel.
     fn sum_to_shape(
         &self,
         x: &DeviceTensor,
         shape: &[usize],
         s: &Arc<CudaStream>,
     ) -> Result<DeviceTensor, KernelError> {
-        let mismatch =
-            || KernelError::ShapeMismatch { op: "sum_to_shape", lhs: x.shape().to_vec(), rhs: shape.to_vec() };
-        let lead = x.rank().checked_sub(shape.len()).ok_or_else(mismatch)?;
-        if shape.iter().zip(&x.shape()[lead..]).any(|(&t, &d)| d != t && t != 1) {
-            return Err(mismatch());
-        }
+        let plan = crate::cpu::shape::sum_to_shape_plan(x.shape(), shape)?;
         let mut cur = x.clone();
-        if lead > 0 {
-            let mut flat = vec![x.shape()[..lead].iter().product()];
-            flat.extend_from_slice(&x.shape()[lead..]);
-            let cur3 = reshaped(&cur, flat)?;
-            cur = self.axis_kernel("sum", &cur3, 0, reduced(cur3.shape(), 0, false)?, x.dtype(), s)?;
+        if let Some(flat) = plan.lead {
+            let all = reshaped(&cur, flat)?;
+            cur = self.axis_kernel("sum", &all, 0, reduced(all.shape(), 0, false)?, x.dtype(), s)?;
         }
-        for (i, &t) in shape.iter().enumerate() {
-            if t == 1 && cur.shape()[i] != 1 {
-                cur = self.axis_kernel("sum", &cur, i, reduced(cur.shape(), i, true)?, x.dtype(), s)?;
-            }
+        for a in plan.axes {
+            cur = self.axis_kernel("sum", &cur, a, reduced(cur.shape(), a, true)?, x.dtype(), s)?;
         }
         reshaped(&cur, shape.to_vec())
     }
@@ -501,12 +484,26 @@ impl CudaDevice {
             // in 0..n, and writes `len` elements of `out` and one flag.
             unsafe { b.launch(config(len)) }.map_err(driver)?;
         }
-        if s.clone_dtoh(&bad).map_err(driver)?.first() != Some(&0) {
-            let ix = self.download(idx)?;
-            let index = ix.as_i32().and_then(|v| v.iter().find(|&&j| j < 0 || j as usize >= n).copied()).unwrap_or(-1);
-            return Err(KernelError::IndexOutOfRange { index: i64::from(index), axis, size: n });
-        }
+        self.indices_in_range(s, &bad, idx, n, axis)?;
         Ok(Self::wrap(shape, x.dtype(), out))
+    }
+
+    /// The CPU's error when a kernel raised its flag `bad` for an index of `idx` outside `0..n`
+    /// (the first such index, reported along `axis`).
+    fn indices_in_range(
+        &self,
+        s: &Arc<CudaStream>,
+        bad: &CudaSlice<i32>,
+        idx: &DeviceTensor,
+        n: usize,
+        axis: usize,
+    ) -> Result<(), KernelError> {
+        if s.clone_dtoh(bad).map_err(driver)?.first() == Some(&0) {
+            return Ok(());
+        }
+        let ix = self.download(idx)?;
+        let index = ix.as_i32().and_then(|v| v.iter().find(|&&j| j < 0 || j as usize >= n).copied()).unwrap_or(-1);
+        Err(KernelError::IndexOutOfRange { index: i64::from(index), axis, size: n })
     }
 
     /// A copy of contiguous `x` with the block `v` written at positions `at..` of `axis` (the
@@ -519,20 +516,20 @@ impl CudaDevice {
         axis: usize,
         s: &Arc<CudaStream>,
     ) -> Result<DeviceTensor, KernelError> {
-        crate::cpu::index::update_check((x.shape(), x.dtype()), (v.shape(), v.dtype()), at, axis)?;
+        let end = crate::cpu::index::update_check((x.shape(), x.dtype()), (v.shape(), v.dtype()), at, axis)?;
         let (outer, n, inner) = around("update", x.shape(), axis)?;
-        let m = if v.rank() == x.rank() { v.shape()[axis] } else { 1 };
+        let m = end - at;
         let f = self.module.load_function(&format!("msl_update_{}", suffix("update", x.dtype())?)).map_err(driver)?;
         let mut out = Buf::zeros(s, x.dtype(), x.len())?;
         let mismatch = || KernelError::Invalid(format!("{}: update of different element types", self.name));
         self.buf(x)?.copy_to(s, x.len(), &mut out, 0).ok_or_else(mismatch)??;
         let input = self.buf(v)?.at(0);
-        let (o, nn, i, mm) = (outer as i64, n as i64, inner as i64, m as i64);
+        let (o, nn, i) = (outer as i64, n as i64, inner as i64);
         if !v.is_empty() {
             let mut b = s.launch_builder(&f);
             input.push(&mut b);
             out.push_out(&mut b);
-            b.arg(&o).arg(&nn).arg(&i).arg(&mm).arg(&at);
+            b.arg(&o).arg(&nn).arg(&i).arg(&m).arg(&at);
             // SAFETY: `update_check` proved `at..at + m` within `0..n` and `v` of `outer * m *
             // inner` elements; the kernel reads those and writes inside `out`'s `x.len()`.
             unsafe { b.launch(config(v.len())) }.map_err(driver)?;
@@ -569,11 +566,7 @@ impl CudaDevice {
             // and one flag.
             unsafe { b.launch(config(len)) }.map_err(driver)?;
         }
-        if s.clone_dtoh(&bad).map_err(driver)?.first() != Some(&0) {
-            let ix = self.download(idx)?;
-            let index = ix.as_i32().and_then(|v| v.iter().find(|&&j| j < 0 || j as usize >= n).copied()).unwrap_or(-1);
-            return Err(KernelError::IndexOutOfRange { index: i64::from(index), axis: idx.rank(), size: n });
-        }
+        self.indices_in_range(s, &bad, idx, n, idx.rank())?;
         Ok(Self::wrap(shape, out_t, out))
     }
 

@@ -339,15 +339,24 @@ pub(crate) fn computed_into<D: Device + ?Sized>(
     params: &KernelParams,
     out: &mut DeviceTensor,
 ) -> Result<(), KernelError> {
+    let r = computed(dev, stream, kernel, inputs, params, out)?;
+    dev.copy_into(stream, &r, out)
+}
+
+/// The output `launch_into` would write into `out`, in a new buffer (`update` reads `out` as
+/// the tensor written into), checked to be of `out`'s shape and element type.
+pub(crate) fn computed<D: Device + ?Sized>(
+    dev: &D,
+    stream: Stream,
+    kernel: KernelId,
+    inputs: &[&DeviceTensor],
+    params: &KernelParams,
+    out: &DeviceTensor,
+) -> Result<DeviceTensor, KernelError> {
     let r = if kernel == KernelId::Update {
-        // The output is the tensor written into: computed from a copy, copied back.
-        let base = out.clone();
-        let mut all = vec![&base];
+        let mut all = vec![out];
         all.extend_from_slice(inputs);
-        let r = dev.launch_on(stream, kernel, &all, params)?;
-        drop(all);
-        drop(base);
-        r
+        dev.launch_on(stream, kernel, &all, params)?
     } else {
         dev.launch_on(stream, kernel, inputs, params)?
     };
@@ -360,5 +369,5 @@ pub(crate) fn computed_into<D: Device + ?Sized>(
             out.shape()
         )));
     }
-    dev.copy_into(stream, &r, out)
+    Ok(r)
 }

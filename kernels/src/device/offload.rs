@@ -11,7 +11,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use super::{computed_into, CpuDevice, Device, DeviceTensor, KernelId, KernelParams, MemoryStats, Stream};
+use super::{computed, CpuDevice, Device, DeviceTensor, KernelId, KernelParams, MemoryStats, Stream};
 use crate::error::KernelError;
 use crate::tensor::DType;
 
@@ -63,11 +63,11 @@ impl Offload {
         if let Some(t) = base.filter(|t| d.len() >= t.len()) {
             let whole = self.accel.upload(t)?;
             if let Some(v) = whole.restrided(d) {
-                self.bytes_up.fetch_add((t.len() * t.dtype().size_in_bytes()) as u64, Ordering::Relaxed);
+                self.bytes_up.fetch_add(t.nbytes() as u64, Ordering::Relaxed);
                 return Ok(v);
             }
         }
-        self.bytes_up.fetch_add(bytes(d), Ordering::Relaxed);
+        self.bytes_up.fetch_add(d.nbytes() as u64, Ordering::Relaxed);
         CpuDevice.download(d).and_then(|t| self.accel.upload(&t))
     }
 
@@ -75,11 +75,6 @@ impl Offload {
         let n = if on_accel { &self.on_accel } else { &self.on_host };
         n.fetch_add(1, Ordering::Relaxed);
     }
-}
-
-/// The bytes of the elements a device tensor selects.
-fn bytes(d: &DeviceTensor) -> u64 {
-    (d.len() * d.dtype().size_in_bytes()) as u64
 }
 
 impl Device for Offload {
@@ -100,7 +95,7 @@ impl Device for Offload {
             return Ok(t.clone());
         }
         let on = self.accel.upload(t)?;
-        self.bytes_up.fetch_add((t.len() * t.dtype().size_in_bytes()) as u64, Ordering::Relaxed);
+        self.bytes_up.fetch_add(t.nbytes() as u64, Ordering::Relaxed);
         t.mirrored(self.accel.clone(), on, Some(self.bytes_down.clone()))
     }
 
@@ -135,7 +130,7 @@ impl Device for Offload {
         let t = if out.is_row_major() {
             crate::Tensor::resident(self.accel.clone(), out, Some(self.bytes_down.clone()))?
         } else {
-            self.bytes_down.fetch_add(bytes(&out), Ordering::Relaxed);
+            self.bytes_down.fetch_add(out.nbytes() as u64, Ordering::Relaxed);
             self.accel.download(&out)?
         };
         CpuDevice.upload(&t)
@@ -149,20 +144,16 @@ impl Device for Offload {
         params: &KernelParams,
         out: &mut DeviceTensor,
     ) -> Result<(), KernelError> {
-        if self.offloaded(kernel, inputs, params) && kernel == KernelId::Update {
+        if self.offloaded(kernel, inputs, params) {
+            let r = computed(self, stream, kernel, inputs, params, out)?;
+            if kernel != KernelId::Update {
+                return self.copy_into(stream, &r, out);
+            }
             // The tensor written into stays on the accelerator: the updated copy made there
             // takes the caller's handle (a holder of the old one keeps the old elements, as a
             // tensor that is shared is never written in place).
-            let mut all = vec![&*out];
-            all.extend_from_slice(inputs);
-            let r = self.launch_on(stream, kernel, &all, params)?;
-            if r.shape() != out.shape() || r.dtype() != out.dtype() {
-                return Err(KernelError::Invalid(format!("{kernel:?} changed the shape of the tensor it writes")));
-            }
             *out = r;
             Ok(())
-        } else if self.offloaded(kernel, inputs, params) {
-            computed_into(self, stream, kernel, inputs, params, out)
         } else {
             // In place where the CPU writes so (`update` into a cache nothing else holds).
             self.count(false);

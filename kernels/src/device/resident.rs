@@ -33,7 +33,7 @@ impl Base {
         self.host.get_or_init(|| match self.device.download(&self.on) {
             Ok(t) => {
                 if let Some(n) = &self.moved {
-                    n.fetch_add((t.len() * t.dtype().size_in_bytes()) as u64, Ordering::Relaxed);
+                    n.fetch_add(t.nbytes() as u64, Ordering::Relaxed);
                 }
                 t.into_parts().1
             }

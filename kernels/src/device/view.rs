@@ -78,6 +78,10 @@ impl DeviceTensor {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// The bytes of the elements the view selects.
+    pub fn nbytes(&self) -> usize {
+        self.len() * self.dtype.size_in_bytes()
+    }
     pub fn rank(&self) -> usize {
         self.shape.len()
     }

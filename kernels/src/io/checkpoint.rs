@@ -217,7 +217,7 @@ pub fn write_data_file(
         .map_err(fail)?;
         let (crc, chunk_crc32) = crc.finish();
         whole.combine(&crc);
-        let size = (t.len() * t.dtype().size_in_bytes()) as u64;
+        let size = t.nbytes() as u64;
         let shape = t.shape().to_vec();
         tensors.push(Shard {
             file: 0,

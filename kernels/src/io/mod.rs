@@ -154,7 +154,7 @@ pub(crate) fn shown(text: &str) -> String {
 /// Appends the elements of `t` as little-endian bytes (bool as one byte 0 or 1); on a
 /// little-endian machine, copies of the tensor's own memory.
 pub fn push_le_data(out: &mut Vec<u8>, t: &Tensor) {
-    out.reserve(t.len() * t.dtype().size_in_bytes());
+    out.reserve(t.nbytes());
     // Writing into a `Vec` cannot fail.
     let _ = for_le_chunks(t, |b| {
         out.extend_from_slice(b);

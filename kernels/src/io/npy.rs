@@ -402,7 +402,7 @@ pub fn npy_bytes(t: &Tensor) -> Vec<u8> {
         header.push(' ');
     }
     header.push('\n');
-    let mut out = Vec::with_capacity(total + t.len() * t.dtype().size_in_bytes());
+    let mut out = Vec::with_capacity(total + t.nbytes());
     out.extend_from_slice(MAGIC);
     if v1 {
         out.extend_from_slice(&[1, 0]);
