@@ -108,6 +108,27 @@ fn run_source(src: &str, device: Arc<dyn Device>) -> String {
     String::from_utf8(out).unwrap()
 }
 
+/// A run of a program on an `Offload` of a fake accelerator.
+struct OnAccel {
+    /// Launches (on the accelerator, on the CPU) as `Offload` counts them.
+    counts: (u64, u64),
+    /// Launches the accelerator itself ran.
+    accel_launches: u64,
+    /// Bytes (to the accelerator, back).
+    bytes: (u64, u64),
+}
+
+/// `src` on an `Offload` of `accel`, which must print what `src` prints on the CPU.
+fn on_accel(src: &str, accel: accel::Accel) -> OnAccel {
+    let accel = Arc::new(accel);
+    let off = Arc::new(kernels::Offload::new(accel.clone()));
+    assert_eq!(run_source(src, off.clone()), run_source(src, Arc::new(CpuDevice)));
+    let accel_launches = accel.launches.load(std::sync::atomic::Ordering::Relaxed);
+    let r = OnAccel { counts: off.counts(), accel_launches, bytes: off.bytes_moved() };
+    eprintln!("{:?} launches on the accelerator and the CPU, {:?} bytes there and back", r.counts, r.bytes);
+    r
+}
+
 #[test]
 fn a_training_step_runs_through_the_device_it_is_given() {
     let cpu = run(Arc::new(CpuDevice));
@@ -142,13 +163,10 @@ fn nothing_bypasses_the_device() {
 /// prints on the CPU.
 #[test]
 fn a_program_runs_whole_on_a_device_that_has_some_kernels() {
-    let cpu = run(Arc::new(CpuDevice));
-    let accel = Arc::new(accel::Accel::default());
-    let off = Arc::new(kernels::Offload::new(accel.clone()));
-    assert_eq!(run(off.clone()), cpu);
-    let (on_accel, on_host) = off.counts();
+    let r = on_accel(SRC, accel::Accel::default());
+    let (on_accel, on_host) = r.counts;
     assert!(on_accel > 0 && on_host > 0, "{on_accel} launches on the accelerator, {on_host} on the CPU");
-    assert_eq!(accel.launches.load(std::sync::atomic::Ordering::Relaxed), on_accel);
+    assert_eq!(r.accel_launches, on_accel);
 }
 
 /// The model and loss of the training loops below.
@@ -189,13 +207,8 @@ fn main() {
 /// about 40 KB of parameters and gradients each).
 #[test]
 fn a_training_loop_keeps_its_values_on_the_device() {
-    let cpu = run_source(&train(), Arc::new(CpuDevice));
-    let accel = Arc::new(accel::Accel::everything());
-    let off = Arc::new(kernels::Offload::new(accel.clone()));
-    assert_eq!(run_source(&train(), off.clone()), cpu);
-    let (on_accel, on_host) = off.counts();
-    let (up, down) = off.bytes_moved();
-    eprintln!("{on_accel} launches on the accelerator, {on_host} on the CPU; {up} bytes up, {down} down");
+    let r = on_accel(&train(), accel::Accel::everything());
+    let ((_, on_host), (up, down)) = (r.counts, r.bytes);
     assert_eq!(on_host, 0);
     assert_eq!(down, 4 + 3 * 4, "what came back is the loss and a row of `m.w2`");
     assert!(up < 1024, "{up} bytes went over (the data is drawn there)");
@@ -225,19 +238,10 @@ fn an_offloaded_optimizer_state_is_updated_on_the_host() {
     let offloaded = format!("{MLP}{}", ADAM_MAIN.replace("OFFLOAD", ", offload: host"));
     let cpu = run_source(&plain, Arc::new(CpuDevice));
     assert_eq!(run_source(&offloaded, Arc::new(CpuDevice)), cpu, "on the CPU device `offload` changes nothing");
-    let on = |src: &str| {
-        let fake = Arc::new(accel::Accel::everything());
-        let off = Arc::new(kernels::Offload::new(fake.clone()));
-        let text = run_source(src, off.clone());
-        (text, fake.launches.load(std::sync::atomic::Ordering::Relaxed), off.bytes_moved())
-    };
-    let (text, accel_plain, (up_plain, down_plain)) = on(&plain);
-    assert_eq!(text, cpu);
-    let (text, accel, (up, down)) = on(&offloaded);
-    assert_eq!(text, cpu);
-    eprintln!(
-        "plain: {accel_plain} launches, {up_plain} bytes up, {down_plain} down; offloaded: {accel}, {up}, {down}"
-    );
+    let plain_run = on_accel(&plain, accel::Accel::everything());
+    let (accel_plain, (up_plain, down_plain)) = (plain_run.accel_launches, plain_run.bytes);
+    let offloaded_run = on_accel(&offloaded, accel::Accel::everything());
+    let (accel, (up, down)) = (offloaded_run.accel_launches, offloaded_run.bytes);
     // Each of the 5 steps runs Adam's arithmetic on the host, not the accelerator, brings the
     // gradient there (the model's host copy is kept, so it does not come back but before the
     // first step) and sends the new model over once. The state made on the device comes over
@@ -255,13 +259,8 @@ fn an_offloaded_optimizer_state_is_updated_on_the_host() {
 /// but the printed values and a few scalars.
 #[test]
 fn a_training_loop_on_the_cuda_devices_kernels_moves_little() {
-    let cpu = run_source(&train(), Arc::new(CpuDevice));
-    let accel = Arc::new(accel::Accel::cuda_like());
-    let off = Arc::new(kernels::Offload::new(accel.clone()));
-    assert_eq!(run_source(&train(), off.clone()), cpu);
-    let (on_accel, on_host) = off.counts();
-    let (up, down) = off.bytes_moved();
-    eprintln!("{on_accel} launches on the accelerator, {on_host} on the CPU; {up} bytes up, {down} down");
+    let r = on_accel(&train(), accel::Accel::cuda_like());
+    let ((on_accel, on_host), (up, down)) = (r.counts, r.bytes);
     assert!(on_accel > 10 * on_host, "{on_accel} launches on the accelerator, {on_host} on the CPU");
     assert!(up <= 20 * 64 * 4 + 1024, "{up} bytes up");
     assert!(down <= 1024, "{down} bytes down");
@@ -283,10 +282,6 @@ fn main() {
     print(sum(buf))
 }
 "#;
-    let cpu = run_source(CACHE, Arc::new(CpuDevice));
-    let off = Arc::new(kernels::Offload::new(Arc::new(accel::Accel::cuda_like())));
-    assert_eq!(run_source(CACHE, off.clone()), cpu);
-    let (up, down) = off.bytes_moved();
-    eprintln!("{up} bytes up, {down} down");
+    let (_, down) = on_accel(CACHE, accel::Accel::cuda_like()).bytes;
     assert!(down <= 64, "{down} bytes came back: the cache ({} bytes) should not have", 64 * 32 * 4);
 }
