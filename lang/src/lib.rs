@@ -16,3 +16,6 @@ pub mod source;
 pub mod spec;
 pub mod syntax;
 pub mod types;
+
+// The class patterns the primitive table writes (`ir::prim`), named `crate::unary_prims!()` etc.
+pub(crate) use ir::prim::{binary_prims, collective_prims, other_prims, reduce_prims, unary_prims, unary_rules};

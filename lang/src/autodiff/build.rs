@@ -6,6 +6,7 @@ use super::err;
 use super::fwd::{mk, Gen, Res};
 use crate::ir::{Attrs, ExprKind, Local, Prim};
 use crate::types::{ElemTy, Type};
+use std::f64::consts::FRAC_2_SQRT_PI; // named by `erf`'s rule in the table
 
 /// An expression of a rule: a local, a constant of the rule's element type, or a primitive.
 #[derive(Clone, Debug)]
@@ -31,6 +32,52 @@ impl From<Local> for R {
     }
 }
 
+/// A local as an operand of a rule written in the primitive table (`g`, `x`, `y` of a unary
+/// primitive's rule): copyable, so a rule may name it more than once (`y * y`).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct V(pub Local);
+
+impl From<V> for R {
+    fn from(v: V) -> R {
+        R::L(v.0)
+    }
+}
+
+/// `exp(x)`, for the rules written in the primitive table.
+pub(super) fn exp(x: impl Into<R>) -> R {
+    un(Prim::Exp, x)
+}
+
+/// `sin(x)`.
+pub(super) fn sin(x: impl Into<R>) -> R {
+    un(Prim::Sin, x)
+}
+
+/// `cos(x)`.
+pub(super) fn cos(x: impl Into<R>) -> R {
+    un(Prim::Cos, x)
+}
+
+/// `a > b`.
+pub(super) fn gt(a: impl Into<R>, b: impl Into<R>) -> R {
+    R::P(Prim::Gt, vec![a.into(), b.into()])
+}
+
+/// `a >= b`.
+pub(super) fn ge(a: impl Into<R>, b: impl Into<R>) -> R {
+    R::P(Prim::Ge, vec![a.into(), b.into()])
+}
+
+/// `where(c, a, b)`.
+pub(super) fn select(c: impl Into<R>, a: impl Into<R>, b: impl Into<R>) -> R {
+    R::P(Prim::Where, vec![c.into(), a.into(), b.into()])
+}
+
+/// `gelu_grad(x, g)`.
+pub(super) fn gelu_grad(x: impl Into<R>, g: impl Into<R>) -> R {
+    R::P(Prim::GeluGrad, vec![x.into(), g.into()])
+}
+
 impl From<f64> for R {
     fn from(c: f64) -> R {
         R::C(c)
@@ -45,10 +92,22 @@ macro_rules! binary_ops {
                 R::P(Prim::$p, vec![self, o.into()])
             }
         }
+        impl<T: Into<R>> std::ops::$tr<T> for V {
+            type Output = R;
+            fn $f(self, o: T) -> R {
+                R::P(Prim::$p, vec![self.into(), o.into()])
+            }
+        }
         impl std::ops::$tr<R> for f64 {
             type Output = R;
             fn $f(self, o: R) -> R {
                 R::P(Prim::$p, vec![R::C(self), o])
+            }
+        }
+        impl std::ops::$tr<V> for f64 {
+            type Output = R;
+            fn $f(self, o: V) -> R {
+                R::P(Prim::$p, vec![R::C(self), o.into()])
             }
         }
     )*};
@@ -60,6 +119,13 @@ impl std::ops::Neg for R {
     type Output = R;
     fn neg(self) -> R {
         R::P(Prim::Neg, vec![self])
+    }
+}
+
+impl std::ops::Neg for V {
+    type Output = R;
+    fn neg(self) -> R {
+        R::P(Prim::Neg, vec![self.into()])
     }
 }
 
@@ -95,6 +161,11 @@ impl Gen<'_> {
         match r {
             R::L(x) => Ok(*x),
             R::C(c) => Ok(consts.iter().find(|(b, _)| *b == c.to_bits()).map(|(_, x)| *x).expect("emitted first")),
+            // A model is negated as `-1.0 * m`.
+            R::P(Prim::Neg, args) if args.len() == 1 => {
+                let x = self.build_node(&args[0], consts)?;
+                Ok(self.negate(x))
+            }
             R::P(p, args) => {
                 let locals = args.iter().map(|a| self.build_node(a, consts)).collect::<Res<Vec<Local>>>()?;
                 let tys: Vec<Type> = locals.iter().map(|x| self.ty_of(*x)).collect();
@@ -111,4 +182,39 @@ impl Gen<'_> {
             }
         }
     }
+
+    /// `-x`; a model is negated as `-1.0 * m`.
+    pub(super) fn negate(&mut self, x: Local) -> Local {
+        let t = self.ty_of(x);
+        if t.is_model() {
+            let m = self.lit(-1.0, ElemTy::F32);
+            return self.p(Prim::Mul, &[m, x], Attrs::default(), t);
+        }
+        self.p(Prim::Neg, &[x], Attrs::default(), t)
+    }
 }
+
+/// The reverse rules of the unary elementwise primitives, as their entries in the primitive
+/// table write them (`ir::prim`): `unary_rule(p, g, x, y)` is the cotangent of `p`'s operand
+/// `x` given the cotangent `g` of its result `y`; `None` where `p` has no derivative. The same
+/// expression is `p`'s tangent rule (`tangent.rs`), with the operand's tangent for `g`.
+macro_rules! unary_rules_of_table {
+    ($($p:ident $rule:tt;)*) => {
+        pub(super) fn unary_rule(p: Prim, g: Local, x: Local, y: Local) -> Option<R> {
+            match p {
+                $(Prim::$p => unary_rules_of_table!(@rule $rule, g, x, y),)*
+                crate::not_unary_prims!() => None,
+            }
+        }
+    };
+    (@rule nodiff, $g:ident, $x:ident, $y:ident) => {
+        None
+    };
+    (@rule (|$gp:ident, $xp:ident, $yp:ident| $e:expr), $g:ident, $x:ident, $y:ident) => {{
+        #[allow(unused_variables)]
+        let ($gp, $xp, $yp) = (V($g), V($x), V($y));
+        Some(R::from($e))
+    }};
+}
+
+crate::unary_rules!(unary_rules_of_table);

@@ -2,7 +2,7 @@
 //! the cotangent contributions to each operand, emitted as IR. Rules use only primitives that
 //! themselves have rules, so derived functions can be differentiated again.
 
-use super::build::{l, un};
+use super::build::{l, un, unary_rule};
 use super::err;
 use super::fwd::{mk, Gen, Op, Res};
 use crate::ir::{Attrs, ExprKind, Local, Prim, SliceEntry};
@@ -376,6 +376,11 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
                 v.push((1, g.unbroadcast(m, &tys[1])?));
             }
         }
+        // A unary elementwise primitive's rule is its table entry's (`ir::prim`).
+        crate::unary_prims!() => match unary_rule(p, bar, a.unwrap(), out) {
+            Some(r) => v.push((0, g.build(r, et)?)),
+            None => return Err(no_derivative(g, p)),
+        },
         Prim::Full => {
             // `full(v, d…)`: every element is `v`, so its cotangent is the sum.
             if act[0] {
@@ -388,21 +393,6 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
                 v.push((0, s));
             }
         }
-        Prim::Neg => v.push((0, negate(g, bar))),
-        Prim::Exp => v.push((0, g.build(l(bar) * out, et)?)),
-        Prim::Log => v.push((0, g.build(l(bar) / a.unwrap(), et)?)),
-        Prim::Sqrt => v.push((0, g.build(l(bar) / out * 0.5, et)?)),
-        Prim::Rsqrt => v.push((0, g.build(l(bar) * (l(out) * out * out) * -0.5, et)?)),
-        Prim::Tanh => v.push((0, g.build(l(bar) * (1.0 - l(out) * out), et)?)),
-        Prim::Sigmoid => v.push((0, g.build(l(bar) * (l(out) * (1.0 - l(out))), et)?)),
-        Prim::Relu => {
-            let a = a.unwrap();
-            let z = g.scalar(0.0, &ot);
-            let c = g.cmp(Prim::Gt, a, z);
-            v.push((0, g.select(c, bar, z, ot.clone())));
-        }
-        // One pass over `x` and the cotangent: nothing between is stored.
-        Prim::Gelu => v.push((0, g.p(Prim::GeluGrad, &[a.unwrap(), bar], Attrs::default(), ot.clone()))),
         Prim::GeluGrad => {
             // y = g·gelu'(x): x̄ = ȳ·g·gelu''(x), ḡ = gelu_grad(x, ȳ).
             let (x, gb) = (a.unwrap(), b.unwrap());
@@ -413,11 +403,6 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
             if act[1] {
                 v.push((1, g.p(Prim::GeluGrad, &[x, bar], Attrs::default(), ot.clone())));
             }
-        }
-        // d/dx erf(x) = 2/√π · exp(-x²)
-        Prim::Erf => {
-            let x = a.unwrap();
-            v.push((0, g.build(l(bar) * (std::f64::consts::FRAC_2_SQRT_PI * un(Prim::Exp, -(l(x) * x))), et)?))
         }
         Prim::Softmax | Prim::LogSoftmax => reduce::softmax(g, &site, &mut v)?,
         Prim::Cumsum => {
@@ -433,21 +418,6 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
             let run = g.p(Prim::Cumsum, &[bar], Attrs { axis: attrs.axis, ..Attrs::default() }, ot.clone());
             let rest = g.bin(Prim::Sub, total, run, ot.clone());
             v.push((0, g.bin(Prim::Add, rest, bar, ot.clone())));
-        }
-        Prim::Sin => {
-            let c = g.p(Prim::Cos, &[a.unwrap()], Attrs::default(), ot.clone());
-            v.push((0, g.bin(Prim::Mul, bar, c, ot.clone())));
-        }
-        Prim::Cos => {
-            let s = g.p(Prim::Sin, &[a.unwrap()], Attrs::default(), ot.clone());
-            let m = g.bin(Prim::Mul, bar, s, ot.clone());
-            v.push((0, negate(g, m)));
-        }
-        Prim::Abs => {
-            let z = g.scalar(0.0, &ot);
-            let c = g.cmp(Prim::Ge, a.unwrap(), z);
-            let nb = negate(g, bar);
-            v.push((0, g.select(c, bar, nb, ot.clone())));
         }
         Prim::Maximum | Prim::Minimum => {
             let (a, b) = (a.unwrap(), b.unwrap());
@@ -604,12 +574,9 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
         // No derivative: comparisons, logic, rounding, indices, creation, counts, `map` (expanded
         // before differentiation) and effects. Listed, not caught by a wildcard, so that a new
         // primitive cannot compile without a decision here.
-        Prim::Not
-        | crate::comparison_prims!()
+        crate::comparison_prims!()
         | Prim::And
         | Prim::Or
-        | Prim::Sign
-        | Prim::Floor
         | Prim::Argmax
         | Prim::Argmin
         | Prim::Argsort
@@ -638,7 +605,7 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
         | Prim::AssertClose
         | Prim::AllReduceMax
         | Prim::AllReduceMin => {
-            return Err(err(g.span, format!("cannot differentiate through `{}`: it has no derivative", p.name())));
+            return Err(no_derivative(g, p));
         }
         // A derived function holding a tape is differentiated through its recomputing twin.
         Prim::TapeNew | Prim::TapePush | Prim::TapeGet => {
@@ -660,10 +627,9 @@ pub(super) fn gelu_second(g: &mut Gen, x: Local, et: ElemTy) -> Res<Local> {
 }
 
 fn negate(g: &mut Gen, x: Local) -> Local {
-    let t = g.ty_of(x);
-    if t.is_model() {
-        let m = g.lit(-1.0, ElemTy::F32);
-        return g.p(Prim::Mul, &[m, x], Attrs::default(), t);
-    }
-    g.p(Prim::Neg, &[x], Attrs::default(), t)
+    g.negate(x)
+}
+
+fn no_derivative(g: &Gen, p: Prim) -> crate::diag::Diagnostic {
+    err(g.span, format!("cannot differentiate through `{}`: it has no derivative", p.name()))
 }

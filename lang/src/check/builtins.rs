@@ -295,7 +295,7 @@ impl Checker {
                 let v = self.check_expr(cx, a.pos[0].0, expected);
                 let Some((e, s)) = self.tensor_of(&v, a.pos[0].1, name) else { return self.error_expr(span) };
                 let s = s.clone();
-                let needs_float = !matches!(p, Prim::Relu | Prim::Abs | Prim::Sign | Prim::Neg);
+                let needs_float = !matches!(p.unary_kernel(), Some((_, crate::ir::prim::Domain::Any)));
                 let elem = if e == Elem::WeakInt && needs_float { Elem::WeakFloat } else { e };
                 if (needs_float && !elem.is_float()) || elem == Elem::T(ElemTy::Bool) {
                     let ts = self.ty_str(&v.ty);

@@ -2,6 +2,7 @@
 //! interpreter applies them, and `-O2`'s constant folding evaluates literal operands with the
 //! same functions, so a folded value is the one the program would have computed.
 
+use super::prim::Domain;
 use super::{Lit, Prim};
 use crate::types::{ElemTy, TensorTy, Type};
 use kernels::ops::{self, BinaryOp, ReduceOp, UnaryOp};
@@ -47,80 +48,29 @@ pub fn elementwise(p: Prim, to: Option<ElemTy>, args: &[Tensor]) -> Option<Resul
     }
 }
 
-/// The operand of unary primitive `p` as its kernel takes it: a weak integer literal under a
-/// float function is computed in floating point.
+/// The operand of unary primitive `p` as its kernel takes it: an integer (a weak literal)
+/// under a float function is computed in floating point.
 pub fn unary_operand(p: Prim, x: &Tensor) -> Tensor {
-    if x.dtype() == DType::I32 && !matches!(p, Prim::Neg | Prim::Abs | Prim::Sign | Prim::Relu) {
+    if x.dtype() == DType::I32 && matches!(p.unary_kernel(), Some((_, Domain::Float))) {
         x.cast(DType::F64)
     } else {
         x.clone()
     }
 }
 
-/// The kernel of a unary elementwise primitive.
+/// The kernel of a unary elementwise primitive (its table entry's).
 pub fn unary_op(p: Prim) -> Option<UnaryOp> {
-    Some(match p {
-        Prim::Neg => UnaryOp::Neg,
-        Prim::Not => UnaryOp::Not,
-        Prim::Exp => UnaryOp::Exp,
-        Prim::Log => UnaryOp::Log,
-        Prim::Sqrt => UnaryOp::Sqrt,
-        Prim::Rsqrt => UnaryOp::Rsqrt,
-        Prim::Tanh => UnaryOp::Tanh,
-        Prim::Sigmoid => UnaryOp::Sigmoid,
-        Prim::Relu => UnaryOp::Relu,
-        Prim::Gelu => UnaryOp::Gelu,
-        Prim::Erf => UnaryOp::Erf,
-        Prim::Sin => UnaryOp::Sin,
-        Prim::Cos => UnaryOp::Cos,
-        Prim::Abs => UnaryOp::Abs,
-        Prim::Sign => UnaryOp::Sign,
-        Prim::Floor => UnaryOp::Floor,
-        crate::binary_prims!() | crate::reduce_prims!() | crate::collective_prims!() | crate::other_prims!() => {
-            return None
-        }
-    })
+    p.unary_kernel().map(|(op, _)| op)
 }
 
-/// The kernel of a binary elementwise primitive.
+/// The kernel of a binary elementwise primitive (its table entry's).
 pub fn binary_op(p: Prim) -> Option<BinaryOp> {
-    Some(match p {
-        Prim::Add => BinaryOp::Add,
-        Prim::Sub => BinaryOp::Sub,
-        Prim::Mul => BinaryOp::Mul,
-        Prim::Div => BinaryOp::Div,
-        Prim::Rem => BinaryOp::Rem,
-        Prim::Pow => BinaryOp::Pow,
-        Prim::Maximum => BinaryOp::Max,
-        Prim::Minimum => BinaryOp::Min,
-        Prim::Eq => BinaryOp::Eq,
-        Prim::Ne => BinaryOp::Ne,
-        Prim::Lt => BinaryOp::Lt,
-        Prim::Le => BinaryOp::Le,
-        Prim::Gt => BinaryOp::Gt,
-        Prim::Ge => BinaryOp::Ge,
-        Prim::And => BinaryOp::And,
-        Prim::Or => BinaryOp::Or,
-        Prim::GeluGrad => BinaryOp::GeluGrad,
-        crate::unary_prims!() | crate::reduce_prims!() | crate::collective_prims!() | crate::other_prims!() => {
-            return None
-        }
-    })
+    p.binary_kernel()
 }
 
-/// The kernel of a reduction primitive.
+/// The kernel of a reduction primitive (its table entry's).
 pub fn reduce_op(p: Prim) -> Option<ReduceOp> {
-    Some(match p {
-        Prim::Sum => ReduceOp::Sum,
-        Prim::Mean => ReduceOp::Mean,
-        Prim::Max => ReduceOp::Max,
-        Prim::Min => ReduceOp::Min,
-        // Computed by their own kernels (an index, or max-shifted sums).
-        Prim::Argmax | Prim::Argmin | Prim::Logsumexp => return None,
-        crate::unary_prims!() | crate::binary_prims!() | crate::collective_prims!() | crate::other_prims!() => {
-            return None
-        }
-    })
+    p.reduce_kernel()
 }
 
 /// Two tensors whose element types differ only because one came from a weak literal: the

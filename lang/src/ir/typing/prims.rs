@@ -2,6 +2,7 @@
 //! attributes. One exhaustive match, so a new primitive does not compile without its rule.
 
 use super::{dims, elems_agree, tensor, Rule};
+use crate::ir::prim::Domain;
 use crate::ir::{Attrs, Expr, ExprKind, Lit, Prim, SliceEntry};
 use crate::types::unify::{broadcast, join_elem, matmul_shape, window_out_size};
 use crate::types::{Dim, Elem, ElemTy, ShapeItem, Type};
@@ -153,29 +154,14 @@ fn rule_of(prim: Prim, args: &[Expr], attrs: &Attrs, declared: &Type) -> Result<
         Ok(Rule::Is(tensor(Elem::T(et), shape)))
     };
     match prim {
-        P::Not => {
+        // The operand's type; `!` of any operand is bool.
+        crate::unary_prims!() => {
             arity(args, 1)?;
             let (_, s) = tensor_arg(args, 0)?;
-            Ok(Rule::Is(tensor(Elem::T(ElemTy::Bool), s.clone())))
-        }
-        P::Neg
-        | P::Exp
-        | P::Log
-        | P::Sqrt
-        | P::Rsqrt
-        | P::Tanh
-        | P::Sigmoid
-        | P::Relu
-        | P::Gelu
-        | P::Erf
-        | P::Sin
-        | P::Cos
-        | P::Abs
-        | P::Sign
-        | P::Floor => {
-            arity(args, 1)?;
-            tensor_arg(args, 0)?;
-            same_as(0)
+            match prim.unary_kernel() {
+                Some((_, Domain::Bool)) => Ok(Rule::Is(tensor(Elem::T(ElemTy::Bool), s.clone()))),
+                _ => same_as(0),
+            }
         }
         P::Add | P::Sub | P::Mul | P::Div | P::Rem | P::Pow | P::Maximum | P::Minimum | P::GeluGrad => {
             arity(args, 2)?;
