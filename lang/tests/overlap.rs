@@ -48,7 +48,7 @@ fn gaps(f: &Func) -> Vec<usize> {
     for (i, s) in stmts.iter().enumerate() {
         let Stmt::Let { pat: Pat::Local(l), value } = s else { continue };
         let ExprKind::Prim { prim, .. } = &value.kind else { continue };
-        if !matches!(prim, lang::collective_prims!()) || *prim == lang::ir::Prim::LocalSlice {
+        if !prim.is_collective() || *prim == lang::ir::Prim::LocalSlice {
             continue;
         }
         let reads = |s: &Stmt| {

@@ -65,7 +65,7 @@ pub fn unary_op(p: Prim) -> Option<UnaryOp> {
 
 /// The kernel of a binary elementwise primitive (its table entry's).
 pub fn binary_op(p: Prim) -> Option<BinaryOp> {
-    p.binary_kernel()
+    p.binary_kernel().map(|(op, _)| op)
 }
 
 /// The kernel of a reduction primitive (its table entry's).

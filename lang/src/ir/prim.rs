@@ -24,7 +24,7 @@ macro_rules! prims {
     (
         $d:tt
         unary { $($(#[$um:meta])* $uv:ident : $un:literal $uk:ident $(($us:literal, $ud:literal))? $(op($uy:literal, $up:literal))? => $uop:ident $udom:ident $urule:tt,)* }
-        binary { $($(#[$bm:meta])* $bv:ident : $bn:literal $bk:ident $(($bs:literal, $bd:literal))? $(op($by:literal, $bp:literal))? => $bop:ident,)* }
+        binary { $($(#[$bm:meta])* $bv:ident : $bn:literal $bk:ident $(($bs:literal, $bd:literal))? $(op($by:literal, $bp:literal))? => $bop:ident $bres:ident,)* }
         reduce { $($(#[$rm:meta])* $rv:ident : $rn:literal $rk:ident $(($rs:literal, $rd:literal))? => $rop:ident,)* }
         other { $($(#[$om:meta])* $ov:ident : $on:literal $ok:ident $(($os:literal, $od:literal))? $(op($oy:literal, $opr:literal))?,)* }
         collective { $($(#[$cm:meta])* $cv:ident : $cn:literal $ck:ident,)* }
@@ -56,10 +56,23 @@ macro_rules! prims {
                 }
             }
 
-            /// A binary elementwise primitive's kernel operation.
-            pub fn binary_kernel(self) -> Option<BinaryOp> {
+            /// Whether the primitive is a collective (inserted by the sharding pass).
+            pub fn is_collective(self) -> bool {
+                matches!(self, $(Prim::$cv)|*)
+            }
+
+            /// Whether a unary elementwise primitive's entry writes a reverse rule (not `nodiff`).
+            fn unary_rule_written(self) -> bool {
                 match self {
-                    $(Prim::$bv => Some(BinaryOp::$bop),)*
+                    $(Prim::$uv => prims!(@written $urule),)*
+                    $(Prim::$bv)|* | $(Prim::$rv)|* | $(Prim::$ov)|* | $(Prim::$cv)|* => false,
+                }
+            }
+
+            /// A binary elementwise primitive's kernel operation and its result's element type.
+            pub fn binary_kernel(self) -> Option<(BinaryOp, Joins)> {
+                match self {
+                    $(Prim::$bv => Some((BinaryOp::$bop, prims!(@joins $bres))),)*
                     $(Prim::$uv)|* | $(Prim::$rv)|* | $(Prim::$ov)|* | $(Prim::$cv)|* => None,
                 }
             }
@@ -155,6 +168,10 @@ macro_rules! prims {
     (@domain float) => { Domain::Float };
     (@domain any) => { Domain::Any };
     (@domain bool) => { Domain::Bool };
+    (@joins joined) => { Joins::Elem };
+    (@joins bool) => { Joins::Bool };
+    (@written nodiff) => { false };
+    (@written $rule:tt) => { true };
     (@reduce none) => { None };
     (@reduce $k:ident) => { Some(ReduceOp::$k) };
     (@opt $x:literal) => { Some($x) };
@@ -192,27 +209,28 @@ prims! {
         Sign: "sign" callable("sign(x: T[..S]) -> T[..S]", "Elementwise sign: −1, 0 or 1.") => Sign any nodiff,
         Floor: "floor" callable("floor(x: f[..S]) -> f[..S]", "Rounds down, keeping the float type.") => Floor float nodiff,
     }
-    // Binary elementwise: `=> kernel operation`.
+    // Binary elementwise: `=> kernel operation, result`: `joined` (the operands' element type,
+    // which must agree) or `bool` (comparisons and logic).
     binary {
-        Add: "add" internal op("+", 4) => Add,
-        Sub: "sub" internal op("-", 4) => Sub,
-        Mul: "mul" internal op("*", 5) => Mul,
-        Div: "div" internal op("/", 5) => Div,
-        Rem: "rem" internal op("%", 5) => Rem,
-        Pow: "pow" callable("pow(x, y) -> broadcast(x, y)", "`x` to the power `y`, elementwise with broadcasting; same as `x ** y`.") op("**", 8) => Pow,
-        Eq: "eq" internal op("==", 3) => Eq,
-        Ne: "ne" internal op("!=", 3) => Ne,
-        Lt: "lt" internal op("<", 3) => Lt,
-        Le: "le" internal op("<=", 3) => Le,
-        Gt: "gt" internal op(">", 3) => Gt,
-        Ge: "ge" internal op(">=", 3) => Ge,
-        And: "and" internal op("&&", 2) => And,
-        Or: "or" internal op("||", 1) => Or,
-        Maximum: "maximum" callable("maximum(a, b) -> broadcast(a, b)", "The elementwise larger value.") => Max,
-        Minimum: "minimum" callable("minimum(a, b) -> broadcast(a, b)", "The elementwise smaller value.") => Min,
+        Add: "add" internal op("+", 4) => Add joined,
+        Sub: "sub" internal op("-", 4) => Sub joined,
+        Mul: "mul" internal op("*", 5) => Mul joined,
+        Div: "div" internal op("/", 5) => Div joined,
+        Rem: "rem" internal op("%", 5) => Rem joined,
+        Pow: "pow" callable("pow(x, y) -> broadcast(x, y)", "`x` to the power `y`, elementwise with broadcasting; same as `x ** y`.") op("**", 8) => Pow joined,
+        Eq: "eq" internal op("==", 3) => Eq bool,
+        Ne: "ne" internal op("!=", 3) => Ne bool,
+        Lt: "lt" internal op("<", 3) => Lt bool,
+        Le: "le" internal op("<=", 3) => Le bool,
+        Gt: "gt" internal op(">", 3) => Gt bool,
+        Ge: "ge" internal op(">=", 3) => Ge bool,
+        And: "and" internal op("&&", 2) => And bool,
+        Or: "or" internal op("||", 1) => Or bool,
+        Maximum: "maximum" callable("maximum(a, b) -> broadcast(a, b)", "The elementwise larger value.") => Max joined,
+        Minimum: "minimum" callable("minimum(a, b) -> broadcast(a, b)", "The elementwise smaller value.") => Min joined,
         /// `gelu_grad(x, g)`: `g · gelu'(x)` (the tanh approximation), the adjoint of `gelu` in
         /// one pass, so the backward pass stores nothing between (PyTorch's `GeluBackward`).
-        GeluGrad: "gelu_grad" callable("gelu_grad(x: f[..S], g: f[..S]) -> f[..S]", "The gradient of `gelu` (the tanh approximation): `g * gelu'(x)`, in one pass; what reverse mode emits for `gelu`.") => GeluGrad,
+        GeluGrad: "gelu_grad" callable("gelu_grad(x: f[..S], g: f[..S]) -> f[..S]", "The gradient of `gelu` (the tanh approximation): `g * gelu'(x)`, in one pass; what reverse mode emits for `gelu`.") => GeluGrad joined,
     }
     // Reductions (attrs.axis, attrs.keepdims): `=> kernel operation`, or `none` for those
     // computed by their own kernels (an index, or max-shifted sums).
@@ -463,6 +481,15 @@ pub enum Domain {
     Bool,
 }
 
+/// The element type of a binary elementwise primitive's result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Joins {
+    /// The operands' common element type (`+`, `maximum`).
+    Elem,
+    /// Bool (comparisons, `&&`, `||`).
+    Bool,
+}
+
 /// Builtins the checker handles itself, not as one primitive: the transforms, `init`, `batches`,
 /// conversions, and what is written with other primitives (`sort`, `top_k`, `categorical`).
 pub const SPECIAL_FORMS: &[&str] = &[
@@ -509,28 +536,29 @@ impl Prim {
     /// Primitives whose result has no derivative; differentiating through them is `E0403`.
     pub fn differentiable(self) -> bool {
         use Prim::*;
-        !matches!(
-            self,
-            Argmax
-                | Argmin
-                | Argsort
-                | Quantize
-                | Prune
-                | Eq
-                | Ne
-                | Lt
-                | Le
-                | Gt
-                | Ge
-                | And
-                | Or
-                | Not
-                | Sign
-                | Floor
-                | OneHot
-                | Arange
-                | ShardState
-        )
+        match self {
+            // A unary elementwise primitive has a derivative when its entry writes a rule.
+            crate::unary_prims!() => self.unary_rule_written(),
+            crate::not_unary_prims!() => !matches!(
+                self,
+                Argmax
+                    | Argmin
+                    | Argsort
+                    | Quantize
+                    | Prune
+                    | Eq
+                    | Ne
+                    | Lt
+                    | Le
+                    | Gt
+                    | Ge
+                    | And
+                    | Or
+                    | OneHot
+                    | Arange
+                    | ShardState
+            ),
+        }
     }
 
     /// Primitives with effects; never removed or reordered by later passes.

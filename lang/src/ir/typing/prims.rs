@@ -2,7 +2,7 @@
 //! attributes. One exhaustive match, so a new primitive does not compile without its rule.
 
 use super::{dims, elems_agree, tensor, Rule};
-use crate::ir::prim::Domain;
+use crate::ir::prim::{Domain, Joins};
 use crate::ir::{Attrs, Expr, ExprKind, Lit, Prim, SliceEntry};
 use crate::types::unify::{broadcast, join_elem, matmul_shape, window_out_size};
 use crate::types::{Dim, Elem, ElemTy, ShapeItem, Type};
@@ -163,23 +163,18 @@ fn rule_of(prim: Prim, args: &[Expr], attrs: &Attrs, declared: &Type) -> Result<
                 _ => same_as(0),
             }
         }
-        P::Add | P::Sub | P::Mul | P::Div | P::Rem | P::Pow | P::Maximum | P::Minimum | P::GeluGrad => {
+        // Broadcast operands; the result's element type is theirs or bool, as the entry says.
+        crate::binary_prims!() => {
             arity(args, 2)?;
             let (ea, sa) = tensor_arg(args, 0)?;
             let (eb, sb) = tensor_arg(args, 1)?;
-            let e = join_elem(ea, eb).ok_or("operands of different element types")?;
+            let e = match prim.binary_kernel() {
+                Some((_, Joins::Bool)) if elems_agree(ea, eb) || join_elem(ea, eb).is_some() => Elem::T(ElemTy::Bool),
+                Some((_, Joins::Bool)) => return Err("operands of different element types".into()),
+                _ => join_elem(ea, eb).ok_or("operands of different element types")?,
+            };
             let s = broadcast(sa, sb).map_err(|_| "operands do not broadcast".to_string())?;
             Ok(Rule::Is(tensor(e, s)))
-        }
-        crate::comparison_prims!() | P::And | P::Or => {
-            arity(args, 2)?;
-            let (ea, sa) = tensor_arg(args, 0)?;
-            let (eb, sb) = tensor_arg(args, 1)?;
-            if !elems_agree(ea, eb) && join_elem(ea, eb).is_none() {
-                return Err("operands of different element types".into());
-            }
-            let s = broadcast(sa, sb).map_err(|_| "operands do not broadcast".to_string())?;
-            Ok(Rule::Is(tensor(Elem::T(ElemTy::Bool), s)))
         }
         P::MatMul => {
             arity(args, 2)?;
