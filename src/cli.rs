@@ -89,17 +89,33 @@ fn parse_device(s: &str) -> Result<DeviceKind, String> {
     }
 }
 
+/// The mode and JIT level a command runs with: an explicit `-O` asks for compiled code, so it
+/// selects `--mode jit` unless `--mode` says otherwise; with `--mode eager` the level has
+/// nothing to apply to, which msl notes on stderr.
+fn mode_and_level(mode: Option<Mode>, opt: Option<u8>) -> (Mode, u8) {
+    let level = opt.unwrap_or(1);
+    match (mode, opt) {
+        (Some(Mode::Eager), Some(o)) if o <= 2 => {
+            eprintln!("note: -O{o} applies to --mode jit; running eagerly");
+            (Mode::Eager, level)
+        }
+        (Some(m), _) => (m, level),
+        (None, Some(_)) => (Mode::Jit, level),
+        (None, None) => (Mode::Eager, level),
+    }
+}
+
 #[derive(Subcommand)]
 enum Cmd {
     /// Check a program, then run its `main`.
     Run {
         file: PathBuf,
-        /// Eager interpretation or JIT compilation.
-        #[arg(long, value_enum, default_value = "eager")]
-        mode: Mode,
-        /// Optimisation level of the JIT (0, 1 or 2).
-        #[arg(short = 'O', default_value = "1")]
-        opt: u8,
+        /// Eager interpretation (the default) or JIT compilation (the default with `-O`).
+        #[arg(long, value_enum)]
+        mode: Option<Mode>,
+        /// Optimisation level of the JIT (0, 1 or 2; default 1); given alone, it selects `--mode jit`.
+        #[arg(short = 'O')]
+        opt: Option<u8>,
         /// The device that runs the program.
         #[arg(long, value_parser = parse_device, default_value = "cpu")]
         device: DeviceKind,
@@ -169,12 +185,12 @@ enum Cmd {
     Test {
         /// Files or folders (default: the current folder).
         paths: Vec<PathBuf>,
-        /// Eager interpretation or JIT compilation.
-        #[arg(long, value_enum, default_value = "eager")]
-        mode: Mode,
-        /// Optimisation level of the JIT (0, 1 or 2).
-        #[arg(short = 'O', default_value = "1")]
-        opt: u8,
+        /// Eager interpretation (the default) or JIT compilation (the default with `-O`).
+        #[arg(long, value_enum)]
+        mode: Option<Mode>,
+        /// Optimisation level of the JIT (0, 1 or 2; default 1); given alone, it selects `--mode jit`.
+        #[arg(short = 'O')]
+        opt: Option<u8>,
         /// Mesh axis sizes replacing the files', e.g. `--mesh dp=4,mp=1`.
         #[arg(long, value_name = "AXIS=SIZE,…")]
         mesh: Option<String>,
@@ -295,6 +311,11 @@ pub fn main() -> u8 {
                 eprintln!("error: no CUDA device `{name}`: {why}; run with `--device cpu`");
                 return 2;
             }
+            let (mode, opt) = mode_and_level(mode, opt);
+            if mode == Mode::Eager && opt > 2 {
+                eprintln!("error: `-O{opt}` is not an optimisation level (use 0, 1 or 2)");
+                return 2;
+            }
             let code = if mode == Mode::Jit {
                 crate::jit_cmd::run(&file, &logdir, opt, explain, message_format == MessageFormat::Json)
             } else {
@@ -314,6 +335,7 @@ pub fn main() -> u8 {
                 println!("skipped: every test of this run: no CUDA device `{name}`: {why}");
                 return 0;
             }
+            let (mode, opt) = mode_and_level(mode, opt);
             if opt > 2 {
                 eprintln!("error: `-O{opt}` is not an optimisation level (use 0, 1 or 2)");
                 return 2;

@@ -382,3 +382,30 @@ fn a_trace_holds_the_kernels_calls_and_fused_trees_of_the_run() {
     assert_eq!(o.status.code(), Some(2));
     assert!(text(&o.stderr).contains("error: --trace adir:"), "{}", text(&o.stderr));
 }
+
+#[test]
+fn an_explicit_optimisation_level_selects_the_jit() {
+    let src =
+        "fn main() {\n    var acc = 0\n    for i in 0..1000 {\n        acc = acc + i % 7\n    }\n    print(acc)\n}\n";
+    let dir = scratch("opt_level", &[("p.msl", src)]);
+    // `-O2` alone compiles (what `--explain` describes), and prints what the interpreter prints.
+    let o = msl(&dir, &["run", "-O2", "--explain", "p.msl"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout).trim(), "2997");
+    assert!(text(&o.stderr).contains("jit -O2:"), "{}", text(&o.stderr));
+    // Neither flag: the interpreter, as before.
+    let o = msl(&dir, &["run", "--explain", "p.msl"]);
+    assert_eq!(text(&o.stdout).trim(), "2997");
+    assert!(text(&o.stderr).contains("add `--mode jit`"), "{}", text(&o.stderr));
+    // `--mode eager` keeps the interpreter and says the level does not apply.
+    let o = msl(&dir, &["run", "--mode", "eager", "-O2", "p.msl"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert_eq!(text(&o.stdout).trim(), "2997");
+    assert!(text(&o.stderr).contains("note: -O2 applies to --mode jit; running eagerly"), "{}", text(&o.stderr));
+    // A level that does not exist is an error in either mode.
+    for args in [&["run", "-O3", "p.msl"][..], &["run", "--mode", "eager", "-O3", "p.msl"]] {
+        let o = msl(&dir, args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        assert!(text(&o.stderr).contains("`-O3` is not an optimisation level"), "{args:?}: {}", text(&o.stderr));
+    }
+}

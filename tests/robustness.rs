@@ -692,7 +692,8 @@ fn mutate(rng: &mut Rng, s: &str, donor: &str) -> String {
 
 /// Everything `msl check` does with a source text, in-process: check, then render the
 /// diagnostics in every format, or verify and dump the IR when there are none.
-fn check_everything(name: &str, text: &str, dir: &Path) {
+/// Checks `text` every way the tools do; true when it checks without errors and has a `main`.
+fn check_everything(name: &str, text: &str, dir: &Path) -> bool {
     let c = lang::check::check_source(name, text, dir);
     let _ = lang::diag::render(&c.diagnostics, &c.sources, false);
     let _ = lang::diag::render_short(&c.diagnostics, &c.sources);
@@ -709,6 +710,7 @@ fn check_everything(name: &str, text: &str, dir: &Path) {
         );
         let _ = lang::ir::dump::dump(&c.program);
     }
+    !c.has_errors() && c.program.main.is_some()
 }
 
 enum Progress {
@@ -727,6 +729,8 @@ fn mutated_programs_never_panic() {
     let last = Path::new(env!("CARGO_TARGET_TMPDIR")).join("robustness-last-mutant.msl");
     let current = Arc::new(Mutex::new(String::new()));
     let cases = env_number("MSL_MUTATIONS", MUTATION_CASES as u64) as usize;
+    // For a run-time campaign (`scripts/run_mutants.sh`): the mutants that check, to be run.
+    let keep = std::env::var_os("MSL_MUTANTS_DIR").map(PathBuf::from);
     let (tx, rx) = mpsc::channel();
     let worker = {
         let current = Arc::clone(&current);
@@ -754,8 +758,11 @@ fn mutated_programs_never_panic() {
                     if t0.elapsed() > slowest.0 {
                         slowest = (t0.elapsed(), text.clone());
                     }
+                    if let (Ok(true), Some(keep)) = (&r, &keep) {
+                        let _ = std::fs::write(keep.join(format!("mutant_{i}.msl")), &text);
+                    }
                     let msg = match r {
-                        Ok(()) => Progress::Done(i),
+                        Ok(_) => Progress::Done(i),
                         Err(e) => {
                             let what = e
                                 .downcast_ref::<String>()
