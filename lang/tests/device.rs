@@ -250,6 +250,11 @@ fn an_offloaded_optimizer_state_is_updated_on_the_host() {
     assert!(accel + 5 * 10 < accel_plain, "{accel} launches on the accelerator, {accel_plain} without `offload`");
     assert!(down >= 5 * params && down <= down_plain + 7 * params, "{down} bytes back");
     assert!(up >= up_plain + 5 * params, "{up} bytes there");
+    // The step's launches on the host are counted too (what `--device cuda`'s note reports):
+    // the same launches in all, moved from the accelerator's count to the CPU's.
+    let ((on_accel, on_host), (plain_accel, plain_host)) = (offloaded_run.counts, plain_run.counts);
+    assert_eq!(on_accel + on_host, plain_accel + plain_host, "every launch counted on one side");
+    assert!(on_host >= plain_host + 5 * 10, "{on_host} launches on the CPU, {plain_host} without `offload`");
 }
 
 /// `train()` on a fake accelerator that runs the kernels the CUDA device runs: what a GPU run of

@@ -20,6 +20,8 @@ pub use resident::DeviceLost;
 pub(crate) use resident::Resident;
 pub use view::{gather_host, row_major, DeviceTensor};
 
+use std::sync::Arc;
+
 use crate::cpu::elementwise::{BinaryOp, UnaryOp};
 use crate::cpu::index::SliceSpec;
 use crate::cpu::reduce::ReduceOp;
@@ -250,6 +252,12 @@ pub trait Device: Send + Sync {
     fn accelerates(&self, kernel: KernelId, inputs: &[&DeviceTensor], params: &KernelParams) -> bool {
         let _ = (kernel, inputs, params);
         false
+    }
+    /// The device that runs what a program asks to run in host memory (`offload: host`'s
+    /// optimizer step): the CPU device. A device that counts its launches (`Offload`) hands
+    /// out a CPU side of itself that counts them too.
+    fn host_side(self: Arc<Self>) -> Arc<dyn Device> {
+        Arc::new(CpuDevice)
     }
     /// `t` with its elements where this device's kernels read them, for a value many kernels
     /// will read (a model updated on the host): the host tensor itself on the CPU device, a

@@ -18,37 +18,39 @@ use crate::tensor::DType;
 /// The CPU device, with the kernels `accel` runs offloaded to it.
 pub struct Offload {
     accel: Arc<dyn Device>,
+    /// The CPU side (`Device::host_side`): every launch runs on the CPU, counted with the rest.
+    host_only: bool,
+    counts: Arc<Counts>,
+    /// Bytes brought back to the host (resident tensors count their own downloads into it).
+    bytes_down: Arc<AtomicU64>,
+}
+
+/// Launches both ways and bytes sent, shared by an `Offload` and its CPU side.
+#[derive(Default)]
+struct Counts {
     on_accel: AtomicU64,
     on_host: AtomicU64,
-    /// Bytes moved to the accelerator and back.
     bytes_up: AtomicU64,
-    bytes_down: Arc<AtomicU64>,
 }
 
 impl Offload {
     pub fn new(accel: Arc<dyn Device>) -> Offload {
-        Offload {
-            accel,
-            on_accel: AtomicU64::new(0),
-            on_host: AtomicU64::new(0),
-            bytes_up: AtomicU64::new(0),
-            bytes_down: Arc::new(AtomicU64::new(0)),
-        }
+        Offload { accel, host_only: false, counts: Arc::default(), bytes_down: Arc::new(AtomicU64::new(0)) }
     }
 
     /// Launches so far: (run on the accelerator, run on the CPU).
     pub fn counts(&self) -> (u64, u64) {
-        (self.on_accel.load(Ordering::Relaxed), self.on_host.load(Ordering::Relaxed))
+        (self.counts.on_accel.load(Ordering::Relaxed), self.counts.on_host.load(Ordering::Relaxed))
     }
 
     /// Bytes moved so far: (to the accelerator, back to the host).
     pub fn bytes_moved(&self) -> (u64, u64) {
-        (self.bytes_up.load(Ordering::Relaxed), self.bytes_down.load(Ordering::Relaxed))
+        (self.counts.bytes_up.load(Ordering::Relaxed), self.bytes_down.load(Ordering::Relaxed))
     }
 
-    /// Whether the accelerator runs `kernel` on these inputs.
+    /// Whether the accelerator runs `kernel` on these inputs (never on the CPU side).
     fn offloaded(&self, kernel: KernelId, inputs: &[&DeviceTensor], params: &KernelParams) -> bool {
-        self.accel.runs(kernel, inputs, params)
+        !self.host_only && self.accel.runs(kernel, inputs, params)
     }
 
     /// An operand (a view) on the accelerator: read where it is when it lives there; else
@@ -63,16 +65,16 @@ impl Offload {
         if let Some(t) = base.filter(|t| d.len() >= t.len()) {
             let whole = self.accel.upload(t)?;
             if let Some(v) = whole.restrided(d) {
-                self.bytes_up.fetch_add(t.nbytes() as u64, Ordering::Relaxed);
+                self.counts.bytes_up.fetch_add(t.nbytes() as u64, Ordering::Relaxed);
                 return Ok(v);
             }
         }
-        self.bytes_up.fetch_add(d.nbytes() as u64, Ordering::Relaxed);
+        self.counts.bytes_up.fetch_add(d.nbytes() as u64, Ordering::Relaxed);
         CpuDevice.download(d).and_then(|t| self.accel.upload(&t))
     }
 
     fn count(&self, on_accel: bool) {
-        let n = if on_accel { &self.on_accel } else { &self.on_host };
+        let n = if on_accel { &self.counts.on_accel } else { &self.counts.on_host };
         n.fetch_add(1, Ordering::Relaxed);
     }
 }
@@ -90,12 +92,21 @@ impl Device for Offload {
         self.offloaded(kernel, inputs, params)
     }
 
+    fn host_side(self: Arc<Self>) -> Arc<dyn Device> {
+        Arc::new(Offload {
+            accel: self.accel.clone(),
+            host_only: true,
+            counts: self.counts.clone(),
+            bytes_down: self.bytes_down.clone(),
+        })
+    }
+
     fn place(&self, t: &crate::Tensor) -> Result<crate::Tensor, KernelError> {
-        if t.resident_on(&self.accel).is_some() {
+        if self.host_only || t.resident_on(&self.accel).is_some() {
             return Ok(t.clone());
         }
         let on = self.accel.upload(t)?;
-        self.bytes_up.fetch_add(t.nbytes() as u64, Ordering::Relaxed);
+        self.counts.bytes_up.fetch_add(t.nbytes() as u64, Ordering::Relaxed);
         t.mirrored(self.accel.clone(), on, Some(self.bytes_down.clone()))
     }
 

@@ -455,7 +455,8 @@ impl Interp<'_> {
         if !host {
             return run(self);
         }
-        let cpu: std::sync::Arc<dyn kernels::Device> = std::sync::Arc::new(kernels::CpuDevice);
+        // The CPU device, or the CPU side of one that counts its launches (`Offload`).
+        let cpu = self.device.clone().host_side();
         let device = std::mem::replace(&mut self.device, cpu.clone());
         if let Some(a) = self.accel.as_mut() {
             a.set_device(cpu);
