@@ -312,7 +312,7 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
                     return Err(err(g.span, "cannot differentiate the scalar of model arithmetic"));
                 }
                 let x = g.unbroadcast(bar, &tys[1])?;
-                let x = if p == Prim::Sub { negate(g, x) } else { x };
+                let x = if p == Prim::Sub { g.negate(x) } else { x };
                 v.push((1, x));
             }
         }
@@ -340,7 +340,7 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
                 }
                 let m = g.bin(Prim::Mul, bar, out, ot.clone());
                 let m = g.bin(Prim::Div, m, b, ot.clone());
-                let m = negate(g, m);
+                let m = g.negate(m);
                 v.push((1, g.unbroadcast(m, &tys[1])?));
             }
         }
@@ -372,7 +372,7 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
                 let d = g.bin(Prim::Sub, a, out, ot.clone());
                 let q = g.bin(Prim::Div, d, b, ot.clone());
                 let m = g.bin(Prim::Mul, bar, q, ot.clone());
-                let m = negate(g, m);
+                let m = g.negate(m);
                 v.push((1, g.unbroadcast(m, &tys[1])?));
             }
         }
@@ -571,7 +571,7 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
             let at = Attrs { perm: attrs.perm.clone(), ..Attrs::default() };
             v.push((0, g.p(Prim::AvgPool2d, &[bar], at, tys[0].clone())));
         }
-        // No derivative: comparisons, logic, rounding, indices, creation, counts, `map` (expanded
+        // No derivative: comparisons, logic, indices, creation, counts, `map` (expanded
         // before differentiation) and effects. Listed, not caught by a wildcard, so that a new
         // primitive cannot compile without a decision here.
         crate::comparison_prims!()
@@ -624,10 +624,6 @@ pub(super) fn gelu_second(g: &mut Gen, x: Local, et: ElemTy) -> Res<Local> {
     let du = g.build(c * (1.0 + (3.0 * k) * (l(x) * x)), et)?;
     let inner = 4.0 * l(du) + 4.0 * l(x) * (1.0 - 2.0 * l(s)) * (l(du) * du) + (12.0 * c * k) * (l(x) * x);
     g.build(l(s) * (1.0 - l(s)) * inner, et)
-}
-
-fn negate(g: &mut Gen, x: Local) -> Local {
-    g.negate(x)
 }
 
 fn no_derivative(g: &Gen, p: Prim) -> crate::diag::Diagnostic {

@@ -5,6 +5,7 @@ use super::call::lit_i32;
 use super::expr::{mk, FnCx};
 use super::Checker;
 use crate::diag::{Code, Diagnostic};
+use crate::ir::prim::Reduces;
 use crate::ir::{self, Attrs, ExprKind, Prim};
 use crate::source::Span;
 use crate::syntax::ast;
@@ -513,8 +514,9 @@ impl Checker {
         }
         let Some((e, s)) = self.tensor_of(&v, a.pos[0].1, name) else { return self.error_expr(span) };
         let s = s.clone();
-        let float_only = matches!(p, Prim::Mean | Prim::Logsumexp);
-        if (float_only && !e.is_float()) || (e == Elem::T(ElemTy::Bool) && p != Prim::Sum) {
+        let takes = p.reduces();
+        let float_only = takes == Some(Reduces::Float);
+        if (float_only && !e.is_float()) || (e == Elem::T(ElemTy::Bool) && takes != Some(Reduces::Counts)) {
             let ts = self.ty_str(&v.ty);
             self.error(
                 Diagnostic::error(Code::E0318, a.pos[0].1, format!("`{name}` needs a float tensor, found {ts}"))

@@ -25,7 +25,7 @@ macro_rules! prims {
         $d:tt
         unary { $($(#[$um:meta])* $uv:ident : $un:literal $uk:ident $(($us:literal, $ud:literal))? $(op($uy:literal, $up:literal))? => $uop:ident $udom:ident $urule:tt,)* }
         binary { $($(#[$bm:meta])* $bv:ident : $bn:literal $bk:ident $(($bs:literal, $bd:literal))? $(op($by:literal, $bp:literal))? => $bop:ident $bres:ident,)* }
-        reduce { $($(#[$rm:meta])* $rv:ident : $rn:literal $rk:ident $(($rs:literal, $rd:literal))? => $rop:ident,)* }
+        reduce { $($(#[$rm:meta])* $rv:ident : $rn:literal $rk:ident $(($rs:literal, $rd:literal))? => $rop:ident $rel:ident,)* }
         other { $($(#[$om:meta])* $ov:ident : $on:literal $ok:ident $(($os:literal, $od:literal))? $(op($oy:literal, $opr:literal))?,)* }
         collective { $($(#[$cm:meta])* $cv:ident : $cn:literal $ck:ident,)* }
     ) => {
@@ -74,6 +74,14 @@ macro_rules! prims {
                 match self {
                     $(Prim::$bv => Some((BinaryOp::$bop, prims!(@joins $bres))),)*
                     $(Prim::$uv)|* | $(Prim::$rv)|* | $(Prim::$ov)|* | $(Prim::$cv)|* => None,
+                }
+            }
+
+            /// What a reduction takes and gives (`Reduces`); `None` for other primitives.
+            pub fn reduces(self) -> Option<Reduces> {
+                match self {
+                    $(Prim::$rv => Some(prims!(@reduces $rel)),)*
+                    $(Prim::$uv)|* | $(Prim::$bv)|* | $(Prim::$ov)|* | $(Prim::$cv)|* => None,
                 }
             }
 
@@ -172,6 +180,10 @@ macro_rules! prims {
     (@joins bool) => { Joins::Bool };
     (@written nodiff) => { false };
     (@written $rule:tt) => { true };
+    (@reduces counts) => { Reduces::Counts };
+    (@reduces float) => { Reduces::Float };
+    (@reduces same) => { Reduces::Same };
+    (@reduces index) => { Reduces::Index };
     (@reduce none) => { None };
     (@reduce $k:ident) => { Some(ReduceOp::$k) };
     (@opt $x:literal) => { Some($x) };
@@ -232,16 +244,18 @@ prims! {
         /// one pass, so the backward pass stores nothing between (PyTorch's `GeluBackward`).
         GeluGrad: "gelu_grad" callable("gelu_grad(x: f[..S], g: f[..S]) -> f[..S]", "The gradient of `gelu` (the tanh approximation): `g * gelu'(x)`, in one pass; what reverse mode emits for `gelu`.") => GeluGrad joined,
     }
-    // Reductions (attrs.axis, attrs.keepdims): `=> kernel operation`, or `none` for those
-    // computed by their own kernels (an index, or max-shifted sums).
+    // Reductions (attrs.axis, attrs.keepdims): `=> kernel operation, elements`. The kernel
+    // operation is `none` for those computed by their own kernels (an index, or max-shifted
+    // sums); the elements are `counts` (numbers or bools, a sum of bools is i32), `float`,
+    // `same` (numbers, kept) or `index` (numbers, giving i32 positions).
     reduce {
-        Sum: "sum" callable("sum(x, axis: k, keepdims: false)", "Sum of all elements, or along `axis` (several: `axis: (0, 2)`); of a model, every element of its float tensors.") => Sum,
-        Mean: "mean" callable("mean(x, axis: k, keepdims: false)", "Mean of all elements, or along `axis`.") => Mean,
-        Max: "max" callable("max(x, axis: k, keepdims: false)", "Largest element, or along `axis`.") => Max,
-        Min: "min" callable("min(x, axis: k, keepdims: false)", "Smallest element, or along `axis`.") => Min,
-        Argmax: "argmax" callable("argmax(x, axis: k) -> i32", "Index of the largest element, or along `axis`.") => none,
-        Argmin: "argmin" callable("argmin(x, axis: k) -> i32", "Index of the smallest element, or along `axis`.") => none,
-        Logsumexp: "logsumexp" callable("logsumexp(x, axis: k, keepdims: false)", "`log(sum(exp(x)))` computed without overflow.") => none,
+        Sum: "sum" callable("sum(x, axis: k, keepdims: false)", "Sum of all elements, or along `axis` (several: `axis: (0, 2)`); of a model, every element of its float tensors.") => Sum counts,
+        Mean: "mean" callable("mean(x, axis: k, keepdims: false)", "Mean of all elements, or along `axis`.") => Mean float,
+        Max: "max" callable("max(x, axis: k, keepdims: false)", "Largest element, or along `axis`.") => Max same,
+        Min: "min" callable("min(x, axis: k, keepdims: false)", "Smallest element, or along `axis`.") => Min same,
+        Argmax: "argmax" callable("argmax(x, axis: k) -> i32", "Index of the largest element, or along `axis`.") => none index,
+        Argmin: "argmin" callable("argmin(x, axis: k) -> i32", "Index of the smallest element, or along `axis`.") => none index,
+        Logsumexp: "logsumexp" callable("logsumexp(x, axis: k, keepdims: false)", "`log(sum(exp(x)))` computed without overflow.") => none float,
     }
     other {
         MatMul: "matmul" internal op("@", 6),
@@ -488,6 +502,19 @@ pub enum Joins {
     Elem,
     /// Bool (comparisons, `&&`, `||`).
     Bool,
+}
+
+/// What a reduction takes and gives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reduces {
+    /// Numbers or bools; the sum of bools counts them (i32).
+    Counts,
+    /// Floats, kept.
+    Float,
+    /// Numbers, kept.
+    Same,
+    /// Numbers; the result is the i32 position.
+    Index,
 }
 
 /// Builtins the checker handles itself, not as one primitive: the transforms, `init`, `batches`,

@@ -2,7 +2,7 @@
 //! attributes. One exhaustive match, so a new primitive does not compile without its rule.
 
 use super::{dims, elems_agree, tensor, Rule};
-use crate::ir::prim::{Domain, Joins};
+use crate::ir::prim::{Domain, Joins, Reduces};
 use crate::ir::{Attrs, Expr, ExprKind, Lit, Prim, SliceEntry};
 use crate::types::unify::{broadcast, join_elem, matmul_shape, window_out_size};
 use crate::types::{Dim, Elem, ElemTy, ShapeItem, Type};
@@ -447,14 +447,13 @@ fn rule_of(prim: Prim, args: &[Expr], attrs: &Attrs, declared: &Type) -> Result<
     }
 }
 
-/// The element type of reduction `prim` of `e` elements: the arg-reductions give indices, a
-/// sum of booleans counts them.
+/// The element type of reduction `prim` of `e` elements, as its table entry says: the
+/// arg-reductions give indices, a sum of booleans counts them.
 pub(crate) fn reduction_elem(prim: Prim, e: Elem) -> Elem {
-    match prim {
-        Prim::Argmax | Prim::Argmin => Elem::T(ElemTy::I32),
-        Prim::Sum if e == Elem::T(ElemTy::Bool) => Elem::T(ElemTy::I32),
-        Prim::Sum | Prim::Mean | Prim::Max | Prim::Min | Prim::Logsumexp => e,
-        crate::not_reduce_prims!() => e,
+    match prim.reduces() {
+        Some(Reduces::Index) => Elem::T(ElemTy::I32),
+        Some(Reduces::Counts) if e == Elem::T(ElemTy::Bool) => Elem::T(ElemTy::I32),
+        Some(Reduces::Counts | Reduces::Float | Reduces::Same) | None => e,
     }
 }
 
