@@ -207,6 +207,7 @@ enum Cmd {
     },
     /// Type-check files (names, types and every tensor shape) without running them.
     Check {
+        /// Files, or folders: every `.msl` file under them.
         #[arg(required = true)]
         files: Vec<PathBuf>,
         /// How diagnostics are printed.
@@ -398,7 +399,23 @@ fn report(c: &Checked, format: MessageFormat) -> bool {
 
 fn check_cmd(files: &[PathBuf], format: MessageFormat, emit: Option<Emit>) -> u8 {
     let mut status = 0;
+    // A folder stands for the `.msl` files under it (as `msl test` finds them).
+    let mut expanded = Vec::new();
     for f in files {
+        if f.is_dir() {
+            let found: Vec<PathBuf> = crate::run::collect(std::slice::from_ref(f))
+                .into_iter()
+                .filter(|p| p.extension().is_some_and(|x| x == "msl"))
+                .collect();
+            if found.is_empty() {
+                eprintln!("warning: no `.msl` files under `{}`", f.display());
+            }
+            expanded.extend(found);
+        } else {
+            expanded.push(f.clone());
+        }
+    }
+    for f in &expanded {
         let c = match load(f) {
             Ok(c) => c,
             Err(code) => {
@@ -440,7 +457,7 @@ fn check_cmd(files: &[PathBuf], format: MessageFormat, emit: Option<Emit>) -> u8
         }
     }
     if status == 0 && format == MessageFormat::Human {
-        let n = files.len();
+        let n = expanded.len();
         eprintln!("ok: {n} file{} checked", if n == 1 { "" } else { "s" });
     }
     status

@@ -149,7 +149,7 @@ pub(crate) fn run_failed(e: &lang::interp::RuntimeError, c: &lang::check::Checke
 
 /// The `.msl` and `.md` files under `paths` (every one named, and those found in folders other
 /// than hidden ones, `target/` and `fixtures/`), sorted.
-fn collect(paths: &[PathBuf]) -> Vec<PathBuf> {
+pub(crate) fn collect(paths: &[PathBuf]) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let roots: Vec<PathBuf> = if paths.is_empty() { vec![PathBuf::from(".")] } else { paths.to_vec() };
     for p in roots {

@@ -409,3 +409,25 @@ fn an_explicit_optimisation_level_selects_the_jit() {
         assert!(text(&o.stderr).contains("`-O3` is not an optimisation level"), "{args:?}: {}", text(&o.stderr));
     }
 }
+
+#[test]
+fn msl_check_of_a_folder_checks_every_msl_file_under_it() {
+    let good = "fn f(x: f32[3]) -> f32 { sum(x) }\n";
+    let bad = "fn g() -> f32[2] { ones(3) }\n";
+    let dir = scratch("check_folder", &[("a.msl", good), ("notes.md", "not checked\n")]);
+    for (sub, text) in [("sub", good), (".hidden", bad)] {
+        std::fs::create_dir_all(dir.join(sub)).unwrap();
+        std::fs::write(dir.join(sub).join("b.msl"), text).unwrap();
+    }
+    let o = msl(&dir, &["check", "."]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("ok: 2 files checked"), "{}", text(&o.stderr));
+    std::fs::write(dir.join("sub/deeper.msl"), bad).unwrap();
+    let o = msl(&dir, &["check", "."]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o.stderr).contains("deeper.msl"), "the diagnostic names the file: {}", text(&o.stderr));
+    std::fs::create_dir_all(dir.join("empty")).unwrap();
+    let o = msl(&dir, &["check", "empty"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(text(&o.stderr).contains("warning: no `.msl` files under `empty`"), "{}", text(&o.stderr));
+}
