@@ -26,7 +26,9 @@ macro_rules! prims {
         unary { $($(#[$um:meta])* $uv:ident : $un:literal $uk:ident $(($us:literal, $ud:literal))? $(op($uy:literal, $up:literal))? => $uop:ident $udom:ident $urule:tt,)* }
         binary { $($(#[$bm:meta])* $bv:ident : $bn:literal $bk:ident $(($bs:literal, $bd:literal))? $(op($by:literal, $bp:literal))? => $bop:ident $bres:ident,)* }
         reduce { $($(#[$rm:meta])* $rv:ident : $rn:literal $rk:ident $(($rs:literal, $rd:literal))? => $rop:ident $rel:ident,)* }
-        other { $($(#[$om:meta])* $ov:ident : $on:literal $ok:ident $(($os:literal, $od:literal))? $(op($oy:literal, $opr:literal))?,)* }
+        // The rest; flags: `[nodiff]` (no derivative: differentiating through it is E0403),
+    // `[effect]` (never removed or reordered), `[random]` (draws anew at each application).
+    other { $($(#[$om:meta])* $ov:ident : $on:literal $ok:ident $(($os:literal, $od:literal))? $(op($oy:literal, $opr:literal))? $([$($of:ident),*])?,)* }
         collective { $($(#[$cm:meta])* $cv:ident : $cn:literal $ck:ident,)* }
     ) => {
         prims!(@common
@@ -74,6 +76,34 @@ macro_rules! prims {
                 match self {
                     $(Prim::$bv => Some((BinaryOp::$bop, prims!(@joins $bres))),)*
                     $(Prim::$uv)|* | $(Prim::$rv)|* | $(Prim::$ov)|* | $(Prim::$cv)|* => None,
+                }
+            }
+
+            /// Whether the result has a derivative, as the entry says: a unary rule written, a
+            /// result that is not bool, a reduction that is not an index, no `[nodiff]` flag.
+            pub fn differentiable(self) -> bool {
+                match self {
+                    $(Prim::$uv)|* => self.unary_rule_written(),
+                    $(Prim::$bv)|* => !matches!(self.binary_kernel(), Some((_, Joins::Bool))),
+                    $(Prim::$rv)|* => self.reduces() != Some(Reduces::Index),
+                    $(Prim::$ov => !prims!(@nodiff [$($($of),*)?]),)*
+                    $(Prim::$cv)|* => true,
+                }
+            }
+
+            /// Primitives with effects (`[effect]`); never removed or reordered by later passes.
+            pub fn has_effect(self) -> bool {
+                match self {
+                    $(Prim::$ov => prims!(@effect [$($($of),*)?]),)*
+                    $(Prim::$uv)|* | $(Prim::$bv)|* | $(Prim::$rv)|* | $(Prim::$cv)|* => false,
+                }
+            }
+
+            /// Primitives that draw fresh random numbers at each application (`[random]`).
+            pub fn draws(self) -> bool {
+                match self {
+                    $(Prim::$ov => prims!(@random [$($($of),*)?]),)*
+                    $(Prim::$uv)|* | $(Prim::$bv)|* | $(Prim::$rv)|* | $(Prim::$cv)|* => false,
                 }
             }
 
@@ -180,6 +210,17 @@ macro_rules! prims {
     (@joins bool) => { Joins::Bool };
     (@written nodiff) => { false };
     (@written $rule:tt) => { true };
+    // Whether a flag list names a flag (one set of arms per flag: `macro_rules!` cannot compare
+    // two identifiers it was given).
+    (@nodiff [nodiff $(, $r:ident)*]) => { true };
+    (@nodiff [$x:ident $(, $r:ident)*]) => { prims!(@nodiff [$($r),*]) };
+    (@nodiff []) => { false };
+    (@effect [effect $(, $r:ident)*]) => { true };
+    (@effect [$x:ident $(, $r:ident)*]) => { prims!(@effect [$($r),*]) };
+    (@effect []) => { false };
+    (@random [random $(, $r:ident)*]) => { true };
+    (@random [$x:ident $(, $r:ident)*]) => { prims!(@random [$($r),*]) };
+    (@random []) => { false };
     (@reduces counts) => { Reduces::Counts };
     (@reduces float) => { Reduces::Float };
     (@reduces same) => { Reduces::Same };
@@ -277,7 +318,7 @@ prims! {
         Squeeze: "squeeze" callable("squeeze(x, axis: k)", "Removes a dimension of size 1."),
         BroadcastTo: "broadcast_to" callable("broadcast_to(x, [d…])", "Broadcasts `x` to the given shape."),
         Gather: "gather" callable("gather(x, idx, axis: k)", "Picks entries of `x` along `axis` by integer indices."),
-        OneHot: "one_hot" callable("one_hot(y: i32[..S], n) -> f32[..S, n]", "One-hot encoding of integer labels."),
+        OneHot: "one_hot" callable("one_hot(y: i32[..S], n) -> f32[..S, n]", "One-hot encoding of integer labels.") [nodiff],
         Einsum: "einsum" callable("einsum(\"spec\", a, b, …)", "Einstein summation, e.g. `einsum(\"bij,bjk->bik\", a, b)`."),
         // Convolution and pooling over NCHW tensors (`spec/cnn.md`); `attrs.perm` holds the two
         // integers of each: `[stride, padding]` for the convolutions, `[kernel, stride]` for pooling.
@@ -316,7 +357,7 @@ prims! {
         /// `argsort(x, axis: k, descending: d)`: the `i32` positions that order `x` along axis `k`
         /// (stable; NaN is largest). With `attrs.shape = [n]` only the first `n` positions are kept
         /// (`top_k`'s indices).
-        Argsort: "argsort" callable("argsort(x, axis: -1, descending: false) -> i32", "The positions that order `x` along an axis (stable; NaN is largest)."),
+        Argsort: "argsort" callable("argsort(x, axis: -1, descending: false) -> i32", "The positions that order `x` along an axis (stable; NaN is largest).") [nodiff],
         /// `take_along_axis(x, idx, axis: k)`: `x`'s entries along axis `k` at the positions `idx`
         /// holds, one for one (`idx` has `x`'s rank and its other dims).
         TakeAlong: "take_along_axis" callable("take_along_axis(x, idx, axis: k)", "Picks `x`'s entries along `axis` at the positions `idx` holds, one for one (NumPy's `take_along_axis`)."),
@@ -334,20 +375,20 @@ prims! {
         // Compression (`spec/inference.md`): results of the operand's own type.
         /// `quantize(m, i8)`: every `f32` matrix of `m` (or `m` itself) held as int8 values with
         /// one `f32` scale per output channel; `x @ w` with such a `w` runs the int8 kernel.
-        Quantize: "quantize" callable("quantize(m, i8)", "`m` (a model or a matrix) with every `f32` matrix held as int8 with one scale per output channel; `x @ w` with such a `w` is an int8 product. Same type as `m`."),
+        Quantize: "quantize" callable("quantize(m, i8)", "`m` (a model or a matrix) with every `f32` matrix held as int8 with one scale per output channel; `x @ w` with such a `w` is an int8 product. Same type as `m`.") [nodiff],
         /// `prune(m, sparsity: s)`: each matrix of `m` with the fraction `s` of its weights of
         /// smallest magnitude set to zero; arguments `[m, s]`.
-        Prune: "prune" callable("prune(m, sparsity: s)", "`m` with the fraction `s` of each matrix's weights, the smallest in magnitude, set to zero. Same type as `m`."),
+        Prune: "prune" callable("prune(m, sparsity: s)", "`m` with the fraction `s` of each matrix's weights, the smallest in magnitude, set to zero. Same type as `m`.") [nodiff],
         // Creation (attrs.shape, attrs.dtype; random ones take an optional seed argument).
         Zeros: "zeros" callable("zeros(d…) -> f32[d…]", "A tensor of the given dimensions filled with 0."),
         Ones: "ones" callable("ones(d…) -> f32[d…]", "A tensor of the given dimensions filled with 1."),
         Full: "full" callable("full(v, d…) -> T[d…]", "A tensor of the given dimensions filled with the scalar `v`."),
-        Arange: "arange" callable("arange(n) -> i32[n]", "The integers `0, 1, …, n-1`."),
+        Arange: "arange" callable("arange(n) -> i32[n]", "The integers `0, 1, …, n-1`.") [nodiff],
         Eye: "eye" callable("eye(n) -> f32[n, n]", "The `n × n` identity matrix."),
-        Normal: "normal" callable("normal(d…, seed: s) -> f32[d…]", "Standard normal random numbers (counter-based, reproducible)."),
-        Uniform: "uniform" callable("uniform(d…, seed: s) -> f32[d…]", "Uniform random numbers on [0, 1)."),
-        HeNormal: "he_normal" callable("he_normal(i, o) -> f32[i, o]", "He initialisation: a normal with standard deviation `sqrt(2 / i)`."),
-        GlorotUniform: "glorot_uniform" callable("glorot_uniform(i, o) -> f32[i, o]", "Glorot initialisation: uniform on `±sqrt(6 / (i + o))`."),
+        Normal: "normal" callable("normal(d…, seed: s) -> f32[d…]", "Standard normal random numbers (counter-based, reproducible).") [random],
+        Uniform: "uniform" callable("uniform(d…, seed: s) -> f32[d…]", "Uniform random numbers on [0, 1).") [random],
+        HeNormal: "he_normal" callable("he_normal(i, o) -> f32[i, o]", "He initialisation: a normal with standard deviation `sqrt(2 / i)`.") [random],
+        GlorotUniform: "glorot_uniform" callable("glorot_uniform(i, o) -> f32[i, o]", "Glorot initialisation: uniform on `±sqrt(6 / (i + o))`.") [random],
         // Models.
         Params: "params" callable("params(m) -> i32", "The number of parameters of a model."),
         Map: "map" callable("map(f, m, …)", "Applies a rank-polymorphic function to every tensor of one or more models."),
@@ -357,7 +398,7 @@ prims! {
         /// `shard_state(s)` over `mesh_axes: [a]`: an optimizer state made by an `@optimizer_init`
         /// call with `shard: a`. At run time under a launcher each rank keeps its piece of every
         /// tensor of `s` that is whole over `a` (`interp::zero`); elsewhere it is `s`.
-        ShardState: "shard_state" internal,
+        ShardState: "shard_state" internal [nodiff],
         // Multi-copy parallelism (`@copies(n)`, `check::copies`): a batch split into copies.
         /// Copy `attrs.perm[0]` of `attrs.perm[1]` along dim `attrs.axis`: each rank's block of that
         /// dim cut into equal parts, part `c` taken (on one process, the `c`-th run of rows).
@@ -374,20 +415,20 @@ prims! {
         TapePush: "tape_push" internal,
         TapeGet: "tape_get" internal,
         // I/O and testing.
-        Print: "print" callable("print(a, b, …, precision: k)", "Writes its arguments separated by one space and ends the line; `precision: k` prints floats with k decimals."),
-        Load: "load" callable("load(path)", "Loads `.npy`, `.npz` (`\"file.npz:name\"`), `.safetensors`, `.csv`, `.txt` (bytes as `i32[N]`), or a checkpoint folder (`\"ckpt/\"`)."),
-        Save: "save" callable("save(path, value)", "Saves a tensor, a model or a tuple: one file, or a checkpoint folder when the path ends in `/`."),
+        Print: "print" callable("print(a, b, …, precision: k)", "Writes its arguments separated by one space and ends the line; `precision: k` prints floats with k decimals.") [effect],
+        Load: "load" callable("load(path)", "Loads `.npy`, `.npz` (`\"file.npz:name\"`), `.safetensors`, `.csv`, `.txt` (bytes as `i32[N]`), or a checkpoint folder (`\"ckpt/\"`).") [effect],
+        Save: "save" callable("save(path, value)", "Saves a tensor, a model or a tuple: one file, or a checkpoint folder when the path ends in `/`.") [effect],
         /// `log_scalar(name, step, value)`: records a scalar for TensorBoard through the
         /// interpreter's `ScalarLog` (`msl run` writes event files; elsewhere it is discarded).
-        LogScalar: "log_scalar" callable("log_scalar(\"name\", step: i32, value: f32)", "Records a scalar at a step for TensorBoard (`msl run` writes `runs/<program>/`; `msl plot` draws it)."),
+        LogScalar: "log_scalar" callable("log_scalar(\"name\", step: i32, value: f32)", "Records a scalar at a step for TensorBoard (`msl run` writes `runs/<program>/`; `msl plot` draws it).") [effect],
         /// `exists(path)`: whether a file or folder is there (a complete checkpoint for a path
         /// ending in `/`).
-        Exists: "exists" callable("exists(path) -> bool", "Whether a file or folder is there; for a path ending in `/`, whether a complete checkpoint is."),
+        Exists: "exists" callable("exists(path) -> bool", "Whether a file or folder is there; for a path ending in `/`, whether a complete checkpoint is.") [effect],
         /// `clock()`: seconds (`f64`) on a monotonic clock since the process started, for timing
         /// (`let t0 = clock()` … `clock() - t0`), like Python's `time.perf_counter`.
-        Clock: "clock" callable("clock() -> f64", "Seconds on a monotonic clock since the process started, for timing (`clock() - t0`)."),
-        Assert: "assert" callable("assert(c: bool, \"message\")", "Fails the run when `c` is false."),
-        AssertClose: "assert_close" callable("assert_close(a, b, rtol: 1e-5, atol: 1e-6)", "Fails the run when `a` and `b` differ beyond the tolerances."),
+        Clock: "clock" callable("clock() -> f64", "Seconds on a monotonic clock since the process started, for timing (`clock() - t0`).") [effect],
+        Assert: "assert" callable("assert(c: bool, \"message\")", "Fails the run when `c` is false.") [effect],
+        AssertClose: "assert_close" callable("assert_close(a, b, rtol: 1e-5, atol: 1e-6)", "Fails the run when `a` and `b` differ beyond the tolerances.") [effect],
     }
     // Collectives: inserted by the sharding pass (`crate::shard`), never written by hand.
     // `attrs.mesh_axes` names the mesh axes whose ranks take part; `attrs.axis` the tensor dim.
@@ -560,54 +601,11 @@ impl Prim {
         matches!(self.class(), Class::Unary | Class::Binary) || matches!(self, Prim::Where | Prim::Cast)
     }
 
-    /// Primitives whose result has no derivative; differentiating through them is `E0403`.
-    pub fn differentiable(self) -> bool {
-        use Prim::*;
-        match self {
-            // A unary elementwise primitive has a derivative when its entry writes a rule.
-            crate::unary_prims!() => self.unary_rule_written(),
-            crate::not_unary_prims!() => !matches!(
-                self,
-                Argmax
-                    | Argmin
-                    | Argsort
-                    | Quantize
-                    | Prune
-                    | Eq
-                    | Ne
-                    | Lt
-                    | Le
-                    | Gt
-                    | Ge
-                    | And
-                    | Or
-                    | OneHot
-                    | Arange
-                    | ShardState
-            ),
-        }
-    }
-
-    /// Primitives with effects; never removed or reordered by later passes.
-    pub fn has_effect(self) -> bool {
-        matches!(
-            self,
-            Prim::Print
-                | Prim::Load
-                | Prim::Save
-                | Prim::LogScalar
-                | Prim::Exists
-                | Prim::Clock
-                | Prim::Assert
-                | Prim::AssertClose
-        )
-    }
-
     /// Whether an application is a function of its operands alone: no effect, and no fresh
     /// random draw (each `normal(…)` draws anew). Such an application may be shared with an
     /// equal one, moved, or dropped when unused.
     pub fn is_pure(self) -> bool {
-        !self.has_effect() && !matches!(self, Prim::Normal | Prim::Uniform | Prim::HeNormal | Prim::GlorotUniform)
+        !self.has_effect() && !self.draws()
     }
 
     /// Every builtin name callable as a function (for "did you mean" suggestions and completion):
