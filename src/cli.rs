@@ -408,7 +408,9 @@ fn check_cmd(files: &[PathBuf], format: MessageFormat, emit: Option<Emit>) -> u8
                 .filter(|p| p.extension().is_some_and(|x| x == "msl"))
                 .collect();
             if found.is_empty() {
-                eprintln!("warning: no `.msl` files under `{}`", f.display());
+                // Nothing to check is a mistake, as a missing file is (exit 2).
+                eprintln!("error: no `.msl` files under `{}`", f.display());
+                status = 2;
             }
             expanded.extend(found);
         } else {

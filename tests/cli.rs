@@ -428,6 +428,6 @@ fn msl_check_of_a_folder_checks_every_msl_file_under_it() {
     assert!(text(&o.stderr).contains("deeper.msl"), "the diagnostic names the file: {}", text(&o.stderr));
     std::fs::create_dir_all(dir.join("empty")).unwrap();
     let o = msl(&dir, &["check", "empty"]);
-    assert_eq!(o.status.code(), Some(0));
-    assert!(text(&o.stderr).contains("warning: no `.msl` files under `empty`"), "{}", text(&o.stderr));
+    assert_eq!(o.status.code(), Some(2), "nothing to check, as for a missing file");
+    assert!(text(&o.stderr).contains("error: no `.msl` files under `empty`"), "{}", text(&o.stderr));
 }

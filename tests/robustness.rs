@@ -395,9 +395,10 @@ fn missing_file_is_exit_2() {
     assert!(o.stderr.contains("does-not-exist.msl"), "the message names the file: {}", o.stderr);
     let o = run_check(&dir.join("does-not-exist.msl"), "json");
     assert_robust("missing file (json)", &o, &[2]);
-    // A directory is not a file either.
+    // A folder stands for the `.msl` files under it: one without any has nothing to check.
     let o = run_check(&dir, "human");
     assert_robust("directory", &o, &[2]);
+    assert!(o.stderr.contains("no `.msl` files under"), "{}", o.stderr);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
