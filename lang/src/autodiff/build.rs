@@ -17,8 +17,8 @@ pub(super) enum R {
 }
 
 /// A local as a rule operand.
-pub(super) fn l(x: Local) -> R {
-    R::L(x)
+pub(super) fn l(x: Local) -> V {
+    V(x)
 }
 
 /// A unary primitive applied to `x` (`un(Prim::Exp, x)`).
@@ -32,8 +32,8 @@ impl From<Local> for R {
     }
 }
 
-/// A local as an operand of a rule written in the primitive table (`g`, `x`, `y` of a unary
-/// primitive's rule): copyable, so a rule may name it more than once (`y * y`).
+/// A local as a rule operand (`l(x)`; `g`, `x`, `y` of a unary primitive's rule in the table):
+/// copyable, so a rule may name it more than once (`y * y`).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct V(pub Local);
 
@@ -212,7 +212,7 @@ macro_rules! unary_rules_of_table {
     };
     (@rule (|$gp:ident, $xp:ident, $yp:ident| $e:expr), $g:ident, $x:ident, $y:ident) => {{
         #[allow(unused_variables)]
-        let ($gp, $xp, $yp) = (V($g), V($x), V($y));
+        let ($gp, $xp, $yp) = (l($g), l($x), l($y));
         Some(R::from($e))
     }};
 }

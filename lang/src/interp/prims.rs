@@ -4,7 +4,7 @@
 use super::value::{self, scalar_i64, ModelValue, Value};
 use super::{kerr, rt, Frame, Interp, R};
 use crate::diag::Code;
-use crate::ir::eval::{binary_op, dtype_of, reduce_op, unary_op, unary_operand, unify_dtypes};
+use crate::ir::eval::{binary_op, dtype_of, unary_op, unary_operand, unify_dtypes};
 use crate::ir::{self, Attrs, Expr, ExprKind, Prim};
 use crate::source::Span;
 use crate::types::TensorTy;
@@ -180,7 +180,7 @@ impl Interp<'_> {
         if let Some(op) = binary_op(p) {
             return self.binary(op, &args[0], &args[1], span);
         }
-        if let Some(op) = reduce_op(p) {
+        if let Some(op) = p.reduce_kernel() {
             let x = x0()?;
             let x = if x.dtype() == DType::Bool { x.cast(DType::I32) } else { x.clone() };
             return kt(self.kernel1(KernelId::Reduce(op), &x, along(attrs.axis), span));

@@ -5,7 +5,7 @@
 use super::prim::Domain;
 use super::{Lit, Prim};
 use crate::types::{ElemTy, TensorTy, Type};
-use kernels::ops::{self, BinaryOp, ReduceOp, UnaryOp};
+use kernels::ops::{self, BinaryOp, UnaryOp};
 use kernels::{DType, KernelError, Tensor};
 
 /// The storage type of an element type (`bf16`/`f16` are stored in 2 bytes and computed in
@@ -66,11 +66,6 @@ pub fn unary_op(p: Prim) -> Option<UnaryOp> {
 /// The kernel of a binary elementwise primitive (its table entry's).
 pub fn binary_op(p: Prim) -> Option<BinaryOp> {
     p.binary_kernel().map(|(op, _)| op)
-}
-
-/// The kernel of a reduction primitive (its table entry's).
-pub fn reduce_op(p: Prim) -> Option<ReduceOp> {
-    p.reduce_kernel()
 }
 
 /// Two tensors whose element types differ only because one came from a weak literal: the

@@ -26,9 +26,7 @@ macro_rules! prims {
         unary { $($(#[$um:meta])* $uv:ident : $un:literal $uk:ident $(($us:literal, $ud:literal))? $(op($uy:literal, $up:literal))? => $uop:ident $udom:ident $urule:tt,)* }
         binary { $($(#[$bm:meta])* $bv:ident : $bn:literal $bk:ident $(($bs:literal, $bd:literal))? $(op($by:literal, $bp:literal))? => $bop:ident $bres:ident,)* }
         reduce { $($(#[$rm:meta])* $rv:ident : $rn:literal $rk:ident $(($rs:literal, $rd:literal))? => $rop:ident $rel:ident,)* }
-        // The rest; flags: `[nodiff]` (no derivative: differentiating through it is E0403),
-    // `[effect]` (never removed or reordered), `[random]` (draws anew at each application).
-    other { $($(#[$om:meta])* $ov:ident : $on:literal $ok:ident $(($os:literal, $od:literal))? $(op($oy:literal, $opr:literal))? $([$($of:ident),*])?,)* }
+        other { $($(#[$om:meta])* $ov:ident : $on:literal $ok:ident $(($os:literal, $od:literal))? $(op($oy:literal, $opr:literal))? $([$($of:ident),*])?,)* }
         collective { $($(#[$cm:meta])* $cv:ident : $cn:literal $ck:ident,)* }
     ) => {
         prims!(@common
@@ -53,7 +51,7 @@ macro_rules! prims {
             /// A unary elementwise primitive's kernel operation and what it takes.
             pub fn unary_kernel(self) -> Option<(UnaryOp, Domain)> {
                 match self {
-                    $(Prim::$uv => Some((UnaryOp::$uop, prims!(@domain $udom))),)*
+                    $(Prim::$uv => Some((UnaryOp::$uop, Domain::$udom)),)*
                     $(Prim::$bv)|* | $(Prim::$rv)|* | $(Prim::$ov)|* | $(Prim::$cv)|* => None,
                 }
             }
@@ -63,54 +61,38 @@ macro_rules! prims {
                 matches!(self, $(Prim::$cv)|*)
             }
 
-            /// Whether a unary elementwise primitive's entry writes a reverse rule (not `nodiff`).
-            fn unary_rule_written(self) -> bool {
-                match self {
-                    $(Prim::$uv => prims!(@written $urule),)*
-                    $(Prim::$bv)|* | $(Prim::$rv)|* | $(Prim::$ov)|* | $(Prim::$cv)|* => false,
-                }
-            }
-
             /// A binary elementwise primitive's kernel operation and its result's element type.
             pub fn binary_kernel(self) -> Option<(BinaryOp, Joins)> {
                 match self {
-                    $(Prim::$bv => Some((BinaryOp::$bop, prims!(@joins $bres))),)*
+                    $(Prim::$bv => Some((BinaryOp::$bop, Joins::$bres)),)*
                     $(Prim::$uv)|* | $(Prim::$rv)|* | $(Prim::$ov)|* | $(Prim::$cv)|* => None,
                 }
             }
 
             /// Whether the result has a derivative, as the entry says: a unary rule written, a
-            /// result that is not bool, a reduction that is not an index, no `[nodiff]` flag.
+            /// result that is not bool, a reduction that is not an index, no `NoDiff` flag.
             pub fn differentiable(self) -> bool {
                 match self {
-                    $(Prim::$uv)|* => self.unary_rule_written(),
+                    $(Prim::$uv => prims!(@written $urule),)*
                     $(Prim::$bv)|* => !matches!(self.binary_kernel(), Some((_, Joins::Bool))),
                     $(Prim::$rv)|* => self.reduces() != Some(Reduces::Index),
-                    $(Prim::$ov => !prims!(@nodiff [$($($of),*)?]),)*
+                    $(Prim::$ov)|* => !self.flags().contains(&Flag::NoDiff),
                     $(Prim::$cv)|* => true,
                 }
             }
 
-            /// Primitives with effects (`[effect]`); never removed or reordered by later passes.
-            pub fn has_effect(self) -> bool {
+            /// The flags an entry of the rest carries (`[Effect]`); none for the other classes.
+            fn flags(self) -> &'static [Flag] {
                 match self {
-                    $(Prim::$ov => prims!(@effect [$($($of),*)?]),)*
-                    $(Prim::$uv)|* | $(Prim::$bv)|* | $(Prim::$rv)|* | $(Prim::$cv)|* => false,
-                }
-            }
-
-            /// Primitives that draw fresh random numbers at each application (`[random]`).
-            pub fn draws(self) -> bool {
-                match self {
-                    $(Prim::$ov => prims!(@random [$($($of),*)?]),)*
-                    $(Prim::$uv)|* | $(Prim::$bv)|* | $(Prim::$rv)|* | $(Prim::$cv)|* => false,
+                    $(Prim::$ov => &[$($(Flag::$of),*)?],)*
+                    $(Prim::$uv)|* | $(Prim::$bv)|* | $(Prim::$rv)|* | $(Prim::$cv)|* => &[],
                 }
             }
 
             /// What a reduction takes and gives (`Reduces`); `None` for other primitives.
             pub fn reduces(self) -> Option<Reduces> {
                 match self {
-                    $(Prim::$rv => Some(prims!(@reduces $rel)),)*
+                    $(Prim::$rv => Some(Reduces::$rel),)*
                     $(Prim::$uv)|* | $(Prim::$bv)|* | $(Prim::$ov)|* | $(Prim::$cv)|* => None,
                 }
             }
@@ -203,28 +185,8 @@ macro_rules! prims {
             }
         }
     };
-    (@domain float) => { Domain::Float };
-    (@domain any) => { Domain::Any };
-    (@domain bool) => { Domain::Bool };
-    (@joins joined) => { Joins::Elem };
-    (@joins bool) => { Joins::Bool };
     (@written nodiff) => { false };
     (@written $rule:tt) => { true };
-    // Whether a flag list names a flag (one set of arms per flag: `macro_rules!` cannot compare
-    // two identifiers it was given).
-    (@nodiff [nodiff $(, $r:ident)*]) => { true };
-    (@nodiff [$x:ident $(, $r:ident)*]) => { prims!(@nodiff [$($r),*]) };
-    (@nodiff []) => { false };
-    (@effect [effect $(, $r:ident)*]) => { true };
-    (@effect [$x:ident $(, $r:ident)*]) => { prims!(@effect [$($r),*]) };
-    (@effect []) => { false };
-    (@random [random $(, $r:ident)*]) => { true };
-    (@random [$x:ident $(, $r:ident)*]) => { prims!(@random [$($r),*]) };
-    (@random []) => { false };
-    (@reduces counts) => { Reduces::Counts };
-    (@reduces float) => { Reduces::Float };
-    (@reduces same) => { Reduces::Same };
-    (@reduces index) => { Reduces::Index };
     (@reduce none) => { None };
     (@reduce $k:ident) => { Some(ReduceOp::$k) };
     (@opt $x:literal) => { Some($x) };
@@ -239,65 +201,67 @@ macro_rules! prims {
 
 prims! {
     $
-    // Unary elementwise: `=> kernel operation, operand domain, reverse rule`. The domain is
-    // `float` (integers are computed in floating point), `any` (numbers of any type) or `bool`;
+    // Unary elementwise: `=> kernel operation, operand domain, reverse rule`. The domain
+    // (`Domain`) is `Float` (integers are computed in floating point), `Any` or `Bool`;
     // the rule (`|g, x, y|`: the cotangent, the operand, the result) is `autodiff::build`'s
     // expression of the operand's cotangent, which is also the tangent rule; `nodiff` has none.
     unary {
-        Neg: "neg" internal op("-", 7) => Neg any (|g, x, y| -g),
-        Not: "not" internal op("!", 7) => Not bool nodiff,
-        Exp: "exp" callable("exp(x: f[..S]) -> f[..S]", "Elementwise exponential.") => Exp float (|g, x, y| g * y),
-        Log: "log" callable("log(x: f[..S]) -> f[..S]", "Elementwise natural logarithm.") => Log float (|g, x, y| g / x),
-        Sqrt: "sqrt" callable("sqrt(x: f[..S]) -> f[..S]", "Elementwise square root.") => Sqrt float (|g, x, y| g / y * 0.5),
-        Rsqrt: "rsqrt" callable("rsqrt(x: f[..S]) -> f[..S]", "Elementwise `1 / sqrt(x)`.") => Rsqrt float (|g, x, y| g * (y * y * y) * -0.5),
-        Tanh: "tanh" callable("tanh(x: f[..S]) -> f[..S]", "Elementwise hyperbolic tangent.") => Tanh float (|g, x, y| g * (1.0 - y * y)),
-        Sigmoid: "sigmoid" callable("sigmoid(x: f[..S]) -> f[..S]", "Elementwise logistic sigmoid.") => Sigmoid float (|g, x, y| g * (y * (1.0 - y))),
-        Relu: "relu" callable("relu(x: T[..S]) -> T[..S]", "Elementwise `max(x, 0)`.") => Relu any (|g, x, y| select(gt(x, 0.0), g, 0.0)),
-        Gelu: "gelu" callable("gelu(x: f[..S], approximate: true) -> f[..S]", "Gaussian error linear unit: the tanh approximation, or with `approximate: false` the exact `x * 0.5 * (1 + erf(x / sqrt(2)))` (PyTorch's default).") => Gelu float (|g, x, y| gelu_grad(x, g)),
+        Neg: "neg" internal op("-", 7) => Neg Any (|g, x, y| -g),
+        Not: "not" internal op("!", 7) => Not Bool nodiff,
+        Exp: "exp" callable("exp(x: f[..S]) -> f[..S]", "Elementwise exponential.") => Exp Float (|g, x, y| g * y),
+        Log: "log" callable("log(x: f[..S]) -> f[..S]", "Elementwise natural logarithm.") => Log Float (|g, x, y| g / x),
+        Sqrt: "sqrt" callable("sqrt(x: f[..S]) -> f[..S]", "Elementwise square root.") => Sqrt Float (|g, x, y| g / y * 0.5),
+        Rsqrt: "rsqrt" callable("rsqrt(x: f[..S]) -> f[..S]", "Elementwise `1 / sqrt(x)`.") => Rsqrt Float (|g, x, y| g * (y * y * y) * -0.5),
+        Tanh: "tanh" callable("tanh(x: f[..S]) -> f[..S]", "Elementwise hyperbolic tangent.") => Tanh Float (|g, x, y| g * (1.0 - y * y)),
+        Sigmoid: "sigmoid" callable("sigmoid(x: f[..S]) -> f[..S]", "Elementwise logistic sigmoid.") => Sigmoid Float (|g, x, y| g * (y * (1.0 - y))),
+        Relu: "relu" callable("relu(x: T[..S]) -> T[..S]", "Elementwise `max(x, 0)`.") => Relu Any (|g, x, y| select(gt(x, 0.0), g, 0.0)),
+        Gelu: "gelu" callable("gelu(x: f[..S], approximate: true) -> f[..S]", "Gaussian error linear unit: the tanh approximation, or with `approximate: false` the exact `x * 0.5 * (1 + erf(x / sqrt(2)))` (PyTorch's default).") => Gelu Float (|g, x, y| gelu_grad(x, g)),
         /// The error function; `gelu(x, approximate: false)` is built on it.
-        Erf: "erf" callable("erf(x: f[..S]) -> f[..S]", "The error function `2/sqrt(pi) * integral of exp(-t^2) from 0 to x`.") => Erf float (|g, x, y| g * (FRAC_2_SQRT_PI * exp(-(x * x)))),
-        Sin: "sin" callable("sin(x: f[..S]) -> f[..S]", "Elementwise sine.") => Sin float (|g, x, y| g * cos(x)),
-        Cos: "cos" callable("cos(x: f[..S]) -> f[..S]", "Elementwise cosine.") => Cos float (|g, x, y| -(g * sin(x))),
-        Abs: "abs" callable("abs(x: T[..S]) -> T[..S]", "Elementwise absolute value.") => Abs any (|g, x, y| select(ge(x, 0.0), g, -g)),
-        Sign: "sign" callable("sign(x: T[..S]) -> T[..S]", "Elementwise sign: −1, 0 or 1.") => Sign any nodiff,
-        Floor: "floor" callable("floor(x: f[..S]) -> f[..S]", "Rounds down, keeping the float type.") => Floor float nodiff,
+        Erf: "erf" callable("erf(x: f[..S]) -> f[..S]", "The error function `2/sqrt(pi) * integral of exp(-t^2) from 0 to x`.") => Erf Float (|g, x, y| g * (FRAC_2_SQRT_PI * exp(-(x * x)))),
+        Sin: "sin" callable("sin(x: f[..S]) -> f[..S]", "Elementwise sine.") => Sin Float (|g, x, y| g * cos(x)),
+        Cos: "cos" callable("cos(x: f[..S]) -> f[..S]", "Elementwise cosine.") => Cos Float (|g, x, y| -(g * sin(x))),
+        Abs: "abs" callable("abs(x: T[..S]) -> T[..S]", "Elementwise absolute value.") => Abs Any (|g, x, y| select(ge(x, 0.0), g, -g)),
+        Sign: "sign" callable("sign(x: T[..S]) -> T[..S]", "Elementwise sign: −1, 0 or 1.") => Sign Any nodiff,
+        Floor: "floor" callable("floor(x: f[..S]) -> f[..S]", "Rounds down, keeping the float type.") => Floor Float nodiff,
     }
-    // Binary elementwise: `=> kernel operation, result`: `joined` (the operands' element type,
-    // which must agree) or `bool` (comparisons and logic).
+    // Binary elementwise: `=> kernel operation, result` (`Joins`): `Elem` (the operands' element
+    // type, which must agree) or `Bool` (comparisons and logic).
     binary {
-        Add: "add" internal op("+", 4) => Add joined,
-        Sub: "sub" internal op("-", 4) => Sub joined,
-        Mul: "mul" internal op("*", 5) => Mul joined,
-        Div: "div" internal op("/", 5) => Div joined,
-        Rem: "rem" internal op("%", 5) => Rem joined,
-        Pow: "pow" callable("pow(x, y) -> broadcast(x, y)", "`x` to the power `y`, elementwise with broadcasting; same as `x ** y`.") op("**", 8) => Pow joined,
-        Eq: "eq" internal op("==", 3) => Eq bool,
-        Ne: "ne" internal op("!=", 3) => Ne bool,
-        Lt: "lt" internal op("<", 3) => Lt bool,
-        Le: "le" internal op("<=", 3) => Le bool,
-        Gt: "gt" internal op(">", 3) => Gt bool,
-        Ge: "ge" internal op(">=", 3) => Ge bool,
-        And: "and" internal op("&&", 2) => And bool,
-        Or: "or" internal op("||", 1) => Or bool,
-        Maximum: "maximum" callable("maximum(a, b) -> broadcast(a, b)", "The elementwise larger value.") => Max joined,
-        Minimum: "minimum" callable("minimum(a, b) -> broadcast(a, b)", "The elementwise smaller value.") => Min joined,
+        Add: "add" internal op("+", 4) => Add Elem,
+        Sub: "sub" internal op("-", 4) => Sub Elem,
+        Mul: "mul" internal op("*", 5) => Mul Elem,
+        Div: "div" internal op("/", 5) => Div Elem,
+        Rem: "rem" internal op("%", 5) => Rem Elem,
+        Pow: "pow" callable("pow(x, y) -> broadcast(x, y)", "`x` to the power `y`, elementwise with broadcasting; same as `x ** y`.") op("**", 8) => Pow Elem,
+        Eq: "eq" internal op("==", 3) => Eq Bool,
+        Ne: "ne" internal op("!=", 3) => Ne Bool,
+        Lt: "lt" internal op("<", 3) => Lt Bool,
+        Le: "le" internal op("<=", 3) => Le Bool,
+        Gt: "gt" internal op(">", 3) => Gt Bool,
+        Ge: "ge" internal op(">=", 3) => Ge Bool,
+        And: "and" internal op("&&", 2) => And Bool,
+        Or: "or" internal op("||", 1) => Or Bool,
+        Maximum: "maximum" callable("maximum(a, b) -> broadcast(a, b)", "The elementwise larger value.") => Max Elem,
+        Minimum: "minimum" callable("minimum(a, b) -> broadcast(a, b)", "The elementwise smaller value.") => Min Elem,
         /// `gelu_grad(x, g)`: `g · gelu'(x)` (the tanh approximation), the adjoint of `gelu` in
         /// one pass, so the backward pass stores nothing between (PyTorch's `GeluBackward`).
-        GeluGrad: "gelu_grad" callable("gelu_grad(x: f[..S], g: f[..S]) -> f[..S]", "The gradient of `gelu` (the tanh approximation): `g * gelu'(x)`, in one pass; what reverse mode emits for `gelu`.") => GeluGrad joined,
+        GeluGrad: "gelu_grad" callable("gelu_grad(x: f[..S], g: f[..S]) -> f[..S]", "The gradient of `gelu` (the tanh approximation): `g * gelu'(x)`, in one pass; what reverse mode emits for `gelu`.") => GeluGrad Elem,
     }
     // Reductions (attrs.axis, attrs.keepdims): `=> kernel operation, elements`. The kernel
     // operation is `none` for those computed by their own kernels (an index, or max-shifted
-    // sums); the elements are `counts` (numbers or bools, a sum of bools is i32), `float`,
-    // `same` (numbers, kept) or `index` (numbers, giving i32 positions).
+    // sums); the elements (`Reduces`) are `Counts` (numbers or bools, a sum of bools is i32),
+    // `Float`, `Same` (numbers, kept) or `Index` (numbers, giving i32 positions).
     reduce {
-        Sum: "sum" callable("sum(x, axis: k, keepdims: false)", "Sum of all elements, or along `axis` (several: `axis: (0, 2)`); of a model, every element of its float tensors.") => Sum counts,
-        Mean: "mean" callable("mean(x, axis: k, keepdims: false)", "Mean of all elements, or along `axis`.") => Mean float,
-        Max: "max" callable("max(x, axis: k, keepdims: false)", "Largest element, or along `axis`.") => Max same,
-        Min: "min" callable("min(x, axis: k, keepdims: false)", "Smallest element, or along `axis`.") => Min same,
-        Argmax: "argmax" callable("argmax(x, axis: k) -> i32", "Index of the largest element, or along `axis`.") => none index,
-        Argmin: "argmin" callable("argmin(x, axis: k) -> i32", "Index of the smallest element, or along `axis`.") => none index,
-        Logsumexp: "logsumexp" callable("logsumexp(x, axis: k, keepdims: false)", "`log(sum(exp(x)))` computed without overflow.") => none float,
+        Sum: "sum" callable("sum(x, axis: k, keepdims: false)", "Sum of all elements, or along `axis` (several: `axis: (0, 2)`); of a model, every element of its float tensors.") => Sum Counts,
+        Mean: "mean" callable("mean(x, axis: k, keepdims: false)", "Mean of all elements, or along `axis`.") => Mean Float,
+        Max: "max" callable("max(x, axis: k, keepdims: false)", "Largest element, or along `axis`.") => Max Same,
+        Min: "min" callable("min(x, axis: k, keepdims: false)", "Smallest element, or along `axis`.") => Min Same,
+        Argmax: "argmax" callable("argmax(x, axis: k) -> i32", "Index of the largest element, or along `axis`.") => none Index,
+        Argmin: "argmin" callable("argmin(x, axis: k) -> i32", "Index of the smallest element, or along `axis`.") => none Index,
+        Logsumexp: "logsumexp" callable("logsumexp(x, axis: k, keepdims: false)", "`log(sum(exp(x)))` computed without overflow.") => none Float,
     }
+    // The rest; flags (`Flag`): `[NoDiff]` (no derivative: differentiating through it is E0403),
+    // `[Effect]` (never removed or reordered), `[Random]` (draws anew at each application).
     other {
         MatMul: "matmul" internal op("@", 6),
         Where: "where" callable("where(c: bool[..], a, b) -> broadcast(c, a, b)", "`a` where `c` is true, else `b`."),
@@ -318,7 +282,7 @@ prims! {
         Squeeze: "squeeze" callable("squeeze(x, axis: k)", "Removes a dimension of size 1."),
         BroadcastTo: "broadcast_to" callable("broadcast_to(x, [d…])", "Broadcasts `x` to the given shape."),
         Gather: "gather" callable("gather(x, idx, axis: k)", "Picks entries of `x` along `axis` by integer indices."),
-        OneHot: "one_hot" callable("one_hot(y: i32[..S], n) -> f32[..S, n]", "One-hot encoding of integer labels.") [nodiff],
+        OneHot: "one_hot" callable("one_hot(y: i32[..S], n) -> f32[..S, n]", "One-hot encoding of integer labels.") [NoDiff],
         Einsum: "einsum" callable("einsum(\"spec\", a, b, …)", "Einstein summation, e.g. `einsum(\"bij,bjk->bik\", a, b)`."),
         // Convolution and pooling over NCHW tensors (`spec/cnn.md`); `attrs.perm` holds the two
         // integers of each: `[stride, padding]` for the convolutions, `[kernel, stride]` for pooling.
@@ -357,7 +321,7 @@ prims! {
         /// `argsort(x, axis: k, descending: d)`: the `i32` positions that order `x` along axis `k`
         /// (stable; NaN is largest). With `attrs.shape = [n]` only the first `n` positions are kept
         /// (`top_k`'s indices).
-        Argsort: "argsort" callable("argsort(x, axis: -1, descending: false) -> i32", "The positions that order `x` along an axis (stable; NaN is largest).") [nodiff],
+        Argsort: "argsort" callable("argsort(x, axis: -1, descending: false) -> i32", "The positions that order `x` along an axis (stable; NaN is largest).") [NoDiff],
         /// `take_along_axis(x, idx, axis: k)`: `x`'s entries along axis `k` at the positions `idx`
         /// holds, one for one (`idx` has `x`'s rank and its other dims).
         TakeAlong: "take_along_axis" callable("take_along_axis(x, idx, axis: k)", "Picks `x`'s entries along `axis` at the positions `idx` holds, one for one (NumPy's `take_along_axis`)."),
@@ -375,20 +339,20 @@ prims! {
         // Compression (`spec/inference.md`): results of the operand's own type.
         /// `quantize(m, i8)`: every `f32` matrix of `m` (or `m` itself) held as int8 values with
         /// one `f32` scale per output channel; `x @ w` with such a `w` runs the int8 kernel.
-        Quantize: "quantize" callable("quantize(m, i8)", "`m` (a model or a matrix) with every `f32` matrix held as int8 with one scale per output channel; `x @ w` with such a `w` is an int8 product. Same type as `m`.") [nodiff],
+        Quantize: "quantize" callable("quantize(m, i8)", "`m` (a model or a matrix) with every `f32` matrix held as int8 with one scale per output channel; `x @ w` with such a `w` is an int8 product. Same type as `m`.") [NoDiff],
         /// `prune(m, sparsity: s)`: each matrix of `m` with the fraction `s` of its weights of
         /// smallest magnitude set to zero; arguments `[m, s]`.
-        Prune: "prune" callable("prune(m, sparsity: s)", "`m` with the fraction `s` of each matrix's weights, the smallest in magnitude, set to zero. Same type as `m`.") [nodiff],
+        Prune: "prune" callable("prune(m, sparsity: s)", "`m` with the fraction `s` of each matrix's weights, the smallest in magnitude, set to zero. Same type as `m`.") [NoDiff],
         // Creation (attrs.shape, attrs.dtype; random ones take an optional seed argument).
         Zeros: "zeros" callable("zeros(d…) -> f32[d…]", "A tensor of the given dimensions filled with 0."),
         Ones: "ones" callable("ones(d…) -> f32[d…]", "A tensor of the given dimensions filled with 1."),
         Full: "full" callable("full(v, d…) -> T[d…]", "A tensor of the given dimensions filled with the scalar `v`."),
-        Arange: "arange" callable("arange(n) -> i32[n]", "The integers `0, 1, …, n-1`.") [nodiff],
+        Arange: "arange" callable("arange(n) -> i32[n]", "The integers `0, 1, …, n-1`.") [NoDiff],
         Eye: "eye" callable("eye(n) -> f32[n, n]", "The `n × n` identity matrix."),
-        Normal: "normal" callable("normal(d…, seed: s) -> f32[d…]", "Standard normal random numbers (counter-based, reproducible).") [random],
-        Uniform: "uniform" callable("uniform(d…, seed: s) -> f32[d…]", "Uniform random numbers on [0, 1).") [random],
-        HeNormal: "he_normal" callable("he_normal(i, o) -> f32[i, o]", "He initialisation: a normal with standard deviation `sqrt(2 / i)`.") [random],
-        GlorotUniform: "glorot_uniform" callable("glorot_uniform(i, o) -> f32[i, o]", "Glorot initialisation: uniform on `±sqrt(6 / (i + o))`.") [random],
+        Normal: "normal" callable("normal(d…, seed: s) -> f32[d…]", "Standard normal random numbers (counter-based, reproducible).") [Random],
+        Uniform: "uniform" callable("uniform(d…, seed: s) -> f32[d…]", "Uniform random numbers on [0, 1).") [Random],
+        HeNormal: "he_normal" callable("he_normal(i, o) -> f32[i, o]", "He initialisation: a normal with standard deviation `sqrt(2 / i)`.") [Random],
+        GlorotUniform: "glorot_uniform" callable("glorot_uniform(i, o) -> f32[i, o]", "Glorot initialisation: uniform on `±sqrt(6 / (i + o))`.") [Random],
         // Models.
         Params: "params" callable("params(m) -> i32", "The number of parameters of a model."),
         Map: "map" callable("map(f, m, …)", "Applies a rank-polymorphic function to every tensor of one or more models."),
@@ -398,7 +362,7 @@ prims! {
         /// `shard_state(s)` over `mesh_axes: [a]`: an optimizer state made by an `@optimizer_init`
         /// call with `shard: a`. At run time under a launcher each rank keeps its piece of every
         /// tensor of `s` that is whole over `a` (`interp::zero`); elsewhere it is `s`.
-        ShardState: "shard_state" internal [nodiff],
+        ShardState: "shard_state" internal [NoDiff],
         // Multi-copy parallelism (`@copies(n)`, `check::copies`): a batch split into copies.
         /// Copy `attrs.perm[0]` of `attrs.perm[1]` along dim `attrs.axis`: each rank's block of that
         /// dim cut into equal parts, part `c` taken (on one process, the `c`-th run of rows).
@@ -415,20 +379,20 @@ prims! {
         TapePush: "tape_push" internal,
         TapeGet: "tape_get" internal,
         // I/O and testing.
-        Print: "print" callable("print(a, b, …, precision: k)", "Writes its arguments separated by one space and ends the line; `precision: k` prints floats with k decimals.") [effect],
-        Load: "load" callable("load(path)", "Loads `.npy`, `.npz` (`\"file.npz:name\"`), `.safetensors`, `.csv`, `.txt` (bytes as `i32[N]`), or a checkpoint folder (`\"ckpt/\"`).") [effect],
-        Save: "save" callable("save(path, value)", "Saves a tensor, a model or a tuple: one file, or a checkpoint folder when the path ends in `/`.") [effect],
+        Print: "print" callable("print(a, b, …, precision: k)", "Writes its arguments separated by one space and ends the line; `precision: k` prints floats with k decimals.") [Effect],
+        Load: "load" callable("load(path)", "Loads `.npy`, `.npz` (`\"file.npz:name\"`), `.safetensors`, `.csv`, `.txt` (bytes as `i32[N]`), or a checkpoint folder (`\"ckpt/\"`).") [Effect],
+        Save: "save" callable("save(path, value)", "Saves a tensor, a model or a tuple: one file, or a checkpoint folder when the path ends in `/`.") [Effect],
         /// `log_scalar(name, step, value)`: records a scalar for TensorBoard through the
         /// interpreter's `ScalarLog` (`msl run` writes event files; elsewhere it is discarded).
-        LogScalar: "log_scalar" callable("log_scalar(\"name\", step: i32, value: f32)", "Records a scalar at a step for TensorBoard (`msl run` writes `runs/<program>/`; `msl plot` draws it).") [effect],
+        LogScalar: "log_scalar" callable("log_scalar(\"name\", step: i32, value: f32)", "Records a scalar at a step for TensorBoard (`msl run` writes `runs/<program>/`; `msl plot` draws it).") [Effect],
         /// `exists(path)`: whether a file or folder is there (a complete checkpoint for a path
         /// ending in `/`).
-        Exists: "exists" callable("exists(path) -> bool", "Whether a file or folder is there; for a path ending in `/`, whether a complete checkpoint is.") [effect],
+        Exists: "exists" callable("exists(path) -> bool", "Whether a file or folder is there; for a path ending in `/`, whether a complete checkpoint is.") [Effect],
         /// `clock()`: seconds (`f64`) on a monotonic clock since the process started, for timing
         /// (`let t0 = clock()` … `clock() - t0`), like Python's `time.perf_counter`.
-        Clock: "clock" callable("clock() -> f64", "Seconds on a monotonic clock since the process started, for timing (`clock() - t0`).") [effect],
-        Assert: "assert" callable("assert(c: bool, \"message\")", "Fails the run when `c` is false.") [effect],
-        AssertClose: "assert_close" callable("assert_close(a, b, rtol: 1e-5, atol: 1e-6)", "Fails the run when `a` and `b` differ beyond the tolerances.") [effect],
+        Clock: "clock" callable("clock() -> f64", "Seconds on a monotonic clock since the process started, for timing (`clock() - t0`).") [Effect],
+        Assert: "assert" callable("assert(c: bool, \"message\")", "Fails the run when `c` is false.") [Effect],
+        AssertClose: "assert_close" callable("assert_close(a, b, rtol: 1e-5, atol: 1e-6)", "Fails the run when `a` and `b` differ beyond the tolerances.") [Effect],
     }
     // Collectives: inserted by the sharding pass (`crate::shard`), never written by hand.
     // `attrs.mesh_axes` names the mesh axes whose ranks take part; `attrs.axis` the tensor dim.
@@ -558,6 +522,17 @@ pub enum Reduces {
     Index,
 }
 
+/// A flag of an entry of the rest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flag {
+    /// No derivative: differentiating through it is E0403.
+    NoDiff,
+    /// An effect: never removed or reordered by later passes.
+    Effect,
+    /// A fresh random draw at each application.
+    Random,
+}
+
 /// Builtins the checker handles itself, not as one primitive: the transforms, `init`, `batches`,
 /// conversions, and what is written with other primitives (`sort`, `top_k`, `categorical`).
 pub const SPECIAL_FORMS: &[&str] = &[
@@ -605,7 +580,12 @@ impl Prim {
     /// random draw (each `normal(…)` draws anew). Such an application may be shared with an
     /// equal one, moved, or dropped when unused.
     pub fn is_pure(self) -> bool {
-        !self.has_effect() && !self.draws()
+        !self.has_effect() && !self.flags().contains(&Flag::Random)
+    }
+
+    /// Primitives with effects (`[Effect]`); never removed or reordered by later passes.
+    pub fn has_effect(self) -> bool {
+        self.flags().contains(&Flag::Effect)
     }
 
     /// Every builtin name callable as a function (for "did you mean" suggestions and completion):
