@@ -91,18 +91,22 @@ fn parse_device(s: &str) -> Result<DeviceKind, String> {
 
 /// The mode and JIT level a command runs with: an explicit `-O` asks for compiled code, so it
 /// selects `--mode jit` unless `--mode` says otherwise; with `--mode eager` the level has
-/// nothing to apply to, which msl notes on stderr.
-fn mode_and_level(mode: Option<Mode>, opt: Option<u8>) -> (Mode, u8) {
+/// nothing to apply to, which msl notes on stderr. A level past 2 is an error (exit 2).
+fn mode_and_level(mode: Option<Mode>, opt: Option<u8>) -> Result<(Mode, u8), u8> {
     let level = opt.unwrap_or(1);
-    match (mode, opt) {
-        (Some(Mode::Eager), Some(o)) if o <= 2 => {
+    if level > 2 {
+        eprintln!("error: `-O{level}` is not an optimisation level (use 0, 1 or 2)");
+        return Err(2);
+    }
+    Ok(match (mode, opt) {
+        (Some(Mode::Eager), Some(o)) => {
             eprintln!("note: -O{o} applies to --mode jit; running eagerly");
             (Mode::Eager, level)
         }
         (Some(m), _) => (m, level),
         (None, Some(_)) => (Mode::Jit, level),
         (None, None) => (Mode::Eager, level),
-    }
+    })
 }
 
 #[derive(Subcommand)]
@@ -312,11 +316,10 @@ pub fn main() -> u8 {
                 eprintln!("error: no CUDA device `{name}`: {why}; run with `--device cpu`");
                 return 2;
             }
-            let (mode, opt) = mode_and_level(mode, opt);
-            if mode == Mode::Eager && opt > 2 {
-                eprintln!("error: `-O{opt}` is not an optimisation level (use 0, 1 or 2)");
-                return 2;
-            }
+            let (mode, opt) = match mode_and_level(mode, opt) {
+                Ok(x) => x,
+                Err(code) => return code,
+            };
             let code = if mode == Mode::Jit {
                 crate::jit_cmd::run(&file, &logdir, opt, explain, message_format == MessageFormat::Json)
             } else {
@@ -336,11 +339,10 @@ pub fn main() -> u8 {
                 println!("skipped: every test of this run: no CUDA device `{name}`: {why}");
                 return 0;
             }
-            let (mode, opt) = mode_and_level(mode, opt);
-            if opt > 2 {
-                eprintln!("error: `-O{opt}` is not an optimisation level (use 0, 1 or 2)");
-                return 2;
-            }
+            let (mode, opt) = match mode_and_level(mode, opt) {
+                Ok(x) => x,
+                Err(code) => return code,
+            };
             let code =
                 crate::run::test_cmd(&paths, (mode == Mode::Jit).then(|| jit::Options::level(opt)), logdir.as_deref());
             device_note();

@@ -14,11 +14,8 @@
 use lang::check::Checked;
 use std::path::Path;
 
+/// `level` is 0, 1 or 2 (`cli::mode_and_level` refuses the rest).
 pub fn run(file: &Path, logdir: &Path, level: u8, explain: bool, json: bool) -> u8 {
-    if level > 2 {
-        eprintln!("error: `-O{level}` is not an optimisation level (use 0, 1 or 2)");
-        return 2;
-    }
     let (mut c, main) = match crate::run::runnable(file, json) {
         Ok(x) => x,
         Err(code) => return code,
