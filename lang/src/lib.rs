@@ -18,4 +18,6 @@ pub mod syntax;
 pub mod types;
 
 // The class patterns the primitive table writes (`ir::prim`), named `crate::unary_prims!()` etc.
-pub(crate) use ir::prim::{binary_prims, collective_prims, other_prims, reduce_prims, unary_prims, unary_rules};
+pub(crate) use ir::prim::{
+    along_prims, along_rules, binary_prims, collective_prims, other_prims, reduce_prims, unary_prims, unary_rules,
+};

@@ -239,6 +239,19 @@ fn reductions() {
             );
         }
     }
+    // Along an axis counted from the end of a `..` rest, or in the fixed dims before it.
+    let poly = "fn last[C, ..S](x: f64[..S, C]) -> f64[..S, C] { log_softmax(cumsum(x, axis: -1), axis: -1) }\n\
+                fn first[B, ..S](x: f64[B, ..S]) -> f64[B, ..S] { softmax(cumsum(x, axis: 0), axis: 0) }";
+    for s in [vec![4], vec![2, 3], vec![3, 1, 2]] {
+        seed += 1;
+        cases.push(
+            Case::new(format!("along an axis of a rest {s:?}"), "sum(w * sin(last(x) * first(x)))")
+                .prelude(poly)
+                .param("x", f64t(&s))
+                .weight(&s)
+                .seed(seed),
+        );
+    }
     // Reductions feeding broadcasts (softmax-like patterns).
     cases.push(
         Case::new("x - max(x, axis: 1, keepdims)", "sum(w * exp(x - max(x, axis: 1, keepdims: true)))")

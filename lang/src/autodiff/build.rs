@@ -8,12 +8,45 @@ use crate::ir::{Attrs, ExprKind, Local, Prim};
 use crate::types::{ElemTy, Type};
 use std::f64::consts::FRAC_2_SQRT_PI; // named by `erf`'s rule in the table
 
-/// An expression of a rule: a local, a constant of the rule's element type, or a primitive.
+/// An expression of a rule: a local, a constant of the rule's element type, a primitive, or
+/// a primitive along the axis of the rule's own primitive (`ax.sum(v)`).
 #[derive(Clone, Debug)]
 pub(super) enum R {
     L(Local),
     C(f64),
     P(Prim, Vec<R>),
+    Along(Prim, Box<R>, Ax),
+}
+
+/// The axis of a primitive along one axis (`ir::prim::Along`), as its rules see it (`ax`).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Ax {
+    axis: Option<usize>,
+    from_end: bool,
+}
+
+impl Ax {
+    /// The axis `attrs` name.
+    pub(super) fn of(attrs: &Attrs) -> Ax {
+        Ax { axis: attrs.axis, from_end: attrs.from_end }
+    }
+
+    /// The attributes of `p` along this axis; a reduction keeps the dim (as 1), so that its
+    /// result broadcasts against the operand.
+    fn attrs(self, p: Prim) -> Attrs {
+        let keepdims = p.class() == crate::ir::prim::Class::Reduce;
+        Attrs { axis: self.axis, from_end: self.from_end, keepdims, ..Attrs::default() }
+    }
+
+    /// `sum(v, axis: ax, keepdims: true)`.
+    pub(super) fn sum(self, v: impl Into<R>) -> R {
+        R::Along(Prim::Sum, Box::new(v.into()), self)
+    }
+
+    /// `cumsum(v, axis: ax)`.
+    pub(super) fn cumsum(self, v: impl Into<R>) -> R {
+        R::Along(Prim::Cumsum, Box::new(v.into()), self)
+    }
 }
 
 /// A local as a rule operand.
@@ -154,6 +187,7 @@ impl Gen<'_> {
                     self.constants(a, elem, out);
                 }
             }
+            R::Along(_, a, _) => self.constants(a, elem, out),
         }
     }
 
@@ -168,19 +202,28 @@ impl Gen<'_> {
             }
             R::P(p, args) => {
                 let locals = args.iter().map(|a| self.build_node(a, consts)).collect::<Res<Vec<Local>>>()?;
-                let tys: Vec<Type> = locals.iter().map(|x| self.ty_of(*x)).collect();
-                let operands: Vec<_> =
-                    locals.iter().zip(&tys).map(|(x, t)| mk(ExprKind::Local(*x), t.clone(), self.sid)).collect();
-                let ty = crate::ir::typing::infer_prim(*p, &operands, &Attrs::default())
-                    .map_err(|m| err(self.span, format!("internal: a derivative rule's `{}`: {m}", p.name())))?;
-                let same = |t: &Type| match (t, &ty) {
-                    (Type::Tensor(a), Type::Tensor(b)) => a.elem == b.elem && a.shape == b.shape,
-                    (a, b) => a == b,
-                };
-                let ty = tys.into_iter().find(same).unwrap_or(ty);
-                Ok(self.p(*p, &locals, Attrs::default(), ty))
+                self.typed(*p, &locals, Attrs::default())
+            }
+            R::Along(p, a, ax) => {
+                let x = self.build_node(a, consts)?;
+                self.typed(*p, &[x], ax.attrs(*p))
             }
         }
+    }
+
+    /// `p` of `locals`, typed as the primitive table infers.
+    fn typed(&mut self, p: Prim, locals: &[Local], attrs: Attrs) -> Res<Local> {
+        let tys: Vec<Type> = locals.iter().map(|x| self.ty_of(*x)).collect();
+        let operands: Vec<_> =
+            locals.iter().zip(&tys).map(|(x, t)| mk(ExprKind::Local(*x), t.clone(), self.sid)).collect();
+        let ty = crate::ir::typing::infer_prim(p, &operands, &attrs)
+            .map_err(|m| err(self.span, format!("internal: a derivative rule's `{}`: {m}", p.name())))?;
+        let same = |t: &Type| match (t, &ty) {
+            (Type::Tensor(a), Type::Tensor(b)) => a.elem == b.elem && a.shape == b.shape,
+            (a, b) => a == b,
+        };
+        let ty = tys.into_iter().find(same).unwrap_or(ty);
+        Ok(self.p(p, locals, attrs, ty))
     }
 
     /// `-x`; a model is negated as `-1.0 * m`.
@@ -218,3 +261,52 @@ macro_rules! unary_rules_of_table {
 }
 
 crate::unary_rules!(unary_rules_of_table);
+
+/// The tangent rule of a primitive along one axis, as its entry writes it.
+pub(super) enum AlongTangent {
+    /// The primitive of the tangent (`linear`).
+    Linear,
+    /// The tangent, an expression of the operand's tangent `t`.
+    Rule(R),
+}
+
+/// The rules of the primitives along one axis, as their entries in the primitive table write
+/// them (`ir::prim`): `along_rule(p, g, x, y, ax)` is the cotangent of the operand `x` given
+/// the cotangent `g` of the result `y`, `along_tangent(p, t, x, y, ax)` the result's tangent
+/// given the operand's; `None` where `p` has no derivative.
+macro_rules! along_rules_of_table {
+    ($($p:ident $rule:tt $tangent:tt;)*) => {
+        pub(super) fn along_rule(p: Prim, g: Local, x: Local, y: Local, ax: Ax) -> Option<R> {
+            match p {
+                $(Prim::$p => along_rules_of_table!(@rule $rule, g, x, y, ax),)*
+                crate::not_along_prims!() => None,
+            }
+        }
+
+        pub(super) fn along_tangent(p: Prim, t: Local, x: Local, y: Local, ax: Ax) -> Option<AlongTangent> {
+            match p {
+                $(Prim::$p => along_rules_of_table!(@tangent $tangent $rule, t, x, y, ax),)*
+                crate::not_along_prims!() => None,
+            }
+        }
+    };
+    (@rule nodiff, $g:ident, $x:ident, $y:ident, $ax:ident) => {
+        None
+    };
+    (@rule (|$gp:ident, $xp:ident, $yp:ident, $axp:ident| $e:expr), $g:ident, $x:ident, $y:ident, $ax:ident) => {{
+        #[allow(unused_variables)]
+        let ($gp, $xp, $yp, $axp) = (l($g), l($x), l($y), $ax);
+        Some(R::from($e))
+    }};
+    (@tangent linear $rule:tt, $t:ident, $x:ident, $y:ident, $ax:ident) => {
+        Some(AlongTangent::Linear)
+    };
+    (@tangent symmetric $rule:tt, $t:ident, $x:ident, $y:ident, $ax:ident) => {
+        along_rules_of_table!(@rule $rule, $t, $x, $y, $ax).map(AlongTangent::Rule)
+    };
+    (@tangent $tangent:tt $rule:tt, $t:ident, $x:ident, $y:ident, $ax:ident) => {
+        along_rules_of_table!(@rule $tangent, $t, $x, $y, $ax).map(AlongTangent::Rule)
+    };
+}
+
+crate::along_rules!(along_rules_of_table);

@@ -2,7 +2,7 @@
 //! the cotangent contributions to each operand, emitted as IR. Rules use only primitives that
 //! themselves have rules, so derived functions can be differentiated again.
 
-use super::build::{l, un, unary_rule};
+use super::build::{along_rule, l, un, unary_rule, Ax};
 use super::err;
 use super::fwd::{mk, Gen, Op, Res};
 use crate::ir::{Attrs, ExprKind, Local, Prim, SliceEntry};
@@ -22,17 +22,6 @@ fn elem(t: &Type) -> ElemTy {
         Type::Tensor(TensorTy { elem: e, .. }) => e.materialise(),
         _ => ElemTy::F32,
     }
-}
-
-/// The type of a sum along `attrs`' axis with the dim kept (as 1), counted from the end when
-/// `attrs.from_end`.
-pub(super) fn kept(t: &Type, attrs: &Attrs) -> Type {
-    let mut s = shape(t);
-    let i = if attrs.from_end { s.len().checked_sub(attrs.axis.unwrap_or(1)) } else { attrs.axis };
-    if let Some(slot) = i.and_then(|i| s.get_mut(i)) {
-        *slot = ShapeItem::Dim(Dim::constant(1));
-    }
-    tensor(elem(t), s)
 }
 
 fn tensor(e: ElemTy, s: Vec<ShapeItem>) -> Type {
@@ -217,7 +206,6 @@ pub(super) struct Site<'a> {
     pub args: &'a [Local],
     pub tys: &'a [Type],
     pub act: &'a [bool],
-    pub out: Local,
     pub bar: Local,
     pub ot: &'a Type,
 }
@@ -294,7 +282,7 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
         }
     };
     let (p, attrs) = prim;
-    let site = Site { p, attrs: &attrs, args, tys: &tys, act: &act, out, bar, ot: &ot };
+    let site = Site { p, attrs: &attrs, args, tys: &tys, act: &act, bar, ot: &ot };
     let a = args.first().copied();
     let b = args.get(1).copied();
     let model = |t: &Type| t.is_model();
@@ -381,6 +369,11 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
             Some(r) => v.push((0, g.build(r, et)?)),
             None => return Err(no_derivative(g, p)),
         },
+        // So is a primitive's along one axis.
+        crate::along_prims!() => match along_rule(p, bar, a.unwrap(), out, Ax::of(&attrs)) {
+            Some(r) => v.push((0, g.build(r, et)?)),
+            None => return Err(no_derivative(g, p)),
+        },
         Prim::Full => {
             // `full(v, d…)`: every element is `v`, so its cotangent is the sum.
             if act[0] {
@@ -403,21 +396,6 @@ pub(super) fn vjp(g: &mut Gen, op: &Op, args: &[Local], out: Local, bar: Local) 
             if act[1] {
                 v.push((1, g.p(Prim::GeluGrad, &[x, bar], Attrs::default(), ot.clone())));
             }
-        }
-        Prim::Softmax | Prim::LogSoftmax => reduce::softmax(g, &site, &mut v)?,
-        Prim::Cumsum => {
-            // The adjoint of a running sum is the running sum from the end:
-            // x̄ᵢ = Σ_{j≥i} ȳⱼ = sum(ȳ) - cumsum(ȳ)ᵢ + ȳᵢ.
-            let total = g.p(Prim::Sum, &[bar], Attrs { axis: attrs.axis, keepdims: true, ..Attrs::default() }, {
-                let mut s = shape(&ot);
-                if let Some(ax) = attrs.axis {
-                    s[ax] = ShapeItem::Dim(Dim::constant(1));
-                }
-                tensor(elem(&ot), s)
-            });
-            let run = g.p(Prim::Cumsum, &[bar], Attrs { axis: attrs.axis, ..Attrs::default() }, ot.clone());
-            let rest = g.bin(Prim::Sub, total, run, ot.clone());
-            v.push((0, g.bin(Prim::Add, rest, bar, ot.clone())));
         }
         Prim::Maximum | Prim::Minimum => {
             let (a, b) = (a.unwrap(), b.unwrap());

@@ -2,6 +2,7 @@
 //! (`jvp`). Control flow: an `if` recomputes its taken branch with tangents; a loop carries each
 //! state value together with its tangent, so no iteration is recomputed.
 
+use super::build::{along_tangent, AlongTangent, Ax};
 use super::err;
 use super::fwd::{mk, Gen, LoopNode, Node, Op, Res};
 use crate::ir::{Attrs, Expr, ExprKind, Lit, Local, Pat, Prim, Stmt};
@@ -242,20 +243,20 @@ impl Gen<'_> {
                 a[0] = t0.unwrap_or(args[0]);
                 self.p(p, &a, attrs, ot.clone())
             }
-            Prim::Softmax => {
-                // The Jacobian of softmax is symmetric, so its reverse rule is also its tangent rule.
+            // A primitive's along one axis is its table entry's (`ir::prim`).
+            crate::along_prims!() => {
                 let t = t0.unwrap_or(args[0]);
-                let parts = super::rules::vjp(self, &Op::Prim(p, attrs), args, out, t)?;
-                parts.first().map(|(_, c)| *c).ok_or_else(|| err(self.span, "internal: no tangent"))?
-            }
-            Prim::LogSoftmax => {
-                // ṫ - Σ exp(y) ⊙ ṫ along the axis.
-                let t = t0.unwrap_or(args[0]);
-                let e = self.p(Prim::Exp, &[out], Attrs::default(), ot.clone());
-                let et = self.p(Prim::Mul, &[e, t], Attrs::default(), ot.clone());
-                let red = Attrs { axis: attrs.axis, from_end: attrs.from_end, keepdims: true, ..Attrs::default() };
-                let s = self.p(Prim::Sum, &[et], red, super::rules::kept(&ot, &attrs));
-                self.p(Prim::Sub, &[t, s], Attrs::default(), ot.clone())
+                match along_tangent(p, t, args[0], out, Ax::of(&attrs)) {
+                    Some(AlongTangent::Linear) => self.p(p, &[t], attrs, ot.clone()),
+                    Some(AlongTangent::Rule(r)) => {
+                        let et = match &ot {
+                            Type::Tensor(t) => t.elem.materialise(),
+                            _ => ElemTy::F32,
+                        };
+                        self.build(r, et)?
+                    }
+                    None => return Err(err(self.span, format!("no forward-mode rule for `{}`", p.name()))),
+                }
             }
             Prim::Max | Prim::Min | Prim::Logsumexp => {
                 let x = args[0];

@@ -612,7 +612,7 @@ impl V<'_> {
                 self.p(p, &args, attrs, bt)
             }
             // The one operand is batched (only it can be); its axes move up by one.
-            (Prim::Cumsum | Prim::Softmax | Prim::LogSoftmax | Prim::Argsort, _) => {
+            (_, Class::Along) | (Prim::Argsort, _) => {
                 // An axis counted from the end stays where it is.
                 let axis = if attrs.from_end { attrs.axis } else { attrs.axis.map(|a| a + 1) };
                 self.p(p, &[vs[0].0], Attrs { axis, ..attrs }, bt)

@@ -5,7 +5,7 @@ use super::call::lit_i32;
 use super::expr::{mk, FnCx};
 use super::Checker;
 use crate::diag::{Code, Diagnostic};
-use crate::ir::prim::Reduces;
+use crate::ir::prim::{AxisArg, Reduces};
 use crate::ir::{self, Attrs, ExprKind, Prim};
 use crate::source::Span;
 use crate::syntax::ast;
@@ -362,6 +362,7 @@ impl Checker {
                 }
             }
             Class::Reduce => self.check_reduce(cx, p, &a, span),
+            Class::Along => self.check_along(cx, p, &a, span),
             Class::Other => self.check_other(cx, p, &a, span, expected),
         }
     }
@@ -390,46 +391,29 @@ impl Checker {
         mk(ExprKind::Block { stmts, result: Box::new(result) }, ty, sid)
     }
 
-    /// `cumsum(x, axis: k)`: the running sum along one axis, same shape; bool counts as i32.
-    fn check_cumsum(&mut self, cx: &mut FnCx, p: Prim, a: &Args, span: Span) -> ir::Expr {
+    /// A primitive along one axis (`cumsum`, `softmax`, `log_softmax`; `ir::prim::Along`): one
+    /// tensor, whose shape is kept, of the elements its entry takes (`Float`: floats; `Counts`:
+    /// numbers or bools, counted as i32). `axis: k` is required or defaults to the last axis, as
+    /// the entry says; over a `..` rest it must lie in the fixed prefix or suffix.
+    fn check_along(&mut self, cx: &mut FnCx, p: Prim, a: &Args, span: Span) -> ir::Expr {
         let name = p.name();
+        let Some(along) = p.along() else { return self.error_expr(span) };
         let Some((v, e, s)) = self.tensor_operand(cx, p, a, &["axis"], (1, 1), span) else {
             return self.error_expr(span);
         };
-        let Some(dims) = self.fixed_dims(&s, a.pos[0].1, name) else { return self.error_expr(span) };
-        let Some(ax) = self.named(a, "axis") else {
-            self.error(Diagnostic::error(Code::E0212, span, "`cumsum` needs `axis: k`"));
-            return self.error_expr(span);
-        };
-        let Some(k) = self.const_int(cx, ax, "axis") else { return self.error_expr(span) };
-        let Some(axis) = self.axis(k, dims.len(), ax.span, &v.ty) else { return self.error_expr(span) };
-        let out = if e == Elem::T(ElemTy::Bool) { Elem::T(ElemTy::I32) } else { e };
-        let attrs = Attrs { axis: Some(axis), ..Attrs::default() };
-        self.prim(p, vec![v], attrs, Type::Tensor(TensorTy::new(out, s)), span)
-    }
-
-    /// `softmax(x, axis: k)` / `log_softmax(x, axis: k)`: float, same shape; the axis defaults
-    /// to the last one, and over a `..` rest it must lie in the fixed suffix.
-    fn check_softmax(&mut self, cx: &mut FnCx, p: Prim, a: &Args, span: Span) -> ir::Expr {
-        let name = p.name();
-        let Some((v, e, s)) = self.tensor_operand(cx, p, a, &["axis"], (1, 1), span) else {
-            return self.error_expr(span);
-        };
-        if !e.is_float() {
-            let ts = self.ty_str(&v.ty);
-            self.error(
-                Diagnostic::error(Code::E0318, a.pos[0].1, format!("`{name}` needs a float tensor, found {ts}"))
-                    .label(ts)
-                    .with_help("convert it with `f32(…)`"),
-            );
+        if !self.takes_elems(along.elems, e, &v.ty, a.pos[0].1, name) {
             return self.error_expr(span);
         }
-        let (k, kspan) = match self.named(a, "axis") {
-            Some(ax) => match self.const_int(cx, ax, "axis") {
+        let (k, kspan) = match (self.named(a, "axis"), along.axis) {
+            (Some(ax), _) => match self.const_int(cx, ax, "axis") {
                 Some(k) => (k, ax.span),
                 None => return self.error_expr(span),
             },
-            None => (-1, span),
+            (None, AxisArg::Last) => (-1, span),
+            (None, AxisArg::Required) => {
+                self.error(Diagnostic::error(Code::E0212, span, format!("`{name}` needs `axis: k`")));
+                return self.error_expr(span);
+            }
         };
         let rest = s.iter().position(|i| matches!(i, ShapeItem::Rest(_)));
         let (axis, from_end) = match rest {
@@ -437,22 +421,38 @@ impl Checker {
                 Some(i) => (i, false),
                 None => return self.error_expr(span),
             },
+            Some(r) if k >= 0 && (k as usize) < r => (k as usize, false),
             // Counted from the end: the rank is known only at run time.
             Some(r) if k < 0 && ((-k) as usize) < s.len() - r => ((-k) as usize, true),
-            Some(_) => {
+            Some(r) => {
+                let dims = if r > 0 { "fixed dims before or after" } else { "fixed dims after" };
                 self.error(Diagnostic::error(
                     Code::E0309,
                     kspan,
-                    format!(
-                        "axis {k} of `{name}` must be in the fixed dims after the `..` rest of {}",
-                        self.ty_str(&v.ty)
-                    ),
+                    format!("axis {k} of `{name}` must be in the {dims} the `..` rest of {}", self.ty_str(&v.ty)),
                 ));
                 return self.error_expr(span);
             }
         };
+        let out = crate::ir::typing::reduction_elem(p, e);
         let attrs = Attrs { axis: Some(axis), from_end, ..Attrs::default() };
-        self.prim(p, vec![v], attrs, Type::Tensor(TensorTy::new(e, s)), span)
+        self.prim(p, vec![v], attrs, Type::Tensor(TensorTy::new(out, s)), span)
+    }
+
+    /// Whether elements `e` are what a reduction or a primitive along one axis takes (`takes`):
+    /// floats for `Float`, bools only for `Counts`; E0318 at `at` if not.
+    fn takes_elems(&mut self, takes: Reduces, e: Elem, ty: &Type, at: Span, name: &str) -> bool {
+        let float_only = takes == Reduces::Float;
+        if (float_only && !e.is_float()) || (e == Elem::T(ElemTy::Bool) && takes != Reduces::Counts) {
+            let ts = self.ty_str(ty);
+            self.error(
+                Diagnostic::error(Code::E0318, at, format!("`{name}` needs a float tensor, found {ts}"))
+                    .label(ts)
+                    .with_help("convert it with `f32(…)`"),
+            );
+            return false;
+        }
+        true
     }
 
     /// The common start of a builtin over one tensor: its named arguments and arity checked,
@@ -514,15 +514,7 @@ impl Checker {
         }
         let Some((e, s)) = self.tensor_of(&v, a.pos[0].1, name) else { return self.error_expr(span) };
         let s = s.clone();
-        let takes = p.reduces();
-        let float_only = takes == Some(Reduces::Float);
-        if (float_only && !e.is_float()) || (e == Elem::T(ElemTy::Bool) && takes != Some(Reduces::Counts)) {
-            let ts = self.ty_str(&v.ty);
-            self.error(
-                Diagnostic::error(Code::E0318, a.pos[0].1, format!("`{name}` needs a float tensor, found {ts}"))
-                    .label(ts)
-                    .with_help("convert it with `f32(…)`"),
-            );
+        if !self.takes_elems(p.reduces().unwrap_or(Reduces::Same), e, &v.ty, a.pos[0].1, name) {
             return self.error_expr(span);
         }
         let keepdims = match self.named(a, "keepdims") {
@@ -708,14 +700,12 @@ impl Checker {
             Prim::ScatterAddAlong => self.check_scatter_add_along(cx, p, a, span),
             Prim::OneHot => self.check_one_hot(cx, p, a, span, expected),
             Prim::Einsum => self.check_einsum(cx, a, span),
-            Prim::Cumsum => self.check_cumsum(cx, p, a, span),
             Prim::Conv2d => self.check_conv2d(cx, a, span),
             Prim::Conv2dInputGrad | Prim::Conv2dWeightGrad => self.check_conv2d_grad(cx, p, a, span),
             Prim::MaxPool2d => self.check_pool2d(cx, conv::Pool::Max, a, span),
             Prim::MaxPool2dGrad => self.check_pool2d(cx, conv::Pool::MaxGrad, a, span),
             Prim::AvgPool2d => self.check_pool2d(cx, conv::Pool::Avg, a, span),
             Prim::AvgPool2dGrad => self.check_pool2d(cx, conv::Pool::AvgGrad, a, span),
-            Prim::Softmax | Prim::LogSoftmax => self.check_softmax(cx, p, a, span),
             Prim::Zeros | Prim::Ones | Prim::Full | Prim::Arange | Prim::Eye => {
                 self.check_zeros(cx, p, a, span, expected)
             }
@@ -769,6 +759,7 @@ impl Checker {
             crate::unary_prims!()
             | crate::binary_prims!()
             | crate::reduce_prims!()
+            | crate::along_prims!()
             | Prim::MatMul
             | Prim::Cast
             | Prim::Slice

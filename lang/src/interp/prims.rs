@@ -186,13 +186,13 @@ impl Interp<'_> {
             return kt(self.kernel1(KernelId::Reduce(op), &x, along(attrs.axis), span));
         }
         let axis0 = Some(attrs.axis.unwrap_or(0));
+        if let Some(a) = p.along() {
+            return kt(self.kernel1(a.kernel, x0()?, along(axis0), span));
+        }
         match p {
             Prim::Argmax => kt(self.kernel1(KernelId::ArgMax, x0()?, along(attrs.axis), span)),
             Prim::Argmin => kt(self.kernel1(KernelId::ArgMin, x0()?, along(attrs.axis), span)),
             Prim::Logsumexp => kt(self.kernel1(KernelId::LogSumExp, x0()?, along(attrs.axis), span)),
-            Prim::Cumsum => kt(self.kernel1(KernelId::Cumsum, x0()?, along(axis0), span)),
-            Prim::Softmax => kt(self.kernel1(KernelId::Softmax, x0()?, along(axis0), span)),
-            Prim::LogSoftmax => kt(self.kernel1(KernelId::LogSoftmax, x0()?, along(axis0), span)),
             Prim::Quantize => super::compress::quantize(&args[0]).map_err(|e| kerr(e, span)),
             Prim::Prune => {
                 let s = t(&args[1], span)?.scalar_value_f64().unwrap_or(f64::NAN);
@@ -451,9 +451,13 @@ impl Interp<'_> {
             Prim::Map => self.map(args, span),
             // Applied above through their kernels (`ir::eval`); listed so that a new primitive
             // cannot compile without an evaluation.
-            crate::unary_prims!() | crate::binary_prims!() | Prim::Sum | Prim::Mean | Prim::Max | Prim::Min => {
-                Err(rt(Code::E0605, format!("`{}` cannot be evaluated here", p.name()), span))
-            }
+            crate::unary_prims!()
+            | crate::binary_prims!()
+            | crate::along_prims!()
+            | Prim::Sum
+            | Prim::Mean
+            | Prim::Max
+            | Prim::Min => Err(rt(Code::E0605, format!("`{}` cannot be evaluated here", p.name()), span)),
         }
     }
 

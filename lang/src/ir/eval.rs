@@ -43,6 +43,7 @@ pub fn elementwise(p: Prim, to: Option<ElemTy>, args: &[Tensor]) -> Option<Resul
         crate::unary_prims!()
         | crate::binary_prims!()
         | crate::reduce_prims!()
+        | crate::along_prims!()
         | crate::collective_prims!()
         | crate::other_prims!() => None,
     }

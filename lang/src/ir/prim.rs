@@ -1,6 +1,7 @@
 //! The primitive table: every builtin operation of msl, its surface name, its class, and, for
 //! an elementwise primitive or reduction, its kernel operation; a unary elementwise primitive's
-//! entry also holds its reverse rule (forward mode and batching treat the class alike).
+//! entry also holds its reverse rule (forward mode and batching treat the class alike), and a
+//! primitive along one axis its kernel and both its rules.
 //!
 //! Every other rule of a primitive is an arm of its stage's table (type rules in `ir::typing`,
 //! diagnostics in `check::builtins`, evaluation in `interp::prims`, derivatives in `autodiff`,
@@ -9,16 +10,18 @@
 //! in each table, each asked for by the compiler.
 
 use kernels::ops::{BinaryOp, ReduceOp, UnaryOp};
+use kernels::KernelId;
 
-/// Declares the primitives, grouped by class (unary and binary elementwise, reductions, the
-/// rest, collectives): the enum, every variant in `Prim::ALL`, each one's name, whether users
+/// Declares the primitives, grouped by class (unary and binary elementwise, reductions,
+/// primitives along one axis, the rest, collectives): the enum, every variant in `Prim::ALL`, each one's name, whether users
 /// call it by that name (operators, casts and slices have their own syntax), and for those that
 /// they do, its signature and description (`Prim::info`); operators add `op(symbol, precedence)`
 /// (`Prim::symbol`, `Prim::precedence`). From the groups it writes `Prim::class`, the class
 /// patterns (`unary_prims!()` …), the kernel operation of each elementwise primitive and
-/// reduction (`Prim::unary_kernel`, `binary_kernel`, `reduce_kernel`), and `unary_rules!`,
-/// which hands each unary primitive's reverse rule to the pass that compiles it
-/// (`autodiff::rules`): a unary elementwise primitive is its entry and nothing else in `lang`.
+/// reduction (`Prim::unary_kernel`, `binary_kernel`, `reduce_kernel`), what a primitive along
+/// one axis is (`Prim::along`), and `unary_rules!` and `along_rules!`, which hand the rules the
+/// entries write to the pass that compiles them (`autodiff::build`): a unary elementwise
+/// primitive or a primitive along one axis is its entry and nothing else in `lang`.
 /// The table's first token is `$`, which the class patterns it writes need.
 macro_rules! prims {
     (
@@ -26,6 +29,7 @@ macro_rules! prims {
         unary { $($(#[$um:meta])* $uv:ident : $un:literal $uk:ident $(($us:literal, $ud:literal))? $(op($uy:literal, $up:literal))? => $uop:ident $udom:ident $urule:tt,)* }
         binary { $($(#[$bm:meta])* $bv:ident : $bn:literal $bk:ident $(($bs:literal, $bd:literal))? $(op($by:literal, $bp:literal))? => $bop:ident $bres:ident,)* }
         reduce { $($(#[$rm:meta])* $rv:ident : $rn:literal $rk:ident $(($rs:literal, $rd:literal))? => $rop:ident $rel:ident,)* }
+        along { $($(#[$am:meta])* $av:ident : $an:literal $ak:ident $(($asig:literal, $adoc:literal))? => $akern:ident $ael:ident $aaxis:ident $arule:tt $atan:tt,)* }
         other { $($(#[$om:meta])* $ov:ident : $on:literal $ok:ident $(($os:literal, $od:literal))? $(op($oy:literal, $opr:literal))? $([$($of:ident),*])?,)* }
         collective { $($(#[$cm:meta])* $cv:ident : $cn:literal $ck:ident,)* }
     ) => {
@@ -33,6 +37,7 @@ macro_rules! prims {
             $($(#[$um])* $uv : $un $uk $(($us, $ud))? $(op($uy, $up))?,)*
             $($(#[$bm])* $bv : $bn $bk $(($bs, $bd))? $(op($by, $bp))?,)*
             $($(#[$rm])* $rv : $rn $rk $(($rs, $rd))?,)*
+            $($(#[$am])* $av : $an $ak $(($asig, $adoc))?,)*
             $($(#[$om])* $ov : $on $ok $(($os, $od))? $(op($oy, $opr))?,)*
             $($(#[$cm])* $cv : $cn $ck,)*
         );
@@ -44,6 +49,7 @@ macro_rules! prims {
                     $(Prim::$uv)|* => Class::Unary,
                     $(Prim::$bv)|* => Class::Binary,
                     $(Prim::$rv)|* => Class::Reduce,
+                    $(Prim::$av)|* => Class::Along,
                     $(Prim::$ov)|* | $(Prim::$cv)|* => Class::Other,
                 }
             }
@@ -52,7 +58,7 @@ macro_rules! prims {
             pub fn unary_kernel(self) -> Option<(UnaryOp, Domain)> {
                 match self {
                     $(Prim::$uv => Some((UnaryOp::$uop, Domain::$udom)),)*
-                    $(Prim::$bv)|* | $(Prim::$rv)|* | $(Prim::$ov)|* | $(Prim::$cv)|* => None,
+                    $(Prim::$bv)|* | $(Prim::$rv)|* | $(Prim::$av)|* | $(Prim::$ov)|* | $(Prim::$cv)|* => None,
                 }
             }
 
@@ -65,7 +71,7 @@ macro_rules! prims {
             pub fn binary_kernel(self) -> Option<(BinaryOp, Joins)> {
                 match self {
                     $(Prim::$bv => Some((BinaryOp::$bop, Joins::$bres)),)*
-                    $(Prim::$uv)|* | $(Prim::$rv)|* | $(Prim::$ov)|* | $(Prim::$cv)|* => None,
+                    $(Prim::$uv)|* | $(Prim::$rv)|* | $(Prim::$av)|* | $(Prim::$ov)|* | $(Prim::$cv)|* => None,
                 }
             }
 
@@ -76,6 +82,7 @@ macro_rules! prims {
                     $(Prim::$uv => prims!(@written $urule),)*
                     $(Prim::$bv)|* => !matches!(self.binary_kernel(), Some((_, Joins::Bool))),
                     $(Prim::$rv)|* => self.reduces() != Some(Reduces::Index),
+                    $(Prim::$av => prims!(@written $arule),)*
                     $(Prim::$ov)|* => !self.flags().contains(&Flag::NoDiff),
                     $(Prim::$cv)|* => true,
                 }
@@ -85,7 +92,20 @@ macro_rules! prims {
             fn flags(self) -> &'static [Flag] {
                 match self {
                     $(Prim::$ov => &[$($(Flag::$of),*)?],)*
-                    $(Prim::$uv)|* | $(Prim::$bv)|* | $(Prim::$rv)|* | $(Prim::$cv)|* => &[],
+                    $(Prim::$uv)|* | $(Prim::$bv)|* | $(Prim::$rv)|* | $(Prim::$av)|* | $(Prim::$cv)|* => &[],
+                }
+            }
+
+            /// What a primitive along one axis is (`Along`); `None` for the other primitives.
+            pub fn along(self) -> Option<Along> {
+                match self {
+                    $(Prim::$av => Some(Along {
+                        kernel: KernelId::$akern,
+                        elems: Reduces::$ael,
+                        axis: AxisArg::$aaxis,
+                        linear: prims!(@linear $atan),
+                    }),)*
+                    $(Prim::$uv)|* | $(Prim::$bv)|* | $(Prim::$rv)|* | $(Prim::$ov)|* | $(Prim::$cv)|* => None,
                 }
             }
 
@@ -93,7 +113,7 @@ macro_rules! prims {
             pub fn reduces(self) -> Option<Reduces> {
                 match self {
                     $(Prim::$rv => Some(Reduces::$rel),)*
-                    $(Prim::$uv)|* | $(Prim::$bv)|* | $(Prim::$ov)|* | $(Prim::$cv)|* => None,
+                    $(Prim::$uv)|* | $(Prim::$bv)|* | $(Prim::$av)|* | $(Prim::$ov)|* | $(Prim::$cv)|* => None,
                 }
             }
 
@@ -101,7 +121,7 @@ macro_rules! prims {
             pub fn reduce_kernel(self) -> Option<ReduceOp> {
                 match self {
                     $(Prim::$rv => prims!(@reduce $rop),)*
-                    $(Prim::$uv)|* | $(Prim::$bv)|* | $(Prim::$ov)|* | $(Prim::$cv)|* => None,
+                    $(Prim::$uv)|* | $(Prim::$bv)|* | $(Prim::$av)|* | $(Prim::$ov)|* | $(Prim::$cv)|* => None,
                 }
             }
         }
@@ -120,8 +140,12 @@ macro_rules! prims {
         macro_rules! reduce_prims {
             () => { $($d crate::ir::Prim::$rv)|* };
         }
+        /// The primitives along one axis (see `unary_prims!`).
+        macro_rules! along_prims {
+            () => { $($d crate::ir::Prim::$av)|* };
+        }
         /// Every primitive of class `Other` but the collectives (see `unary_prims!`): with the
-        /// four other class patterns, every primitive exactly once, so a table written with
+        /// five other class patterns, every primitive exactly once, so a table written with
         /// them is exhaustive without a catch-all arm.
         macro_rules! other_prims {
             () => { $($d crate::ir::Prim::$ov)|* };
@@ -135,7 +159,15 @@ macro_rules! prims {
         macro_rules! unary_rules {
             ($d cb:ident) => { $d cb! { $($uv $urule;)* } };
         }
-        pub(crate) use {binary_prims, collective_prims, other_prims, reduce_prims, unary_prims, unary_rules};
+        /// Calls `$cb! { Prim reverse tangent; … }` with every primitive along one axis and its
+        /// rules as the table writes them (see `unary_rules!`).
+        macro_rules! along_rules {
+            ($d cb:ident) => { $d cb! { $($av $arule $atan;)* } };
+        }
+        pub(crate) use {
+            along_prims, along_rules, binary_prims, collective_prims, other_prims, reduce_prims, unary_prims,
+            unary_rules,
+        };
     };
     (@common $($(#[$m:meta])* $v:ident : $name:literal $kind:ident $(($sig:literal, $doc:literal))? $(op($sym:literal, $prec:literal))?,)*) => {
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -187,6 +219,8 @@ macro_rules! prims {
     };
     (@written nodiff) => { false };
     (@written $rule:tt) => { true };
+    (@linear linear) => { true };
+    (@linear $tangent:tt) => { false };
     (@reduce none) => { None };
     (@reduce $k:ident) => { Some(ReduceOp::$k) };
     (@opt $x:literal) => { Some($x) };
@@ -260,18 +294,28 @@ prims! {
         Argmin: "argmin" callable("argmin(x, axis: k) -> i32", "Index of the smallest element, or along `axis`.") => none Index,
         Logsumexp: "logsumexp" callable("logsumexp(x, axis: k, keepdims: false)", "`log(sum(exp(x)))` computed without overflow.") => none Float,
     }
+    // Along one axis, the shape kept (attrs.axis; attrs.from_end counts it from the end, over a
+    // `..` rest): `=> kernel (KernelId), elements (Reduces), axis (AxisArg), reverse rule,
+    // tangent rule`. A rule (`|g, x, y, ax|`) is an `autodiff::build` expression as a unary
+    // primitive's, where `ax.sum(v)` (dim kept) and `ax.cumsum(v)` work along the primitive's
+    // axis; the tangent rule is `linear` (the primitive of the tangent), `symmetric` (the reverse
+    // rule, with the tangent for `g`: a symmetric Jacobian) or an expression of its own.
+    along {
+        /// `cumsum(x, axis: k)`: running sums along one axis. Its adjoint is the running sum from
+        /// the end, `x̄ᵢ = Σ_{j≥i} ȳⱼ = sum(ȳ) - cumsum(ȳ)ᵢ + ȳᵢ`.
+        Cumsum: "cumsum" callable("cumsum(x, axis: k)", "Running sums along axis `k`; the shape is kept (bool counts as i32).") => Cumsum Counts Required (|g, x, y, ax| ax.sum(g) - ax.cumsum(g) + g) linear,
+        /// `softmax(x, axis: k)` (default the last axis), computed with the maximum subtracted
+        /// first: `x̄ = y ⊙ (ȳ - Σ ȳ ⊙ y)`.
+        Softmax: "softmax" callable("softmax(x: f[..S], axis: -1) -> f[..S]", "`exp(x) / sum(exp(x))` along an axis (default the last), with the maximum subtracted first.") => Softmax Float Last (|g, x, y, ax| y * (g - ax.sum(g * y))) symmetric,
+        /// `log_softmax(x, axis: k)`: `x̄ = ȳ - exp(y) ⊙ Σ ȳ`, `ẏ = ẋ - Σ exp(y) ⊙ ẋ`.
+        LogSoftmax: "log_softmax" callable("log_softmax(x: f[..S], axis: -1) -> f[..S]", "`x - logsumexp(x)` along an axis (default the last), with the maximum subtracted first.") => LogSoftmax Float Last (|g, x, y, ax| g - exp(y) * ax.sum(g)) (|t, x, y, ax| t - ax.sum(exp(y) * t)),
+    }
     // The rest; flags (`Flag`): `[NoDiff]` (no derivative: differentiating through it is E0403),
     // `[Effect]` (never removed or reordered), `[Random]` (draws anew at each application).
     other {
         MatMul: "matmul" internal op("@", 6),
         Where: "where" callable("where(c: bool[..], a, b) -> broadcast(c, a, b)", "`a` where `c` is true, else `b`."),
         Cast: "cast" internal,
-        /// `cumsum(x, axis: k)`: running sums along one axis (the shape is kept).
-        Cumsum: "cumsum" callable("cumsum(x, axis: k)", "Running sums along axis `k`; the shape is kept (bool counts as i32)."),
-        /// `softmax(x, axis: k)` and `log_softmax(x, axis: k)` (default the last axis), computed
-        /// with the maximum subtracted first.
-        Softmax: "softmax" callable("softmax(x: f[..S], axis: -1) -> f[..S]", "`exp(x) / sum(exp(x))` along an axis (default the last), with the maximum subtracted first."),
-        LogSoftmax: "log_softmax" callable("log_softmax(x: f[..S], axis: -1) -> f[..S]", "`x - logsumexp(x)` along an axis (default the last), with the maximum subtracted first."),
         // Shape (attrs.shape / attrs.perm / attrs.axis).
         Reshape: "reshape" callable("reshape(x, [d…])", "The same elements in a new shape; one dimension may be `_`."),
         Transpose: "transpose" callable("transpose(x: T[..S, A, B]) -> T[..S, B, A]", "Swaps the last two dimensions."),
@@ -432,13 +476,13 @@ macro_rules! comparison_prims {
 
 /// The primitives linear in their first operand whose other operands are indices, bounds or
 /// attributes (see `unary_prims!`): forward mode's tangent is the primitive of the tangent,
-/// and a partial sum stays one through them (`shard::zero`).
+/// and a partial sum stays one through them (`shard::zero`). A primitive along one axis says so
+/// in its entry instead (`linear`); `Prim::linear_in_first` reads both.
 #[macro_export]
 macro_rules! linear_first_prims {
     () => {
         $crate::ir::Prim::Sum
             | $crate::ir::Prim::Mean
-            | $crate::ir::Prim::Cumsum
             | $crate::ir::Prim::Reshape
             | $crate::ir::Prim::Transpose
             | $crate::ir::Prim::Permute
@@ -461,7 +505,11 @@ macro_rules! linear_first_prims {
 #[macro_export]
 macro_rules! not_reduce_prims {
     () => {
-        $crate::unary_prims!() | $crate::binary_prims!() | $crate::other_prims!() | $crate::collective_prims!()
+        $crate::unary_prims!()
+            | $crate::binary_prims!()
+            | $crate::along_prims!()
+            | $crate::other_prims!()
+            | $crate::collective_prims!()
     };
 }
 
@@ -469,7 +517,11 @@ macro_rules! not_reduce_prims {
 #[macro_export]
 macro_rules! not_binary_prims {
     () => {
-        $crate::unary_prims!() | $crate::reduce_prims!() | $crate::other_prims!() | $crate::collective_prims!()
+        $crate::unary_prims!()
+            | $crate::reduce_prims!()
+            | $crate::along_prims!()
+            | $crate::other_prims!()
+            | $crate::collective_prims!()
     };
 }
 
@@ -477,7 +529,23 @@ macro_rules! not_binary_prims {
 #[macro_export]
 macro_rules! not_unary_prims {
     () => {
-        $crate::binary_prims!() | $crate::reduce_prims!() | $crate::other_prims!() | $crate::collective_prims!()
+        $crate::binary_prims!()
+            | $crate::reduce_prims!()
+            | $crate::along_prims!()
+            | $crate::other_prims!()
+            | $crate::collective_prims!()
+    };
+}
+
+/// Every primitive outside the ones along one axis (see [`not_reduce_prims!`]).
+#[macro_export]
+macro_rules! not_along_prims {
+    () => {
+        $crate::unary_prims!()
+            | $crate::binary_prims!()
+            | $crate::reduce_prims!()
+            | $crate::other_prims!()
+            | $crate::collective_prims!()
     };
 }
 
@@ -485,7 +553,11 @@ macro_rules! not_unary_prims {
 #[macro_export]
 macro_rules! not_collective_prims {
     () => {
-        $crate::unary_prims!() | $crate::binary_prims!() | $crate::reduce_prims!() | $crate::other_prims!()
+        $crate::unary_prims!()
+            | $crate::binary_prims!()
+            | $crate::reduce_prims!()
+            | $crate::along_prims!()
+            | $crate::other_prims!()
     };
 }
 
@@ -520,6 +592,30 @@ pub enum Reduces {
     Same,
     /// Numbers; the result is the i32 position.
     Index,
+}
+
+/// What a primitive along one axis is, as its entry says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Along {
+    /// The kernel that computes it (with `axis`).
+    pub kernel: KernelId,
+    /// What it takes and gives, as a reduction's elements: `Counts` (numbers, or bools counted
+    /// as i32), `Float` (floats, kept).
+    pub elems: Reduces,
+    /// Whether `axis:` must be given.
+    pub axis: AxisArg,
+    /// Linear in its operand: its tangent is the primitive of the tangent, and a partial sum
+    /// stays one through it (`shard::zero`).
+    pub linear: bool,
+}
+
+/// How a primitive along one axis takes its axis.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AxisArg {
+    /// `axis: k` must be given (`cumsum`, as `torch.cumsum`'s `dim`).
+    Required,
+    /// The last axis unless `axis: k` says otherwise (`softmax`).
+    Last,
 }
 
 /// A flag of an entry of the rest.
@@ -560,6 +656,7 @@ pub enum Class {
     Unary,
     Binary,
     Reduce,
+    Along,
     Other,
 }
 
@@ -581,6 +678,12 @@ impl Prim {
     /// equal one, moved, or dropped when unused.
     pub fn is_pure(self) -> bool {
         !self.has_effect() && !self.flags().contains(&Flag::Random)
+    }
+
+    /// Linear in its first operand, whose other operands are indices, bounds or attributes
+    /// (`linear_first_prims!` and the primitives along one axis marked `linear`).
+    pub fn linear_in_first(self) -> bool {
+        matches!(self, crate::linear_first_prims!()) || self.along().is_some_and(|a| a.linear)
     }
 
     /// Primitives with effects (`[Effect]`); never removed or reordered by later passes.

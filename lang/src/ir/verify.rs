@@ -35,7 +35,7 @@ pub fn verify(p: &Program) -> Vec<String> {
             },
             ExprKind::Prim { prim, args, .. } => {
                 let want = match prim.class() {
-                    super::prim::Class::Unary | super::prim::Class::Reduce => Some(1),
+                    super::prim::Class::Unary | super::prim::Class::Reduce | super::prim::Class::Along => Some(1),
                     super::prim::Class::Binary => Some(2),
                     super::prim::Class::Other => None,
                 };

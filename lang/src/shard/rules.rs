@@ -149,7 +149,7 @@ pub(super) fn prim(cx: &mut Fcx, e: &mut Expr) {
             e.ty = with_layout(&e.ty, want);
             return;
         }
-        Prim::Softmax | Prim::LogSoftmax | Prim::Cumsum | Prim::Argsort => {
+        crate::along_prims!() | Prim::Argsort => {
             let mut want = layout(&args[0].ty);
             if let Some(d) = attrs.axis.and_then(|a| want.get_mut(a)) {
                 d.clear();

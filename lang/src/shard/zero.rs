@@ -318,7 +318,7 @@ fn linear<'e>(e: &'e Expr, k: &Sets, sums: &mut Vec<&'e Expr>) -> bool {
             (Prim::Add | Prim::Sub, [a, b]) => linear(a, k, sums) && linear(b, k, sums),
             (Prim::Mul, [a, b]) => (free(b) && linear(a, k, sums)) || (free(a) && linear(b, k, sums)),
             (Prim::Div, [a, b]) => free(b) && linear(a, k, sums),
-            (crate::linear_first_prims!(), [a, rest @ ..]) => rest.iter().all(free) && linear(a, k, sums),
+            (p, [a, rest @ ..]) if p.linear_in_first() => rest.iter().all(free) && linear(a, k, sums),
             (Prim::Update, [a, v, rest @ ..]) => rest.iter().all(free) && linear(a, k, sums) && linear(v, k, sums),
             (Prim::Neg, [a]) => linear(a, k, sums),
             _ => false,

@@ -32,26 +32,3 @@ pub(super) fn sum_or_mean(g: &mut Gen, s: &Site, v: &mut Vec<(usize, Local)>) ->
     v.push((0, x));
     Ok(())
 }
-
-/// `softmax`/`log_softmax` along their axis.
-pub(super) fn softmax(g: &mut Gen, s: &Site, v: &mut Vec<(usize, Local)>) -> Res<()> {
-    let &Site { p, attrs, out, bar, ot, .. } = s;
-    // softmax: x̄ = y ⊙ (ȳ - Σ ȳ⊙y); log_softmax: x̄ = ȳ - exp(y) ⊙ Σ ȳ (sums along the axis).
-    let sum_kept = |g: &mut Gen, x: Local| {
-        let red = Attrs { axis: attrs.axis, from_end: attrs.from_end, keepdims: true, ..Attrs::default() };
-        let ty = kept(ot, attrs);
-        g.p(Prim::Sum, &[x], red, ty)
-    };
-    if p == Prim::Softmax {
-        let gy = g.bin(Prim::Mul, bar, out, ot.clone());
-        let s = sum_kept(g, gy);
-        let d = g.bin(Prim::Sub, bar, s, ot.clone());
-        v.push((0, g.bin(Prim::Mul, out, d, ot.clone())));
-    } else {
-        let s = sum_kept(g, bar);
-        let e = g.p(Prim::Exp, &[out], Attrs::default(), ot.clone());
-        let es = g.bin(Prim::Mul, e, s, ot.clone());
-        v.push((0, g.bin(Prim::Sub, bar, es, ot.clone())));
-    }
-    Ok(())
-}

@@ -199,17 +199,19 @@ fn rule_of(prim: Prim, args: &[Expr], attrs: &Attrs, declared: &Type) -> Result<
             created(s.clone())
         }
         P::Sum | P::Mean | P::Max | P::Min | P::Argmax | P::Argmin | P::Logsumexp => reduction(prim, args, attrs),
-        P::Cumsum => {
+        // The operand's shape, of the elements the entry gives.
+        crate::along_prims!() => {
             arity(args, 1)?;
             let (e, s) = tensor_arg(args, 0)?;
-            axis(attrs, s.len())?;
-            let out = if e == Elem::T(ElemTy::Bool) { Elem::T(ElemTy::I32) } else { e };
-            Ok(Rule::Is(tensor(out, s.clone())))
-        }
-        P::Softmax | P::LogSoftmax => {
-            arity(args, 1)?;
-            tensor_arg(args, 0)?;
-            same_as(0)
+            if attrs.from_end {
+                let a = attrs.axis.ok_or("no axis")?;
+                if !(1..=s.len()).contains(&a) {
+                    return Err(format!("axis -{a} of a rank-{} operand", s.len()));
+                }
+            } else {
+                axis(attrs, s.len())?;
+            }
+            Ok(Rule::Is(tensor(reduction_elem(prim, e), s.clone())))
         }
         P::Reshape | P::BroadcastTo => {
             arity(args, 1)?;
@@ -447,10 +449,10 @@ fn rule_of(prim: Prim, args: &[Expr], attrs: &Attrs, declared: &Type) -> Result<
     }
 }
 
-/// The element type of reduction `prim` of `e` elements, as its table entry says: the
-/// arg-reductions give indices, a sum of booleans counts them.
+/// The element type of reduction (or primitive along one axis) `prim` of `e` elements, as its
+/// table entry says: the arg-reductions give indices, a sum of booleans counts them.
 pub(crate) fn reduction_elem(prim: Prim, e: Elem) -> Elem {
-    match prim.reduces() {
+    match prim.reduces().or(prim.along().map(|a| a.elems)) {
         Some(Reduces::Index) => Elem::T(ElemTy::I32),
         Some(Reduces::Counts) if e == Elem::T(ElemTy::Bool) => Elem::T(ElemTy::I32),
         Some(Reduces::Counts | Reduces::Float | Reduces::Same) | None => e,
