@@ -13,16 +13,17 @@ use kernels::ops::{BinaryOp, ReduceOp, UnaryOp};
 use kernels::KernelId;
 
 /// Declares the primitives, grouped by class (unary and binary elementwise, reductions,
-/// primitives along one axis, the rest, collectives): the enum, every variant in `Prim::ALL`, each one's name, whether users
-/// call it by that name (operators, casts and slices have their own syntax), and for those that
-/// they do, its signature and description (`Prim::info`); operators add `op(symbol, precedence)`
-/// (`Prim::symbol`, `Prim::precedence`). From the groups it writes `Prim::class`, the class
-/// patterns (`unary_prims!()` …), the kernel operation of each elementwise primitive and
-/// reduction (`Prim::unary_kernel`, `binary_kernel`, `reduce_kernel`), what a primitive along
-/// one axis is (`Prim::along`), and `unary_rules!` and `along_rules!`, which hand the rules the
-/// entries write to the pass that compiles them (`autodiff::build`): a unary elementwise
-/// primitive or a primitive along one axis is its entry and nothing else in `lang`.
-/// The table's first token is `$`, which the class patterns it writes need.
+/// primitives along one axis, the rest, collectives): the enum, every variant in `Prim::ALL`,
+/// each one's name, whether users call it by that name (operators, casts and slices have their
+/// own syntax), and for those that they do, its signature and description (`Prim::info`);
+/// operators add `op(symbol, precedence)` (`Prim::symbol`, `Prim::precedence`). From the
+/// groups it writes `Prim::class`, the class patterns (`unary_prims!()` …), the kernel
+/// operation of each elementwise primitive and reduction (`Prim::unary_kernel`,
+/// `binary_kernel`, `reduce_kernel`), what a primitive along one axis is (`Prim::along`), and
+/// `unary_rules!` and `along_rules!`, which hand the rules the entries write to the pass that
+/// compiles them (`autodiff::build`): a unary elementwise primitive or a primitive along one
+/// axis is its entry and nothing else in `lang`. The table's first token is `$`, which the
+/// class patterns it writes need.
 macro_rules! prims {
     (
         $d:tt
