@@ -192,6 +192,31 @@ fn a_function_of_a_partial_sum_wanted_split_is_reduce_scattered() {
     assert!(!out.contains("all_reduce_sum"), "the partial sum is not all-reduced as well: {out}");
 }
 
+/// A primitive working along a split dim gathers it, and `W0510` says why (no launcher needed).
+#[test]
+fn a_gather_for_a_dim_worked_along_says_so() {
+    let src = "mesh M[dp = 2]
+
+fn f[N, D](x: f32[N, D @dp], y: f32[N @dp, D]) -> (f32[N, D], f32[N, D], f32[N, D]) {
+    (cumsum(x, axis: 1), softmax(x), x + y)
+}
+
+fn main() {
+    print(f(ones(4, 6), ones(4, 6)))
+}
+";
+    let dir = scratch("along_gather", &[("a.msl", src)]);
+    let o = msl(&dir, &["check", "--emit", "collectives", "a.msl"]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("`cumsum` works along dim 1, so that dim is gathered whole"), "{err}");
+    assert!(err.contains("`softmax` works along dim 1, so that dim is gathered whole"), "{err}");
+    assert!(err.contains("the operands' layouts disagree"), "`+` of two layouts: {err}");
+    assert_eq!(out.matches("(W0510: not asked for by an annotation)").count(), 3, "{out}");
+    // Each once, though two copies of `f` (layout-generic and for `main`'s call) insert them.
+    assert_eq!(err.matches("W0510").count(), 3, "{err}");
+}
+
 #[test]
 fn mesh_flags_and_the_collectives_listing() {
     let dir = scratch("flags", &[("mlp.msl", MLP)]);

@@ -282,7 +282,7 @@ impl Fcx<'_> {
                         elem.name()
                     ),
                 )
-                .label("the operands' layouts disagree")
+                .label(self.why.clone().unwrap_or_else(|| "the operands' layouts disagree".to_string()))
                 .with_help("annotate the layout you want (e.g. on a `let`) or shard the operands alike"),
             );
         }

@@ -244,6 +244,15 @@ pub fn run(prog: &mut Program) -> Report {
         }
         same
     });
+    // In source order, once each: copies of one function for different layouts (or a
+    // derived function and its twin) may insert the same collective at the same site.
+    report.warnings.sort_by(|a, b| {
+        let key = |w: &Diagnostic| (w.primary.span.file, w.primary.span.start, w.primary.span.end);
+        key(a)
+            .cmp(&key(b))
+            .then_with(|| a.message.cmp(&b.message))
+            .then_with(|| a.primary.message.cmp(&b.primary.message))
+    });
     report.warnings.dedup();
     report
 }
@@ -476,6 +485,9 @@ struct Fcx<'a> {
     warnings: Vec<Diagnostic>,
     /// The number of the last collective inserted (in the whole program, for the last pass).
     site: u32,
+    /// Why the redistribution being inserted is needed, for `W0510`'s label, where that is not
+    /// that the operands' layouts disagree (`rules::convert_along`).
+    why: Option<String>,
 }
 
 impl<'a> Fcx<'a> {
@@ -508,6 +520,7 @@ impl<'a> Fcx<'a> {
             inserted: Vec::new(),
             warnings: Vec::new(),
             site: 0,
+            why: None,
         }
     }
 

@@ -98,7 +98,7 @@ pub(super) fn prim(cx: &mut Fcx, e: &mut Expr) {
                 Some(a) if a < want.len() => want[a].clear(),
                 _ => want.iter_mut().for_each(Vec::clear),
             }
-            convert_to(cx, &mut args[0], want.clone(), false);
+            convert_along(cx, &mut args[0], want.clone(), p, attrs.axis);
             let (out, _) = reduced(&want, attrs.axis, attrs.keepdims);
             e.ty = with_layout(&e.ty, out);
             return;
@@ -111,7 +111,7 @@ pub(super) fn prim(cx: &mut Fcx, e: &mut Expr) {
             if let Some(d) = want.get_mut(k) {
                 d.clear();
             }
-            convert_to(cx, &mut args[0], want.clone(), false);
+            convert_along(cx, &mut args[0], want.clone(), p, Some(k));
             let mut vw = want.clone();
             if rank(&args[1].ty) + 1 == want.len() {
                 vw.remove(k);
@@ -142,7 +142,7 @@ pub(super) fn prim(cx: &mut Fcx, e: &mut Expr) {
             if let Some(d) = attrs.axis.and_then(|a| want.get_mut(a)) {
                 d.clear();
             }
-            convert_to(cx, &mut args[0], want.clone(), false);
+            convert_along(cx, &mut args[0], want.clone(), p, attrs.axis);
             if layout(&args[1].ty).len() == want.len() {
                 convert_to(cx, &mut args[1], want.clone(), false);
             }
@@ -154,7 +154,7 @@ pub(super) fn prim(cx: &mut Fcx, e: &mut Expr) {
             if let Some(d) = attrs.axis.and_then(|a| want.get_mut(a)) {
                 d.clear();
             }
-            convert_to(cx, &mut args[0], want.clone(), false);
+            convert_along(cx, &mut args[0], want.clone(), p, attrs.axis);
             e.ty = with_layout(&e.ty, want);
             return;
         }
@@ -504,6 +504,17 @@ fn convert_to(cx: &mut Fcx, a: &mut Expr, want: L, requested: bool) {
     let x = std::mem::replace(a, dummy());
     let t = with_layout(&x.ty, want);
     *a = cx.convert(x, &t, requested);
+}
+
+/// [`convert_to`] for primitive `p`, which works along dim `axis` (every dim: `None`) and so
+/// needs it whole: `W0510` says so instead of blaming the operands' layouts.
+fn convert_along(cx: &mut Fcx, a: &mut Expr, want: L, p: Prim, axis: Option<usize>) {
+    cx.why = Some(match axis {
+        Some(k) => format!("`{}` works along dim {k}, so that dim is gathered whole", p.name()),
+        None => format!("`{}` works along every dim, so they are gathered whole", p.name()),
+    });
+    convert_to(cx, a, want, false);
+    cx.why = None;
 }
 
 /// The rule of primitives without one: whole operands, whole result.
