@@ -1,4 +1,5 @@
-//! Reverse rules of the reductions along an axis: `sum`, `mean`, `softmax`, `log_softmax`.
+//! Reverse rules of the reductions `sum` and `mean` (the primitives along one axis have theirs
+//! in their table entries).
 
 use super::*;
 
