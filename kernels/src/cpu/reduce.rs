@@ -401,9 +401,13 @@ pub fn logsumexp(x: &Tensor, axis: Option<usize>, keepdims: bool) -> Result<Tens
     }
 }
 
+/// One row of `softmax` (`log`: `log_softmax`), shifted by the row's maximum as NumPy, JAX and
+/// PyTorch compute it: a row holding +inf is NaN throughout (`inf - inf`), as is a row of -inf
+/// or one holding NaN. (`logsumexp` shifts by 0 where the maximum is infinite instead, as
+/// `jax.nn.logsumexp` does, so that its result is that infinity.)
 #[inline(always)]
 fn softmax_row<T: Float>(row: &[T], out: &mut [T], log: bool) {
-    let shift = row_shift(row);
+    let shift = row_max(row);
     for (o, &x) in out.iter_mut().zip(row) {
         *o = (x - shift).exp();
     }

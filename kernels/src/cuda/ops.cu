@@ -52,15 +52,15 @@ __device__ inline void msl_arg(const T* __restrict__ x, int* __restrict__ out, l
     }
 }
 
-// Softmax (LOG: log-softmax) over the middle axis, shifted by the row's maximum (0 when that is
-// infinite), as the CPU computes it.
+// Softmax (LOG: log-softmax) over the middle axis, shifted by the row's maximum, as the CPU
+// computes it: a row holding +inf is NaN throughout, as in NumPy, JAX and PyTorch.
 template <typename T, bool LOG>
 __device__ inline void msl_softmax(const T* __restrict__ x, T* __restrict__ out, long long outer, long long n, long long inner) {
     MSL_LOOP(outer * inner) {
         const long long base = (o / inner) * n * inner + o % inner;
         T m = x[base];
         for (long long k = 1; k < n; ++k) m = msl_max(m, x[base + k * inner]);
-        const T shift = (msl_finite(m) || m != m) ? m : (T)0;
+        const T shift = m;
         T sum = 0;
         for (long long k = 0; k < n; ++k) sum += msl_exp(x[base + k * inner] - shift);
         if (LOG) {
