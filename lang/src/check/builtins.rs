@@ -411,7 +411,11 @@ impl Checker {
             },
             (None, AxisArg::Last) => (-1, span),
             (None, AxisArg::Required) => {
-                self.error(Diagnostic::error(Code::E0212, span, format!("`{name}` needs `axis: k`")));
+                self.error(
+                    Diagnostic::error(Code::E0212, span, format!("`{name}` needs `axis: k`"))
+                        .label("along which axis?")
+                        .with_help(format!("`{name}(x, axis: -1)` works along the last axis")),
+                );
                 return self.error_expr(span);
             }
         };
