@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Every table over the primitives and the kernels' operations is exhaustive: a `match` on
 # `Prim`, `UnaryOp`, `BinaryOp`, `ReduceOp` or `KernelId` names every variant, so a new one does
-# not compile until each table has its arm (ARCHITECTURE.md, pipeline step 5, **Typed IR**: the primitive table). The
-# only catch-all arms allowed say why on their line or the next: `// any other …: <reason>`
-# (a printer's call syntax, a fold's fast path, a device that does not run a kernel yet).
+# not compile until each table has its arm (ARCHITECTURE.md, step 5, **Typed IR**: the primitive
+# table). The only catch-all arms allowed say why on their line or the next:
+# `// any other …: <reason>` (a printer's call syntax, a fold's fast path, a device that does not
+# run a kernel yet).
 # Reads the output of `cargo clippy … --force-warn clippy::wildcard_enum_match_arm` ($1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
