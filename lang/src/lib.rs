@@ -17,7 +17,9 @@ pub mod spec;
 pub mod syntax;
 pub mod types;
 
-// The class patterns the primitive table writes (`ir::prim`), named `crate::unary_prims!()` etc.
+// The class patterns and their complements that the primitive table writes (`ir::prim`), named
+// `crate::unary_prims!()`, `crate::not_unary_prims!()` etc.
 pub(crate) use ir::prim::{
-    along_prims, along_rules, binary_prims, collective_prims, other_prims, reduce_prims, unary_prims, unary_rules,
+    along_prims, along_rules, binary_prims, collective_prims, not_along_prims, not_binary_prims, not_collective_prims,
+    not_reduce_prims, not_unary_prims, other_prims, reduce_prims, unary_prims, unary_rules,
 };

@@ -17,7 +17,8 @@ use kernels::KernelId;
 /// each one's name, whether users call it by that name (operators, casts and slices have their
 /// own syntax), and for those that they do, its signature and description (`Prim::info`);
 /// operators add `op(symbol, precedence)` (`Prim::symbol`, `Prim::precedence`). From the
-/// groups it writes `Prim::class`, the class patterns (`unary_prims!()` …), the kernel
+/// groups it writes `Prim::class`, the class patterns (`unary_prims!()` …) and their
+/// complements (`not_unary_prims!()` …), the kernel
 /// operation of each elementwise primitive and reduction (`Prim::unary_kernel`,
 /// `binary_kernel`, `reduce_kernel`), what a primitive along one axis is (`Prim::along`), and
 /// `unary_rules!` and `along_rules!`, which hand the rules the entries write to the pass that
@@ -155,6 +156,28 @@ macro_rules! prims {
         macro_rules! collective_prims {
             () => { $($d crate::ir::Prim::$cv)|* };
         }
+        /// Every primitive outside the unary elementwise ones: the last arm of a table over that
+        /// class alone, so that a new primitive of the class does not compile until the table has
+        /// its arm. The other complements below are alike.
+        macro_rules! not_unary_prims {
+            () => { $($d crate::ir::Prim::$bv)|* | $($d crate::ir::Prim::$rv)|* | $($d crate::ir::Prim::$av)|* | $($d crate::ir::Prim::$ov)|* | $($d crate::ir::Prim::$cv)|* };
+        }
+        /// Every primitive outside the binary elementwise ones (see `not_unary_prims!`).
+        macro_rules! not_binary_prims {
+            () => { $($d crate::ir::Prim::$uv)|* | $($d crate::ir::Prim::$rv)|* | $($d crate::ir::Prim::$av)|* | $($d crate::ir::Prim::$ov)|* | $($d crate::ir::Prim::$cv)|* };
+        }
+        /// Every primitive outside the reductions (see `not_unary_prims!`).
+        macro_rules! not_reduce_prims {
+            () => { $($d crate::ir::Prim::$uv)|* | $($d crate::ir::Prim::$bv)|* | $($d crate::ir::Prim::$av)|* | $($d crate::ir::Prim::$ov)|* | $($d crate::ir::Prim::$cv)|* };
+        }
+        /// Every primitive outside the ones along one axis (see `not_unary_prims!`).
+        macro_rules! not_along_prims {
+            () => { $($d crate::ir::Prim::$uv)|* | $($d crate::ir::Prim::$bv)|* | $($d crate::ir::Prim::$rv)|* | $($d crate::ir::Prim::$ov)|* | $($d crate::ir::Prim::$cv)|* };
+        }
+        /// Every primitive but the collectives (see `not_unary_prims!`).
+        macro_rules! not_collective_prims {
+            () => { $($d crate::ir::Prim::$uv)|* | $($d crate::ir::Prim::$bv)|* | $($d crate::ir::Prim::$rv)|* | $($d crate::ir::Prim::$av)|* | $($d crate::ir::Prim::$ov)|* };
+        }
         /// Calls `$cb! { Prim rule; … }` with every unary primitive and its reverse rule as the
         /// table writes it, so the rule is compiled where its builder lives (`autodiff`).
         macro_rules! unary_rules {
@@ -166,7 +189,8 @@ macro_rules! prims {
             ($d cb:ident) => { $d cb! { $($av $arule $atan;)* } };
         }
         pub(crate) use {
-            along_prims, along_rules, binary_prims, collective_prims, other_prims, reduce_prims, unary_prims,
+            along_prims, along_rules, binary_prims, collective_prims, not_along_prims, not_binary_prims,
+            not_collective_prims, not_reduce_prims, not_unary_prims, other_prims, reduce_prims, unary_prims,
             unary_rules,
         };
     };
@@ -498,67 +522,6 @@ macro_rules! linear_first_prims {
             | $crate::ir::Prim::CopySplit
             | $crate::ir::Prim::AvgPool2d
             | $crate::ir::Prim::AvgPool2dGrad
-    };
-}
-
-/// Every primitive outside the reductions: the last arm of a table over the reductions alone,
-/// so that a new reduction does not compile until that table has its arm.
-#[macro_export]
-macro_rules! not_reduce_prims {
-    () => {
-        $crate::unary_prims!()
-            | $crate::binary_prims!()
-            | $crate::along_prims!()
-            | $crate::other_prims!()
-            | $crate::collective_prims!()
-    };
-}
-
-/// Every primitive outside the binary elementwise ones (see [`not_reduce_prims!`]).
-#[macro_export]
-macro_rules! not_binary_prims {
-    () => {
-        $crate::unary_prims!()
-            | $crate::reduce_prims!()
-            | $crate::along_prims!()
-            | $crate::other_prims!()
-            | $crate::collective_prims!()
-    };
-}
-
-/// Every primitive outside the unary elementwise ones (see [`not_reduce_prims!`]).
-#[macro_export]
-macro_rules! not_unary_prims {
-    () => {
-        $crate::binary_prims!()
-            | $crate::reduce_prims!()
-            | $crate::along_prims!()
-            | $crate::other_prims!()
-            | $crate::collective_prims!()
-    };
-}
-
-/// Every primitive outside the ones along one axis (see [`not_reduce_prims!`]).
-#[macro_export]
-macro_rules! not_along_prims {
-    () => {
-        $crate::unary_prims!()
-            | $crate::binary_prims!()
-            | $crate::reduce_prims!()
-            | $crate::other_prims!()
-            | $crate::collective_prims!()
-    };
-}
-
-/// Every primitive but the collectives (see [`not_reduce_prims!`]).
-#[macro_export]
-macro_rules! not_collective_prims {
-    () => {
-        $crate::unary_prims!()
-            | $crate::binary_prims!()
-            | $crate::reduce_prims!()
-            | $crate::along_prims!()
-            | $crate::other_prims!()
     };
 }
 
