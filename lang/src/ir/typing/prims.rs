@@ -39,6 +39,14 @@ fn axis(attrs: &Attrs, rank: usize) -> Result<usize, String> {
     }
 }
 
+/// The position of `attrs`' axis in a shape of `rank` items, counted from the end with
+/// `attrs.from_end` (over a `..` rest).
+fn axis_counted(attrs: &Attrs, rank: usize) -> Result<usize, String> {
+    let a = attrs.axis.ok_or("no axis")?;
+    let i = if attrs.from_end { rank.checked_sub(a) } else { Some(a) };
+    i.filter(|&i| i < rank).ok_or_else(|| format!("axis {a} of a rank-{rank} operand"))
+}
+
 /// A declared dim at position `i` of the node's own type (a size the operands do not carry).
 fn declared_dim(declared: &Type, i: usize) -> Option<Dim> {
     match declared {
@@ -203,14 +211,7 @@ fn rule_of(prim: Prim, args: &[Expr], attrs: &Attrs, declared: &Type) -> Result<
         crate::along_prims!() => {
             arity(args, 1)?;
             let (e, s) = tensor_arg(args, 0)?;
-            if attrs.from_end {
-                let a = attrs.axis.ok_or("no axis")?;
-                if !(1..=s.len()).contains(&a) {
-                    return Err(format!("axis -{a} of a rank-{} operand", s.len()));
-                }
-            } else {
-                axis(attrs, s.len())?;
-            }
+            axis_counted(attrs, s.len())?;
             Ok(Rule::Is(tensor(reduction_elem(prim, e), s.clone())))
         }
         P::Reshape | P::BroadcastTo => {
@@ -467,9 +468,8 @@ fn reduction(prim: Prim, args: &[Expr], attrs: &Attrs) -> Result<Rule, String> {
     let shape = match attrs.axis {
         None if attrs.keepdims => s.iter().map(|_| ShapeItem::Dim(Dim::constant(1))).collect(),
         None => vec![],
-        Some(a) => {
-            let i = if attrs.from_end { s.len().checked_sub(a) } else { Some(a) };
-            let i = i.filter(|&i| i < s.len()).ok_or_else(|| format!("axis {a} of a rank-{} operand", s.len()))?;
+        Some(_) => {
+            let i = axis_counted(attrs, s.len())?;
             let mut shape = s.clone();
             if attrs.keepdims {
                 shape[i] = ShapeItem::Dim(Dim::constant(1));
