@@ -212,6 +212,24 @@ fn large_products_with_a_transposed_right_operand_equal_the_copy() {
     assert_eq!(got, ops::matmul(&batch, &ops::permute(&stacked, &[0, 2, 1]).unwrap()).unwrap());
 }
 
+/// Products with a small inner size run on one thread below a million outputs and on all of
+/// them above; both equal a naive f64 product, with either operand read transposed (`d @ wᵀ`
+/// of a classifier's input gradient).
+#[test]
+fn shallow_products_on_one_thread_or_many_equal_the_naive_loop() {
+    for (m, k, n) in [(256, 10, 512), (1024, 3, 1025)] {
+        let a: Vec<f32> = lcg(m * k, 21).iter().map(|&x| x as f32).collect();
+        let b: Vec<f32> = lcg(k * n, 22).iter().map(|&x| x as f32).collect();
+        let (a64, b64): (Vec<f64>, Vec<f64>) =
+            (a.iter().map(|&x| x as f64).collect(), b.iter().map(|&x| x as f64).collect());
+        let want = naive(&a64, &b64, m, k, n);
+        let (at, bt) = (t32(&[m, k], &a), t32(&[k, n], &b));
+        check(&ops::matmul(&at, &bt).unwrap(), &[m, n], &want, 1e-5);
+        let (ta, tb) = (ops::transpose(&at), ops::transpose(&bt));
+        check(&ops::matmul_t(&ta, &tb, true, true).unwrap(), &[m, n], &want, 1e-5);
+    }
+}
+
 #[test]
 fn storage_only_matrices_multiply_in_f32_and_round_once() {
     let a = Tensor::from_vec(vec![2, 3], vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap();
