@@ -143,8 +143,9 @@ fn interrupted(src: &str) {
 /// Small counted loops run their body several times a trip (`host::gen`'s `UNROLL`), then one
 /// at a time: every length from 0 to 18 and starts below and above 0, loops that cross the
 /// 65,536-iteration chunk, a body with a branch, and remainders of the loop variable by small,
-/// large and near-`i32::MAX` divisors, of negative variables too, give the numbers Rust
-/// computes, at every level, with each loop compiled.
+/// large and near-`i32::MAX` divisors, of negative variables too, and quotients and remainders
+/// by divisors below, at and above the 8 copies of a trip (stepped from the trip's first value),
+/// give the numbers Rust computes, at every level, with each loop compiled.
 #[test]
 fn unrolled_counted_loops_give_every_iteration_once() {
     let src = r#"
@@ -173,6 +174,11 @@ fn main() {
     var big = 0
     for i in 2147483600..2147483647 { big = big + i % 2147483640 }
     print(big)
+    var d = 0
+    for i in 5..1006 { d = d + i / 2 * 3 + i % 2 + (i / 3) * (i % 3) }
+    for i in 5..1006 { d = d + (i / 7) * 11 + i % 7 + (i / 8) * (i % 8) }
+    for i in 5..1006 { d = d + i / 9 - i % 9 + i / 1000 * 5 }
+    print(d)
 }
 "#;
     let mut total: i64 = 0;
@@ -190,7 +196,13 @@ fn main() {
     let m: i64 = (-3000i64..3001).map(|i| i.rem_euclid(1000) + i.rem_euclid(7) * i.rem_euclid(9)).sum();
     // msl's i32 sum wraps, as NumPy's does.
     let big = (2147483600i64..2147483647).fold(0i32, |a, i| a.wrapping_add(i.rem_euclid(2147483640) as i32));
-    let want = format!("{total}\n{s}\n32770.5\n{m}\n{big}\n");
+    let d: i64 = (5i64..1006)
+        .map(|i| {
+            i / 2 * 3 + i % 2 + (i / 3) * (i % 3) + (i / 7) * 11 + i % 7 + (i / 8) * (i % 8) + i / 9 - i % 9
+                + i / 1000 * 5
+        })
+        .sum();
+    let want = format!("{total}\n{s}\n32770.5\n{m}\n{big}\n{d}\n");
     assert_eq!(run_block(src, Path::new(".")).text(), want, "interpreter");
     for level in 0..3 {
         let (out, r) = jit::run_block(src, Path::new("."), jit::Options::level(level));
