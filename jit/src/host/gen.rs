@@ -400,7 +400,6 @@ impl<'a, 'f, 'p> HostGen<'a, 'f, 'p> {
         }
     }
 
-    /// Gives local `l` of the current frame the value `x` (declaring it on first sight).
     /// One iteration of a counted loop's body, the loop variable `var` being `j` (an i64 counter),
     /// copy `copy` of an unrolled trip.
     fn iteration(
@@ -423,6 +422,7 @@ impl<'a, 'f, 'p> HostGen<'a, 'f, 'p> {
         Ok(())
     }
 
+    /// Gives local `l` of the current frame the value `x` (declaring it on first sight).
     fn define(&mut self, l: Local, x: Value, d: DType) -> Result<(), String> {
         let key = (self.frame, l);
         let var = match self.vars.get(&key) {
