@@ -49,6 +49,11 @@ fn calls_of(src: &str, level: u8, term: &str) -> Option<u64> {
     same_as_interpreter(src, level).sites.iter().find(|s| s.term == term).map(|s| s.calls)
 }
 
+/// Calls of the fused tree printed as `term` at `-O2` whose result went into an input's buffer.
+fn reused_by(src: &str, term: &str) -> Option<u64> {
+    same_as_interpreter(src, 2).sites.iter().find(|s| s.term == term).map(|s| s.reused)
+}
+
 #[test]
 fn model_arithmetic_is_one_loop_per_step_not_per_tensor() {
     for level in [1, 2] {
@@ -58,6 +63,19 @@ fn model_arithmetic_is_one_loop_per_step_not_per_tensor() {
     }
     // -O0 fuses nothing and still prints the same.
     same_as_interpreter(SGD_MOMENTUM, 0);
+}
+
+/// At `-O2` the old `m` and `v` are dead at their updates (moved out at their last reads), so
+/// each step's result is written into their buffers: the models, whose fields are views of
+/// those buffers, are dropped before the loop runs, and nothing else holds them.
+#[test]
+fn a_model_update_writes_into_the_dead_models_buffer() {
+    assert_eq!(reused_by(SGD_MOMENTUM, "sub(in0, mul(0.05, in1))"), Some(5));
+    assert_eq!(reused_by(SGD_MOMENTUM, "add(mul(0.9, in0), in1)"), Some(5));
+    // A model still read later keeps its buffer: `n` is printed after `n * 2.0`.
+    let src = "model P { a: f32[3] = ones(3), b: f32[2] = ones(2) }\nfn main() {\n    let n = init(P, seed: 0)\n    let k = n * 2.0 + n\n    print(k.a, n.a)\n}\n";
+    let sites = same_as_interpreter(src, 2).sites;
+    assert!(sites.iter().any(|s| s.calls == 1) && sites.iter().all(|s| s.reused == 0));
 }
 
 #[test]

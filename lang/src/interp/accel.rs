@@ -142,7 +142,7 @@ impl Interp<'_> {
         }
         self.drop_moved_repeats(e, leaves, frame);
         let t0 = self.trace_start();
-        if let Some(r) = self.run_flat_models(e, &vals) {
+        if let Some(r) = self.run_flat_models(e, &mut vals) {
             self.trace_span(t0, "fused", super::trace::Kind::Fused, self.span(e));
             return r;
         }
@@ -190,15 +190,34 @@ impl Interp<'_> {
 
     /// A planned tree of model arithmetic whose models are flat and of one layout: the
     /// accelerator evaluates it once over their parameter buffers (scalars stay scalars).
-    /// `None` when a model is not flat, or the accelerator declines.
-    fn run_flat_models(&mut self, e: &Expr, vals: &[Value]) -> Option<R<Value>> {
-        if !e.ty.is_model() {
+    /// `None` when a model is not flat, or the accelerator declines (`vals` as they were).
+    ///
+    /// Only the buffers go to the accelerator: the models themselves (whose fields are views
+    /// of those buffers) are dropped first, and the result is laid out like the last model
+    /// operand. So a model that nothing else holds (`m` in `m = m - lr * g` at `-O2`, moved
+    /// out at its last use) is the only holder of its buffer, which the result may then reuse.
+    fn run_flat_models(&mut self, e: &Expr, vals: &mut Vec<Value>) -> Option<R<Value>> {
+        if !e.ty.is_model() || self.accel.is_none() {
             return None;
         }
-        let (like, mut ts) = super::prims::flat_operands(vals)?;
-        let r = self.accel.as_mut()?.try_eval(e, &mut ts)?;
+        let (like, mut ts) = super::prims::flat_operands(vals.iter())?;
+        let last = vals.iter().rposition(|v| matches!(v, Value::Model(_)))?;
+        let layout = like.with_flat(&ts[last])?;
+        let models: Vec<bool> = vals.iter().map(|v| matches!(v, Value::Model(_))).collect();
+        vals.clear();
+        let r = self.accel.as_mut().and_then(|a| a.try_eval(e, &mut ts));
+        let Some(r) = r else {
+            // Declined before any buffer was taken: the same models again, over their buffers.
+            for (t, is_model) in ts.into_iter().zip(models) {
+                vals.push(match is_model {
+                    true => layout.with_flat(&t).map_or(Value::Tensor(t), |m| Value::Model(std::rc::Rc::new(m))),
+                    false => Value::Tensor(t),
+                });
+            }
+            return None;
+        };
         let span = self.span(e);
-        Some(r.map_err(|k| kerr(k, span)).and_then(|t| super::prims::wrap_flat(like, &t, span)))
+        Some(r.map_err(|k| kerr(k, span)).and_then(|t| super::prims::wrap_flat(&layout, &t, span)))
     }
 
     /// Op-by-op evaluation of a planned tree whose leaves already have values (walked in the
