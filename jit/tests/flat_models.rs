@@ -76,6 +76,12 @@ fn a_model_update_writes_into_the_dead_models_buffer() {
     let src = "model P { a: f32[3] = ones(3), b: f32[2] = ones(2) }\nfn main() {\n    let n = init(P, seed: 0)\n    let k = n * 2.0 + n\n    print(k.a, n.a)\n}\n";
     let sites = same_as_interpreter(src, 2).sites;
     assert!(sites.iter().any(|s| s.calls == 1) && sites.iter().all(|s| s.reused == 0));
+    // Storage-only (`bf16`) models: the JIT declines the loop after the models were dropped,
+    // and the interpreter gets them back, rebuilt over the same buffers.
+    let src = "model P { a: bf16[3], b: bf16[2] }\nfn main() {\n    var m = P(a: bf16(ones(3)), b: bf16(ones(2) * 2.0))\n    let g = P(a: bf16(ones(3) * 0.5), b: bf16(ones(2)))\n    for s in 0..3 {\n        m = m - 0.25 * g\n    }\n    print(m.a, m.b)\n}\n";
+    let (out, report) = jit::run_block(src, Path::new("."), jit::Options::level(2));
+    assert_eq!(out.text(), "[0.625, 0.625, 0.625] [1.25, 1.25]\n");
+    assert!(report.borrow().sites.iter().all(|s| s.calls == 0));
 }
 
 #[test]
