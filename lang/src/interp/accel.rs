@@ -209,10 +209,8 @@ impl Interp<'_> {
         let Some(r) = r else {
             // Declined before any buffer was taken: the same models again, over their buffers.
             for (t, is_model) in ts.into_iter().zip(models) {
-                vals.push(match is_model {
-                    true => layout.with_flat(&t).map_or(Value::Tensor(t), |m| Value::Model(std::rc::Rc::new(m))),
-                    false => Value::Tensor(t),
-                });
+                let model = if is_model { layout.with_flat(&t) } else { None };
+                vals.push(model.map_or(Value::Tensor(t), |m| Value::Model(std::rc::Rc::new(m))));
             }
             return None;
         };
