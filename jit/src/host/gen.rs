@@ -299,13 +299,15 @@ impl<'a, 'f, 'p> HostGen<'a, 'f, 'p> {
                     b.switch_to_block(wide);
                     // `var / c` and `var % c` (var ≥ 0): the trip's first value is divided
                     // once, and each copy steps from it with an addition and a select.
-                    if var_range.is_some_and(|(lo, _)| lo >= 0) {
+                    if let Some(r) = var_range.filter(|&(lo, _)| lo >= 0) {
+                        let v0 = self.l.b.ins().ireduce(types::I32, j);
+                        self.ranges.insert(v0, r);
                         for c in induction_divisors(body, *var) {
-                            let v0 = self.l.b.ins().ireduce(types::I32, j);
-                            self.ranges.extend(var_range.map(|r| (v0, r)));
+                            // One quotient; the remainder from it (v0 ≥ 0: no floor correction).
                             let y = self.l.b.ins().iconst(types::I32, c);
                             let q0 = self.int_binary(BinaryOp::Div, v0, y)?;
-                            let r0 = self.int_binary(BinaryOp::Rem, v0, y)?;
+                            let qc = self.l.b.ins().imul(q0, y);
+                            let r0 = self.l.b.ins().isub(v0, qc);
                             self.trip_divisions.push((c, q0, r0));
                         }
                     }
