@@ -1,6 +1,8 @@
 //! Models as flat buffers: arithmetic on a model is one fused loop over its parameter buffer
 //! (not one per tensor), pointwise `map` is one application, and every level prints what the
 //! interpreter prints — including a `map` that is not pointwise and models that cannot be flat.
+//! A model built of large tensors (a gradient) keeps them apart, and its arithmetic is one
+//! fused loop per tensor.
 
 use lang::spec::run_block;
 use std::path::Path;
@@ -82,6 +84,41 @@ fn a_model_update_writes_into_the_dead_models_buffer() {
     let (out, report) = jit::run_block(src, Path::new("."), jit::Options::level(2));
     assert_eq!(out.text(), "[0.625, 0.625, 0.625] [1.25, 1.25]\n");
     assert!(report.borrow().sites.iter().all(|s| s.calls == 0));
+}
+
+/// A model of large tensors (65,536 and 1,024 elements): the gradient's constructor keeps them
+/// apart rather than copying them into one buffer, and the update is one compiled call per
+/// tensor, written into a dead operand's tensor.
+const SGD_WIDE: &str = r#"
+model Wide {
+    w: f32[64, 1024] = glorot_uniform(64, 1024)
+    b: f32[1024]     = zeros(1024)
+}
+
+fn loss(m: Wide, x: f32[8, 64]) -> f32 {
+    mean((x @ m.w + m.b) ** 2)
+}
+
+fn main() {
+    var m = init(Wide, seed: 0)
+    let x = normal(8, 64, seed: 1)
+    for step in 0..4 {
+        let g = grad(loss)(m, x)
+        m = m - 0.05 * g
+        print(loss(m, x))
+    }
+    print(sum(m.w), m.b[0])
+}
+"#;
+
+#[test]
+fn a_model_of_large_tensors_updates_tensor_by_tensor_in_place() {
+    for level in [1, 2] {
+        // Four steps, two tensors.
+        assert_eq!(calls_of(SGD_WIDE, level, "sub(in0, mul(0.05, in1))"), Some(8), "-O{level}");
+    }
+    same_as_interpreter(SGD_WIDE, 0);
+    assert_eq!(reused_by(SGD_WIDE, "sub(in0, mul(0.05, in1))"), Some(8));
 }
 
 #[test]
@@ -182,11 +219,17 @@ fn expr(r: &mut Rng, depth: u32) -> (String, PerField) {
 }
 
 /// A random model type, two values of it, and a random expression over them printed as model
-/// arithmetic and, tensor by tensor, as tensor arithmetic.
-fn case(seed: u64) -> (String, String) {
+/// arithmetic and, tensor by tensor, as tensor arithmetic. With `large`, every tensor has a
+/// leading axis of 2^15 (a constructor keeps such tensors apart rather than in one buffer, so
+/// the arithmetic runs tensor by tensor) and each field's sum is printed.
+fn case(seed: u64, large: bool) -> (String, String) {
     let mut r = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     let k = 1 + r.below(4) as usize;
-    let shapes: Vec<Vec<u64>> = (0..k).map(|_| (0..1 + r.below(3)).map(|_| 1 + r.below(5)).collect()).collect();
+    let mut shapes: Vec<Vec<u64>> = (0..k).map(|_| (0..1 + r.below(3)).map(|_| 1 + r.below(5)).collect()).collect();
+    if large {
+        shapes.iter_mut().for_each(|s| s.insert(0, 1 << 15));
+    }
+    let shown = |t: String| if large { format!("sum({t})") } else { t };
     let dims = |s: &Vec<u64>| s.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ");
     let fields: Vec<String> = (0..k).map(|i| format!("f{i}: f32[{}]", dims(&shapes[i]))).collect();
     let build = |seed0: u64| {
@@ -205,19 +248,20 @@ fn case(seed: u64) -> (String, String) {
     let names: Vec<String> = (0..k).map(|i| format!("f{i}")).collect();
     let model = format!(
         "{head}    let r = {e}\n    print({})\n}}\n",
-        names.iter().map(|f| format!("r.{f}")).collect::<Vec<_>>().join(", ")
+        names.iter().map(|f| shown(format!("r.{f}"))).collect::<Vec<_>>().join(", ")
     );
     let by_hand =
-        format!("{head}    print({})\n}}\n", names.iter().map(|f| per_field(f)).collect::<Vec<_>>().join(", "));
+        format!("{head}    print({})\n}}\n", names.iter().map(|f| shown(per_field(f))).collect::<Vec<_>>().join(", "));
     (model, by_hand)
 }
 
 #[test]
 fn random_model_arithmetic_equals_the_same_arithmetic_tensor_by_tensor() {
-    for seed in 0..60 {
-        let (model, by_hand) = case(seed);
+    let cases = (0..60).map(|seed| (seed, false)).chain((0..12).map(|seed| (seed, true)));
+    for (seed, large) in cases {
+        let (model, by_hand) = case(seed, large);
         let want = run_block(&by_hand, Path::new("."));
-        assert_eq!(want.kind(), "output", "seed {seed}:\n{by_hand}\n{}", want.text());
+        assert_eq!(want.kind(), "output", "seed {seed} ({large}):\n{by_hand}\n{}", want.text());
         let got = run_block(&model, Path::new("."));
         assert_eq!(got.text(), want.text(), "seed {seed}, interpreter:\n{model}");
         for level in 0..3 {
@@ -227,20 +271,21 @@ fn random_model_arithmetic_equals_the_same_arithmetic_tensor_by_tensor() {
     }
 }
 
-/// A model tree whose models are not all flat (a `map` that is not pointwise gives separate
-/// tensors) runs op by op; a local it reads twice is one input, whose value must not be read
-/// again from the frame, which `-O2` has emptied at the local's last read further right.
+/// A model tree that the accelerator cannot run (a scalar field: neither one buffer nor only
+/// tensors, and a `map` that is not pointwise gives separate tensors) runs op by op; a local it
+/// reads twice is one input, whose value must not be read again from the frame, which `-O2`
+/// has emptied at the local's last read further right.
 #[test]
 fn a_repeated_local_in_a_tree_that_runs_op_by_op_keeps_its_value() {
     let src = r#"
-model P { a: f32[3], b: f32[2, 4] }
+model P { a: f32[3], b: f32[2, 4], s: f32 }
 
 fn main() {
-    var p = P(a: stack([1.0, 2.0, 3.0]), b: ones(2, 4))
+    var p = P(a: stack([1.0, 2.0, 3.0]), b: ones(2, 4), s: 2.0)
     for k in 0..2 {
         p = (p * p) * map(|v| v - mean(v) + 1.0, map(|v| v * 2.0, p))
     }
-    print(p.a, p.b)
+    print(p.a, p.b, p.s)
 }
 "#;
     for level in 0..3 {
@@ -248,6 +293,7 @@ fn main() {
     }
     // Step 1: a = [1, 4, 9] * ([2, 4, 6] - 4 + 1) = [-1, 4, 27]; b = 1 * 1 = 1.
     // Step 2: a = [1, 16, 729] * ([-2, 8, 54] - 20 + 1) = [-21, -176, 25515]; b = 1.
+    // s: 4 * (4 - 4 + 1) = 4, then 16 * (8 - 8 + 1) = 16.
     let out = run_block(src, Path::new("."));
-    assert_eq!(out.text(), "[-21.0, -176.0, 25515.0] [[1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0]]\n");
+    assert_eq!(out.text(), "[-21.0, -176.0, 25515.0] [[1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0]] 16.0\n");
 }

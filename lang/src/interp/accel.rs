@@ -18,7 +18,7 @@
 //! that declines (an integer division by zero, say) has changed nothing, and the interpreter
 //! runs the loop itself from the start, reporting the error as usual.
 
-use super::{kerr, lit_value, Frame, Interp, Value, R};
+use super::{kerr, lit_value, Frame, Interp, ModelValue, Value, R};
 use crate::ir::{Expr, ExprKind, Lit, Local};
 use crate::types::Type;
 use kernels::{KernelError, Tensor};
@@ -146,6 +146,10 @@ impl Interp<'_> {
             self.trace_span(t0, "fused", super::trace::Kind::Fused, self.span(e));
             return r;
         }
+        if let Some(r) = self.run_models_by_tensor(e, leaves, &mut vals, frame) {
+            self.trace_span(t0, "fused", super::trace::Kind::Fused, self.span(e));
+            return r;
+        }
         if vals.iter().all(|v| matches!(v, Value::Tensor(_))) {
             // Hand the values over (not copies), so that a temporary's buffer can be reused.
             let mut ts: Vec<Tensor> = vals
@@ -216,6 +220,97 @@ impl Interp<'_> {
         };
         let span = self.span(e);
         Some(r.map_err(|k| kerr(k, span)).and_then(|t| super::prims::wrap_flat(&layout, &t, span)))
+    }
+
+    /// A planned tree of model arithmetic over models of one layout, some of them not flat (a
+    /// gradient keeps its large tensors apart, [`ModelValue::assembled`]): the accelerator
+    /// evaluates it once per tensor, over the models' tensors at that place and the scalars,
+    /// and the result is a model of those tensors. The models are dropped first, so a tensor
+    /// that only a dead model held (`m` in `m = m - lr * g` at `-O2`) takes its result. `None`
+    /// when the operands are not such models, or the accelerator declines (`vals` as they were).
+    fn run_models_by_tensor(
+        &mut self,
+        e: &Expr,
+        leaves: &[&Expr],
+        vals: &mut Vec<Value>,
+        frame: &mut Frame,
+    ) -> Option<R<Value>> {
+        if !e.ty.is_model() || self.accel.is_none() {
+            return None;
+        }
+        // Each operand's tensors in field order (`None` for a scalar), all of one layout.
+        let mut parts: Vec<Option<Vec<Tensor>>> = Vec::with_capacity(vals.len());
+        let mut like: Option<ModelValue> = None;
+        for v in vals.iter() {
+            match v {
+                Value::Model(m) => {
+                    let ts = m.tensors()?;
+                    let fits = |first: &Vec<Tensor>| {
+                        first.len() == ts.len()
+                            && first.iter().zip(&ts).all(|(a, b)| a.shape() == b.shape() && a.dtype() == b.dtype())
+                    };
+                    parts.iter().flatten().next().is_none_or(fits).then_some(())?;
+                    (ts[0].dtype().is_float() && !ts[0].dtype().is_half()).then_some(())?;
+                    if like.is_none() {
+                        // The layout alone: a model holding the tensors would keep them shared.
+                        let holes = std::iter::repeat_with(|| Tensor::scalar_bool(false)).take(ts.len());
+                        like = Some(m.with_tensors(holes)?);
+                    }
+                    parts.push(Some(ts));
+                }
+                Value::Tensor(t) if t.rank() == 0 => parts.push(None),
+                _ => return None,
+            }
+        }
+        let like = like?;
+        let scalars: Vec<Option<Tensor>> = vals.iter().map(|v| v.tensor().cloned()).collect();
+        let count = parts.iter().flatten().next().map_or(0, Vec::len);
+        vals.clear();
+        let span = self.span(e);
+        let lost = || super::rt(crate::diag::Code::E0605, "internal: a model's tensors lost their layout", span);
+        let mut out = Vec::with_capacity(count);
+        for i in 0..count {
+            // The operands at tensor `i`, taken out so that a dead model's tensor is held once.
+            let mut ts: Vec<Tensor> = parts
+                .iter_mut()
+                .zip(&scalars)
+                .map(|(p, s)| match (p, s) {
+                    (Some(ts), _) => std::mem::replace(&mut ts[i], Tensor::scalar_bool(false)),
+                    (None, s) => s.clone().unwrap_or_else(|| Tensor::scalar_bool(false)),
+                })
+                .collect();
+            match self.accel.as_mut().and_then(|a| a.try_eval(e, &mut ts)) {
+                Some(Ok(t)) => out.push(t),
+                Some(Err(k)) => return Some(Err(kerr(k, span))),
+                None if i == 0 => {
+                    // Declined before any buffer was taken: the same models again.
+                    for ((p, s), t) in parts.into_iter().zip(scalars).zip(ts) {
+                        vals.push(match (p, s) {
+                            (Some(mut ts), _) => {
+                                ts[0] = t;
+                                match like.with_tensors(ts) {
+                                    Some(m) => Value::Model(std::rc::Rc::new(m)),
+                                    None => return Some(Err(lost())),
+                                }
+                            }
+                            (None, s) => Value::Tensor(s.unwrap_or(t)),
+                        });
+                    }
+                    return None;
+                }
+                None => {
+                    // The accelerator took the first tensors and declines these: the same
+                    // tree on them, op by op.
+                    let vs: Vec<Value> = ts.into_iter().map(Value::Tensor).collect();
+                    match self.eval_with_leaves(e, leaves, &vs, &mut 0, frame) {
+                        Ok(Value::Tensor(t)) => out.push(t),
+                        Ok(_) => return Some(Err(lost())),
+                        Err(err) => return Some(Err(err)),
+                    }
+                }
+            }
+        }
+        Some(like.with_tensors(out).map(|m| Value::Model(std::rc::Rc::new(m))).ok_or_else(lost))
     }
 
     /// Op-by-op evaluation of a planned tree whose leaves already have values (walked in the

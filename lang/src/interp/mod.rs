@@ -554,7 +554,7 @@ impl<'p> Interp<'p> {
                     return Err(rt(Code::E0605, "not a model type", self.span(e)));
                 };
                 let dims = self.type_arg_dims(args, frame, self.span(e)).unwrap_or_default();
-                Ok(Value::Model(Rc::new(ModelValue { model: *id, dims, fields: vals })).packed())
+                Ok(Value::Model(Rc::new(ModelValue { model: *id, dims, fields: vals })).assembled())
             }
             ExprKind::Block { stmts, result } => {
                 if self.spmd.is_some() && overlap::block_starts_collectives(stmts) && !overlap::overlap_off() {

@@ -66,6 +66,11 @@ impl Tape {
     }
 }
 
+/// Elements per tensor, on average, from which a constructed model keeps its tensors apart
+/// rather than copying them into one buffer ([`ModelValue::assembled`]). A launch per tensor
+/// costs a few microseconds; a copy of 32,768 `f32`s (256 KiB read and written) about as much.
+pub const PART_MIN: usize = 1 << 15;
+
 /// A model instance: its type's dim arguments (for binding generic dims) and its fields.
 #[derive(Clone, Debug)]
 pub struct ModelValue {
@@ -117,6 +122,46 @@ impl ModelValue {
         self.with_flat(&flat).map(Rc::new)
     }
 
+    /// The model as a constructor builds it: packed into one buffer (as [`Self::packed`]) when
+    /// its tensors are small, on average below [`PART_MIN`] elements, and kept as built when
+    /// they are large. Packing copies every parameter once so that model arithmetic is one
+    /// loop; for large tensors that copy is a pass over memory each time the model is built
+    /// (every gradient, at the end of each `grad`), while arithmetic over a model's separate
+    /// tensors costs only a launch per tensor (`interp::accel`'s per-tensor path).
+    pub fn assembled(self: &Rc<Self>) -> Option<Rc<ModelValue>> {
+        let leaves = self.dense_leaves()?;
+        let total: usize = leaves.iter().map(|t| t.len()).sum();
+        if total >= leaves.len().saturating_mul(PART_MIN) {
+            return None;
+        }
+        self.packed()
+    }
+
+    /// The model's tensors in field order (depth first, nested models included) when every
+    /// field is a tensor of rank ≥ 1 or such a model, all of one element type.
+    pub fn tensors(&self) -> Option<Vec<Tensor>> {
+        Some(self.dense_leaves()?.into_iter().cloned().collect())
+    }
+
+    /// A model of this one's type whose tensors, in field order, are `tensors` (the caller
+    /// gives each its field's shape); `None` when their number is not the model's.
+    pub fn with_tensors(&self, tensors: impl IntoIterator<Item = Tensor>) -> Option<ModelValue> {
+        fn rebuild(m: &ModelValue, ts: &mut dyn Iterator<Item = Tensor>) -> Option<ModelValue> {
+            let mut fields = Vec::with_capacity(m.fields.len());
+            for f in &m.fields {
+                fields.push(match f {
+                    Value::Tensor(_) => Value::Tensor(ts.next()?),
+                    Value::Model(n) => Value::Model(Rc::new(rebuild(n, ts)?)),
+                    _ => return None,
+                });
+            }
+            Some(ModelValue { model: m.model, dims: m.dims.clone(), fields })
+        }
+        let mut ts = tensors.into_iter();
+        let m = rebuild(self, &mut ts)?;
+        ts.next().is_none().then_some(m)
+    }
+
     /// A model of this one's type whose tensors are consecutive views of `flat` (a rank-1
     /// tensor with as many elements as the model has parameters).
     pub fn with_flat(&self, flat: &Tensor) -> Option<ModelValue> {
@@ -166,6 +211,15 @@ impl Value {
     pub fn packed(self) -> Value {
         match &self {
             Value::Model(m) => m.packed().map_or(self, Value::Model),
+            _ => self,
+        }
+    }
+
+    /// A constructor's model packed when its tensors are small ([`ModelValue::assembled`]);
+    /// anything else unchanged.
+    pub fn assembled(self) -> Value {
+        match &self {
+            Value::Model(m) => m.assembled().map_or(self, Value::Model),
             _ => self,
         }
     }
