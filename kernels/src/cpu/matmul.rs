@@ -16,6 +16,13 @@ const SHALLOW_PAR_K: usize = 16;
 /// Outputs from this many elements take the threads whatever the inner size (a 2048×1024
 /// output of an inner size of 8: 279 µs on two threads, 291 µs on one).
 const SHALLOW_PAR_OUT: usize = 1 << 20;
+/// An output with fewer rows than this, and fewer than [`NARROW_PAR_WORK`] multiply-adds, runs
+/// on one thread: `d[256, 10]ᵀ @ h2[256, 512]` took 42 µs on two threads and 11 on one (medians
+/// of 300 calls); `x[15, 784] @ w[784, 512]` (6M multiply-adds) is faster on two, 49 against
+/// 62 µs. Few columns keep the threads: `h2[256, 512] @ w3[512, 10]` in W3's step, right after
+/// a product on both threads, took 20 µs on two and 31 on one.
+const NARROW: usize = 16;
+const NARROW_PAR_WORK: usize = 1 << 21;
 
 /// `numpy.matmul(a, b)`: 1-D operands are promoted to matrices and the added dimension is
 /// removed from the result; leading (batch) dimensions broadcast. Both operands must share a
@@ -96,6 +103,20 @@ pub fn matmul_t(a: &Tensor, b: &Tensor, transpose_a: bool, transpose_b: bool) ->
         // a 512×512 `w` took 506 µs where `g @ w` takes 277. A tiled transpose into a row-major
         // copy (60 µs) first is cheaper, and the packed panels, hence the sums, are the same.
         return matmul_t(a, &crate::cpu::shape::swap_last(b)?, transpose_a, false);
+    }
+    if transpose_a
+        && !transpose_b
+        && ra == 2
+        && rb == 2
+        && a.dtype().is_float()
+        && (2..NARROW).contains(&n)
+        && m >= NARROW
+    {
+        // A weight's gradient with few columns (`h[256, 512]ᵀ @ d[256, 10]`): `gemm` took 31 µs
+        // for it on one thread or two, and 11 µs for `dᵀ @ h` on one (784×256×10: 47 → 18 µs;
+        // 2048×2048×12: 913 → 499 µs on two). Each output element is the same sum in the same
+        // order either way (the inner blocking depends on `k` alone), so the bits are the same.
+        return crate::cpu::shape::swap_last(&matmul_t(b, a, true, false)?);
     }
     let nb: usize = batch.iter().product();
     // Offsets of each batch's matrices, in units of whole matrices.
@@ -182,7 +203,9 @@ fn gemm_batched<T: GemmElement>(x: &[T], y: &[T], offsets: &[(usize, usize)], g:
     let work = g.m.saturating_mul(g.n).saturating_mul(g.k);
     if work >= GEMM_PAR_MIN || offsets.len() == 1 || work.saturating_mul(offsets.len()) < PAR_MIN {
         // Threads split the output, never the inner sums, so either way gives the same bits.
-        let threads = work >= GEMM_PAR_MIN && (g.k >= SHALLOW_PAR_K || mn >= SHALLOW_PAR_OUT);
+        let threads = work >= GEMM_PAR_MIN
+            && (g.k >= SHALLOW_PAR_K || mn >= SHALLOW_PAR_OUT)
+            && (g.m >= NARROW || work >= NARROW_PAR_WORK);
         let par = if threads { gemm::Parallelism::Rayon(0) } else { gemm::Parallelism::None };
         for (dst, &(oa, ob)) in out.chunks_mut(mn).zip(offsets) {
             gemm_one(dst, &x[oa..], &y[ob..], g, par);

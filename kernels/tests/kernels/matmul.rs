@@ -230,6 +230,33 @@ fn shallow_products_on_one_thread_or_many_equal_the_naive_loop() {
     }
 }
 
+/// `aᵀ @ b` with fewer than 16 columns is computed as `(bᵀ @ a)ᵀ` on one thread; every element
+/// has the bits of the same product taken the usual way, which a 16-column operand (`b` and
+/// zero columns) still gets, and is near the naive f64 product.
+#[test]
+fn narrow_weight_gradients_have_the_bits_of_the_usual_product() {
+    let mut seed = 7u64;
+    let mut below = |n: usize| {
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (seed >> 33) as usize % n
+    };
+    let mut shapes = vec![(512, 256, 10), (784, 256, 10), (16, 1, 2), (2048, 1100, 15)];
+    shapes.extend((0..40).map(|_| (16 + below(900), 1 + below(1200), 2 + below(14))));
+    for (i, &(m, k, n)) in shapes.iter().enumerate() {
+        let a: Vec<f32> = lcg(k * m, 30 + i as u64).iter().map(|&x| x as f32).collect();
+        let b: Vec<f32> = lcg(k * n, 90 + i as u64).iter().map(|&x| x as f32).collect();
+        let wide: Vec<f32> = (0..k * 16).map(|e| if e % 16 < n { b[e / 16 * n + e % 16] } else { 0.0 }).collect();
+        let got = ops::matmul_t(&t32(&[k, m], &a), &t32(&[k, n], &b), true, false).unwrap();
+        let usual = ops::matmul_t(&t32(&[k, m], &a), &t32(&[k, 16], &wide), true, false).unwrap().to_f64_vec();
+        let want: Vec<f64> = (0..m * n).map(|e| usual[e / n * 16 + e % n]).collect();
+        assert_eq!(got.shape(), &[m, n]);
+        assert!(got.to_f64_vec() == want, "{m}x{k}x{n}: not the usual product's bits");
+        let at: Vec<f64> = (0..m * k).map(|e| a[(e % k) * m + e / k] as f64).collect();
+        let b64: Vec<f64> = b.iter().map(|&x| x as f64).collect();
+        check(&got, &[m, n], &naive(&at, &b64, m, k, n), 1e-4 * (k as f64).sqrt());
+    }
+}
+
 #[test]
 fn storage_only_matrices_multiply_in_f32_and_round_once() {
     let a = Tensor::from_vec(vec![2, 3], vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap();
