@@ -228,6 +228,100 @@ pub fn run(f: KernelFn, inputs: &mut [Tensor], lay: &Layout, out: DType, reuse: 
     (t, reused)
 }
 
+/// One input of [`run_parts`]: its address at each part, or one address for every part.
+pub enum PartInput {
+    /// Read once per part (a scalar): the address of its one element.
+    Each(usize),
+    /// The address of the part's first element, part by part (contiguous within the part),
+    /// and the size of an element in bytes.
+    Parts(Vec<usize>, usize),
+}
+
+/// Runs `f` over parts of `lens[i]` elements each, input `k` read through `inputs[k]`; the
+/// output is one buffer of every part, part after part, of element type `out`. `donor` is
+/// the buffer of an input the output may take (its own parts at the same places: an element
+/// is read before it is written at the same index), else one is allocated. Long parts are
+/// split into chunks of whole vectors, and the chunks of all parts go to rayon's threads
+/// together, so a model of many tensors costs one fan-out, not one per tensor.
+pub fn run_parts(
+    f: KernelFn,
+    inputs: &[PartInput],
+    lens: &[usize],
+    out: DType,
+    donor: Option<&mut Tensor>,
+) -> (Tensor, bool) {
+    let n: usize = lens.iter().sum();
+    let donated = donor.and_then(take_unique);
+    let reused = donated.is_some();
+    let mut buf = match donated {
+        Some(b) => b,
+        None => match out {
+            DType::F32 => Buf::F32(Vec::with_capacity(n)),
+            DType::F64 => Buf::F64(Vec::with_capacity(n)),
+            DType::I32 => Buf::I32(Vec::with_capacity(n)),
+            DType::Bool => Buf::Bool(Vec::with_capacity(n)),
+            DType::Bf16 | DType::F16 => Buf::F32(Vec::with_capacity(n)),
+        },
+    };
+    let obase = buf.ptr();
+    let osize = out.size_in_bytes();
+    let mut starts = Vec::with_capacity(lens.len());
+    let mut at = 0;
+    for &l in lens {
+        starts.push(at);
+        at += l;
+    }
+    let threads = rayon::current_num_threads();
+    let chunk = if n < PAR_MIN || threads < 2 {
+        usize::MAX
+    } else {
+        n.div_ceil(threads * 4).next_multiple_of(16).max(PAR_MIN / 8)
+    };
+    // (part, first element in the part, elements)
+    let mut tasks: Vec<(usize, usize, usize)> = Vec::new();
+    for (i, &l) in lens.iter().enumerate() {
+        let mut s = 0;
+        while s < l {
+            let len = (l - s).min(chunk);
+            tasks.push((i, s, len));
+            s += len;
+        }
+    }
+    let call = |&(i, start, len): &(usize, usize, usize)| {
+        let ptrs: Vec<*const u8> = inputs
+            .iter()
+            .map(|inp| match inp {
+                PartInput::Each(a) => *a as *const u8,
+                PartInput::Parts(p, size) => (p[i] + start * size) as *const u8,
+            })
+            .collect();
+        let o = (obase + (starts[i] + start) * osize) as *mut u8;
+        // SAFETY: every `Parts` address starts `lens[i]` elements of a live tensor at part `i`
+        // (so `start + len ≤ lens[i]` elements are in bounds), every `Each` address one
+        // element, and `o` addresses `len` elements of the output, which no other task writes
+        // (tasks cover disjoint ranges); `f` was compiled for these element types with the
+        // `Each` inputs broadcast.
+        unsafe { f(ptrs.as_ptr(), o, len) };
+    };
+    if tasks.len() > 1 && chunk != usize::MAX {
+        tasks.par_iter().for_each(call);
+    } else {
+        tasks.iter().for_each(call);
+    }
+    if !reused {
+        // SAFETY: the capacity is `n`, and the tasks above wrote every element of `0..n`
+        // (each part whole, in chunks that cover it) with a valid value of the element type.
+        unsafe { buf.set_len(n) };
+    }
+    let t = match buf {
+        Buf::F32(v) => Tensor::from_vec(vec![n], v),
+        Buf::F64(v) => Tensor::from_vec(vec![n], v),
+        Buf::I32(v) => Tensor::from_vec(vec![n], v),
+        Buf::Bool(v) => Tensor::from_vec(vec![n], v),
+    };
+    (t.expect("the output has the parts' element count"), reused)
+}
+
 /// The output buffer while the loop writes it.
 enum Buf {
     F32(Vec<f32>),

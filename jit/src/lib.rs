@@ -27,7 +27,7 @@ pub mod proggen;
 
 use codegen::{Jit, Spec};
 use kernels::{KernelError, Tensor};
-use lang::interp::{Accel, Interp, Region, RegionRun};
+use lang::interp::{Accel, Interp, Operand, Region, RegionRun};
 use lang::ir::{Expr, ExprId, SpanId};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -198,6 +198,10 @@ struct Planned {
     memo: Option<Memo>,
 }
 
+/// A compiled loop, its output's element type, the layout it was asked for, and the tree as
+/// an accelerator device takes it (when one runs it).
+type Kernel = (codegen::KernelFn, kernels::DType, exec::Layout, Option<Arc<kernels::ops::Fused>>);
+
 struct Memo {
     inputs: Vec<(kernels::DType, bool)>,
     bcast: Vec<bool>,
@@ -298,6 +302,30 @@ impl<'p> JitAccel<'p> {
     }
 
     /// Types, lays out and compiles (or finds in the cache) the loop for these inputs.
+    /// The compiled loop of the planned tree at `addr` for inputs like `inputs` (their element
+    /// types, which are scalars, and how they broadcast): the memo's when it fits, else
+    /// compiled (or found in the compile cache) and memoised.
+    fn kernel(&mut self, addr: ExprId, inputs: &[Tensor]) -> Result<Kernel, String> {
+        let p = self.planned.get(&addr).and_then(Option::as_ref).ok_or("not planned")?;
+        let same_kinds = |m: &Memo| {
+            m.inputs.len() == inputs.len()
+                && m.inputs.iter().zip(inputs).all(|(k, t)| k.0 == t.dtype() && k.1 == (t.rank() == 0))
+        };
+        let hit = p.memo.as_ref().filter(|m| same_kinds(m)).and_then(|m| {
+            let lay = exec::layout(inputs)?;
+            (lay.bcast == m.bcast).then(|| (m.f, m.out, lay, m.fused.clone()))
+        });
+        if let Some(h) = hit {
+            return Ok(h);
+        }
+        let (memo, lay) = self.prepare(addr, inputs)?;
+        let h = (memo.f, memo.out, lay, memo.fused.clone());
+        if let Some(Some(p)) = self.planned.get_mut(&addr) {
+            p.memo = Some(memo);
+        }
+        Ok(h)
+    }
+
     fn prepare(&mut self, addr: ExprId, inputs: &[Tensor]) -> Result<(Memo, exec::Layout), String> {
         let p = self.planned.get(&addr).and_then(Option::as_ref).ok_or("not planned")?;
         let tree = p.tree.clone();
@@ -523,6 +551,81 @@ impl Accel for JitAccel<'_> {
         }
     }
 
+    fn try_eval_parts(
+        &mut self,
+        e: &Expr,
+        inputs: &mut [Operand],
+        lens: &[usize],
+    ) -> Option<Result<Tensor, KernelError>> {
+        let n: usize = lens.iter().sum();
+        // One stand-in per input for the kernel's types and broadcast pattern: part 0 of each
+        // model (every part is contiguous), the scalars as they are.
+        let first = *lens.first()?;
+        let mut reps = Vec::with_capacity(inputs.len());
+        for op in inputs.iter() {
+            let t = match op {
+                Operand::Scalar(t) => t.clone(),
+                Operand::Flat(t) => t.view(0, vec![first]).ok()?,
+                Operand::Parts(ts) => ts.first()?.with_shape(vec![first]).ok()?,
+            };
+            if t.dtype().is_half() {
+                return None;
+            }
+            reps.push(t);
+        }
+        let site = self.planned.get(&e.id)?.as_ref()?.site;
+        let (f, out, _, fused) = match self.kernel(e.id, &reps) {
+            Ok(k) => k,
+            Err(why) => return self.fallback(site, why),
+        };
+        // A tree an accelerator device runs goes to it tensor by tensor (op by op).
+        if fused.is_some() {
+            return None;
+        }
+        drop(reps);
+        let mut parts = Vec::with_capacity(inputs.len());
+        for op in inputs.iter() {
+            parts.push(match op {
+                Operand::Scalar(t) => exec::PartInput::Each(t.storage().addr()),
+                Operand::Flat(t) => {
+                    let (base, size) = (t.storage().addr(), t.dtype().size_in_bytes());
+                    let mut at = 0;
+                    let addrs = lens
+                        .iter()
+                        .map(|&l| {
+                            at += l;
+                            base + (at - l) * size
+                        })
+                        .collect();
+                    exec::PartInput::Parts(addrs, size)
+                }
+                Operand::Parts(ts) => {
+                    let ok = ts.len() == lens.len() && ts.iter().zip(lens).all(|(t, &l)| t.len() == l);
+                    if !ok {
+                        return None;
+                    }
+                    let size = ts[0].dtype().size_in_bytes();
+                    exec::PartInput::Parts(ts.iter().map(|t| t.storage().addr()).collect(), size)
+                }
+            });
+        }
+        if let Some(Operand::Flat(t)) = inputs.first() {
+            if t.len() != n {
+                return None;
+            }
+        }
+        let reuse = self.opts.level >= 2;
+        let donor = inputs.iter_mut().find_map(|op| match op {
+            Operand::Flat(t) if reuse && t.dtype() == out && t.len() == n => Some(t),
+            _ => None,
+        });
+        let (t, reused) = exec::run_parts(f, &parts, lens, out, donor);
+        let mut r = self.report.borrow_mut();
+        r.sites[site].calls += 1;
+        r.sites[site].reused += u64::from(reused);
+        Some(Ok(t))
+    }
+
     fn plan<'e>(&mut self, e: &'e Expr) -> Option<Vec<&'e Expr>> {
         if self.opts.level == 0 || !fuse::may_root(e) {
             return None;
@@ -554,30 +657,10 @@ impl Accel for JitAccel<'_> {
         if inputs.iter().any(|t| t.dtype().is_half()) {
             return None;
         }
-        let addr = e.id;
-        let p = self.planned.get(&addr)?.as_ref()?;
-        let site = p.site;
-        let ins: &[Tensor] = inputs;
-        let same_kinds = |m: &Memo| {
-            m.inputs.len() == ins.len()
-                && m.inputs.iter().zip(ins).all(|(k, t)| k.0 == t.dtype() && k.1 == (t.rank() == 0))
-        };
-        let hit = p.memo.as_ref().filter(|m| same_kinds(m)).and_then(|m| {
-            let lay = exec::layout(ins)?;
-            (lay.bcast == m.bcast).then(|| (m.f, m.out, lay, m.fused.clone()))
-        });
-        let (f, out, lay, fused) = match hit {
-            Some(h) => h,
-            None => match self.prepare(addr, inputs) {
-                Ok((memo, lay)) => {
-                    let h = (memo.f, memo.out, lay, memo.fused.clone());
-                    if let Some(Some(p)) = self.planned.get_mut(&addr) {
-                        p.memo = Some(memo);
-                    }
-                    h
-                }
-                Err(why) => return self.fallback(site, why),
-            },
+        let site = self.planned.get(&e.id)?.as_ref()?.site;
+        let (f, out, lay, fused) = match self.kernel(e.id, inputs) {
+            Ok(k) => k,
+            Err(why) => return self.fallback(site, why),
         };
         if let Some(tree) = fused {
             if let Some(t) = self.on_device(tree, inputs, site) {

@@ -44,6 +44,17 @@ pub enum RegionRun {
     Interrupted,
 }
 
+/// One operand of model arithmetic evaluated part by part ([`Accel::try_eval_parts`]).
+#[derive(Debug)]
+pub enum Operand {
+    /// A scalar, the same at every part.
+    Scalar(Tensor),
+    /// A flat model's buffer: a rank-1 tensor whose parts follow one another.
+    Flat(Tensor),
+    /// A model's tensors, one per part, each contiguous.
+    Parts(Vec<Tensor>),
+}
+
 /// A compiler that evaluates whole trees of primitives at once.
 pub trait Accel {
     /// Called when the interpreter is about to evaluate the primitive application `e`. Returns
@@ -56,6 +67,20 @@ pub trait Accel {
     /// which must be left as they were). When it evaluates, it may reuse the buffer of an input
     /// nothing else refers to for its result, leaving a placeholder in its slot.
     fn try_eval(&mut self, e: &Expr, inputs: &mut [Tensor]) -> Option<Result<Tensor, KernelError>>;
+
+    /// Evaluates the tree `plan` accepted over models of one layout held in parts (see
+    /// [`Operand`]): part `i` of every model operand has `lens[i]` elements, and the result is
+    /// one rank-1 tensor of all the parts, part after part (the flat buffer of the result
+    /// model). `None` declines, with `inputs` as they were; otherwise it may reuse the buffer of
+    /// a [`Operand::Flat`] input nothing else refers to.
+    fn try_eval_parts(
+        &mut self,
+        _e: &Expr,
+        _inputs: &mut [Operand],
+        _lens: &[usize],
+    ) -> Option<Result<Tensor, KernelError>> {
+        None
+    }
 
     /// Called when the interpreter is about to run the loop `e`: the region's inputs and
     /// outputs when the accelerator compiles it whole, `None` to let the interpreter run it.
@@ -146,7 +171,7 @@ impl Interp<'_> {
             self.trace_span(t0, "fused", super::trace::Kind::Fused, self.span(e));
             return r;
         }
-        if let Some(r) = self.run_models_by_tensor(e, leaves, &mut vals, frame) {
+        if let Some(r) = self.run_models_by_parts(e, &mut vals) {
             self.trace_span(t0, "fused", super::trace::Kind::Fused, self.span(e));
             return r;
         }
@@ -224,93 +249,75 @@ impl Interp<'_> {
 
     /// A planned tree of model arithmetic over models of one layout, some of them not flat (a
     /// gradient keeps its large tensors apart, [`ModelValue::assembled`]): the accelerator
-    /// evaluates it once per tensor, over the models' tensors at that place and the scalars,
-    /// and the result is a model of those tensors. The models are dropped first, so a tensor
-    /// that only a dead model held (`m` in `m = m - lr * g` at `-O2`) takes its result. `None`
+    /// evaluates it in one call over the models' tensors, part by part, into one buffer, so
+    /// the result is flat. The models are dropped first, so a flat model that only a dead
+    /// operand held (`m` in `m = m - lr * g` at `-O2`) gives its buffer to the result. `None`
     /// when the operands are not such models, or the accelerator declines (`vals` as they were).
-    fn run_models_by_tensor(
-        &mut self,
-        e: &Expr,
-        leaves: &[&Expr],
-        vals: &mut Vec<Value>,
-        frame: &mut Frame,
-    ) -> Option<R<Value>> {
+    fn run_models_by_parts(&mut self, e: &Expr, vals: &mut Vec<Value>) -> Option<R<Value>> {
         if !e.ty.is_model() || self.accel.is_none() {
             return None;
         }
-        // Each operand's tensors in field order (`None` for a scalar), all of one layout.
-        let mut parts: Vec<Option<Vec<Tensor>>> = Vec::with_capacity(vals.len());
+        let mut ops: Vec<Operand> = Vec::with_capacity(vals.len());
+        let mut lens: Option<Vec<usize>> = None;
         let mut like: Option<ModelValue> = None;
         for v in vals.iter() {
             match v {
                 Value::Model(m) => {
                     let ts = m.tensors()?;
-                    let fits = |first: &Vec<Tensor>| {
-                        first.len() == ts.len()
-                            && first.iter().zip(&ts).all(|(a, b)| a.shape() == b.shape() && a.dtype() == b.dtype())
-                    };
-                    parts.iter().flatten().next().is_none_or(fits).then_some(())?;
-                    (ts[0].dtype().is_float() && !ts[0].dtype().is_half()).then_some(())?;
-                    if like.is_none() {
-                        // The layout alone: a model holding the tensors would keep them shared.
-                        let holes = std::iter::repeat_with(|| Tensor::scalar_bool(false)).take(ts.len());
-                        like = Some(m.with_tensors(holes)?);
+                    let dtype = ts[0].dtype();
+                    (dtype.is_float() && !dtype.is_half()).then_some(())?;
+                    let own: Vec<usize> = ts.iter().map(Tensor::len).collect();
+                    (*lens.get_or_insert_with(|| own.clone()) == own).then_some(())?;
+                    if let Some(l) = &like {
+                        let first = l.tensors()?;
+                        first
+                            .iter()
+                            .zip(&ts)
+                            .all(|(a, b)| a.shape() == b.shape() && a.dtype() == dtype)
+                            .then_some(())?;
+                    } else {
+                        like = Some((**m).clone());
                     }
-                    parts.push(Some(ts));
+                    ops.push(match m.flat() {
+                        Some(flat) => Operand::Flat(flat),
+                        None => Operand::Parts(ts),
+                    });
                 }
-                Value::Tensor(t) if t.rank() == 0 => parts.push(None),
+                Value::Tensor(t) if t.rank() == 0 => ops.push(Operand::Scalar(t.clone())),
                 _ => return None,
             }
         }
-        let like = like?;
-        let scalars: Vec<Option<Tensor>> = vals.iter().map(|v| v.tensor().cloned()).collect();
-        let count = parts.iter().flatten().next().map_or(0, Vec::len);
+        let (lens, like) = (lens?, like?);
+        let shapes: Vec<Vec<usize>> = like.tensors()?.iter().map(|t| t.shape().to_vec()).collect();
+        // The layout alone, whose tensors become views of the result: a model holding the
+        // operands' tensors would keep them shared.
+        let layout = like.with_tensors(lens.iter().map(|_| Tensor::scalar_bool(false)))?;
+        drop(like);
         vals.clear();
         let span = self.span(e);
-        let lost = || super::rt(crate::diag::Code::E0605, "internal: a model's tensors lost their layout", span);
-        let mut out = Vec::with_capacity(count);
-        for i in 0..count {
-            // The operands at tensor `i`, taken out so that a dead model's tensor is held once.
-            let mut ts: Vec<Tensor> = parts
-                .iter_mut()
-                .zip(&scalars)
-                .map(|(p, s)| match (p, s) {
-                    (Some(ts), _) => std::mem::replace(&mut ts[i], Tensor::scalar_bool(false)),
-                    (None, s) => s.clone().unwrap_or_else(|| Tensor::scalar_bool(false)),
-                })
-                .collect();
-            match self.accel.as_mut().and_then(|a| a.try_eval(e, &mut ts)) {
-                Some(Ok(t)) => out.push(t),
-                Some(Err(k)) => return Some(Err(kerr(k, span))),
-                None if i == 0 => {
-                    // Declined before any buffer was taken: the same models again.
-                    for ((p, s), t) in parts.into_iter().zip(scalars).zip(ts) {
-                        vals.push(match (p, s) {
-                            (Some(mut ts), _) => {
-                                ts[0] = t;
-                                match like.with_tensors(ts) {
-                                    Some(m) => Value::Model(std::rc::Rc::new(m)),
-                                    None => return Some(Err(lost())),
-                                }
-                            }
-                            (None, s) => Value::Tensor(s.unwrap_or(t)),
-                        });
+        let lost = || super::rt(crate::diag::Code::E0605, "internal: a model lost its layout", span);
+        let Some(r) = self.accel.as_mut().and_then(|a| a.try_eval_parts(e, &mut ops, &lens)) else {
+            // Declined before any buffer was taken: the same models again.
+            for op in ops {
+                let m = match op {
+                    Operand::Scalar(t) => {
+                        vals.push(Value::Tensor(t));
+                        continue;
                     }
-                    return None;
-                }
-                None => {
-                    // The accelerator took the first tensors and declines these: the same
-                    // tree on them, op by op.
-                    let vs: Vec<Value> = ts.into_iter().map(Value::Tensor).collect();
-                    match self.eval_with_leaves(e, leaves, &vs, &mut 0, frame) {
-                        Ok(Value::Tensor(t)) => out.push(t),
-                        Ok(_) => return Some(Err(lost())),
-                        Err(err) => return Some(Err(err)),
-                    }
+                    Operand::Flat(t) => layout.with_flat_as(&shapes, &t),
+                    Operand::Parts(ts) => layout.with_tensors(ts),
+                };
+                match m {
+                    Some(m) => vals.push(Value::Model(std::rc::Rc::new(m))),
+                    None => return Some(Err(lost())),
                 }
             }
-        }
-        Some(like.with_tensors(out).map(|m| Value::Model(std::rc::Rc::new(m))).ok_or_else(lost))
+            return None;
+        };
+        Some(r.map_err(|k| kerr(k, span)).and_then(|t| {
+            let m = layout.with_flat_as(&shapes, &t).ok_or_else(lost)?;
+            Ok(Value::Model(std::rc::Rc::new(m)))
+        }))
     }
 
     /// Op-by-op evaluation of a planned tree whose leaves already have values (walked in the

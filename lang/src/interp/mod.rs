@@ -24,7 +24,7 @@ use crate::diag::{Code, Diagnostic};
 use crate::ir::{self, Expr, ExprKind, FnTarget, Lit, Local, Pat, Program, Stmt};
 use crate::source::Span;
 use crate::types::{Dim, FuncId, RestSym, ShapeItem, Sym, Type, TypeArg};
-pub use accel::{Accel, Region, RegionRun};
+pub use accel::{Accel, Operand, Region, RegionRun};
 pub(crate) use data::{resolve_path, split_entry};
 use kernels::{KernelError, Tensor};
 use std::collections::HashMap;

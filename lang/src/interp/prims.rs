@@ -631,14 +631,17 @@ impl Interp<'_> {
         self.map_rec(&f, &models, span)
     }
 
-    /// `map` of a pointwise function over flat models of one layout: the function applied
-    /// once to the models' parameter buffers (it gives what it gives tensor by tensor, since
-    /// every operation in it is elementwise and every other operand is a scalar). `None` when
-    /// some model is not flat or the function is not pointwise.
+    /// `map` of a pointwise function over models of one layout: the function applied once to
+    /// the models' parameter buffers (it gives what it gives tensor by tensor, since every
+    /// operation in it is elementwise and every other operand is a scalar). `None` when some
+    /// model cannot be flat or the function is not pointwise.
     fn map_flat(&mut self, f: &Rc<super::FnValue>, models: &[Value], span: Span) -> Option<R<Value>> {
         let super::FnValue::Func { target, captures, closure, .. } = &**f else { return None };
         models.iter().all(|v| matches!(v, Value::Model(_))).then_some(())?;
-        let (shape_of, flats) = flat_operands(models)?;
+        // A model kept in parts (a gradient of large tensors) is packed first: one copy costs
+        // less than applying the function once per tensor.
+        let packed: Vec<Value> = models.iter().map(|v| v.clone().packed()).collect();
+        let (shape_of, flats) = flat_operands(&packed)?;
         let args: Vec<Value> = flats.into_iter().map(Value::Tensor).collect();
         let fid = match target {
             crate::ir::FnTarget::Func(fid) => *fid,

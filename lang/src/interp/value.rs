@@ -162,6 +162,20 @@ impl ModelValue {
         ts.next().is_none().then_some(m)
     }
 
+    /// A model of this one's type whose tensors, in field order, are consecutive views of
+    /// `flat` of the given shapes (for a model whose own tensors are placeholders).
+    pub fn with_flat_as(&self, shapes: &[Vec<usize>], flat: &Tensor) -> Option<ModelValue> {
+        let mut at = 0;
+        let mut views = Vec::with_capacity(shapes.len());
+        for s in shapes {
+            let v = flat.view(at, s.clone()).ok()?;
+            at += v.len();
+            views.push(v);
+        }
+        (at == flat.len()).then_some(())?;
+        self.with_tensors(views)
+    }
+
     /// A model of this one's type whose tensors are consecutive views of `flat` (a rank-1
     /// tensor with as many elements as the model has parameters).
     pub fn with_flat(&self, flat: &Tensor) -> Option<ModelValue> {
