@@ -240,7 +240,7 @@ fn narrow_weight_gradients_have_the_bits_of_the_usual_product() {
         seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         (seed >> 33) as usize % n
     };
-    let mut shapes = vec![(512, 256, 10), (784, 256, 10), (16, 1, 2), (2048, 1100, 15)];
+    let mut shapes = vec![(512, 256, 10), (784, 256, 10), (16, 17, 2), (2048, 1100, 15), (65, 600, 4), (20, 700, 13)];
     shapes.extend((0..40).map(|_| (16 + below(900), 1 + below(1200), 2 + below(14))));
     for (i, &(m, k, n)) in shapes.iter().enumerate() {
         let a: Vec<f32> = lcg(k * m, 30 + i as u64).iter().map(|&x| x as f32).collect();
@@ -254,6 +254,35 @@ fn narrow_weight_gradients_have_the_bits_of_the_usual_product() {
         let at: Vec<f64> = (0..m * k).map(|e| a[(e % k) * m + e / k] as f64).collect();
         let b64: Vec<f64> = b.iter().map(|&x| x as f64).collect();
         check(&got, &[m, n], &naive(&at, &b64, m, k, n), 1e-4 * (k as f64).sqrt());
+    }
+}
+
+/// Products whose output columns are split between the threads (an inner size above 512)
+/// have, column by column, the bits of narrower products that are not split, with either
+/// operand orientation of the left one.
+#[test]
+fn products_split_by_columns_have_the_bits_of_each_band() {
+    for (i, &(m, k, n, ta)) in
+        [(256, 784, 512, false), (128, 1100, 200, true), (300, 2048, 129, true), (65, 700, 300, false)]
+            .iter()
+            .enumerate()
+    {
+        let a: Vec<f32> = lcg(m * k, 50 + i as u64).iter().map(|&x| x as f32).collect();
+        let b: Vec<f32> = lcg(k * n, 60 + i as u64).iter().map(|&x| x as f32).collect();
+        let at = t32(&if ta { [k, m] } else { [m, k] }, &a);
+        let got = ops::matmul_t(&at, &t32(&[k, n], &b), ta, false).unwrap().to_f64_vec();
+        // 60-column slices of `b`: too narrow to split.
+        for c0 in (0..n).step_by(60) {
+            let w = 60.min(n - c0);
+            let slice: Vec<f32> = (0..k * w).map(|e| b[e / w * n + c0 + e % w]).collect();
+            let part = ops::matmul_t(&at, &t32(&[k, w], &slice), ta, false).unwrap().to_f64_vec();
+            for r in 0..m {
+                assert!(
+                    got[r * n + c0..r * n + c0 + w] == part[r * w..(r + 1) * w],
+                    "{m}x{k}x{n} ({ta}): row {r}, columns {c0}.."
+                );
+            }
+        }
     }
 }
 
