@@ -564,7 +564,9 @@ impl Accel for JitAccel<'_> {
         let mut reps = Vec::with_capacity(inputs.len());
         for op in inputs.iter() {
             let t = match op {
-                Operand::Scalar(t) => t.clone(),
+                Operand::Scalar(t) if t.rank() == 0 => t.clone(),
+                // Read once per part, so only a rank-0 tensor.
+                Operand::Scalar(_) => return None,
                 Operand::Flat(t) => t.view(0, vec![first]).ok()?,
                 Operand::Parts(ts) => ts.first()?.with_shape(vec![first]).ok()?,
             };
@@ -588,6 +590,9 @@ impl Accel for JitAccel<'_> {
             parts.push(match op {
                 Operand::Scalar(t) => exec::PartInput::Each(t.storage().addr()),
                 Operand::Flat(t) => {
+                    if t.len() != n {
+                        return None;
+                    }
                     let (base, size) = (t.storage().addr(), t.dtype().size_in_bytes());
                     let mut at = 0;
                     let addrs = lens
@@ -608,11 +613,6 @@ impl Accel for JitAccel<'_> {
                     exec::PartInput::Parts(ts.iter().map(|t| t.storage().addr()).collect(), size)
                 }
             });
-        }
-        if let Some(Operand::Flat(t)) = inputs.first() {
-            if t.len() != n {
-                return None;
-            }
         }
         let reuse = self.opts.level >= 2;
         let donor = inputs.iter_mut().find_map(|op| match op {
