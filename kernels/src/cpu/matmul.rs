@@ -274,30 +274,18 @@ fn gemm_column_bands<T: GemmElement>(dst: &mut [std::mem::MaybeUninit<T>], a: &[
         // SAFETY: the assertion shows that every element read lies inside `a` and `b` and that
         // rows `0..m` (row stride `g.n`) of columns `c0..c1` lie inside `dst`; the bands' column
         // ranges are disjoint, so no two tasks write one element, and `dst` does not alias the
-        // inputs (a separate, exclusively borrowed allocation). gemm does not read `dst`.
+        // inputs (a separate, exclusively borrowed allocation).
         unsafe {
-            gemm::gemm(
-                g.m,
-                n,
-                g.k,
+            let band = Geometry { n, ..*g };
+            gemm_raw(
                 out.0.add(c0) as *mut T,
-                1,
-                g.n as isize,
-                false,
+                g.n,
                 a.as_ptr(),
-                g.a_cs as isize,
-                g.a_rs as isize,
                 b.as_ptr().add(c0 * g.b_cs),
-                g.b_cs as isize,
-                g.b_rs as isize,
-                T::zero(),
-                T::one(),
-                false,
-                false,
-                false,
+                &band,
                 gemm::Parallelism::None,
-            );
-        }
+            )
+        };
     });
 }
 
@@ -315,21 +303,39 @@ fn gemm_one<T: GemmElement>(
     assert!(dst.len() >= g.m * g.n && a.len() > last_a && b.len() > last_b);
     // SAFETY: the assertion above shows that every element gemm reads or writes (rows and
     // columns within m, n, k at the given strides) lies inside the three slices, and `dst`
-    // does not alias the inputs because it is a separate, exclusively borrowed allocation;
-    // with `read_dst` false gemm only writes `dst`, so its elements need not be initialised.
+    // does not alias the inputs because it is a separate, exclusively borrowed allocation.
+    unsafe { gemm_raw(dst.as_mut_ptr() as *mut T, g.n, a.as_ptr(), b.as_ptr(), g, par) };
+}
+
+/// `dst = a @ b` through `gemm`, `dst` row-major with row stride `dst_rs`; `gemm` does not read
+/// `dst` (`read_dst` is false), so its elements need not be initialised.
+///
+/// # Safety
+/// Every element of `a`, `b` (rows and columns within `g`'s sizes at its strides) and `dst`
+/// (`g.m` rows of `g.n` elements at row stride `dst_rs`) is in bounds, `dst` aliases neither
+/// input, and no other thread touches those elements of `dst` meanwhile.
+unsafe fn gemm_raw<T: GemmElement>(
+    dst: *mut T,
+    dst_rs: usize,
+    a: *const T,
+    b: *const T,
+    g: &Geometry,
+    par: gemm::Parallelism,
+) {
+    // SAFETY: the caller's guarantee.
     unsafe {
         gemm::gemm(
             g.m,
             g.n,
             g.k,
-            dst.as_mut_ptr() as *mut T,
+            dst,
             1,
-            g.n as isize,
+            dst_rs as isize,
             false,
-            a.as_ptr(),
+            a,
             g.a_cs as isize,
             g.a_rs as isize,
-            b.as_ptr(),
+            b,
             g.b_cs as isize,
             g.b_rs as isize,
             T::zero(),
@@ -338,7 +344,7 @@ fn gemm_one<T: GemmElement>(
             false,
             false,
             par,
-        );
+        )
     }
 }
 
