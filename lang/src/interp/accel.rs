@@ -258,25 +258,26 @@ impl Interp<'_> {
             return None;
         }
         let mut ops: Vec<Operand> = Vec::with_capacity(vals.len());
-        let mut lens: Option<Vec<usize>> = None;
-        let mut like: Option<ModelValue> = None;
+        // The first model's layout alone (its tensors placeholders, which become views of the
+        // result: a model holding the operands' tensors would keep them shared), the shapes of
+        // its tensors and their element type.
+        let mut first: Option<(ModelValue, Vec<Vec<usize>>, kernels::DType)> = None;
         for v in vals.iter() {
             match v {
                 Value::Model(m) => {
                     let ts = m.tensors()?;
                     let dtype = ts[0].dtype();
                     (dtype.is_float() && !dtype.is_half()).then_some(())?;
-                    let own: Vec<usize> = ts.iter().map(Tensor::len).collect();
-                    (*lens.get_or_insert_with(|| own.clone()) == own).then_some(())?;
-                    if let Some(l) = &like {
-                        let first = l.tensors()?;
-                        first
-                            .iter()
-                            .zip(&ts)
-                            .all(|(a, b)| a.shape() == b.shape() && a.dtype() == dtype)
-                            .then_some(())?;
-                    } else {
-                        like = Some((**m).clone());
+                    match &first {
+                        Some((_, shapes, d)) => {
+                            let same =
+                                shapes.len() == ts.len() && shapes.iter().zip(&ts).all(|(s, t)| s[..] == *t.shape());
+                            (same && *d == dtype).then_some(())?;
+                        }
+                        None => {
+                            let layout = m.with_tensors(ts.iter().map(|_| Tensor::scalar_bool(false)))?;
+                            first = Some((layout, ts.iter().map(|t| t.shape().to_vec()).collect(), dtype));
+                        }
                     }
                     ops.push(match m.flat() {
                         Some(flat) => Operand::Flat(flat),
@@ -287,12 +288,8 @@ impl Interp<'_> {
                 _ => return None,
             }
         }
-        let (lens, like) = (lens?, like?);
-        let shapes: Vec<Vec<usize>> = like.tensors()?.iter().map(|t| t.shape().to_vec()).collect();
-        // The layout alone, whose tensors become views of the result: a model holding the
-        // operands' tensors would keep them shared.
-        let layout = like.with_tensors(lens.iter().map(|_| Tensor::scalar_bool(false)))?;
-        drop(like);
+        let (layout, shapes, _) = first?;
+        let lens: Vec<usize> = shapes.iter().map(|s| s.iter().product()).collect();
         vals.clear();
         let span = self.span(e);
         let lost = || super::rt(crate::diag::Code::E0605, "internal: a model lost its layout", span);

@@ -67,8 +67,10 @@ impl Tape {
 }
 
 /// Elements per tensor, on average, from which a constructed model keeps its tensors apart
-/// rather than copying them into one buffer ([`ModelValue::assembled`]). A launch per tensor
-/// costs a few microseconds; a copy of 32,768 `f32`s (256 KiB read and written) about as much.
+/// rather than copying them into one buffer ([`ModelValue::assembled`]). Arithmetic over a
+/// model in parts pays a little per tensor (a task of the JIT's one call over the parts, a
+/// kernel launch in the interpreter), a few microseconds; a copy of 32,768 `f32`s (256 KiB read
+/// and written) costs about as much.
 pub const PART_MIN: usize = 1 << 15;
 
 /// A model instance: its type's dim arguments (for binding generic dims) and its fields.
@@ -126,8 +128,8 @@ impl ModelValue {
     /// its tensors are small, on average below [`PART_MIN`] elements, and kept as built when
     /// they are large. Packing copies every parameter once so that model arithmetic is one
     /// loop; for large tensors that copy is a pass over memory each time the model is built
-    /// (every gradient, at the end of each `grad`), while arithmetic over a model's separate
-    /// tensors costs only a launch per tensor (`interp::accel`'s per-tensor path).
+    /// (every gradient, at the end of each `grad`), while the JIT's model arithmetic reads
+    /// separate tensors where they are, in one call (`interp::accel`'s `run_models_by_parts`).
     pub fn assembled(self: &Rc<Self>) -> Option<Rc<ModelValue>> {
         let leaves = self.dense_leaves()?;
         let total: usize = leaves.iter().map(|t| t.len()).sum();
