@@ -167,11 +167,7 @@ impl Interp<'_> {
         }
         self.drop_moved_repeats(e, leaves, frame);
         let t0 = self.trace_start();
-        if let Some(r) = self.run_flat_models(e, &mut vals) {
-            self.trace_span(t0, "fused", super::trace::Kind::Fused, self.span(e));
-            return r;
-        }
-        if let Some(r) = self.run_models_by_parts(e, &mut vals) {
+        if let Some(r) = self.run_models(e, &mut vals) {
             self.trace_span(t0, "fused", super::trace::Kind::Fused, self.span(e));
             return r;
         }
@@ -217,43 +213,17 @@ impl Interp<'_> {
         }
     }
 
-    /// A planned tree of model arithmetic whose models are flat and of one layout: the
-    /// accelerator evaluates it once over their parameter buffers (scalars stay scalars).
-    /// `None` when a model is not flat, or the accelerator declines (`vals` as they were).
+    /// A planned tree of model arithmetic over models of one layout (and scalars): the
+    /// accelerator evaluates it in one call, and the result is one buffer, a flat model. When
+    /// every model is flat the call goes over their buffers like any tree of tensors; when some
+    /// are not (a gradient keeps its large tensors apart, [`ModelValue::assembled`]) it goes over
+    /// the models' tensors part by part ([`Accel::try_eval_parts`]). `None` when the operands
+    /// are not such models, or the accelerator declines (`vals` as they were).
     ///
-    /// Only the buffers go to the accelerator: the models themselves (whose fields are views
-    /// of those buffers) are dropped first, and the result is laid out like the last model
-    /// operand. So a model that nothing else holds (`m` in `m = m - lr * g` at `-O2`, moved
-    /// out at its last use) is the only holder of its buffer, which the result may then reuse.
-    fn run_flat_models(&mut self, e: &Expr, vals: &mut Vec<Value>) -> Option<R<Value>> {
-        if !e.ty.is_model() || self.accel.is_none() {
-            return None;
-        }
-        let (like, mut ts) = super::prims::flat_operands(vals.iter())?;
-        let last = vals.iter().rposition(|v| matches!(v, Value::Model(_)))?;
-        let layout = like.with_flat(&ts[last])?;
-        let models: Vec<bool> = vals.iter().map(|v| matches!(v, Value::Model(_))).collect();
-        vals.clear();
-        let r = self.accel.as_mut().and_then(|a| a.try_eval(e, &mut ts));
-        let Some(r) = r else {
-            // Declined before any buffer was taken: the same models again, over their buffers.
-            for (t, is_model) in ts.into_iter().zip(models) {
-                let model = if is_model { layout.with_flat(&t) } else { None };
-                vals.push(model.map_or(Value::Tensor(t), |m| Value::Model(std::rc::Rc::new(m))));
-            }
-            return None;
-        };
-        let span = self.span(e);
-        Some(r.map_err(|k| kerr(k, span)).and_then(|t| super::prims::wrap_flat(&layout, &t, span)))
-    }
-
-    /// A planned tree of model arithmetic over models of one layout, some of them not flat (a
-    /// gradient keeps its large tensors apart, [`ModelValue::assembled`]): the accelerator
-    /// evaluates it in one call over the models' tensors, part by part, into one buffer, so
-    /// the result is flat. The models are dropped first, so a flat model that only a dead
-    /// operand held (`m` in `m = m - lr * g` at `-O2`) gives its buffer to the result. `None`
-    /// when the operands are not such models, or the accelerator declines (`vals` as they were).
-    fn run_models_by_parts(&mut self, e: &Expr, vals: &mut Vec<Value>) -> Option<R<Value>> {
+    /// Only the buffers and tensors go to the accelerator: the models themselves are dropped
+    /// first. So a model that nothing else holds (`m` in `m = m - lr * g` at `-O2`, moved out
+    /// at its last use) is the only holder of its buffer, which the result may then reuse.
+    fn run_models(&mut self, e: &Expr, vals: &mut Vec<Value>) -> Option<R<Value>> {
         if !e.ty.is_model() || self.accel.is_none() {
             return None;
         }
@@ -267,7 +237,7 @@ impl Interp<'_> {
                 Value::Model(m) => {
                     let ts = m.tensors()?;
                     let dtype = ts[0].dtype();
-                    (dtype.is_float() && !dtype.is_half()).then_some(())?;
+                    dtype.is_float().then_some(())?;
                     match &first {
                         Some((_, shapes, d)) => {
                             let same =
@@ -293,7 +263,24 @@ impl Interp<'_> {
         vals.clear();
         let span = self.span(e);
         let lost = || super::rt(crate::diag::Code::E0605, "internal: a model lost its layout", span);
-        let Some(r) = self.accel.as_mut().and_then(|a| a.try_eval_parts(e, &mut ops, &lens)) else {
+        let accel = self.accel.as_mut()?;
+        let r = if ops.iter().any(|o| matches!(o, Operand::Parts(_))) {
+            accel.try_eval_parts(e, &mut ops, &lens)
+        } else {
+            // Flat models: one loop over their buffers, as for any tree of tensors (which an
+            // accelerator device may take); declined, the tensors are left as they were.
+            let mut ts: Vec<Tensor> = std::mem::take(&mut ops)
+                .into_iter()
+                .filter_map(|o| match o {
+                    Operand::Scalar(t) | Operand::Flat(t) => Some(t),
+                    Operand::Parts(_) => None,
+                })
+                .collect();
+            let r = accel.try_eval(e, &mut ts);
+            ops = ts.into_iter().map(|t| if t.rank() == 0 { Operand::Scalar(t) } else { Operand::Flat(t) }).collect();
+            r
+        };
+        let Some(r) = r else {
             // Declined before any buffer was taken: the same models again.
             for op in ops {
                 let m = match op {

@@ -129,7 +129,7 @@ impl ModelValue {
     /// they are large. Packing copies every parameter once so that model arithmetic is one
     /// loop; for large tensors that copy is a pass over memory each time the model is built
     /// (every gradient, at the end of each `grad`), while the JIT's model arithmetic reads
-    /// separate tensors where they are, in one call (`interp::accel`'s `run_models_by_parts`).
+    /// separate tensors where they are, in one call (`interp::accel`'s `run_models`).
     pub fn assembled(self: &Rc<Self>) -> Option<Rc<ModelValue>> {
         let leaves = self.dense_leaves()?;
         let total: usize = leaves.iter().map(|t| t.len()).sum();
