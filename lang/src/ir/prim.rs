@@ -273,7 +273,7 @@ prims! {
         Rsqrt: "rsqrt" callable("rsqrt(x: f[..S]) -> f[..S]", "Elementwise `1 / sqrt(x)`.") => Rsqrt Float (|g, x, y| g * (y * y * y) * -0.5),
         Tanh: "tanh" callable("tanh(x: f[..S]) -> f[..S]", "Elementwise hyperbolic tangent.") => Tanh Float (|g, x, y| g * (1.0 - y * y)),
         Sigmoid: "sigmoid" callable("sigmoid(x: f[..S]) -> f[..S]", "Elementwise logistic sigmoid.") => Sigmoid Float (|g, x, y| g * (y * (1.0 - y))),
-        Relu: "relu" callable("relu(x: T[..S]) -> T[..S]", "Elementwise `max(x, 0)`.") => Relu Any (|g, x, y| select(gt(x, 0.0), g, 0.0)),
+        Relu: "relu" callable("relu(x: T[..S]) -> T[..S]", "Elementwise `max(x, 0)`.") => Relu Any (|g, x, y| select(gt(y, 0.0), g, 0.0)),
         Gelu: "gelu" callable("gelu(x: f[..S], approximate: true) -> f[..S]", "Gaussian error linear unit: the tanh approximation, or with `approximate: false` the exact `x * 0.5 * (1 + erf(x / sqrt(2)))` (PyTorch's default).") => Gelu Float (|g, x, y| gelu_grad(x, g)),
         /// The error function; `gelu(x, approximate: false)` is built on it.
         Erf: "erf" callable("erf(x: f[..S]) -> f[..S]", "The error function `2/sqrt(pi) * integral of exp(-t^2) from 0 to x`.") => Erf Float (|g, x, y| g * (FRAC_2_SQRT_PI * exp(-(x * x)))),
