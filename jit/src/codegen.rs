@@ -207,6 +207,13 @@ fn size_shift(d: DType) -> i64 {
     }
 }
 
+/// Vectors computed by one iteration of the main loop of a small tree.
+const UNROLL: i64 = 4;
+/// Trees of at most this many nodes are unrolled; larger ones keep one vector an iteration
+/// (their own arithmetic outweighs the loop's, and four copies would cost compile time and
+/// registers).
+const UNROLL_MAX_NODES: usize = 12;
+
 /// Loads and stores of tensor elements: never trapping, possibly unaligned.
 fn mem() -> MemFlagsData {
     MemFlagsData::new().with_notrap()
@@ -248,19 +255,34 @@ impl Gen<'_, '_, '_> {
         let zero = self.l.b.ins().iconst(ptr, 0);
         if let Some(vt) = spec.vector {
             let mode = Mode::Vector(vt);
-            let head = self.l.b.create_block();
-            self.l.b.append_block_param(head, ptr);
-            let body = self.l.b.create_block();
-            let nv = self.l.b.ins().band_imm_s(n, !(mode.lanes() - 1));
-            self.l.b.ins().jump(head, &[BlockArg::Value(zero)]);
-            self.l.b.switch_to_block(head);
-            let i = self.l.b.block_params(head)[0];
-            let more = self.l.b.ins().icmp(IntCC::UnsignedLessThan, i, nv);
-            self.l.b.ins().brif(more, body, &[], tail_head, &[BlockArg::Value(i)]);
-            self.l.b.switch_to_block(body);
-            self.iteration(mode, i, out);
-            let next = self.l.b.ins().iadd_imm_s(i, mode.lanes());
-            self.l.b.ins().jump(head, &[BlockArg::Value(next)]);
+            // Small trees first run [`UNROLL`] vectors an iteration (the loop's own compare,
+            // branch and increment were a third of a bias add's instructions), then one.
+            let steps: &[i64] = if spec.tree.nodes.len() <= UNROLL_MAX_NODES { &[UNROLL, 1] } else { &[1] };
+            let mut start = zero;
+            for &step in steps {
+                let head = self.l.b.create_block();
+                self.l.b.append_block_param(head, ptr);
+                let body = self.l.b.create_block();
+                let done = self.l.b.create_block();
+                self.l.b.append_block_param(done, ptr);
+                let width = mode.lanes() * step;
+                let nv = self.l.b.ins().band_imm_s(n, !(width - 1));
+                self.l.b.ins().jump(head, &[BlockArg::Value(start)]);
+                self.l.b.switch_to_block(head);
+                let i = self.l.b.block_params(head)[0];
+                let more = self.l.b.ins().icmp(IntCC::UnsignedLessThan, i, nv);
+                self.l.b.ins().brif(more, body, &[], done, &[BlockArg::Value(i)]);
+                self.l.b.switch_to_block(body);
+                for u in 0..step {
+                    let at = if u == 0 { i } else { self.l.b.ins().iadd_imm_s(i, u * mode.lanes()) };
+                    self.iteration(mode, at, out);
+                }
+                let next = self.l.b.ins().iadd_imm_s(i, width);
+                self.l.b.ins().jump(head, &[BlockArg::Value(next)]);
+                self.l.b.switch_to_block(done);
+                start = self.l.b.block_params(done)[0];
+            }
+            self.l.b.ins().jump(tail_head, &[BlockArg::Value(start)]);
         } else {
             self.l.b.ins().jump(tail_head, &[BlockArg::Value(zero)]);
         }
@@ -328,6 +350,17 @@ impl Gen<'_, '_, '_> {
         }
     }
 
+    /// Whether node `k` is a constant whose bits are all zero (`+0.0`, `0`, `false`).
+    fn zero_bits(&self, k: usize) -> bool {
+        let Node::Const(t) = &self.spec.tree.nodes[k] else { return false };
+        match t.storage() {
+            Storage::F32(v) => v[0].to_bits() == 0,
+            Storage::F64(v) => v[0].to_bits() == 0,
+            Storage::Bool(v) => !v[0],
+            Storage::I32(_) | Storage::Bf16(_) | Storage::F16(_) => false,
+        }
+    }
+
     fn konst(&mut self, mode: Mode, t: &Tensor) -> Value {
         match t.storage() {
             Storage::F32(v) => self.l.fconst(mode, DType::F32, f64::from(v[0])),
@@ -354,7 +387,13 @@ impl Gen<'_, '_, '_> {
                 let c = self.operand(mode, args[0], DType::Bool, vals);
                 let a = self.operand(mode, args[1], od, vals);
                 let b = self.operand(mode, args[2], od, vals);
-                self.l.select(mode, c, a, b)
+                match (mode, self.zero_bits(args[1]), self.zero_bits(args[2])) {
+                    // A lane mask is all ones or all zeros, so choosing +0 (all zero bits) is
+                    // one `and` (relu's derivative `where(y > 0, g, 0)`).
+                    (Mode::Vector(_), _, true) => self.l.mask(c, a, false),
+                    (Mode::Vector(_), true, _) => self.l.mask(c, b, true),
+                    _ => self.l.select(mode, c, a, b),
+                }
             }
             ElemOp::Cast => {
                 let x = self.operand(mode, args[0], od, vals);

@@ -98,14 +98,30 @@ impl<'a, 'f> Lower<'a, 'f> {
         match mode {
             Mode::Scalar => self.b.ins().select(c, a, b),
             Mode::Vector(_) => {
-                let ty = self.b.func.dfg.value_type(a);
-                let c = if self.b.func.dfg.value_type(c) == ty {
-                    c
-                } else {
-                    self.b.ins().bitcast(ty, MemFlagsData::new().with_endianness(Endianness::Little), c)
-                };
+                let c = self.lanes_like(c, a);
                 self.b.ins().bitselect(c, a, b)
             }
+        }
+    }
+
+    /// A vector of lanes `v` where the lane mask `c` is set (clear, when `invert`), else all
+    /// zero bits: `select(c, v, 0)` (`select(c, 0, v)`) in one instruction.
+    pub(crate) fn mask(&mut self, c: Value, v: Value, invert: bool) -> Value {
+        let c = self.lanes_like(c, v);
+        if invert {
+            self.b.ins().band_not(v, c)
+        } else {
+            self.b.ins().band(v, c)
+        }
+    }
+
+    /// The lane mask `c` as a vector of `v`'s type (the same bits).
+    fn lanes_like(&mut self, c: Value, v: Value) -> Value {
+        let ty = self.b.func.dfg.value_type(v);
+        if self.b.func.dfg.value_type(c) == ty {
+            c
+        } else {
+            self.b.ins().bitcast(ty, MemFlagsData::new().with_endianness(Endianness::Little), c)
         }
     }
 
@@ -386,14 +402,11 @@ impl<'a, 'f> Lower<'a, 'f> {
             }
             UnaryOp::Relu => {
                 // `a` when a > 0 or a is NaN, else +0.
-                let m = match mode {
-                    Mode::Scalar => self.b.ins().fcmp(FloatCC::UnorderedOrGreaterThan, a, zero),
-                    Mode::Vector(_) => {
-                        let le = self.b.ins().fcmp(FloatCC::LessThanOrEqual, a, zero);
-                        self.b.ins().bnot(le)
-                    }
-                };
-                self.select(mode, m, a, zero)
+                let m = self.b.ins().fcmp(FloatCC::UnorderedOrGreaterThan, a, zero);
+                match mode {
+                    Mode::Scalar => self.select(mode, m, a, zero),
+                    Mode::Vector(_) => self.mask(m, a, false),
+                }
             }
             UnaryOp::Gelu => {
                 // a / (one + exp(-(u + u))), in the kernel's order.

@@ -44,6 +44,10 @@ fn or_[N](x: f32[N], y: f32[N], c: bool[N]) -> bool[N] { c || (x < y) }
 fn not_[N](x: f32[N], y: f32[N], c: bool[N]) -> bool[N] { !c }
 fn where_[N](x: f32[N], y: f32[N], c: bool[N]) -> f32[N] { where(c, x, y) }
 fn where_mask[N](x: f32[N], y: f32[N], c: bool[N]) -> f32[N] { where(x > y, x * 2.0, -1.0) }
+fn where_zero[N](x: f32[N], y: f32[N], c: bool[N]) -> f32[N] { where(x > y, x + y, 0.0) }
+fn where_zero_first[N](x: f32[N], y: f32[N], c: bool[N]) -> f32[N] { where(c, 0.0, x * y) }
+fn where_neg_zero[N](x: f32[N], y: f32[N], c: bool[N]) -> f32[N] { where(c, x, -0.0) + where(c, -0.0, y) }
+fn relu_sum[N](x: f32[N], y: f32[N], c: bool[N]) -> f32[N] { relu(x + y) }
 fn cast_bool[N](x: f32[N], y: f32[N], c: bool[N]) -> bool[N] { bool(x) }
 fn cast_from_bool[N](x: f32[N], y: f32[N], c: bool[N]) -> f32[N] { f32(c) * x }
 fn cast_f64[N](x: f32[N], y: f32[N], c: bool[N]) -> f64[N] { f64(x) * 3.0 }
@@ -60,6 +64,7 @@ fn misc64[N](x: f64[N], y: f64[N], c: bool[N]) -> f64[N] { sigmoid(x) + relu(y) 
 fn pow64[N](x: f64[N], y: f64[N], c: bool[N]) -> f64[N] { pow(x, y) + x % y + maximum(x, y) - minimum(x, y) }
 fn cmp64[N](x: f64[N], y: f64[N], c: bool[N]) -> bool[N] { (x < y) || (x == y) && !c }
 fn where64[N](x: f64[N], y: f64[N], c: bool[N]) -> f64[N] { where(c, x, -y) + abs(x) }
+fn where_zero64[N](x: f64[N], y: f64[N], c: bool[N]) -> f64[N] { where(x > 0.0, y, 0.0) + where(c, 0.0, relu(x - y)) }
 fn bias[R, C](x: f32[R, C], b: f32[C]) -> f32[R, C] { gelu(x * 2.0 + b) }
 fn col[R, C](x: f32[R, C], b: f32[R, 1]) -> f32[R, C] { exp(x - b) / 3.0 }
 fn outer[R, C](a: f32[R, 1], b: f32[C]) -> f32[R, C] { tanh(a * b + 1.0) }

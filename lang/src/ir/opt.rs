@@ -150,6 +150,15 @@ fn substitute_once(f: &mut Func) -> usize {
         let ExprKind::Block { stmts, result } = &mut e.kind else { return };
         let mut i = 0;
         while i < stmts.len() {
+            if let Some(done) = propagate_literal(stmts, result, i, &assigned) {
+                if done {
+                    stmts.remove(i);
+                    n += 1;
+                    continue;
+                }
+                i += 1;
+                continue;
+            }
             let candidate = match &stmts[i] {
                 Stmt::Let { pat: Pat::Local(l), value }
                     if !assigned.contains(l)
@@ -196,6 +205,30 @@ fn substitute_once(f: &mut Func) -> usize {
         }
     });
     n
+}
+
+/// A number or boolean literal bound by `let l = …` (statement `i`) is copied into every read
+/// the value of a single-use local could move to: CSE gives all the `0.0`s of a derivative one
+/// local (`relu`'s mask and its `where` in every layer), which would otherwise be an input of
+/// every tree that reads it, and a literal is a constant the fused loop knows. `None` when
+/// statement `i` is no such `let`; otherwise whether no read is left (reads in loops, closures
+/// and transforms stay).
+fn propagate_literal(stmts: &mut [Stmt], result: &mut Expr, i: usize, assigned: &HashSet<Local>) -> Option<bool> {
+    let Stmt::Let { pat: Pat::Local(l), value } = &stmts[i] else { return None };
+    if assigned.contains(l) || !matches!(value.kind, ExprKind::Lit(Lit::Float(_) | Lit::Int(_) | Lit::Bool(_))) {
+        return None;
+    }
+    let (l, lit) = (*l, value.clone());
+    let mut put = |slot: &mut Expr| *slot = lit.clone();
+    let mut left = 0;
+    for s in stmts[i + 1..].iter_mut() {
+        if let Stmt::Let { value: v, .. } | Stmt::Assign { value: v, .. } | Stmt::Expr(v) = s {
+            place_with(v, l, &mut put);
+            left += reads_of(v, l);
+        }
+    }
+    place_with(result, l, &mut put);
+    Some(left + reads_of(result, l) == 0)
 }
 
 /// Copies the value of `let l = …` (statement `i`, read `r` times) into every read, when all
@@ -293,36 +326,38 @@ fn cannot_fail(e: &Expr, assigned: &HashSet<Local>) -> bool {
 /// Replaces the read of `l` in `e` by `value` (taking it), unless the read is inside a loop, a
 /// closure or a transform (where it could run more than once).
 fn place(e: &mut Expr, l: Local, value: &mut Option<Expr>) {
-    if value.is_none() {
-        return;
-    }
+    place_with(e, l, &mut |slot| {
+        if let Some(v) = value.take() {
+            *slot = v;
+        }
+    });
+}
+
+/// Calls `put` on each read of `l` in `e` outside loops, closures and transforms.
+fn place_with(e: &mut Expr, l: Local, put: &mut dyn FnMut(&mut Expr)) {
     match &mut e.kind {
-        ExprKind::Local(x) if *x == l => {
-            if let Some(v) = value.take() {
-                *e = v;
-            }
-        }
+        ExprKind::Local(x) if *x == l => put(e),
         ExprKind::Prim { args, .. } | ExprKind::Call { args, .. } | ExprKind::Tuple(args) => {
-            args.iter_mut().for_each(|a| place(a, l, value))
+            args.iter_mut().for_each(|a| place_with(a, l, put))
         }
-        ExprKind::ModelBuild { fields } => fields.iter_mut().for_each(|a| place(a, l, value)),
+        ExprKind::ModelBuild { fields } => fields.iter_mut().for_each(|a| place_with(a, l, put)),
         ExprKind::CallValue { callee, args, .. } => {
-            place(callee, l, value);
-            args.iter_mut().for_each(|a| place(a, l, value));
+            place_with(callee, l, put);
+            args.iter_mut().for_each(|a| place_with(a, l, put));
         }
-        ExprKind::TupleGet(a, _) | ExprKind::Field(a, _) | ExprKind::Return(a) => place(a, l, value),
+        ExprKind::TupleGet(a, _) | ExprKind::Field(a, _) | ExprKind::Return(a) => place_with(a, l, put),
         ExprKind::If { cond, then, els } => {
-            place(cond, l, value);
-            place(then, l, value);
-            place(els, l, value);
+            place_with(cond, l, put);
+            place_with(then, l, put);
+            place_with(els, l, put);
         }
         ExprKind::Block { stmts, result } => {
             for s in stmts {
                 if let Stmt::Let { value: v, .. } | Stmt::Assign { value: v, .. } | Stmt::Expr(v) = s {
-                    place(v, l, value);
+                    place_with(v, l, put);
                 }
             }
-            place(result, l, value);
+            place_with(result, l, put);
         }
         _ => {}
     }
