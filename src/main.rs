@@ -96,6 +96,8 @@ fn attempt(stack: usize, threads: usize) -> Attempt {
             Ok(p) => p,
             Err(e) => return Attempt::NoPool(e.to_string()),
         };
+        // The interpreter is worker 0 here: the others stay awake between its parallel kernels.
+        kernels::threads::enable(true);
         match std::panic::catch_unwind(cli::main) {
             Ok(code) => Attempt::Ran(code),
             Err(p) if p.downcast_ref::<kernels::DeviceLost>().is_some() => {

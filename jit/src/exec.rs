@@ -196,6 +196,7 @@ pub fn run(f: KernelFn, inputs: &mut [Tensor], lay: &Layout, out: DType, reuse: 
             let tasks_per_row = (threads * 4).div_ceil(rows);
             let chunk = lay.row_len.div_ceil(tasks_per_row).next_multiple_of(16).max(PAR_MIN / 8);
             let per_row = lay.row_len.div_ceil(chunk);
+            let _awake = kernels::threads::Linger;
             (0..rows * per_row).into_par_iter().for_each(|t| {
                 let (r, c) = (t / per_row, t % per_row);
                 let start = c * chunk;
@@ -203,6 +204,7 @@ pub fn run(f: KernelFn, inputs: &mut [Tensor], lay: &Layout, out: DType, reuse: 
             });
         } else {
             let group = rows.div_ceil(threads * 4);
+            let _awake = kernels::threads::Linger;
             (0..rows.div_ceil(group)).into_par_iter().for_each(|g| {
                 let mut ptrs = Vec::with_capacity(base.len());
                 for r in g * group..((g + 1) * group).min(rows) {
@@ -304,6 +306,7 @@ pub fn run_parts(
         unsafe { f(ptrs.as_ptr(), o, len) };
     };
     if tasks.len() > 1 && chunk != usize::MAX {
+        let _awake = kernels::threads::Linger;
         tasks.par_iter().for_each(call);
     } else {
         tasks.iter().for_each(call);

@@ -16,6 +16,7 @@ pub mod pool;
 pub mod rng;
 pub mod simd;
 pub mod tensor;
+pub mod threads;
 
 pub use cpu::quant::QuantMatrix;
 pub use device::{CpuDevice, Device, DeviceLost, DeviceTensor, KernelId, KernelParams, MemoryStats, Offload, Stream};

@@ -44,6 +44,7 @@ where
         // output is not zeroed first (a reused buffer would be cleared for nothing).
         let mut out: Vec<U> = Vec::with_capacity(x.len());
         let spare = &mut out.spare_capacity_mut()[..x.len()];
+        let _awake = crate::threads::Linger;
         spare.par_chunks_mut(PAR_MIN / 4).zip(x.par_chunks(PAR_MIN / 4)).for_each(|(o, i)| {
             vectorized(
                 #[inline(always)]
@@ -78,6 +79,7 @@ where
         let mut out: Vec<V> = Vec::with_capacity(a.len());
         let spare = &mut out.spare_capacity_mut()[..a.len()];
         let chunk = PAR_MIN / 4;
+        let _awake = crate::threads::Linger;
         spare.par_chunks_mut(chunk).zip(a.par_chunks(chunk).zip(b.par_chunks(chunk))).for_each(|(o, (x, y))| {
             vectorized(
                 #[inline(always)]
@@ -252,6 +254,7 @@ impl Plan {
         if total >= PAR_MIN && self.row_len >= PAR_MIN {
             // Few long rows: split each row into segments, shifting the offsets to match.
             let seg = PAR_MIN / 2;
+            let _awake = crate::threads::Linger;
             out.par_chunks_mut(self.row_len).enumerate().for_each(|(r, row)| {
                 let base = self.offsets_of(r);
                 row.par_chunks_mut(seg).enumerate().for_each(|(s, part)| {
@@ -300,6 +303,7 @@ impl Plan {
             }
         };
         if rows_per_task < self.rows {
+            let _awake = crate::threads::Linger;
             out.par_chunks_mut(chunk).enumerate().for_each(|(task, block)| body(task, block));
         } else {
             body(0, out);

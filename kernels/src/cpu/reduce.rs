@@ -154,6 +154,7 @@ where
         if outer == 1 {
             out[0] = if v.len() >= PAR_MIN {
                 // Fixed-size blocks keep the summation order independent of the thread count.
+                let _awake = crate::threads::Linger;
                 let parts: Vec<T> = v
                     .par_chunks(1 << 14)
                     .map(|c| {
@@ -172,6 +173,7 @@ where
             };
         } else if v.len() >= PAR_MIN {
             let min_len = (PAR_MIN / n).max(1);
+            let _awake = crate::threads::Linger;
             out.par_iter_mut().with_min_len(min_len).enumerate().for_each(|(o, r)| {
                 *r = vectorized(
                     #[inline(always)]
@@ -211,9 +213,11 @@ where
             lanes(o, 0, acc);
         }
     } else if outer >= 2 {
+        let _awake = crate::threads::Linger;
         out.par_chunks_mut(inner).enumerate().for_each(|(o, acc)| lanes(o, 0, acc));
     } else {
         let width = (inner / (2 * rayon::current_num_threads())).max(64);
+        let _awake = crate::threads::Linger;
         out.par_chunks_mut(width).enumerate().for_each(|(c, acc)| lanes(0, c * width, acc));
     }
     out
@@ -238,6 +242,7 @@ where
         let body = |o: usize, r: &mut [U]| f(&v[o * n..(o + 1) * n], r);
         if parallel {
             let min_len = (PAR_MIN / (n + m)).max(1);
+            let _awake = crate::threads::Linger;
             out.par_chunks_mut(m).with_min_len(min_len).enumerate().for_each(|(o, r)| body(o, r));
         } else {
             for (o, r) in out.chunks_mut(m).enumerate() {
@@ -259,6 +264,7 @@ where
         }
     };
     if parallel && outer > 1 {
+        let _awake = crate::threads::Linger;
         out.par_chunks_mut(m * inner).enumerate().for_each(|(o, ob)| block(o, ob));
     } else {
         for (o, ob) in out.chunks_mut(m * inner).enumerate() {

@@ -123,6 +123,7 @@ fn transpose_tiles<T: Element>(src: &[T], r: usize, c: usize) -> Vec<T> {
     // Output chunks of one band each; the last band of every matrix may be narrower, so split
     // per matrix first.
     if src.len() >= PAR_MIN {
+        let _awake = crate::threads::Linger;
         spare.par_chunks_mut(r * c).enumerate().for_each(|(mat, m)| {
             m.par_chunks_mut(band).enumerate().for_each(|(b, dst)| run((mat * bands_per_mat + b, dst)));
         });
