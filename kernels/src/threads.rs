@@ -49,6 +49,11 @@ pub fn enabled() -> bool {
     ENABLED.load(Relaxed)
 }
 
+/// Linger jobs spawned and not yet returned (at most the pool's other workers).
+pub fn alive() -> usize {
+    ALIVE.load(Relaxed)
+}
+
 /// Marks the end of a parallel section: the pool's other workers stay awake (stealing work as
 /// it comes) for [`LINGER`] from now. Cheap when they already are.
 pub fn linger() {
