@@ -96,8 +96,9 @@ fn attempt(stack: usize, threads: usize) -> Attempt {
             Ok(p) => p,
             Err(e) => return Attempt::NoPool(e.to_string()),
         };
-        // The interpreter is worker 0 here: the others stay awake between its parallel kernels.
-        kernels::threads::enable(true);
+        // The interpreter is worker 0 here: the others stay awake between its parallel kernels
+        // (unless `MSL_WAIT_POLICY=passive`, for machines whose cores other jobs need).
+        kernels::threads::enable(std::env::var("MSL_WAIT_POLICY").map_or(true, |v| v != "passive"));
         match std::panic::catch_unwind(cli::main) {
             Ok(code) => Attempt::Ran(code),
             Err(p) if p.downcast_ref::<kernels::DeviceLost>().is_some() => {
