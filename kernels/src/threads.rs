@@ -10,25 +10,26 @@
 //! `KMP_BLOCKTIME` and Eigen's spinning pool, bounded far below theirs (200 ms, resp. a few
 //! ms). Programs that never run a parallel section never spin.
 //!
-//! The job never runs on the thread that called [`linger`] (that thread may pick it from its
-//! own queue while it waits inside a parallel section; it then returns at once). [`enable`]
-//! turns lingering on: the `msl` command does, where its interpreter is worker 0 of the pool
-//! (`src/main.rs`); libraries and tests that share the global pool keep rayon's behaviour.
+//! Only the thread that turned lingering on (the owner) starts it: the `msl` command does, on
+//! its interpreter's thread, worker 0 of the pool (`src/main.rs`), so the parallel sections
+//! that count are the interpreter's kernels, not a product inside another kernel's task. A
+//! linger job never runs on the owner (which may pick it from its own queue while it waits
+//! inside a parallel section; the job then returns at once). Libraries and tests that never
+//! call [`enable`] keep rayon's behaviour.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// How long the other workers stay awake after the last parallel section.
 pub const LINGER: Duration = Duration::from_micros(500);
 
-static ENABLED: AtomicBool = AtomicBool::new(false);
+/// The rayon index of the thread that turned lingering on, plus one (0: off).
+static OWNER: AtomicUsize = AtomicUsize::new(0);
 /// Linger jobs spawned and not yet returned.
 static ALIVE: AtomicUsize = AtomicUsize::new(0);
 /// When the last parallel section ended, in nanoseconds since [`epoch`].
 static LAST: AtomicU64 = AtomicU64::new(0);
-/// The rayon index of the thread that last called [`linger`], plus one (0: none).
-static CALLER: AtomicUsize = AtomicUsize::new(0);
 
 fn epoch() -> Instant {
     static EPOCH: OnceLock<Instant> = OnceLock::new();
@@ -39,14 +40,20 @@ fn now() -> u64 {
     u64::try_from(epoch().elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// Turns lingering on or off for this process.
+/// The calling thread's rayon index plus one (0 outside a pool).
+fn me() -> usize {
+    rayon::current_thread_index().map_or(0, |i| i + 1)
+}
+
+/// Turns lingering on for parallel sections that the calling thread, a worker of a rayon pool,
+/// ends (off everywhere with `false`, or outside a pool).
 pub fn enable(on: bool) {
-    ENABLED.store(on, Relaxed);
+    OWNER.store(if on { me() } else { 0 }, Relaxed);
 }
 
 /// Whether lingering is on.
 pub fn enabled() -> bool {
-    ENABLED.load(Relaxed)
+    OWNER.load(Relaxed) != 0
 }
 
 /// Linger jobs spawned and not yet returned (at most the pool's other workers).
@@ -54,10 +61,12 @@ pub fn alive() -> usize {
     ALIVE.load(Relaxed)
 }
 
-/// Marks the end of a parallel section: the pool's other workers stay awake (stealing work as
-/// it comes) for [`LINGER`] from now. Cheap when they already are.
+/// Marks the end of a parallel section: on the owner's thread, the pool's other workers stay
+/// awake (stealing work as it comes) for [`LINGER`] from now; elsewhere nothing. Cheap when
+/// they already are.
 pub fn linger() {
-    if !ENABLED.load(Relaxed) {
+    let owner = OWNER.load(Relaxed);
+    if owner == 0 || me() != owner {
         return;
     }
     let others = rayon::current_num_threads().saturating_sub(1);
@@ -65,7 +74,6 @@ pub fn linger() {
         return;
     }
     LAST.store(now(), Relaxed);
-    CALLER.store(rayon::current_thread_index().map_or(0, |i| i + 1), Relaxed);
     while ALIVE.load(Relaxed) < others {
         ALIVE.fetch_add(1, Relaxed);
         rayon::spawn(stay_awake);
@@ -83,9 +91,13 @@ impl Drop for Linger {
 }
 
 fn stay_awake() {
-    let me = rayon::current_thread_index().map_or(0, |i| i + 1);
+    let me = me();
     let limit = u64::try_from(LINGER.as_nanos()).unwrap_or(u64::MAX);
-    while me != CALLER.load(Relaxed) {
+    loop {
+        let owner = OWNER.load(Relaxed);
+        if owner == 0 || owner == me {
+            break;
+        }
         match rayon::yield_now() {
             Some(rayon::Yield::Executed) => {}
             Some(rayon::Yield::Idle) if now().saturating_sub(LAST.load(Relaxed)) < limit => std::hint::spin_loop(),
