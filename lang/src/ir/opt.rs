@@ -145,12 +145,13 @@ const COPY_BUDGET: usize = 64;
 
 fn substitute_once(f: &mut Func) -> usize {
     let (reads, assigned) = crate::ir::simplify::reads_and_assigned(&f.body);
+    let types: Vec<Type> = f.locals.iter().map(|l| l.ty.clone()).collect();
     let mut n = 0;
     crate::ir::walk::walk_mut(&mut f.body, &mut |e| {
         let ExprKind::Block { stmts, result } = &mut e.kind else { return };
         let mut i = 0;
         while i < stmts.len() {
-            if let Some(done) = propagate_literal(stmts, result, i, &assigned) {
+            if let Some(done) = propagate_literal(stmts, result, i, &assigned, &types) {
                 if done {
                     stmts.remove(i);
                     n += 1;
@@ -210,12 +211,19 @@ fn substitute_once(f: &mut Func) -> usize {
 /// A number or boolean literal bound by `let l = …` (statement `i`) is copied into every read
 /// the value of a single-use local could move to: CSE gives all the `0.0`s of a derivative one
 /// local (`relu`'s mask and its `where` in every layer), which would otherwise be an input of
-/// every tree that reads it, and a literal is a constant the fused loop knows. `None` when
-/// statement `i` is no such `let`; otherwise whether no read is left (reads in loops, closures
-/// and transforms stay).
-fn propagate_literal(stmts: &mut [Stmt], result: &mut Expr, i: usize, assigned: &HashSet<Local>) -> Option<bool> {
+/// every tree that reads it, and a literal is a constant the fused loop knows. Only a literal
+/// of the local's own type (`types`, by local) is copied. `None` when statement `i` is no such
+/// `let`; otherwise whether no read is left (reads in loops, closures and transforms stay).
+fn propagate_literal(
+    stmts: &mut [Stmt],
+    result: &mut Expr,
+    i: usize,
+    assigned: &HashSet<Local>,
+    types: &[Type],
+) -> Option<bool> {
     let Stmt::Let { pat: Pat::Local(l), value } = &stmts[i] else { return None };
-    if assigned.contains(l) || !matches!(value.kind, ExprKind::Lit(Lit::Float(_) | Lit::Int(_) | Lit::Bool(_))) {
+    let literal = matches!(value.kind, ExprKind::Lit(Lit::Float(_) | Lit::Int(_) | Lit::Bool(_)));
+    if assigned.contains(l) || !literal || types.get(l.0 as usize) != Some(&value.ty) {
         return None;
     }
     let (l, lit) = (*l, value.clone());
