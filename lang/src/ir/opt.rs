@@ -23,7 +23,8 @@ use std::collections::{HashMap, HashSet};
 pub struct OptReport {
     /// Primitive applications replaced by literals.
     pub folded: usize,
-    /// Single-use elementwise values moved into their use (so that they fuse there).
+    /// Single-use elementwise values moved into their use (so that they fuse there), and
+    /// literals bound to locals copied into every read.
     pub substituted: usize,
     /// Expression nodes before and after, over all functions.
     pub nodes_before: usize,
@@ -185,17 +186,11 @@ fn substitute_once(f: &mut Func) -> usize {
             if movable {
                 let Stmt::Let { pat: Pat::Local(l), value } = stmts[i].clone() else { unreachable!() };
                 let mut value = Some(value);
-                for s in stmts[i + 1..].iter_mut() {
-                    if let Stmt::Let { value: v, .. } | Stmt::Assign { value: v, .. } | Stmt::Expr(v) = s {
-                        place(v, l, &mut value);
+                place_in(&mut stmts[i + 1..], result, l, &mut |slot| {
+                    if let Some(v) = value.take() {
+                        *slot = v;
                     }
-                    if value.is_none() {
-                        break;
-                    }
-                }
-                if value.is_some() {
-                    place(result, l, &mut value);
-                }
+                });
                 if value.is_none() {
                     stmts.remove(i);
                     n += 1;
@@ -227,16 +222,12 @@ fn propagate_literal(
         return None;
     }
     let (l, lit) = (*l, value.clone());
-    let mut put = |slot: &mut Expr| *slot = lit.clone();
-    let mut left = 0;
-    for s in stmts[i + 1..].iter_mut() {
-        if let Stmt::Let { value: v, .. } | Stmt::Assign { value: v, .. } | Stmt::Expr(v) = s {
-            place_with(v, l, &mut put);
-            left += reads_of(v, l);
-        }
-    }
-    place_with(result, l, &mut put);
-    Some(left + reads_of(result, l) == 0)
+    place_in(&mut stmts[i + 1..], result, l, &mut |slot| *slot = lit.clone());
+    let left = stmts[i + 1..].iter().map(|s| match s {
+        Stmt::Let { value: v, .. } | Stmt::Assign { value: v, .. } | Stmt::Expr(v) => reads_of(v, l),
+        _ => 0,
+    });
+    Some(left.sum::<usize>() + reads_of(result, l) == 0)
 }
 
 /// Copies the value of `let l = …` (statement `i`, read `r` times) into every read, when all
@@ -331,17 +322,8 @@ fn cannot_fail(e: &Expr, assigned: &HashSet<Local>) -> bool {
     }
 }
 
-/// Replaces the read of `l` in `e` by `value` (taking it), unless the read is inside a loop, a
-/// closure or a transform (where it could run more than once).
-fn place(e: &mut Expr, l: Local, value: &mut Option<Expr>) {
-    place_with(e, l, &mut |slot| {
-        if let Some(v) = value.take() {
-            *slot = v;
-        }
-    });
-}
-
-/// Calls `put` on each read of `l` in `e` outside loops, closures and transforms.
+/// Calls `put` on each read of `l` in `e` outside loops, closures and transforms (where a
+/// value moved in could run more than once).
 fn place_with(e: &mut Expr, l: Local, put: &mut dyn FnMut(&mut Expr)) {
     match &mut e.kind {
         ExprKind::Local(x) if *x == l => put(e),
@@ -359,16 +341,20 @@ fn place_with(e: &mut Expr, l: Local, put: &mut dyn FnMut(&mut Expr)) {
             place_with(then, l, put);
             place_with(els, l, put);
         }
-        ExprKind::Block { stmts, result } => {
-            for s in stmts {
-                if let Stmt::Let { value: v, .. } | Stmt::Assign { value: v, .. } | Stmt::Expr(v) = s {
-                    place_with(v, l, put);
-                }
-            }
-            place_with(result, l, put);
-        }
+        ExprKind::Block { stmts, result } => place_in(stmts, result, l, put),
         _ => {}
     }
+}
+
+/// [`place_with`] over the statements `stmts` and then `result` (a block, or what follows a
+/// `let` in one).
+fn place_in(stmts: &mut [Stmt], result: &mut Expr, l: Local, put: &mut dyn FnMut(&mut Expr)) {
+    for s in stmts {
+        if let Stmt::Let { value: v, .. } | Stmt::Assign { value: v, .. } | Stmt::Expr(v) = s {
+            place_with(v, l, put);
+        }
+    }
+    place_with(result, l, put);
 }
 
 /// The reads of locals after which the local is never read again (in any function of the
