@@ -210,6 +210,7 @@ fn gemm_batched<T: GemmElement>(x: &[T], y: &[T], offsets: &[(usize, usize)], g:
             && (g.k >= SHALLOW_PAR_K || mn >= SHALLOW_PAR_OUT)
             && (g.m >= NARROW || work >= NARROW_PAR_WORK);
         let par = if threads { gemm::Parallelism::Rayon(0) } else { gemm::Parallelism::None };
+        // Column bands too: their only caller is this loop, on the threads.
         let _awake = threads.then_some(crate::threads::Linger);
         for (dst, &(oa, ob)) in out.chunks_mut(mn).zip(offsets) {
             let bands = g.k > BAND_MIN_K
@@ -267,7 +268,6 @@ fn gemm_column_bands<T: GemmElement>(dst: &mut [std::mem::MaybeUninit<T>], a: &[
     unsafe impl<T: Send> Sync for Out<T> {}
     let out = Out(dst.as_mut_ptr());
     let (out, len) = (&out, dst.len());
-    let _awake = crate::threads::Linger;
     (0..bands).into_par_iter().for_each(|i| {
         let (c0, c1) = (i * width, if i + 1 == bands { g.n } else { (i + 1) * width });
         let n = c1 - c0;
